@@ -1,0 +1,56 @@
+"""`trainspeed` entry point: only delegates to one module per subcommand.
+
+Each subcommand module defines `register(subparsers)` (adds its parser, keeps imports light)
+and `run(args) -> int`. Heavy imports (torch, matplotlib) happen inside `run`, so `--help`
+stays instant.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from trainspeed import __version__
+from trainspeed.errors import TrainspeedError
+
+# Subcommand name -> module. A module that is not there yet is simply not offered.
+SUBCOMMANDS = ("train", "doctor", "tune", "report", "env", "recipes")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="trainspeed",
+        description="Make PyTorch training fast, and prove it with measurements.",
+    )
+    parser.add_argument("--version", action="version", version=f"trainspeed {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in SUBCOMMANDS:
+        try:
+            module = importlib.import_module(f"trainspeed.cli.{name}")
+        except ModuleNotFoundError as exc:
+            if exc.name == f"trainspeed.cli.{name}":
+                continue
+            raise
+        module.register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "command", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args.run(args) or 0)
+    except TrainspeedError as exc:
+        print(f"trainspeed: error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("trainspeed: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
