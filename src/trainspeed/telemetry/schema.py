@@ -86,28 +86,38 @@ def check_schema(record: dict[str, Any], *, where: str) -> None:
         )
 
 
-def _finite_or_none(x: Any) -> Any:
-    if isinstance(x, float) and not math.isfinite(x):
-        return None
-    return x
-
-
 def dumps(record: dict[str, Any]) -> str:
-    """One JSON line. NaN/Inf become null so every line is valid JSON for any reader."""
-    return json.dumps(record, separators=(",", ":"), default=_finite_or_none, allow_nan=False)
+    """One JSON line. NaN/Inf become null so every line is valid JSON for any reader.
+    Fast path first: records are almost always clean, and sanitizing costs a full copy."""
+    try:
+        return json.dumps(record, separators=(",", ":"), allow_nan=False)
+    except (ValueError, TypeError):
+        return json.dumps(sanitize_any(record), separators=(",", ":"), allow_nan=False)
+
+
+def sanitize_any(value: Any) -> Any:
+    """Make a value JSON/YAML-safe: non-finite floats -> None, numpy scalars -> Python,
+    tuples -> lists, Paths and other objects -> str (recursively)."""
+    if isinstance(value, dict):
+        return {str(k): sanitize_any(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [sanitize_any(v) for v in value]
+    if isinstance(value, bool) or value is None or isinstance(value, (int, str)):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    item = getattr(value, "item", None)  # numpy / torch scalars
+    if callable(item):
+        try:
+            return sanitize_any(item())
+        except (TypeError, ValueError, RuntimeError):
+            pass
+    return str(value)
 
 
 def sanitize(record: dict[str, Any]) -> dict[str, Any]:
-    """Replace non-finite floats (nested) by None; json.dumps(allow_nan=False) would refuse them."""
-    out: dict[str, Any] = {}
-    for key, value in record.items():
-        if isinstance(value, dict):
-            out[key] = sanitize(value)
-        elif isinstance(value, float) and not math.isfinite(value):
-            out[key] = None
-        else:
-            out[key] = value
-    return out
+    """Alias of sanitize_any for one record."""
+    return sanitize_any(record)
 
 
 def make_event(type_: str, step: int | None, t_wall: float, **data: Any) -> dict[str, Any]:

@@ -1,0 +1,42 @@
+# Two commands on a fresh machine: `make demo` and `make test`. Both create .venv first.
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PIP := $(VENV)/bin/pip
+EXTRAS ?= dev,tensorboard,report,lightning,hf
+DEMO_STEPS ?= 300
+
+.PHONY: venv demo test test-fast gpu-test bench browser clean
+
+venv: $(VENV)/.installed
+
+# torch==2.13.0 is a CPU build on these machines' disk; a user's own torch (>=2.4) is kept.
+$(VENV)/.installed: pyproject.toml
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+	$(PY) -c "import torch" 2>/dev/null || $(PIP) install -q torch==2.13.0
+	$(PIP) install -q -e ".[$(EXTRAS)]"
+	touch $@
+
+# Headless Chromium for the HTML report's browser test (Debian package; skipped when apt is absent).
+browser:
+	@command -v chromium >/dev/null 2>&1 || { command -v apt-get >/dev/null 2>&1 && [ "$$(id -u)" = 0 ] \
+	  && (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) \
+	  || echo "note: chromium not installed; the browser test will be skipped"; }
+
+demo: venv
+	$(PY) -m trainspeed.demo --steps $(DEMO_STEPS)
+
+test: venv browser
+	$(PY) -m pytest -q -m "not gpu" --durations=15
+
+test-fast: venv
+	$(PY) -m pytest -q -m "not gpu and not slow" -x
+
+gpu-test: venv
+	$(PY) -m pytest -q -m gpu
+
+bench: venv
+	$(PY) benchmarks/run_all.py
+
+clean:
+	rm -rf $(VENV) runs .pytest_cache

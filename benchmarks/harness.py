@@ -1,0 +1,144 @@
+"""Shared benchmark helper: A and B alternated in one process, medians, the ratio.
+
+Every speed claim in the README comes from a results file written here:
+benchmarks/results/<name>-<machine>.json = {"name", "machine", "command", "date", "env",
+"headline": {"label", "value", "goal", "passed"}, "results": {...}}.
+
+Why alternate: machine drift (thermal, other processes, page cache) moves both sides alike
+when A and B take turns, so the ratio of medians is stable even when absolute times are not.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def machine_name() -> str:
+    """A short, file-name-safe machine label: the GPU model if any, else CPU model and cores."""
+    override = os.environ.get("TRAINSPEED_MACHINE")
+    if override:
+        return override
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            name = torch.cuda.get_device_name(0).lower().replace("nvidia", "").strip()
+            return "gpu-" + "-".join(name.split())
+    except Exception:  # noqa: BLE001 - a broken CUDA install still gets a CPU label
+        pass
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    cpu = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    words = [w for w in cpu.replace("(R)", "").replace("(TM)", "").split() if w.isalnum()][:3]
+    return f"cpu{os.cpu_count()}-" + "-".join(words).lower()
+
+
+def median(values: Sequence[float]) -> float:
+    return float(statistics.median(values))
+
+
+def ab_compare(
+    name: str,
+    a_fn: Callable[[], Sequence[float]],
+    b_fn: Callable[[], Sequence[float]],
+    *,
+    rounds: int = 10,
+    labels: tuple[str, str] = ("baseline", "trainspeed"),
+    warmup_rounds: int = 1,
+) -> dict[str, Any]:
+    """Run a_fn and b_fn alternately (ABBA order); each returns per-step times (seconds) of
+    one round. Returns medians of all step times per side and the ratio median(B)/median(A),
+    plus the median of per-round ratios (robust to drift between rounds)."""
+    for _ in range(warmup_rounds):
+        a_fn()
+        b_fn()
+    a_times: list[float] = []
+    b_times: list[float] = []
+    round_ratios: list[float] = []
+    for r in range(rounds):
+        order = (("a", a_fn), ("b", b_fn)) if r % 2 == 0 else (("b", b_fn), ("a", a_fn))
+        got: dict[str, list[float]] = {}
+        for key, fn in order:
+            got[key] = list(fn())
+        a_times += got["a"]
+        b_times += got["b"]
+        round_ratios.append(median(got["b"]) / median(got["a"]))
+        print(f"  [{name}] round {r + 1}/{rounds}: {labels[0]} {median(got['a']) * 1e3:.3f} ms, "
+              f"{labels[1]} {median(got['b']) * 1e3:.3f} ms, ratio {round_ratios[-1]:.4f}",
+              flush=True)
+    a_med, b_med = median(a_times), median(b_times)
+    return {
+        labels[0]: {"median_step_s": a_med, "steps": len(a_times)},
+        labels[1]: {"median_step_s": b_med, "steps": len(b_times)},
+        "ratio": b_med / a_med,
+        "ratio_of_rounds": median(round_ratios),
+        "rounds": rounds,
+    }
+
+
+def _env() -> dict[str, Any]:
+    info: dict[str, Any] = {"python": platform.python_version(), "cores": os.cpu_count()}
+    try:
+        import torch
+
+        info["torch"] = torch.__version__
+        info["torch_threads"] = torch.get_num_threads()
+        if torch.cuda.is_available():
+            info["device"] = torch.cuda.get_device_name(0)
+    except ImportError:
+        pass
+    return info
+
+
+def write_result(
+    name: str,
+    results: dict[str, Any],
+    *,
+    headline: dict[str, Any] | None = None,
+    command: str | None = None,
+) -> Path:
+    """Write benchmarks/results/<name>-<machine>.json and return its path."""
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    machine = machine_name()
+    payload = {
+        "name": name,
+        "machine": machine,
+        "command": command or "python " + " ".join([Path(sys.argv[0]).as_posix(), *sys.argv[1:]]),
+        "date": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "env": _env(),
+        "headline": headline,
+        "results": results,
+    }
+    path = RESULTS / f"{name}-{machine}.json"
+    path.write_text(json.dumps(payload, indent=2) + "\n")
+    print(f"wrote {path}")
+    return path
+
+
+def timed_steps(step: Callable[[], None], n: int, sync: Callable[[], None] | None = None) -> list[float]:
+    """Per-step wall times of n calls of `step` (sync, when given, runs inside each timing:
+    use torch.cuda.synchronize for GPU work so a step's time includes its kernels)."""
+    out = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        step()
+        if sync is not None:
+            sync()
+        out.append(time.perf_counter() - t0)
+    return out

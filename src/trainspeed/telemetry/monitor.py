@@ -1,0 +1,389 @@
+"""`Monitor`: the public telemetry API for any training loop.
+
+    mon = Monitor("runs/exp1", log_every=50)
+    for batch in mon.loader(loader):            # time spent in next() -> phase "data"
+        with mon.phase("h2d"):
+            batch = batch.to(device, non_blocking=True)
+        with mon.phase("forward"):
+            loss = model(batch)
+        with mon.phase("backward"):
+            loss.backward()
+        with mon.phase("optimizer"):
+            opt.step(); opt.zero_grad()
+        mon.step(samples=len(batch), loss=loss)  # no sync: the loss stays on the device
+    summary = mon.close()
+
+Per-step state lives in preallocated arrays sized by `log_every`; at each log interval the
+pending steps are resolved in one go (one deliberate sync on CUDA, one `.tolist()` for the
+losses), turned into records and handed to the background writer. Nothing grows with the
+number of steps.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import traceback as tb_module
+from collections import deque
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Iterable, Iterator, Sequence
+
+import numpy as np
+
+from trainspeed.errors import ConfigError
+from trainspeed.telemetry import schema
+from trainspeed.telemetry.schema import MEASURED_PHASES, PHASES
+from trainspeed.telemetry.timeline import OTHER, CpuTimeline, CudaTimeline
+
+_PHASE_INDEX = {name: i for i, name in enumerate(PHASES)}
+# Upper bound on steps held between flushes, whatever log_every is: bounds memory and the
+# delay before records reach disk.
+_MAX_PENDING = 1000
+
+
+def _is_cuda(device: Any) -> bool:
+    if device is None:
+        return False
+    return str(device).startswith("cuda")
+
+
+class Monitor:
+    """Times the phases of every step and writes the run directory. See module docstring."""
+
+    def __init__(
+        self,
+        run_dir: str | Path | None = None,
+        *,
+        device: Any = None,
+        log_every: int = 50,
+        sinks: Sequence[Any] = ("jsonl",),
+        warmup_steps: int = 5,
+        flops_per_step: float | None = None,
+        precision: str = "fp32",
+        config: dict[str, Any] | None = None,
+        command: list[str] | None = None,
+        total_steps: int | None = None,
+        system_sampler: bool = True,
+        rank: int = 0,
+        kind: str = "train",
+        write_env: bool = True,
+    ) -> None:
+        if log_every < 1:
+            raise ConfigError(f"logging.every must be >= 1, got {log_every}")
+        if warmup_steps < 0:
+            raise ConfigError(f"logging.warmup_steps must be >= 0, got {warmup_steps}")
+        self.run_dir = Path(run_dir) if run_dir is not None else None
+        self.device = device
+        self.log_every = log_every
+        self.warmup_steps = warmup_steps
+        self.flops_per_step = flops_per_step
+        self.precision = precision
+        self.rank = rank
+        self.kind = kind
+        self.total_steps = total_steps
+        self.steps_done = 0
+        self._closed = False
+        self._stack: list[int] = []
+
+        self._timeline: CpuTimeline | CudaTimeline = (
+            CudaTimeline(device) if _is_cuda(device) else CpuTimeline()
+        )
+        self._cap = min(log_every, _MAX_PENDING)
+        self._n = 0  # pending steps
+        self._pending_times: list[Any] = []
+        self._samples = np.zeros(self._cap, dtype=np.int64)
+        self._tokens = np.zeros(self._cap, dtype=np.int64)
+        self._pad = np.zeros(self._cap, dtype=np.int64)
+        self._lr = np.full(self._cap, np.nan)
+        self._syncs = np.zeros(self._cap, dtype=np.int64)
+        self._warm = np.zeros(self._cap, dtype=bool)
+        self._t_wall = np.zeros(self._cap)
+        self._loss_host = np.full(self._cap, np.nan)
+        self._loss_dev: Any = None  # lazily allocated on the loss's device
+        self._loss_on_dev = np.zeros(self._cap, dtype=bool)
+        self._cur_syncs = 0
+        self._cur_warmup = False
+        # The most recent records, for an in-memory summary when there is no run directory.
+        self.recent: deque[dict[str, Any]] = deque(maxlen=4096)
+
+        if self.run_dir is not None:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.writer = self._make_writer(sinks)
+        self._sampler = self._make_sampler(system_sampler)
+        self._start_run(config, command, write_env)
+
+    # ---------------------------------------------------------------- setup
+    def _make_writer(self, sinks: Sequence[Any]):
+        from trainspeed.sinks.factory import make_sinks
+        from trainspeed.sinks.writer import AsyncWriter
+
+        names = [s for s in sinks if isinstance(s, str)]
+        objects = [s for s in sinks if not isinstance(s, str)]
+        if self.run_dir is None:
+            file_sinks = [n for n in names if n != "console"]
+            if file_sinks:
+                raise ConfigError(
+                    f"sinks {file_sinks} write files, but the Monitor has no run_dir. "
+                    "Pass Monitor(run_dir=...) or use sinks=('console',) / sinks=()."
+                )
+        built = make_sinks(self.run_dir, names, total_steps=self.total_steps) if names else []
+        return AsyncWriter([*built, *objects])
+
+    def _make_sampler(self, enabled: bool):
+        if not enabled:
+            return None
+        from trainspeed.telemetry.sampler import SystemSampler
+
+        gpu_index = None
+        if _is_cuda(self.device):
+            import torch
+
+            gpu_index = torch.device(self.device).index or 0
+        sampler = SystemSampler(interval_s=1.0, gpu_index=gpu_index)
+        sampler.start()
+        return sampler
+
+    def _start_run(self, config, command, write_env) -> None:
+        if self.run_dir is not None and self.rank == 0:
+            from trainspeed.telemetry.rundir import write_config, write_env as _write_env
+
+            if config is not None or command is not None:
+                write_config(self.run_dir, config if config is not None else {"command": command})
+            if write_env:
+                _write_env(self.run_dir)
+        self.event(
+            "run_start",
+            kind=self.kind,
+            device=str(self.device or "cpu"),
+            precision=self.precision,
+            flops_per_step=self.flops_per_step,
+            log_every=self.log_every,
+            warmup_steps=self.warmup_steps,
+            pid=os.getpid(),
+            rank=self.rank,
+        )
+
+    # ---------------------------------------------------------------- phases
+    def begin(self, name: str) -> None:
+        """Enter a phase. Time until the next transition is charged to it."""
+        idx = _PHASE_INDEX.get(name)
+        if idx is None or idx == OTHER:
+            raise ConfigError(
+                f"unknown phase {name!r}; phases are {', '.join(MEASURED_PHASES)}"
+            )
+        self._stack.append(idx)
+        self._timeline.transition(idx)
+
+    def end(self, name: str) -> None:
+        """Leave a phase; the enclosing phase (or "other") becomes active again."""
+        idx = _PHASE_INDEX.get(name)
+        # Tolerate unbalanced hooks (an exception between begin and end): unwind to `name`.
+        if idx in self._stack:
+            while self._stack and self._stack.pop() != idx:
+                pass
+        self._timeline.transition(self._stack[-1] if self._stack else OTHER)
+
+    @contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        self.begin(name)
+        try:
+            yield
+        finally:
+            self.end(name)
+
+    def loader(self, iterable: Iterable[Any]) -> Iterator[Any]:
+        """Wrap a data iterable: the time spent waiting in `next()` is the "data" phase."""
+        iterator = iter(iterable)
+        while True:
+            self.begin("data")
+            try:
+                batch = next(iterator)
+            except StopIteration:
+                self.end("data")
+                return
+            self.end("data")
+            yield batch
+
+    def count_sync(self, n: int = 1) -> None:
+        """Count host-device synchronizations seen in the current step."""
+        self._cur_syncs += n
+
+    def mark_warmup(self) -> None:
+        """Exclude the current step from throughput (warm-up, compilation)."""
+        self._cur_warmup = True
+
+    def set_flops_per_step(self, flops: float) -> None:
+        self.flops_per_step = float(flops)
+        self.event("flops", flops_per_step=self.flops_per_step)
+
+    # ---------------------------------------------------------------- steps
+    def step(
+        self,
+        *,
+        samples: int = 0,
+        tokens: int = 0,
+        pad_tokens: int = 0,
+        loss: Any = None,
+        lr: float | None = None,
+        warmup: bool = False,
+    ) -> None:
+        """Close the current step. `loss` may be a device tensor: it is copied into a device
+        buffer (no sync) and read back at the log interval."""
+        i = self._n
+        self._pending_times.append(self._timeline.end_step())
+        self._samples[i] = samples
+        self._tokens[i] = tokens
+        self._pad[i] = pad_tokens
+        self._lr[i] = np.nan if lr is None else lr
+        self._syncs[i] = self._cur_syncs
+        self._warm[i] = warmup or self._cur_warmup or self.steps_done < self.warmup_steps
+        self._t_wall[i] = time.time()
+        self._store_loss(i, loss)
+        self._cur_syncs = 0
+        self._cur_warmup = False
+        self.steps_done += 1
+        self._n += 1
+        if self._n >= self._cap:
+            self.flush()
+
+    def _store_loss(self, i: int, loss: Any) -> None:
+        if loss is None:
+            self._loss_on_dev[i] = False
+            self._loss_host[i] = np.nan
+        elif isinstance(loss, (int, float)):
+            self._loss_on_dev[i] = False
+            self._loss_host[i] = float(loss)
+        else:
+            value = loss.detach()
+            if value.numel() != 1:
+                value = value.float().mean()
+            if self._loss_dev is None or self._loss_dev.device != value.device:
+                import torch
+
+                self._loss_dev = torch.zeros(self._cap, dtype=torch.float32, device=value.device)
+            self._loss_dev[i].copy_(value.reshape(()))  # async on CUDA: no host sync
+            self._loss_on_dev[i] = True
+
+    def flush(self) -> None:
+        """Resolve pending steps into records and hand them to the writer."""
+        n = self._n
+        if n == 0:
+            return
+        resolved = self._timeline.resolve(self._pending_times)
+        losses = self._loss_host[:n].copy()
+        if self._loss_on_dev[:n].any():
+            # Deliberate sync point, once per log interval: read the losses back.
+            device_losses = self._loss_dev[:n].tolist()
+            losses = np.where(self._loss_on_dev[:n], device_losses, losses)
+        mem = self._memory()
+        first_step = self.steps_done - n
+        records = []
+        for i in range(n):
+            t_step, phases = resolved[i]
+            phase_map = {name: float(phases[j]) for j, name in enumerate(MEASURED_PHASES)}
+            phase_map["other"] = max(0.0, t_step - sum(phase_map.values()))
+            tokens = int(self._tokens[i])
+            records.append(
+                {
+                    "schema": schema.SCHEMA_VERSION,
+                    "step": first_step + i + 1,
+                    "t_wall": float(self._t_wall[i]),
+                    "t_step": float(t_step),
+                    "phases": phase_map,
+                    "samples": int(self._samples[i]),
+                    "tokens": tokens,
+                    "pad_share": (int(self._pad[i]) / tokens) if tokens else None,
+                    "loss": _finite(losses[i]),
+                    "lr": _finite(self._lr[i]),
+                    "mem": mem,
+                    "syncs": int(self._syncs[i]),
+                    "warmup": bool(self._warm[i]),
+                    "rank": self.rank,
+                }
+            )
+        self._pending_times = []
+        self._n = 0
+        self.recent.extend(records)
+        self.writer.submit_steps(records)
+
+    def _memory(self) -> dict[str, Any]:
+        from trainspeed.telemetry.memory import cuda_memory
+
+        mem: dict[str, Any] = dict(cuda_memory(self.device)) if _is_cuda(self.device) else {}
+        latest = self._sampler.latest() if self._sampler is not None else {}
+        if latest.get("rss") is not None:
+            mem["rss"] = latest.get("rss")
+            mem["worker_rss"] = latest.get("children_rss")
+        else:
+            from trainspeed.telemetry.memory import process_rss
+
+            mem["rss"], mem["worker_rss"] = process_rss(include_children=True)
+        return mem
+
+    # ---------------------------------------------------------------- events
+    def event(self, type_: str, **data: Any) -> None:
+        record = schema.make_event(type_, self.steps_done, time.time(), **data)
+        record["rank"] = self.rank
+        self.writer.submit_event(record)
+
+    # ---------------------------------------------------------------- close
+    def close(
+        self,
+        *,
+        findings: list[dict[str, Any]] | None = None,
+        error: BaseException | None = None,
+    ) -> dict[str, Any]:
+        """Flush, stop the writer and sampler, write report.json; return the summary."""
+        if self._closed:
+            return self._summary
+        self._closed = True
+        self.flush()
+        trace = None
+        if error is not None:
+            trace = "".join(tb_module.format_exception(type(error), error, error.__traceback__))
+            self.event("crash", error=f"{type(error).__name__}: {error}", traceback=trace)
+        if self._sampler is not None:
+            self._sampler.stop()
+            self.event("system", **self._sampler.summary())
+        self.event("run_end", steps=self.steps_done)
+        self.writer.close()
+        self._summary = self._summarize()
+        if self.run_dir is not None and self.rank == 0:
+            from trainspeed.telemetry.rundir import write_json
+
+            write_json(
+                self.run_dir / schema.REPORT_JSON,
+                {
+                    "schema": schema.SCHEMA_VERSION,
+                    "kind": self.kind,
+                    "summary": self._summary,
+                    "findings": findings or [],
+                    "traceback": trace,
+                },
+            )
+        return self._summary
+
+    def _summarize(self) -> dict[str, Any]:
+        from trainspeed.telemetry.rundir import RunData, read_run
+        from trainspeed.telemetry.summary import summarize
+
+        if self.run_dir is not None and (self.run_dir / schema.STEPS_FILE).exists():
+            run = read_run(self.run_dir)
+        else:
+            run = RunData(path=self.run_dir or Path("."), steps=list(self.recent))
+            run.events = [schema.make_event("run_start", 0, 0.0, flops_per_step=self.flops_per_step,
+                                            device=str(self.device or "cpu"),
+                                            precision=self.precision)]
+        return summarize(run)
+
+    def __enter__(self) -> "Monitor":
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        self.close(error=exc if exc_type is not None and exc_type is not GeneratorExit else None)
+
+
+def _finite(x: float) -> float | None:
+    x = float(x)
+    return x if np.isfinite(x) else None

@@ -1,0 +1,163 @@
+"""Write and read run directories (see schema.py for the format).
+
+The reader is tolerant: a malformed line (a crash mid-write on another tool, a hand edit) is
+skipped and reported in `RunData.skipped`, so a report can still show everything valid.
+A record from a newer major schema is an error, because guessing its meaning would mislead.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+
+from trainspeed.errors import RunDirError, SchemaError
+from trainspeed.telemetry import schema
+
+
+def write_json(path: str | Path, obj: Any) -> Path:
+    """Write JSON atomically (temp file in the same directory, then rename)."""
+    return _atomic_write_text(Path(path), json.dumps(schema.sanitize_any(obj), indent=2) + "\n")
+
+
+def _atomic_write_text(path: Path, text: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def write_config(run_dir: str | Path, config: dict[str, Any]) -> Path:
+    text = yaml.safe_dump(schema.sanitize_any(config), sort_keys=False)
+    return _atomic_write_text(Path(run_dir) / schema.CONFIG_FILE, text)
+
+
+def write_env(run_dir: str | Path, env: dict[str, Any] | None = None) -> Path:
+    if env is None:
+        from trainspeed.telemetry.env import collect_env
+
+        env = collect_env()
+    return write_json(Path(run_dir) / schema.ENV_FILE, env)
+
+
+@dataclass
+class RunData:
+    """Everything in a run directory, as read."""
+
+    path: Path
+    env: dict[str, Any] = field(default_factory=dict)
+    config: dict[str, Any] = field(default_factory=dict)
+    steps: list[dict[str, Any]] = field(default_factory=list)
+    events: list[dict[str, Any]] = field(default_factory=list)
+    report: dict[str, Any] | None = None
+    skipped: list[str] = field(default_factory=list)
+
+    @property
+    def name(self) -> str:
+        return self.path.name
+
+    def array(self, key: str) -> np.ndarray:
+        """A float array of one field over the steps; `phases.forward` reads nested keys.
+        Missing or null values become NaN."""
+        parts = key.split(".")
+        out = np.full(len(self.steps), np.nan, dtype=np.float64)
+        for i, record in enumerate(self.steps):
+            value: Any = record
+            for part in parts:
+                value = value.get(part) if isinstance(value, dict) else None
+                if value is None:
+                    break
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                out[i] = value
+            elif isinstance(value, bool):
+                out[i] = float(value)
+        return out
+
+    def events_of(self, type_: str) -> list[dict[str, Any]]:
+        return [e for e in self.events if e.get("type") == type_]
+
+
+def _read_jsonl(path: Path, skipped: list[str], *, required: tuple[str, ...]) -> list[dict]:
+    records: list[dict] = []
+    if not path.exists():
+        return records
+    with open(path, "rb") as f:
+        data = f.read()
+    lines = data.split(b"\n")
+    partial_tail = bool(lines) and lines[-1] != b""
+    for lineno, raw in enumerate(lines, start=1):
+        if not raw.strip():
+            continue
+        try:
+            record = json.loads(raw)
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            last = lineno == len(lines) and partial_tail
+            why = "incomplete last line (the writer stopped mid-line)" if last else "not valid JSON"
+            skipped.append(f"{path.name} line {lineno}: {why}")
+            continue
+        if not isinstance(record, dict):
+            skipped.append(f"{path.name} line {lineno}: not a JSON object")
+            continue
+        schema.check_schema(record, where=f"{path} line {lineno}")
+        missing = [k for k in required if k not in record]
+        if missing:
+            skipped.append(f"{path.name} line {lineno}: missing {', '.join(missing)}")
+            continue
+        records.append(record)
+    return records
+
+
+def _read_json(path: Path, skipped: list[str]) -> dict | None:
+    if not path.exists():
+        return None
+    try:
+        obj = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        skipped.append(f"{path.name}: not valid JSON ({exc})")
+        return None
+    if not isinstance(obj, dict):
+        skipped.append(f"{path.name}: not a JSON object")
+        return None
+    schema.check_schema(obj, where=str(path))
+    return obj
+
+
+def read_run(path: str | Path) -> RunData:
+    """Read a run directory. Raises RunDirError if it is not one, SchemaError if too new."""
+    run_path = Path(path)
+    if not run_path.is_dir():
+        raise RunDirError(f"{run_path} is not a directory. Give the path of a run directory "
+                          f"(it contains {schema.STEPS_FILE}), e.g. runs/<name>.")
+    known = (schema.STEPS_FILE, schema.EVENTS_FILE, schema.ENV_FILE, schema.REPORT_JSON)
+    if not any((run_path / name).exists() for name in known):
+        raise RunDirError(f"{run_path} is not a trainspeed run directory: none of "
+                          f"{', '.join(known)} is there.")
+    run = RunData(path=run_path)
+    run.steps = _read_jsonl(run_path / schema.STEPS_FILE, run.skipped, required=("step", "t_step"))
+    run.steps.sort(key=lambda r: r["step"])
+    run.events = _read_jsonl(run_path / schema.EVENTS_FILE, run.skipped, required=("type",))
+    run.env = _read_json(run_path / schema.ENV_FILE, run.skipped) or {}
+    run.report = _read_json(run_path / schema.REPORT_JSON, run.skipped)
+    config_path = run_path / schema.CONFIG_FILE
+    if config_path.exists():
+        try:
+            loaded = yaml.safe_load(config_path.read_text(encoding="utf-8"))
+            run.config = loaded if isinstance(loaded, dict) else {}
+        except yaml.YAMLError as exc:
+            run.skipped.append(f"{schema.CONFIG_FILE}: not valid YAML ({exc})")
+    return run
+
+
+__all__ = ["RunData", "read_run", "write_json", "write_config", "write_env", "SchemaError"]

@@ -1,0 +1,135 @@
+"""Summary figures of a run: the numbers every report, check and tuner trial starts from.
+
+`summarize(run)` is a pure function of a RunData (no clocks, no devices), so the same run
+directory always gives the same summary, whoever reads it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from trainspeed.telemetry.rundir import RunData
+from trainspeed.telemetry.schema import PHASES
+from trainspeed.telemetry.throughput import mfu, throughput
+
+
+def _run_start(run: RunData) -> dict[str, Any]:
+    starts = run.events_of("run_start")
+    return (starts[0].get("data") or {}) if starts else {}
+
+
+def _flops_per_step(run: RunData) -> float | None:
+    value = _run_start(run).get("flops_per_step")
+    for event in run.events_of("flops"):  # a later measurement wins
+        value = (event.get("data") or {}).get("flops_per_step", value)
+    return value
+
+
+def _peak(run: RunData) -> tuple[float | None, str | None]:
+    peak = run.env.get("peak_flops") if isinstance(run.env, dict) else None
+    for event in run.events_of("peak_flops"):
+        peak = event.get("data") or peak
+    if isinstance(peak, dict) and peak.get("flops"):
+        name = f"{peak.get('name')} {peak.get('dtype')} ({peak.get('source')})"
+        return float(peak["flops"]), name
+    return None, None
+
+
+def _max_or_none(values: np.ndarray) -> float | None:
+    finite = values[np.isfinite(values)]
+    return float(finite.max()) if finite.size else None
+
+
+def _dropped(run: RunData) -> int:
+    total = 0
+    for event in run.events_of("dropped_records"):
+        data = event.get("data") or {}
+        total += int(data.get("dropped_records", 0) or 0) + int(data.get("dropped_events", 0) or 0)
+    return total
+
+
+def summarize(run: RunData) -> dict[str, Any]:
+    """The summary dict described in the shared contract (see report.json)."""
+    start = _run_start(run)
+    n = len(run.steps)
+    t_step = run.array("t_step")
+    warm = run.array("warmup") > 0.5
+    stats = throughput(t_step, np.nan_to_num(run.array("samples")),
+                       run.array("tokens") if n else None, exclude=warm)
+    keep = np.isfinite(t_step) & ~warm
+    if n and not keep.any():  # a run shorter than its warm-up: report what there is
+        keep = np.isfinite(t_step)
+
+    phases: dict[str, dict[str, float | None]] = {}
+    total = float(np.nansum(t_step[keep])) if n else 0.0
+    for name in PHASES:
+        values = run.array(f"phases.{name}")[keep] if n else np.array([])
+        mean = float(np.nanmean(values)) if values.size and np.isfinite(values).any() else None
+        phase_total = float(np.nansum(values)) if values.size else 0.0
+        phases[name] = {"mean_s": mean, "share": (phase_total / total) if total > 0 else None}
+
+    flops = _flops_per_step(run)
+    peak_flops, peak_name = _peak(run)
+    mfu_result = None
+    if flops:
+        mfu_result = mfu(flops, stats.step_time_mean, peak_flops, peak_name).as_dict()
+
+    loss = run.array("loss")
+    finite_loss = loss[np.isfinite(loss)]
+    pad = run.array("pad_share")
+    trend = _trend(run, keep)
+    return {
+        "steps": n,
+        "measured_steps": stats.steps,
+        "samples_per_s": stats.samples_per_s,
+        "tokens_per_s": stats.tokens_per_s if stats.tokens_per_s else None,
+        "step_time": {
+            "p50": stats.step_time_p50,
+            "p90": stats.step_time_p90,
+            "p99": stats.step_time_p99,
+            "mean": stats.step_time_mean,
+        },
+        "phases": phases,
+        "mfu": mfu_result,
+        "memory": {
+            "cuda_alloc_peak": _max_or_none(run.array("mem.cuda_alloc_peak")),
+            "cuda_reserved_peak": _max_or_none(run.array("mem.cuda_reserved_peak")),
+            "cuda_alloc_retries": _max_or_none(run.array("mem.cuda_alloc_retries")),
+            "rss_peak": _max_or_none(run.array("mem.rss")),
+            "worker_rss_peak": _max_or_none(run.array("mem.worker_rss")),
+        },
+        "trend": trend,
+        "pad_share": float(np.nanmean(pad)) if np.isfinite(pad).any() else None,
+        "loss": {
+            "first": float(finite_loss[0]),
+            "last": float(finite_loss[-1]),
+            "min": float(finite_loss.min()),
+        } if finite_loss.size else None,
+        "syncs_per_step": float(np.nanmean(run.array("syncs")[keep])) if n and keep.any() else None,
+        "dropped_records": _dropped(run),
+        "device": start.get("device", "cpu"),
+        "precision": start.get("precision", "fp32"),
+        "flops_per_step": flops,
+    }
+
+
+def _trend(run: RunData, keep: np.ndarray) -> dict[str, Any] | None:
+    from trainspeed.telemetry.trend import detect_trend
+
+    if not keep.any():
+        return None
+    steps = run.array("step")[keep]
+    times = run.array("t_step")[keep]
+    phases = {name: run.array(f"phases.{name}")[keep] for name in PHASES}
+    found = detect_trend(steps, times, phases)
+    if found is None:
+        return None
+    return {
+        "slope_per_1000": found.slope_per_1000,
+        "since_step": found.since_step,
+        "phase": found.phase,
+        "baseline": found.baseline,
+        "message": found.message,
+    }
