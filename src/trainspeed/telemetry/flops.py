@@ -1,0 +1,82 @@
+"""FLOP counting with torch.utils.flop_counter: the numerator of MFU.
+
+These run the model once, eagerly, under FlopCounterMode, so they belong at setup time (before
+the first step), never inside the training loop. Counts are exact for the ops PyTorch has
+formulas for (matmuls, convolutions, attention); elementwise ops count as 0, which is the
+usual MFU convention.
+
+Note: the count is what actually runs. For the first layer, whose input needs no gradient,
+autograd skips the input-gradient matmul, so a Linear costs 2mnk forward + 2mnk backward
+(weight grad only) = 4mnk rather than the textbook 6mnk.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Callable
+
+from trainspeed.errors import ConfigError
+
+if TYPE_CHECKING:
+    import torch
+
+__all__ = ["count_flops", "count_train_step_flops"]
+
+
+def count_flops(fn: Callable[[], Any]) -> int:
+    """Total FLOPs of the torch ops `fn()` runs (forward and, if it calls it, backward)."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    counter = FlopCounterMode(display=False)
+    with counter:
+        fn()
+    return int(counter.get_total_flops())
+
+
+def count_train_step_flops(
+    model: "torch.nn.Module",
+    loss_fn: Callable[["torch.nn.Module", Any], "torch.Tensor"],
+    batch: Any,
+) -> int:
+    """FLOPs of one training step's forward + backward, leaving the model as it was.
+
+    `loss_fn(model, batch)` must return the scalar loss (it does the forward pass and the loss).
+    The optimizer step is not counted (its FLOPs are O(params), negligible against the matmuls).
+    Afterwards every parameter's `.grad` is restored to what it was (None stays None), buffers
+    (e.g. BatchNorm running stats) are restored, and the RNG state is put back so dropout masks
+    of the real run do not shift.
+    """
+    import torch
+
+    params = [p for p in model.parameters()]
+    saved_grads = [None if p.grad is None else p.grad.detach().clone() for p in params]
+    saved_buffers = [(b, b.detach().clone()) for b in model.buffers()]
+    cpu_rng = torch.get_rng_state()
+    cuda_devices = sorted({p.device.index or 0 for p in params if p.device.type == "cuda"})
+    # get_rng_state on CUDA copies the state to the host: a sync, acceptable at setup time.
+    cuda_rng = [(d, torch.cuda.get_rng_state(d)) for d in cuda_devices]
+
+    def step() -> None:
+        loss = loss_fn(model, batch)
+        if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
+            raise ConfigError(
+                "count_train_step_flops: loss_fn(model, batch) must return a scalar loss tensor; "
+                f"got {type(loss).__name__}{'' if not isinstance(loss, torch.Tensor) else ' of shape ' + str(tuple(loss.shape))}"
+            )
+        if not loss.requires_grad:
+            raise ConfigError(
+                "count_train_step_flops: the loss does not require grad (no trainable parameters, "
+                "or loss_fn ran under torch.no_grad()); cannot count the backward pass"
+            )
+        loss.backward()
+
+    try:
+        return count_flops(step)
+    finally:
+        with torch.no_grad():
+            for p, g in zip(params, saved_grads):
+                p.grad = g
+            for buf, value in saved_buffers:
+                buf.copy_(value)
+        torch.set_rng_state(cpu_rng)
+        for d, state in cuda_rng:
+            torch.cuda.set_rng_state(state, d)

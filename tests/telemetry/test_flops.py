@@ -1,0 +1,76 @@
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from trainspeed.errors import ConfigError
+from trainspeed.telemetry.flops import count_flops, count_train_step_flops
+
+pytestmark = pytest.mark.timeout(60)
+
+M, K, N = 4, 8, 16
+
+
+def test_linear_forward_is_2mnk():
+    lin = nn.Linear(K, N)
+    x = torch.randn(M, K)
+    assert count_flops(lambda: lin(x)) == 2 * M * N * K  # 1024
+
+
+def test_linear_forward_backward_is_6mnk_when_input_needs_grad():
+    lin = nn.Linear(K, N)
+    x = torch.randn(M, K, requires_grad=True)
+    # forward 2mnk + grad_input 2mnk + grad_weight 2mnk
+    assert count_flops(lambda: lin(x).sum().backward()) == 6 * M * N * K  # 3072
+
+
+def test_first_layer_backward_skips_input_grad():
+    lin = nn.Linear(K, N)
+    x = torch.randn(M, K)  # data: no gradient wanted -> autograd skips grad_input
+    assert count_flops(lambda: lin(x).sum().backward()) == 4 * M * N * K  # 2048
+
+
+def test_two_layer_mlp_hand_count():
+    model = nn.Sequential(nn.Linear(K, N), nn.ReLU(), nn.Linear(N, 2))
+    x = torch.randn(M, K)
+    fwd = 2 * M * K * N + 2 * M * N * 2
+    bwd = 2 * M * K * N + (2 * M * N * 2) * 2  # layer 1: weight grad only; layer 2: input + weight grads
+    assert count_flops(lambda: model(x)) == fwd
+    assert count_flops(lambda: model(x).sum().backward()) == fwd + bwd
+
+
+def _mse(model, batch):
+    x, y = batch
+    return nn.functional.mse_loss(model(x), y)
+
+
+def test_count_train_step_flops_leaves_model_untouched():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(K, N), nn.BatchNorm1d(N), nn.Dropout(0.5), nn.Linear(N, 2))
+    batch = (torch.randn(M, K), torch.randn(M, 2))
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    # One parameter already holds an accumulated gradient (grad accumulation in progress).
+    model[0].weight.grad = torch.full_like(model[0].weight, 3.0)
+    rng_before = torch.get_rng_state()
+
+    flops = count_train_step_flops(model, _mse, batch)
+
+    fwd = 2 * M * K * N + 2 * M * N * 2
+    bwd = 2 * M * K * N + 2 * (2 * M * N * 2)
+    assert flops == fwd + bwd
+    assert torch.equal(model[0].weight.grad, torch.full_like(model[0].weight, 3.0))
+    assert model[0].bias.grad is None and model[3].weight.grad is None
+    for key, value in model.state_dict().items():  # params and BatchNorm running stats
+        assert torch.equal(value, before[key]), key
+    assert torch.equal(torch.get_rng_state(), rng_before)
+
+
+def test_count_train_step_flops_rejects_non_scalar_and_no_grad():
+    model = nn.Linear(K, N)
+    batch = torch.randn(M, K)
+    with pytest.raises(ConfigError, match="scalar"):
+        count_train_step_flops(model, lambda m, b: m(b), batch)
+    with pytest.raises(ConfigError, match="does not require grad"):
+        count_train_step_flops(model, lambda m, b: m(b).detach().sum(), batch)
+    assert model.weight.grad is None
