@@ -80,12 +80,17 @@ class CudaTimeline:
     log interval, never per step.
     """
 
-    def __init__(self, device: Any, pool_size: int = 1024) -> None:
-        import torch
+    def __init__(self, device: Any, pool_size: int = 1024, event_factory: Any = None) -> None:
+        if event_factory is None:
+            import torch
 
-        self._torch = torch
+            def event_factory() -> Any:
+                return torch.cuda.Event(enable_timing=True)
+
+        # The factory is injectable so the accounting is unit-tested on CPU with fake events.
+        self._new_event = event_factory
         self._device = device
-        self._pool: list[Any] = [torch.cuda.Event(enable_timing=True) for _ in range(pool_size)]
+        self._pool: list[Any] = [event_factory() for _ in range(pool_size)]
         self._events: list[Any] = []
         self._phases: list[int] = []  # phase active in the interval that ends at events[i]
         self._active = OTHER
@@ -96,7 +101,7 @@ class CudaTimeline:
         return self._boundary is not None
 
     def _record(self) -> Any:
-        event = self._pool.pop() if self._pool else self._torch.cuda.Event(enable_timing=True)
+        event = self._pool.pop() if self._pool else self._new_event()
         event.record()  # enqueued on the current stream: no host-device sync
         return event
 

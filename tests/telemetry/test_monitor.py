@@ -1,0 +1,124 @@
+"""The Monitor on a real (tiny) training loop: phases, records, loss at the interval, warm-up,
+the run directory it writes."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+import torch
+from torch import nn
+
+from trainspeed.errors import ConfigError
+from trainspeed.telemetry import read_run
+from trainspeed.telemetry.monitor import Monitor
+from trainspeed.telemetry.schema import PHASES
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def _loop(mon: Monitor, steps: int, *, sleep_forward: float = 0.0):
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    data = [(torch.randn(4, 8), torch.randn(4, 1)) for _ in range(steps)]
+    losses = []
+    for x, y in mon.loader(data):
+        with mon.phase("forward"):
+            if sleep_forward:
+                time.sleep(sleep_forward)
+            loss = nn.functional.mse_loss(model(x), y)
+        with mon.phase("backward"):
+            loss.backward()
+        with mon.phase("optimizer"):
+            opt.step()
+            opt.zero_grad()
+        losses.append(loss.item())
+        mon.step(samples=4, tokens=32, pad_tokens=8, loss=loss, lr=0.05)
+    return losses
+
+
+def test_monitor_writes_one_record_per_step_with_losses(tmp_path):
+    mon = Monitor(tmp_path / "run", log_every=7, warmup_steps=3, system_sampler=False)
+    losses = _loop(mon, 20)
+    summary = mon.close()
+    run = read_run(tmp_path / "run")
+    assert [r["step"] for r in run.steps] == list(range(1, 21))
+    assert [r["loss"] for r in run.steps] == pytest.approx(losses, rel=1e-6)
+    assert all(set(r["phases"]) == set(PHASES) for r in run.steps)
+    assert [r["warmup"] for r in run.steps] == [True] * 3 + [False] * 17
+    assert run.steps[0]["pad_share"] == pytest.approx(0.25)
+    assert summary["steps"] == 20 and summary["measured_steps"] == 17
+    assert summary["loss"]["first"] == pytest.approx(losses[0], rel=1e-6)
+    assert (tmp_path / "run" / "env.json").exists()
+    report = json.loads((tmp_path / "run" / "report.json").read_text())
+    assert report["schema"] == 1 and report["summary"]["steps"] == 20
+    types = [e["type"] for e in run.events]
+    assert types[0] == "run_start" and "run_end" in types
+
+
+def test_phase_times_sum_to_step_time_and_land_in_their_phase(tmp_path):
+    mon = Monitor(tmp_path / "run", log_every=5, warmup_steps=0, system_sampler=False)
+    _loop(mon, 10, sleep_forward=0.01)
+    mon.close()
+    run = read_run(tmp_path / "run")
+    for r in run.steps:
+        measured = sum(v for k, v in r["phases"].items() if k != "other")
+        assert measured <= r["t_step"] + 1e-9
+        assert sum(r["phases"].values()) == pytest.approx(r["t_step"], rel=1e-6, abs=1e-9)
+        assert r["phases"]["forward"] >= 0.009  # the planted 10 ms sleep
+        assert r["phases"]["forward"] > 0.5 * r["t_step"]
+
+
+def test_samples_per_second_matches_hand_computation(tmp_path):
+    mon = Monitor(tmp_path / "run", log_every=50, warmup_steps=2, system_sampler=False)
+    _loop(mon, 12, sleep_forward=0.005)
+    summary = mon.close()
+    run = read_run(tmp_path / "run")
+    kept = [r for r in run.steps if not r["warmup"]]
+    expected = 4 * len(kept) / sum(r["t_step"] for r in kept)
+    assert summary["samples_per_s"] == pytest.approx(expected, rel=1e-9)
+    assert summary["tokens_per_s"] == pytest.approx(8 * expected, rel=1e-9)
+
+
+def test_loss_stays_on_device_until_the_interval(tmp_path):
+    mon = Monitor(None, sinks=(), log_every=4, warmup_steps=0, system_sampler=False)
+    _loop(mon, 3)
+    assert len(mon.recent) == 0  # nothing materialized before the interval
+    _loop(mon, 1)
+    assert len(mon.recent) == 4
+    mon.close()
+
+
+def test_mark_warmup_and_count_sync(tmp_path):
+    mon = Monitor(None, sinks=(), log_every=10, warmup_steps=0, system_sampler=False)
+    mon.mark_warmup()
+    mon.count_sync(3)
+    mon.step(samples=1)
+    mon.step(samples=1)
+    mon.close()
+    first, second = list(mon.recent)
+    assert first["warmup"] and not second["warmup"]
+    assert first["syncs"] == 3 and second["syncs"] == 0
+
+
+def test_bad_arguments_are_clear_errors(tmp_path):
+    with pytest.raises(ConfigError, match="logging.every must be >= 1"):
+        Monitor(None, sinks=(), log_every=0)
+    with pytest.raises(ConfigError, match="no run_dir"):
+        Monitor(None, sinks=("jsonl",), system_sampler=False)
+    mon = Monitor(None, sinks=(), system_sampler=False)
+    with pytest.raises(ConfigError, match="unknown phase 'fwd'"):
+        mon.begin("fwd")
+    mon.close()
+
+
+def test_crash_is_recorded_with_traceback(tmp_path):
+    with pytest.raises(RuntimeError):
+        with Monitor(tmp_path / "run", log_every=2, system_sampler=False) as mon:
+            _loop(mon, 3)
+            raise RuntimeError("boom")
+    report = json.loads((tmp_path / "run" / "report.json").read_text())
+    assert "RuntimeError: boom" in report["traceback"]
+    assert report["summary"]["steps"] == 3  # what was measured before the crash is kept

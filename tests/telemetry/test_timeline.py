@@ -1,0 +1,106 @@
+"""Phase accounting of both timelines. The CUDA timeline runs on fake events driven by a fake
+clock, which checks the accounting and that it syncs once per resolve, never per step."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+
+from trainspeed.telemetry.schema import PHASES
+from trainspeed.telemetry.timeline import OTHER, CpuTimeline, CudaTimeline
+
+pytestmark = pytest.mark.timeout(60)
+IDX = {name: i for i, name in enumerate(PHASES)}
+
+
+class FakeClock:
+    now = 0.0
+
+
+class FakeEvent:
+    syncs = 0
+
+    def __init__(self, clock: FakeClock):
+        self.clock = clock
+        self.t: float | None = None
+
+    def record(self) -> None:
+        self.t = self.clock.now
+
+    def synchronize(self) -> None:
+        FakeEvent.syncs += 1
+
+    def elapsed_time(self, other: "FakeEvent") -> float:
+        return (other.t - self.t) * 1000.0  # milliseconds, as torch.cuda.Event does
+
+
+def test_cpu_timeline_charges_innermost_phase_and_sums_to_step():
+    tl = CpuTimeline()
+    tl.transition(IDX["data"])
+    time.sleep(0.02)
+    tl.transition(IDX["forward"])
+    time.sleep(0.03)
+    tl.transition(IDX["eval"])  # nested inside forward: charged exclusively
+    time.sleep(0.01)
+    tl.transition(IDX["forward"])
+    time.sleep(0.01)
+    tl.transition(OTHER)
+    time.sleep(0.005)
+    t_step, phases = tl.end_step()
+    assert phases[IDX["data"]] == pytest.approx(0.02, abs=0.01)
+    assert phases[IDX["forward"]] == pytest.approx(0.04, abs=0.015)
+    assert phases[IDX["eval"]] == pytest.approx(0.01, abs=0.01)
+    assert phases.sum() == pytest.approx(t_step, rel=1e-9)
+    # the next step starts at the end of this one and begins empty
+    t2, p2 = tl.end_step()
+    assert t2 < 0.005 and p2.sum() == pytest.approx(t2)
+
+
+def test_cuda_timeline_resolves_lazily_with_one_sync():
+    clock = FakeClock()
+    tl = CudaTimeline("cuda:0", pool_size=4, event_factory=lambda: FakeEvent(clock))
+    FakeEvent.syncs = 0
+    handles = []
+    for step in range(3):
+        tl.transition(IDX["data"])
+        clock.now += 0.010
+        tl.transition(IDX["forward"])
+        clock.now += 0.020 + step * 0.001
+        tl.transition(IDX["backward"])
+        clock.now += 0.040
+        tl.transition(OTHER)
+        clock.now += 0.005
+        handles.append(tl.end_step())
+    assert FakeEvent.syncs == 0  # nothing synchronized while stepping
+    resolved = tl.resolve(handles)
+    assert FakeEvent.syncs == 1
+    for step, (t_step, phases) in enumerate(resolved):
+        assert phases[IDX["data"]] == pytest.approx(0.010)
+        assert phases[IDX["forward"]] == pytest.approx(0.020 + step * 0.001)
+        assert phases[IDX["backward"]] == pytest.approx(0.040)
+        assert phases[OTHER] == pytest.approx(0.005)
+        assert t_step == pytest.approx(0.075 + step * 0.001)
+        assert phases.sum() == pytest.approx(t_step)
+
+
+def test_cuda_timeline_event_pool_does_not_grow():
+    clock = FakeClock()
+    made = []
+
+    def factory():
+        made.append(1)
+        return FakeEvent(clock)
+
+    tl = CudaTimeline("cuda:0", pool_size=16, event_factory=factory)
+    for _ in range(50):  # 50 flushes of 4 steps: the pool is refilled after each resolve
+        handles = []
+        for _ in range(4):
+            tl.transition(IDX["forward"])
+            clock.now += 0.001
+            tl.transition(OTHER)
+            handles.append(tl.end_step())
+        tl.resolve(handles)
+    assert len(made) <= 16 + 2
+    assert np.isfinite(clock.now)
