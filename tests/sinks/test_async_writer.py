@@ -1,0 +1,186 @@
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from trainspeed.errors import ConfigError
+from trainspeed.sinks import AsyncWriter, JsonlSink
+from trainspeed.telemetry import schema
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def rec(step: int) -> dict:
+    return {"schema": 1, "step": step, "t_step": 0.01, "phases": dict.fromkeys(schema.PHASES, 0.0)}
+
+
+class ListSink:
+    def __init__(self) -> None:
+        self.steps: list[dict] = []
+        self.events: list[dict] = []
+        self.flushes = 0
+        self.closed = 0
+
+    def write_steps(self, records):
+        self.steps.extend(records)
+
+    def write_event(self, event):
+        self.events.append(event)
+
+    def flush(self):
+        self.flushes += 1
+
+    def close(self):
+        self.closed += 1
+
+
+class GatedSink(ListSink):
+    """Blocks in write_steps until released: a sink far slower than training."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.entered = threading.Event()
+        self.release = threading.Event()
+
+    def write_steps(self, records):
+        self.entered.set()
+        self.release.wait(30)
+        super().write_steps(records)
+
+
+class RaisingSink(ListSink):
+    name = "boom"
+
+    def write_steps(self, records):
+        raise OSError("disk on fire")
+
+    def write_event(self, event):
+        raise RuntimeError("still on fire")
+
+
+def test_records_and_events_arrive_in_order_and_flush_waits() -> None:
+    sink = ListSink()
+    w = AsyncWriter([sink])
+    for i in range(100):
+        assert w.submit_steps([rec(i)])
+    assert w.submit_event(schema.make_event("checkpoint", 99, 0.0, path="p"))
+    assert w.flush(timeout=10)
+    # flush returned only after the sink saw everything and was flushed
+    assert [r["step"] for r in sink.steps] == list(range(100))
+    assert sink.events[0]["type"] == "checkpoint"
+    assert sink.flushes >= 1
+    w.close()
+    assert sink.closed == 1
+    assert w.stats == {
+        "submitted": 101,
+        "written": 101,
+        "dropped_records": 0,
+        "dropped_events": 0,
+        "sink_errors": {"ListSink": 0},
+    }
+    # nothing dropped -> no dropped_records event
+    assert [e["type"] for e in sink.events] == ["checkpoint"]
+
+
+def test_full_queue_never_blocks_submit_and_drops_are_reported() -> None:
+    slow = GatedSink()
+    w = AsyncWriter([slow], maxsize=4)
+    assert w.submit_steps([rec(0)])
+    assert slow.entered.wait(10)  # the writer thread is now stuck inside the slow sink
+    results = [w.submit_steps([rec(i)]) for i in range(1, 1001)]
+    results.append(w.submit_event(schema.make_event("eval", 1000, 0.0)))
+    # Every submit has returned while the sink is still blocked (it has written nothing):
+    assert not slow.release.is_set() and slow.steps == []
+    stats = w.stats
+    assert results[:4] == [True] * 4  # the queue's 4 free slots, then everything drops
+    assert results.count(True) == 4
+    assert stats["dropped_records"] == 1000 - 4 and stats["dropped_events"] == 1
+    slow.release.set()
+    assert w.flush(timeout=10)
+    w.close()
+    stats = w.stats
+    assert stats["submitted"] == 1002
+    assert stats["dropped_records"] > 0
+    assert stats["submitted"] == stats["written"] + stats["dropped_records"] + stats["dropped_events"]
+    assert len(slow.steps) == stats["written"] == 5
+    dropped = [e for e in slow.events if e["type"] == "dropped_records"]
+    assert len(dropped) == 1
+    assert dropped[0]["data"]["dropped_records"] == 996
+    assert dropped[0]["data"]["dropped_events"] == 1
+    assert dropped[0]["step"] == 4  # last step actually written
+
+
+def test_raising_sink_does_not_stop_the_others(capsys) -> None:
+    good = ListSink()
+    w = AsyncWriter([RaisingSink(), good])
+    for i in range(20):
+        w.submit_steps([rec(i)])
+        w.submit_event(schema.make_event("warning", i, 0.0))
+        w.flush()  # force one write_steps call per record
+    w.close()
+    assert [r["step"] for r in good.steps] == list(range(20))
+    assert len(good.events) == 20 and good.closed == 1
+    assert w.stats["sink_errors"] == {"boom": 40, "ListSink": 0}
+    err = capsys.readouterr().err
+    assert err.count("sink boom failed") == 1  # one warning, not one per record
+    assert "OSError: disk on fire" in err
+
+
+def test_close_is_idempotent_and_submit_after_close_is_counted() -> None:
+    sink = ListSink()
+    w = AsyncWriter([sink])
+    w.submit_steps([rec(0)])
+    w.close()
+    w.close()
+    assert sink.closed == 1
+    assert w.submit_steps([rec(1), rec(2)]) is False
+    assert w.submit_event(schema.make_event("eval", 2, 0.0)) is False
+    assert w.stats["dropped_records"] == 2 and w.stats["dropped_events"] == 1
+    assert w.flush() is False
+
+
+def test_empty_batch_is_a_no_op() -> None:
+    w = AsyncWriter([])
+    assert w.submit_steps([]) is True
+    w.close()
+    assert w.stats["submitted"] == 0
+
+
+@pytest.mark.parametrize("bad", [0, -1, 1.5, True])
+def test_bad_maxsize_is_a_config_error(bad) -> None:
+    with pytest.raises(ConfigError, match="maxsize"):
+        AsyncWriter([], maxsize=bad)
+
+
+def test_duplicate_sink_names_are_counted_separately() -> None:
+    w = AsyncWriter([RaisingSink(), RaisingSink()])
+    w.submit_steps([rec(0)])
+    w.close()
+    assert w.stats["sink_errors"] == {"boom": 1, "boom#2": 1}
+
+
+def test_interpreter_exit_writes_queued_records(tmp_path: Path) -> None:
+    # No close(), no flush(): the atexit hook must drain the queue before the process ends.
+    code = f"""
+import sys
+from trainspeed.sinks import AsyncWriter, JsonlSink
+w = AsyncWriter([JsonlSink({str(tmp_path)!r})])
+for i in range(500):
+    w.submit_steps([{{"schema": 1, "step": i}}])
+"""
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=30)
+    lines = (tmp_path / schema.STEPS_FILE).read_text().splitlines()
+    assert [json.loads(line)["step"] for line in lines] == list(range(500))
+
+
+def test_writer_with_jsonl_sink_roundtrip(tmp_path: Path) -> None:
+    w = AsyncWriter([JsonlSink(tmp_path)])
+    w.submit_steps([rec(i) for i in range(10)])
+    w.close()
+    steps = [json.loads(x) for x in (tmp_path / schema.STEPS_FILE).read_text().splitlines()]
+    assert [s["step"] for s in steps] == list(range(10))
