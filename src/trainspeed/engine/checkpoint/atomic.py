@@ -1,0 +1,246 @@
+"""Crash-safe checkpoint files: never a partial file under a final name.
+
+A save writes the payload to a hidden temporary file in the destination directory, hashes it
+while writing, flushes and fsyncs it, renames it over the final name (os.replace is atomic on
+POSIX), fsyncs the directory so the rename itself is durable, and only then writes a small JSON
+manifest `<name>.json` ({"sha256", "bytes", ...}) the same way. A payload is trusted only when
+its manifest exists and the checksum matches, so a file cut short by a crash, a full disk or a
+bad copy is detected on load instead of surfacing as a confusing unpickling error.
+
+Loading uses `torch.load(weights_only=True)`: a checkpoint from elsewhere must not run code.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import secrets
+import time
+from pathlib import Path
+from typing import Any
+
+from trainspeed.errors import CheckpointError
+
+MANIFEST_SUFFIX = ".json"
+MANIFEST_SCHEMA = 1
+_CHUNK = 8 << 20
+# Hidden temp names carry the writer's pid so a stale file from a killed process can be told
+# apart from one a live process is still writing.
+_TEMP_RE = re.compile(r"^\.(?P<name>.+)\.tmp-(?P<pid>\d+)-[0-9a-f]+$")
+
+
+def manifest_path(path: str | Path) -> Path:
+    """The manifest beside a payload: `step-00000100.pt` -> `step-00000100.pt.json`."""
+    path = Path(path)
+    return path.with_name(path.name + MANIFEST_SUFFIX)
+
+
+def _temp_path(path: Path) -> Path:
+    return path.with_name(f".{path.name}.tmp-{os.getpid()}-{secrets.token_hex(4)}")
+
+
+def fsync_dir(directory: str | Path) -> None:
+    """Make a rename/creation in `directory` durable (POSIX; a no-op where unsupported)."""
+    try:
+        fd = os.open(str(directory), os.O_RDONLY)
+    except OSError:  # pragma: no cover - e.g. Windows cannot open directories
+        return
+    try:
+        os.fsync(fd)
+    except OSError:  # pragma: no cover - some filesystems refuse fsync on directories
+        pass
+    finally:
+        os.close(fd)
+
+
+class _HashingWriter:
+    """File-like wrapper that hashes and counts bytes as torch.save streams them."""
+
+    def __init__(self, f):
+        self._f = f
+        self.sha = hashlib.sha256()
+        self.nbytes = 0
+
+    def write(self, data) -> int:
+        view = memoryview(data)
+        self.sha.update(view)
+        self.nbytes += view.nbytes
+        return self._f.write(view)
+
+    def flush(self) -> None:
+        self._f.flush()
+
+
+def _replace_durably(tmp: Path, final: Path) -> None:
+    os.replace(tmp, final)
+    fsync_dir(final.parent)
+
+
+def atomic_write_bytes(data: bytes, path: str | Path) -> None:
+    """Write small files (manifests, pointers) with the same temp -> fsync -> rename protocol."""
+    path = Path(path)
+    tmp = _temp_path(path)
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        _replace_durably(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def atomic_save(obj: Any, path: str | Path, *, meta: dict[str, Any] | None = None) -> dict[str, Any]:
+    """torch.save `obj` to `path` atomically and durably, then write its checksum manifest.
+
+    `meta` (JSON-serializable: step, metrics, ...) is stored in the manifest. Returns the
+    manifest dict. On any error the temporary file is removed and nothing changes at `path`.
+    """
+    import torch
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = _temp_path(path)
+    try:
+        with open(tmp, "wb") as f:
+            writer = _HashingWriter(f)
+            torch.save(obj, writer)
+            f.flush()
+            os.fsync(f.fileno())  # the payload must be on disk before the rename makes it visible
+        _replace_durably(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    manifest = {
+        "schema": MANIFEST_SCHEMA,
+        "file": path.name,
+        "sha256": writer.sha.hexdigest(),
+        "bytes": writer.nbytes,
+        "t_wall": time.time(),
+        **(meta or {}),
+    }
+    # Written AFTER the payload is durable: a manifest always describes a complete file.
+    atomic_write_bytes(json.dumps(manifest, indent=1, default=str).encode(), manifest_path(path))
+    return manifest
+
+
+def read_manifest(path: str | Path) -> dict[str, Any]:
+    """The manifest of payload `path`, or CheckpointError saying why it cannot be used."""
+    path = Path(path)
+    mpath = manifest_path(path)
+    if not mpath.exists():
+        raise CheckpointError(
+            f"{path}: checksum manifest {mpath.name} is missing, so the file cannot be verified "
+            "(the save was interrupted, or the file was copied without its manifest). "
+            "Copy the manifest too, or load it unverified with torch.load(weights_only=True)."
+        )
+    try:
+        manifest = json.loads(mpath.read_text())
+    except (OSError, ValueError) as exc:
+        raise CheckpointError(f"{mpath}: manifest is not valid JSON ({exc})") from exc
+    if not isinstance(manifest, dict) or not isinstance(manifest.get("sha256"), str):
+        raise CheckpointError(f"{mpath}: manifest has no 'sha256' field; got {manifest!r:.200}")
+    if int(manifest.get("schema", 1)) > MANIFEST_SCHEMA:
+        raise CheckpointError(
+            f"{mpath}: manifest schema {manifest['schema']} is newer than this trainspeed reads "
+            f"({MANIFEST_SCHEMA}); upgrade trainspeed."
+        )
+    return manifest
+
+
+def sha256_file(path: str | Path) -> tuple[str, int]:
+    sha = hashlib.sha256()
+    n = 0
+    with open(path, "rb") as f:
+        while chunk := f.read(_CHUNK):
+            sha.update(chunk)
+            n += len(chunk)
+    return sha.hexdigest(), n
+
+
+def verify(path: str | Path) -> dict[str, Any]:
+    """Check that `path` is complete and unmodified; return its manifest or raise CheckpointError."""
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(f"{path}: checkpoint file does not exist")
+    manifest = read_manifest(path)
+    size = path.stat().st_size
+    expected = manifest.get("bytes")
+    if isinstance(expected, int) and size != expected:
+        what = "truncated" if size < expected else "has extra bytes"
+        raise CheckpointError(
+            f"{path}: file {what}: {size} bytes on disk, manifest says {expected}. "
+            "It was cut short by a crash or an incomplete copy; use an earlier checkpoint."
+        )
+    digest, _ = sha256_file(path)
+    if digest != manifest["sha256"]:
+        raise CheckpointError(
+            f"{path}: checksum mismatch (sha256 {digest[:16]}... on disk, manifest says "
+            f"{manifest['sha256'][:16]}...). The file is corrupt; use an earlier checkpoint."
+        )
+    return manifest
+
+
+def load_verified(path: str | Path, map_location: Any = "cpu") -> Any:
+    """Verify the checksum of `path`, then torch.load it with weights_only=True."""
+    import pickle
+
+    import torch
+
+    path = Path(path)
+    verify(path)
+    try:
+        return torch.load(path, map_location=map_location, weights_only=True)
+    except pickle.UnpicklingError as exc:
+        raise CheckpointError(
+            f"{path}: refused to load: it contains objects other than tensors and plain "
+            f"containers, and weights_only loading never runs code from a file "
+            f"({_unpickler_reason(str(exc))})"
+        ) from exc
+    except (RuntimeError, EOFError, ValueError, OSError) as exc:
+        raise CheckpointError(f"{path}: could not be read as a torch checkpoint: {exc}") from exc
+
+
+def _unpickler_reason(message: str) -> str:
+    """The one informative line of torch's long weights_only refusal message."""
+    for line in message.splitlines():
+        if "WeightsUnpickler error" in line:
+            return line.strip()
+    return message.strip().splitlines()[0] if message.strip() else "unknown reason"
+
+
+def cleanup_stale_temps(directory: str | Path) -> list[Path]:
+    """Remove temp files left by writers that no longer run (killed mid-save). Returns them."""
+    removed: list[Path] = []
+    directory = Path(directory)
+    if not directory.is_dir():
+        return removed
+    for entry in directory.iterdir():
+        m = _TEMP_RE.match(entry.name)
+        if not m:
+            continue
+        pid = int(m.group("pid"))
+        if pid == os.getpid() or _pid_alive(pid):
+            continue
+        entry.unlink(missing_ok=True)
+        removed.append(entry)
+    return removed
+
+
+def is_temp_name(name: str) -> bool:
+    return _TEMP_RE.match(name) is not None
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # exists, owned by someone else
+        return True
+    except OSError:  # pragma: no cover
+        return False
+    return True

@@ -1,0 +1,114 @@
+"""Fault handling: save on SIGTERM/Ctrl-C at the next step boundary, and recognise OOM errors.
+
+A signal handler must not save a checkpoint itself: it runs between two bytecodes of the
+training step, when the model and optimizer may be half-updated. So the handler only sets a
+flag; the Trainer checks `saver.requested` at each step boundary, saves, records the event and
+calls `saver.exit()`, which raises SystemExit(143) after SIGTERM (the code a shell reports for
+"terminated", which schedulers such as SLURM and Kubernetes expect) or re-raises
+KeyboardInterrupt after SIGINT. A second Ctrl-C while the save runs interrupts at once.
+
+    with EmergencySaver() as emergency:
+        for batch in loader:
+            train_step(batch)
+            if emergency.requested:
+                manager.save(build_checkpoint(...), step); manager.wait()
+                emergency.exit()
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+import warnings
+from collections.abc import Callable
+from types import FrameType
+from typing import Any
+
+
+def is_oom(exc: BaseException) -> bool:
+    """True for a device out-of-memory error (CUDA OOM, or a RuntimeError saying so)."""
+    try:
+        import torch
+
+        if isinstance(exc, torch.cuda.OutOfMemoryError):
+            return True
+    except (ImportError, AttributeError):  # pragma: no cover - very old torch
+        pass
+    return isinstance(exc, (RuntimeError, MemoryError)) and (
+        isinstance(exc, MemoryError) or "out of memory" in str(exc).lower()
+    )
+
+
+class EmergencySaver:
+    """Context manager turning SIGTERM/SIGINT into a 'save at the next step boundary' request."""
+
+    SIGNALS = ("SIGTERM", "SIGINT")
+
+    def __init__(self, *, on_signal: Callable[[int], None] | None = None, enabled: bool = True):
+        self._on_signal = on_signal
+        self._enabled = enabled
+        self._previous: dict[int, Any] = {}
+        self.signum: int | None = None
+        """The first signal received, or None."""
+        self.installed = False
+        """Whether handlers are active (only possible on the main thread)."""
+
+    # -- state ---------------------------------------------------------------------------------
+    @property
+    def requested(self) -> bool:
+        """True once a signal asked for a save-and-exit; check it at each step boundary."""
+        return self.signum is not None
+
+    @property
+    def signal_name(self) -> str | None:
+        return signal.Signals(self.signum).name if self.signum is not None else None
+
+    @property
+    def exit_code(self) -> int | None:
+        """128 + signal number, as a shell reports it (SIGTERM -> 143)."""
+        return 128 + self.signum if self.signum is not None else None
+
+    def exit(self) -> None:
+        """Leave the training loop the way the signal asked: SystemExit(143) or KeyboardInterrupt."""
+        if self.signum is None:
+            return
+        if self.signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        raise SystemExit(128 + self.signum)
+
+    # -- handlers --------------------------------------------------------------------------------
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
+        if self.signum is None:
+            self.signum = signum
+        # The next identical signal gets the default behaviour: a second Ctrl-C raises
+        # KeyboardInterrupt immediately, a second SIGTERM terminates.
+        if signum == signal.SIGINT:
+            signal.signal(signum, signal.default_int_handler)
+        else:
+            signal.signal(signum, signal.SIG_DFL)
+        if self._on_signal is not None:
+            self._on_signal(signum)
+
+    def __enter__(self) -> EmergencySaver:
+        if not self._enabled:
+            return self
+        if threading.current_thread() is not threading.main_thread():
+            warnings.warn(
+                "EmergencySaver: signal handlers can only be installed on the main thread; "
+                "SIGTERM/Ctrl-C will not trigger a checkpoint",
+                stacklevel=2,
+            )
+            return self
+        for name in self.SIGNALS:
+            sig = getattr(signal, name, None)
+            if sig is None:  # pragma: no cover - SIGTERM is missing on some platforms
+                continue
+            self._previous[sig] = signal.signal(sig, self._handle)
+        self.installed = True
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        for sig, previous in self._previous.items():
+            signal.signal(sig, previous if previous is not None else signal.SIG_DFL)
+        self._previous.clear()
+        self.installed = False

@@ -1,0 +1,388 @@
+"""CheckpointManager: when to save, where, how many to keep, and which one to resume from.
+
+Directory layout:
+
+    checkpoints/
+      step-00001200.pt        payload (torch.save of the state dict)
+      step-00001200.pt.json   manifest: sha256, bytes, step, metrics (written after the payload)
+      latest                  name of the newest complete checkpoint (moved only after a write)
+
+Events (dicts with a "type" key plus flat fields) go to `on_event`, always on the thread that
+calls the manager (the training thread): events produced by the background writer or mirror
+are queued and delivered at the next `should_save`/`save`/`poll`/`wait`/`close`.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import math
+import re
+import threading
+import time
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from trainspeed.engine.checkpoint.async_save import AsyncSaver
+from trainspeed.engine.checkpoint.atomic import (
+    atomic_save,
+    atomic_write_bytes,
+    cleanup_stale_temps,
+    load_verified,
+    manifest_path,
+    verify,
+)
+from trainspeed.errors import CheckpointError, ConfigError
+
+EventFn = Callable[[dict[str, Any]], None]
+_NAME_RE = re.compile(r"^step-(\d{8,})\.pt$")
+LATEST = "latest"
+
+
+def checkpoint_name(step: int) -> str:
+    return f"step-{step:08d}.pt"
+
+
+@dataclass(slots=True)
+class SaveResult:
+    path: Path
+    """Final path of the checkpoint (complete once the write finished)."""
+    step: int
+    blocking_s: float
+    """Time the caller was blocked: waiting for the previous write + host copy (async) or the
+    whole write (sync)."""
+    write_s: float | None
+    """Seconds the write took; None for an async save (reported later in the event)."""
+    async_save: bool
+    skipped: bool = False
+    """True when this step was already saved and nothing was written."""
+
+
+@dataclass(slots=True)
+class CheckpointInfo:
+    path: Path
+    step: int
+    manifest: dict[str, Any] | None
+    """Parsed manifest, or None when missing/unreadable (the checkpoint cannot be trusted)."""
+    metrics: dict[str, Any] = field(default_factory=dict)
+
+
+def list_checkpoints(directory: str | Path) -> list[CheckpointInfo]:
+    """Checkpoints under their final names in `directory`, oldest step first (no verification)."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        return []
+    out = []
+    for entry in directory.iterdir():
+        m = _NAME_RE.match(entry.name)
+        if not m:
+            continue
+        try:
+            manifest = json.loads(manifest_path(entry).read_text())
+            if not isinstance(manifest, dict):
+                manifest = None
+        except (OSError, ValueError):
+            manifest = None
+        metrics = (manifest or {}).get("metrics") or {}
+        out.append(CheckpointInfo(path=entry, step=int(m.group(1)), manifest=manifest,
+                                  metrics=metrics if isinstance(metrics, dict) else {}))
+    out.sort(key=lambda info: info.step)
+    return out
+
+
+def find_resumable(directory: str | Path,
+                   on_skip: Callable[[Path, str], None] | None = None) -> Path | None:
+    """Newest checkpoint in `directory` whose checksum verifies; corrupt ones go to `on_skip`."""
+    for info in reversed(list_checkpoints(directory)):
+        try:
+            verify(info.path)
+        except CheckpointError as exc:
+            if on_skip is not None:
+                on_skip(info.path, str(exc))
+            continue
+        return info.path
+    return None
+
+
+def _metric_value(value: Any) -> float | None:
+    try:
+        value = float(value)  # a 0-d tensor becomes a float here (a sync if it is on a GPU)
+    except (TypeError, ValueError):
+        return None
+    return value if math.isfinite(value) else None
+
+
+class CheckpointManager:
+    """Periodic, atomic, optionally asynchronous and mirrored checkpoints with retention."""
+
+    def __init__(
+        self,
+        directory: str | Path,
+        *,
+        keep_last: int | None = 3,
+        keep_best: int = 0,
+        best_metric: str = "val_loss",
+        best_mode: str = "min",
+        every_steps: int | None = None,
+        every_minutes: float | None = None,
+        save_final: bool = True,
+        async_save: bool = True,
+        mirror: str | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        on_event: EventFn | None = None,
+    ):
+        if keep_last is not None and (not isinstance(keep_last, int) or keep_last < 0):
+            raise ConfigError(f"checkpoint.keep_last must be an int >= 0 or null (keep all), got {keep_last!r}")
+        if not isinstance(keep_best, int) or keep_best < 0:
+            raise ConfigError(f"checkpoint.keep_best must be an int >= 0, got {keep_best!r}")
+        if best_mode not in ("min", "max"):
+            raise ConfigError(f"checkpoint.best_mode must be 'min' or 'max', got {best_mode!r}")
+        if every_steps is not None and (not isinstance(every_steps, int) or every_steps < 1):
+            raise ConfigError(f"checkpoint.every_steps must be an int >= 1 or null, got {every_steps!r}")
+        if every_minutes is not None and not (every_minutes > 0):
+            raise ConfigError(f"checkpoint.every_minutes must be > 0 or null, got {every_minutes!r}")
+        self.directory = Path(directory)
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self.keep_last, self.keep_best = keep_last, keep_best
+        self.best_metric, self.best_mode = best_metric, best_mode
+        self.every_steps, self.every_minutes = every_steps, every_minutes
+        self.save_final = save_final
+        self.async_save = async_save
+        self._clock = clock
+        self._last_save_t = clock()
+        self._last_step: int | None = None
+        self._on_event = on_event
+        self._pending: collections.deque[dict[str, Any]] = collections.deque()
+        self._lock = threading.Lock()  # retention / pointer updates (writer thread vs caller)
+        self._saver = AsyncSaver() if async_save else None
+        self.skipped: list[str] = []
+        """Human-readable notes about corrupt checkpoints that find_resumable passed over."""
+        self.corrupt: set[Path] = set()
+        self.mirror = None
+        if mirror:
+            from trainspeed.engine.checkpoint.mirror import Mirror
+
+            self.mirror = Mirror(mirror, emit=self._pending.append)
+        for stale in cleanup_stale_temps(self.directory):
+            self._emit({"type": "warning", "kind": "checkpoint_temp_removed", "path": str(stale)})
+
+    @classmethod
+    def from_config(cls, cfg: Any, run_dir: str | Path | None = None, *,
+                    on_event: EventFn | None = None,
+                    clock: Callable[[], float] = time.monotonic) -> CheckpointManager:
+        """Build from a CheckpointConfig (or any object with its attributes)."""
+        directory = getattr(cfg, "dir", None)
+        if directory is None:
+            if run_dir is None:
+                raise ConfigError("checkpoint.dir is not set and there is no run directory; set checkpoint.dir")
+            directory = Path(run_dir) / "checkpoints"
+        return cls(directory, keep_last=cfg.keep_last, keep_best=cfg.keep_best,
+                   best_metric=cfg.best_metric, best_mode=cfg.best_mode,
+                   every_steps=cfg.every_steps, every_minutes=cfg.every_minutes,
+                   save_final=cfg.save_final, async_save=cfg.async_save,
+                   mirror=getattr(cfg, "mirror", None), clock=clock, on_event=on_event)
+
+    # -- events ---------------------------------------------------------------------------------
+    def _emit(self, event: dict[str, Any]) -> None:
+        self._pending.append(event)
+
+    def poll(self) -> None:
+        """Deliver queued events to on_event on the calling thread."""
+        while self._pending:
+            event = self._pending.popleft()
+            if self._on_event is not None:
+                self._on_event(event)
+
+    # -- when -----------------------------------------------------------------------------------
+    def should_save(self, step: int) -> bool:
+        """True when a periodic checkpoint is due at this step boundary. Cheap; call every step."""
+        if self._pending:
+            self.poll()
+        if step == self._last_step:
+            return False
+        if self.every_steps is not None and step > 0 and step % self.every_steps == 0:
+            return True
+        return (self.every_minutes is not None
+                and self._clock() - self._last_save_t >= self.every_minutes * 60.0)
+
+    # -- save -----------------------------------------------------------------------------------
+    def path_for(self, step: int) -> Path:
+        return self.directory / checkpoint_name(step)
+
+    def save(self, state: dict[str, Any], step: int, metrics: dict[str, Any] | None = None) -> SaveResult:
+        """Save `state` as the checkpoint of `step`. Async: returns after the host copy."""
+        path = self.path_for(step)
+        if step == self._last_step:
+            self.poll()
+            return SaveResult(path=path, step=step, blocking_s=0.0, write_s=0.0,
+                              async_save=self.async_save, skipped=True)
+        clean = {k: _metric_value(v) for k, v in (metrics or {}).items()}
+        self._last_save_t = self._clock()
+        self._last_step = step
+        if self._saver is not None:
+            def job(host: Any, timing: Any) -> None:
+                write_s, event = self._write(host, step, clean, is_async=True)
+                self._emit({**event, "blocking_s": timing.blocking_s, "waited_s": timing.waited_s})
+
+            timing = self._saver.submit(state, job)
+            self.poll()
+            return SaveResult(path=path, step=step, blocking_s=timing.blocking_s, write_s=None,
+                              async_save=True)
+        t0 = time.perf_counter()
+        try:
+            write_s, event = self._write(state, step, clean, is_async=False)
+        except Exception as exc:
+            self.poll()
+            raise CheckpointError(f"saving checkpoint {path} failed: {exc!r}") from exc
+        blocking_s = time.perf_counter() - t0
+        self._emit({**event, "blocking_s": blocking_s, "waited_s": 0.0})
+        self.poll()
+        return SaveResult(path=path, step=step, blocking_s=blocking_s, write_s=write_s, async_save=False)
+
+    def _write(self, state: Any, step: int, metrics: dict[str, float | None],
+               *, is_async: bool) -> tuple[float, dict[str, Any]]:
+        """Write payload + manifest, move `latest`, prune, queue the mirror copy.
+
+        Returns the write time and the (incomplete) checkpoint event for the caller to emit.
+        """
+        t0 = time.perf_counter()
+        path = self.path_for(step)
+        try:
+            manifest = atomic_save(state, path, meta={"step": step, "metrics": metrics})
+            with self._lock:
+                # The pointer moves only after payload and manifest are durable.
+                atomic_write_bytes((path.name + "\n").encode(), self.directory / LATEST)
+                write_s = time.perf_counter() - t0
+                pruned = self._prune()
+        except BaseException as exc:
+            self._emit({"type": "warning", "kind": "checkpoint_failed", "step": step,
+                        "path": str(path), "error": repr(exc)})
+            raise
+        if self.mirror is not None:
+            self.mirror.submit(path)
+            for old in pruned:
+                self.mirror.delete(old.name)
+        return write_s, {"type": "checkpoint", "step": step, "path": str(path),
+                         "write_s": write_s, "bytes": manifest["bytes"], "async": is_async,
+                         "metrics": metrics, "pruned": [p.name for p in pruned]}
+
+    # -- retention ------------------------------------------------------------------------------
+    def _prune(self) -> list[Path]:
+        infos = [i for i in list_checkpoints(self.directory) if i.path not in self.corrupt]
+        keep: set[Path] = set()
+        if self.keep_last is None:
+            keep.update(i.path for i in infos)
+        elif self.keep_last > 0:
+            keep.update(i.path for i in infos[-self.keep_last:])
+        keep.update(self.best_checkpoints(infos))
+        latest = self.latest()
+        if latest is not None:
+            keep.add(latest)
+        pruned = []
+        for info in infos:
+            if info.path in keep:
+                continue
+            # Payload first: an orphan manifest is ignored, an orphan payload looks corrupt.
+            info.path.unlink(missing_ok=True)
+            manifest_path(info.path).unlink(missing_ok=True)
+            pruned.append(info.path)
+        return pruned
+
+    def best_checkpoints(self, infos: list[CheckpointInfo] | None = None) -> list[Path]:
+        """The keep_best checkpoints with the best `best_metric`, best first."""
+        if self.keep_best <= 0:
+            return []
+        infos = list_checkpoints(self.directory) if infos is None else infos
+        scored = [(v, i.path) for i in infos
+                  if (v := _metric_value(i.metrics.get(self.best_metric))) is not None]
+        scored.sort(key=lambda vp: vp[0], reverse=self.best_mode == "max")
+        return [p for _, p in scored[: self.keep_best]]
+
+    # -- find / load ----------------------------------------------------------------------------
+    def list_checkpoints(self) -> list[CheckpointInfo]:
+        return list_checkpoints(self.directory)
+
+    def latest(self) -> Path | None:
+        """The checkpoint the `latest` pointer names (None if absent or dangling)."""
+        try:
+            name = (self.directory / LATEST).read_text().strip()
+        except OSError:
+            return None
+        path = self.directory / name
+        return path if _NAME_RE.match(name) and path.exists() else None
+
+    def find_resumable(self, on_skip: Callable[[Path, str], None] | None = None) -> Path | None:
+        """Newest intact checkpoint (checksum verified); corrupt ones are noted and skipped."""
+        self.wait()
+
+        def skip(path: Path, why: str) -> None:
+            self.corrupt.add(path)
+            self.skipped.append(why)
+            warnings.warn(f"skipping corrupt checkpoint: {why}", stacklevel=3)
+            self._emit({"type": "warning", "kind": "checkpoint_corrupt", "path": str(path), "error": why})
+            if on_skip is not None:
+                on_skip(path, why)
+
+        found = find_resumable(self.directory, on_skip=skip)
+        self.poll()
+        return found
+
+    def resolve_resume(self, resume: str | Path | None, *, auto_resume: bool = False) -> Path | None:
+        """Turn checkpoint.resume / auto_resume into a checkpoint path (or None: start fresh).
+
+        `resume` may be a checkpoint file, a directory of checkpoints, or "latest" (this
+        manager's directory; an error if it holds no intact checkpoint).
+        """
+        if resume is None:
+            return self.find_resumable() if auto_resume else None
+        if str(resume) == "latest":
+            found = self.find_resumable()
+            if found is None:
+                raise CheckpointError(f"checkpoint.resume='latest' but {self.directory} holds no intact checkpoint")
+            return found
+        path = Path(resume)
+        if path.is_dir():
+            found = find_resumable(path, on_skip=lambda p, why: self.skipped.append(why))
+            if found is None:
+                raise CheckpointError(f"checkpoint.resume={str(resume)!r}: no intact checkpoint in that directory")
+            return found
+        if not path.is_file():
+            raise CheckpointError(f"checkpoint.resume={str(resume)!r}: no such file or directory")
+        return path
+
+    def load(self, path: str | Path | None = None, map_location: Any = "cpu") -> dict[str, Any]:
+        """Load a verified checkpoint (default: the newest intact one)."""
+        if path is None:
+            path = self.find_resumable()
+            if path is None:
+                raise CheckpointError(f"no intact checkpoint in {self.directory}")
+        return load_verified(path, map_location=map_location)
+
+    # -- lifecycle ------------------------------------------------------------------------------
+    def wait(self) -> None:
+        """Block until the background write (and mirror copies) finished; raise write errors."""
+        try:
+            if self._saver is not None:
+                self._saver.wait()
+            if self.mirror is not None:
+                self.mirror.wait()
+        finally:
+            self.poll()
+
+    def close(self) -> None:
+        try:
+            self.wait()
+        finally:
+            if self.mirror is not None:
+                self.mirror.close()
+                self.mirror = None
+            self.poll()
+
+    def __enter__(self) -> CheckpointManager:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
