@@ -184,3 +184,19 @@ def test_writer_with_jsonl_sink_roundtrip(tmp_path: Path) -> None:
     w.close()
     steps = [json.loads(x) for x in (tmp_path / schema.STEPS_FILE).read_text().splitlines()]
     assert [s["step"] for s in steps] == list(range(10))
+
+
+def test_close_from_inside_a_sink_does_not_deadlock() -> None:
+    class ClosingSink(ListSink):
+        writer: AsyncWriter
+
+        def write_steps(self, records):
+            super().write_steps(records)
+            self.writer.close()
+
+    sink = ClosingSink()
+    w = AsyncWriter([sink])
+    sink.writer = w
+    w.submit_steps([rec(0)])
+    w._thread.join(10)
+    assert not w._thread.is_alive() and sink.closed == 1 and w.closed

@@ -219,7 +219,15 @@ class ConsoleSink:
             from rich.live import Live
 
             # auto_refresh=False: no extra rich thread; we redraw from the writer thread.
+            # No stdout/stderr redirection: swapping sys.stdout from a background thread
+            # under the user's training code is a global side effect we do not want.
             console = Console(file=self.stream)
-            self._live = Live(console=console, auto_refresh=False, transient=False)
+            self._live = Live(
+                console=console,
+                auto_refresh=False,
+                transient=False,
+                redirect_stdout=False,
+                redirect_stderr=False,
+            )
             self._live.start()
         self._live.update(Text(line), refresh=True)

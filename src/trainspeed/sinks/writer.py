@@ -134,6 +134,13 @@ class AsyncWriter:
             pass
         if os.getpid() != self._pid or not self._thread.is_alive():
             return
+        if threading.current_thread() is self._thread:
+            # Called from inside a sink: cannot join ourselves; stop after this item instead.
+            try:
+                self._queue.put_nowait((_STOP, None))
+            except queue.Full:  # pragma: no cover - a sink closing its own writer mid-flood
+                pass
+            return
         deadline = time.monotonic() + timeout
         try:
             # Blocking put: the writer thread is draining, so room appears unless a sink hangs.
