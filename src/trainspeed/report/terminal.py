@@ -1,0 +1,208 @@
+"""Terminal report (rich): summary, phase breakdown, ranked findings, skipped-line notes.
+
+rich writes plain text (no ANSI escapes) when the console is not a terminal, so the same
+function serves an interactive shell, a CI log and a pipe.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from trainspeed.report.compare import compare_rows, fmt_value, headline
+from trainspeed.report.fmt import (
+    fmt_bytes,
+    fmt_ms,
+    fmt_rate,
+    fmt_seconds,
+    fmt_share,
+    is_num,
+    mfu_text,
+    rank_findings,
+)
+from trainspeed.telemetry.schema import PHASES
+
+SEVERITY_STYLE = {"critical": "bold red", "warning": "yellow", "info": "cyan"}
+MAX_NOTES = 20
+
+
+def _console(console: Any = None) -> Any:
+    if console is not None:
+        return console
+    from rich.console import Console
+
+    return Console()
+
+
+def summary_lines(summary: dict[str, Any]) -> list[tuple[str, str]]:
+    """(label, value) pairs for the summary block; shared by terminal and HTML."""
+    s = summary or {}
+    rows: list[tuple[str, str]] = []
+    steps, measured = s.get("steps"), s.get("measured_steps")
+    rows.append(("steps", f"{steps if steps is not None else '—'} ({measured if measured is not None else '—'} measured, "
+                          "warm-up excluded)"))
+    rate = fmt_rate(s.get("samples_per_s"), "samples/s")
+    if is_num(s.get("tokens_per_s")):
+        rate += f" · {fmt_rate(s.get('tokens_per_s'), 'tokens/s')}"
+    rows.append(("throughput", rate))
+    st = s.get("step_time") or {}
+    rows.append(("step time", f"p50 {fmt_seconds(st.get('p50'))} · p90 {fmt_seconds(st.get('p90'))} · "
+                              f"p99 {fmt_seconds(st.get('p99'))}"))
+    rows.append(("MFU", mfu_text(s.get("mfu"))))
+    mem = s.get("memory") or {}
+    parts = []
+    for key, label in (("cuda_alloc_peak", "device alloc"), ("cuda_reserved_peak", "device reserved"),
+                       ("rss_peak", "host RSS"), ("worker_rss_peak", "workers RSS")):
+        if is_num(mem.get(key)):
+            parts.append(f"{label} {fmt_bytes(mem[key])}")
+    rows.append(("memory peaks", " · ".join(parts) if parts else "not measured"))
+    loss = s.get("loss")
+    if isinstance(loss, dict) and is_num(loss.get("last")):
+        rows.append(("loss", f"{loss.get('first'):.4g} → {loss.get('last'):.4g} (min {loss.get('min'):.4g})"))
+    if is_num(s.get("pad_share")):
+        rows.append(("padding", f"{fmt_share(s['pad_share'])} of tokens are padding"))
+    if is_num(s.get("syncs_per_step")) and s["syncs_per_step"] > 0:
+        rows.append(("host syncs", f"{s['syncs_per_step']:.2g} per step"))
+    trend = s.get("trend")
+    if isinstance(trend, dict) and trend.get("message"):
+        rows.append(("trend", str(trend["message"])))
+    if is_num(s.get("dropped_records")) and s["dropped_records"] > 0:
+        rows.append(("dropped records", f"{int(s['dropped_records'])} (the writer queue was full)"))
+    rows.append(("device", f"{s.get('device') or '—'} · {s.get('precision') or '—'}"))
+    return rows
+
+
+def phase_rows(summary: dict[str, Any]) -> list[tuple[str, float | None, float | None]]:
+    """(phase, mean seconds, share) for phases with time, largest share first."""
+    phases = (summary or {}).get("phases") or {}
+    rows = []
+    for name in PHASES:
+        p = phases.get(name) or {}
+        mean, share = p.get("mean_s"), p.get("share")
+        if (is_num(mean) and mean > 0) or (is_num(share) and share > 0):
+            rows.append((name, mean if is_num(mean) else None, share if is_num(share) else None))
+    rows.sort(key=lambda r: -(r[2] if r[2] is not None else (r[1] or 0.0)))
+    return rows
+
+
+def _bar(share: float | None, width: int = 20) -> str:
+    if share is None:
+        return ""
+    n = int(round(max(0.0, min(1.0, share)) * width))
+    return "█" * n + "·" * (width - n)
+
+
+def _print_summary(con: Any, summary: dict[str, Any]) -> None:
+    from rich.table import Table
+
+    table = Table(show_header=False, box=None, pad_edge=False)
+    table.add_column(style="bold")
+    table.add_column()
+    for label, value in summary_lines(summary):
+        table.add_row(label, value)
+    con.print(table)
+
+
+def _print_phases(con: Any, summary: dict[str, Any]) -> None:
+    from rich.table import Table
+
+    rows = phase_rows(summary)
+    if not rows:
+        con.print("Phase breakdown: no phase times recorded.")
+        return
+    table = Table(title="Where the step time goes", title_justify="left")
+    table.add_column("phase")
+    table.add_column("mean ms", justify="right")
+    table.add_column("share", justify="right")
+    table.add_column("")
+    for name, mean, share in rows:
+        table.add_row(name, fmt_ms(mean), fmt_share(share), _bar(share))
+    con.print(table)
+
+
+def print_findings(con: Any, findings: list[dict[str, Any]], *, heading: str = "Findings") -> None:
+    from rich.text import Text
+
+    ranked = rank_findings(findings)
+    if not ranked:
+        con.print(f"{heading}: none.")
+        return
+    con.print(Text(f"{heading} (most important first)", style="bold"))
+    for i, f in enumerate(ranked, 1):
+        sev = str(f.get("severity", "info"))
+        impact = f.get("impact")
+        line = Text(f"{i}. ")
+        line.append(f"[{sev.upper()}]", style=SEVERITY_STYLE.get(sev, ""))
+        line.append(f" {f.get('title') or f.get('id') or 'finding'}", style="bold")
+        if is_num(impact) and impact > 0:
+            line.append(f"  (~{100 * impact:.0f}% of step time at stake)")
+        con.print(line)
+        if f.get("evidence"):
+            con.print(Text(f"   evidence: {f['evidence']}"))
+        if f.get("recommendation"):
+            con.print(Text(f"   do: {f['recommendation']}"))
+        if f.get("verify_with"):
+            con.print(Text(f"   verify: {f['verify_with']}"))
+
+
+def print_notes(con: Any, skipped: list[str], *, label: str = "") -> None:
+    from rich.text import Text
+
+    if not skipped:
+        return
+    con.print(Text(f"Notes{label}: {len(skipped)} unreadable record(s) skipped; everything else is shown.",
+                   style="yellow"))
+    for note in skipped[:MAX_NOTES]:
+        con.print(Text(f"  - {note}"))
+    if len(skipped) > MAX_NOTES:
+        con.print(Text(f"  ... and {len(skipped) - MAX_NOTES} more"))
+
+
+def render_terminal(run: Any, summary: dict[str, Any], findings: list[dict[str, Any]], console: Any = None) -> None:
+    """Print one run's report: summary, phase table, ranked findings, skipped-line notes."""
+    from rich.rule import Rule
+    from rich.text import Text
+
+    con = _console(console)
+    con.print(Rule(Text(f"trainspeed report: {run.path.name}", style="bold"), align="left"))
+    _print_summary(con, summary)
+    con.print()
+    _print_phases(con, summary)
+    con.print()
+    print_findings(con, findings)
+    report = run.report if isinstance(getattr(run, "report", None), dict) else {}
+    if isinstance(report.get("traceback"), str) and report["traceback"]:
+        last = report["traceback"].strip().splitlines()[-1]
+        con.print(Text(f"The run crashed: {last}", style="bold red"))
+    print_notes(con, list(getattr(run, "skipped", []) or []))
+
+
+def render_terminal_compare(a: Any, b: Any, console: Any = None) -> list[dict[str, Any]]:
+    """Print A vs B (LoadedRun each): metrics side by side with B/A and its reading. Returns the rows."""
+    from rich.rule import Rule
+    from rich.table import Table
+    from rich.text import Text
+
+    con = _console(console)
+    con.print(Rule(Text(f"trainspeed compare: A = {a.name}, B = {b.name}", style="bold"), align="left"))
+    rows = compare_rows(a.summary, b.summary)
+    head = headline(rows)
+    if head:
+        con.print(Text(head, style="bold"))
+    table = Table()
+    table.add_column("")
+    table.add_column("metric")
+    table.add_column(f"A: {a.name}", justify="right")
+    table.add_column(f"B: {b.name}", justify="right")
+    table.add_column("B/A", justify="right")
+    table.add_column("reading")
+    for r in rows:
+        table.add_row(r["group"], r["metric"], fmt_value(r["a"], r["kind"]), fmt_value(r["b"], r["kind"]),
+                      f"{r['ratio']:.2f}" if r["ratio"] is not None else "—", r["verdict"])
+    con.print(table)
+    con.print(Text(f"MFU: A {mfu_text(a.summary.get('mfu'))}; B {mfu_text(b.summary.get('mfu'))}"))
+    con.print()
+    print_findings(con, a.findings, heading=f"Findings for A ({a.name})")
+    print_findings(con, b.findings, heading=f"Findings for B ({b.name})")
+    print_notes(con, list(a.run.skipped or []), label=f" for A ({a.name})")
+    print_notes(con, list(b.run.skipped or []), label=f" for B ({b.name})")
+    return rows
