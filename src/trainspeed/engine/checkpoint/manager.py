@@ -135,7 +135,7 @@ class CheckpointManager:
         on_event: EventFn | None = None,
     ):
         if keep_last is not None and (not isinstance(keep_last, int) or keep_last < 0):
-            raise ConfigError(f"checkpoint.keep_last must be an int >= 0 or null (keep all), got {keep_last!r}")
+            raise ConfigError(f"checkpoint.keep_last must be an int >= 0 (0: keep all), got {keep_last!r}")
         if not isinstance(keep_best, int) or keep_best < 0:
             raise ConfigError(f"checkpoint.keep_best must be an int >= 0, got {keep_best!r}")
         if best_mode not in ("min", "max"):
@@ -273,9 +273,9 @@ class CheckpointManager:
     def _prune(self) -> list[Path]:
         infos = [i for i in list_checkpoints(self.directory) if i.path not in self.corrupt]
         keep: set[Path] = set()
-        if self.keep_last is None:
+        if not self.keep_last:  # 0 or None: keep every checkpoint
             keep.update(i.path for i in infos)
-        elif self.keep_last > 0:
+        else:
             keep.update(i.path for i in infos[-self.keep_last:])
         keep.update(self.best_checkpoints(infos))
         latest = self.latest()

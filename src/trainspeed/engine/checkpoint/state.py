@@ -214,8 +214,13 @@ def build_checkpoint(
     sampler_state: dict[str, Any] | None = None,
     config_dict: dict[str, Any] | None = None,
     extra: dict[str, Any] | None = None,
+    *,
+    config_digest: str | None = None,
 ) -> dict[str, Any]:
     """Everything needed to continue training exactly where it stopped, as one dict.
+
+    `config_digest` overrides the hash of `config_dict` (pass trainspeed.config.config_hash(cfg),
+    which ignores the run name, so a resumed run under a new name compares equal).
 
     The dict references live tensors (no copies); hand it to CheckpointManager.save, which
     copies to host memory (async) or writes it (sync) before training mutates them again.
@@ -237,7 +242,7 @@ def build_checkpoint(
         "sampler": sampler_state,
         "rng": capture_rng(),
         "config": _plain(config_dict) if config_dict is not None else None,
-        "config_hash": config_hash(config_dict),
+        "config_hash": config_digest if config_digest is not None else config_hash(config_dict),
         "versions": {
             "trainspeed": str(trainspeed.__version__),
             "torch": str(torch.__version__),  # a TorchVersion object would not load weights_only
