@@ -142,3 +142,38 @@ def timed_steps(step: Callable[[], None], n: int, sync: Callable[[], None] | Non
             sync()
         out.append(time.perf_counter() - t0)
     return out
+
+
+def compare_many(
+    name: str,
+    fns: dict[str, Callable[[], Sequence[float]]],
+    *,
+    rounds: int = 8,
+    warmup_rounds: int = 1,
+) -> dict[str, Any]:
+    """Like ab_compare for several sides: the order rotates every round so each side runs
+    first, second, ... equally often. Ratios are against the first side (the baseline)."""
+    labels = list(fns)
+    for _ in range(warmup_rounds):
+        for fn in fns.values():
+            fn()
+    times: dict[str, list[float]] = {label: [] for label in labels}
+    round_ratios: dict[str, list[float]] = {label: [] for label in labels[1:]}
+    for r in range(rounds):
+        order = labels[r % len(labels):] + labels[:r % len(labels)]
+        got = {label: list(fns[label]()) for label in order}
+        for label in labels:
+            times[label] += got[label]
+        base = median(got[labels[0]])
+        for label in labels[1:]:
+            round_ratios[label].append(median(got[label]) / base)
+        print(f"  [{name}] round {r + 1}/{rounds}: " + ", ".join(
+            f"{label} {median(got[label]) * 1e3:.3f} ms" for label in labels), flush=True)
+    base = median(times[labels[0]])
+    out: dict[str, Any] = {label: {"median_step_s": median(times[label]), "steps": len(times[label])}
+                           for label in labels}
+    for label in labels[1:]:
+        out[f"ratio_{label}"] = median(times[label]) / base
+        out[f"ratio_of_rounds_{label}"] = median(round_ratios[label])
+    out["rounds"] = rounds
+    return out

@@ -1,0 +1,72 @@
+"""Long run: 50,000 steps logging every step to JSONL + TensorBoard through the sinks.
+
+Goal (issue 2): the median step time of the last 1,000 steps within 3 % of steps
+1,000-2,000 — logging must not make training slower as the run grows (the classic bug: a
+list of every loss kept for the log, or a writer that re-reads its history).
+
+    python benchmarks/long_run.py [--steps 50000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+from torch import nn
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from harness import write_result  # noqa: E402
+
+from trainspeed.telemetry.monitor import Monitor  # noqa: E402
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--steps", type=int, default=50_000)
+    ap.add_argument("--sinks", default="jsonl,tensorboard")
+    args = ap.parse_args()
+    torch.manual_seed(0)
+    torch.set_num_threads(1)  # leave the second core to the writer thread, as a real run would
+    model = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+    x, y = torch.randn(16, 32), torch.randn(16, 1)
+    run_dir = Path(tempfile.mkdtemp(prefix="ts-long-")) / "run"
+    mon = Monitor(run_dir, log_every=1, warmup_steps=0, sinks=tuple(args.sinks.split(",")),
+                  write_env=False)
+    times = [0.0] * args.steps  # preallocated: the benchmark itself must not grow
+    t0 = time.perf_counter()
+    for i in range(args.steps):
+        with mon.phase("forward"):
+            loss = nn.functional.mse_loss(model(x), y)
+        with mon.phase("backward"):
+            loss.backward()
+        with mon.phase("optimizer"):
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+        mon.step(samples=16, loss=loss, lr=1e-3)
+        t1 = time.perf_counter()
+        times[i] = t1 - t0
+        t0 = t1
+    stats = dict(mon.writer.stats)
+    mon.close()
+    early = statistics.median(times[1000:2000])
+    late = statistics.median(times[-1000:])
+    ratio = late / early
+    files = {p.name: p.stat().st_size for p in run_dir.rglob("*") if p.is_file()}
+    print(f"steps {args.steps}: early median {early * 1e6:.1f} us, late {late * 1e6:.1f} us, "
+          f"ratio {ratio:.4f} (goal within 3 %); writer {stats}")
+    write_result("long_run", {
+        "steps": args.steps, "sinks": args.sinks, "early_median_s": early, "late_median_s": late,
+        "ratio": ratio, "writer": stats, "files_bytes": files,
+    }, headline={"label": f"{args.steps:,} steps logging every step: late/early step time",
+                 "value": round(ratio, 4), "goal": "within 3 % (0.97-1.03)",
+                 "passed": 0.97 <= ratio <= 1.03})
+
+
+if __name__ == "__main__":
+    main()
