@@ -116,7 +116,9 @@ def load_page(html_path: Path, *, script: str, screenshot: Path, width: int = 12
             if method == "Runtime.consoleAPICalled" and params.get("type") in ("error", "assert"):
                 result.errors.append(f"console.{params['type']}: {params.get('args')}")
             elif method == "Runtime.exceptionThrown":
-                result.errors.append(f"exception: {params.get('exceptionDetails', {}).get('text')}")
+                details = params.get("exceptionDetails", {})
+                desc = (details.get("exception") or {}).get("description", "")
+                result.errors.append(f"exception: {details.get('text')} {desc}")
             elif method == "Log.entryAdded" and params.get("entry", {}).get("level") == "error":
                 entry = params["entry"]
                 result.errors.append(f"log: {entry.get('text')} {entry.get('url', '')}")
