@@ -11,7 +11,7 @@ from trainspeed.cli.main import main
 pytestmark = pytest.mark.timeout(180)
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "report"))
-from synth import step_records, write_run  # noqa: E402
+from report_synth import step_records, write_run  # noqa: E402
 
 FINDING = {"id": "data_bound", "severity": "critical", "title": "Training waits for data",
            "evidence": "data is 40% of step time", "recommendation": "num_workers=4",

@@ -83,7 +83,7 @@ def make_run_or_synthetic(run_dir: Path, **kw) -> Path:
             raise
         import warnings
 
-        from synth import step_records, write_run
+        from report_synth import step_records, write_run
 
         warnings.warn(f"Monitor unusable ({exc}); using a synthetic run directory", stacklevel=1)
         shutil.rmtree(run_dir, ignore_errors=True)

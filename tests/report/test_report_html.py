@@ -55,7 +55,7 @@ def test_single_run_page(run_a, tmp_path):
 
 
 def test_no_data_note_instead_of_empty_axes(tmp_path):
-    from synth import step_records, write_run
+    from report_synth import step_records, write_run
 
     records = step_records(50, slowdown_at=None, cuda=False)
     for r in records:
@@ -71,7 +71,7 @@ def test_no_data_note_instead_of_empty_axes(tmp_path):
 
 
 def test_trend_marked_on_step_time(tmp_path):
-    from synth import step_records, write_run
+    from report_synth import step_records, write_run
 
     summary_trend = {"slope_per_1000": 0.4, "since_step": 250, "phase": "data",
                      "message": "data time grows since step 250"}
@@ -88,7 +88,7 @@ def test_trend_marked_on_step_time(tmp_path):
 
 
 def test_long_run_svg_stays_small(tmp_path):
-    from synth import step_records, write_run
+    from report_synth import step_records, write_run
 
     lr = load_run(write_run(tmp_path / "long", step_records(2500, slowdown_at=None)))
     text = write_html(lr.run, tmp_path / "r.html", summary=lr.summary, findings=[]).read_text()

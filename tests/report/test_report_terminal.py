@@ -53,7 +53,7 @@ def test_mfu_invalid_and_missing_are_flagged():
 
 
 def test_skipped_lines_are_listed(tmp_path):
-    from synth import step_records, write_run
+    from report_synth import step_records, write_run
 
     run_dir = write_run(tmp_path / "broken", step_records(40, slowdown_at=None),
                         extra_step_lines=['{"schema": 1, "step": 5', "[1, 2]", '{"schema": 1, "step": 7}'])

@@ -9,7 +9,7 @@ import struct
 
 import pytest
 
-from browser import find_chromium, load_page
+from report_browser import find_chromium, load_page
 
 pytestmark = [
     pytest.mark.timeout(180),
