@@ -1,0 +1,109 @@
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+
+import pytest
+import torch
+
+from trainspeed.engine.checkpoint.emergency import EmergencySaver, is_oom
+
+pytestmark = pytest.mark.timeout(90)
+
+
+def test_sigterm_sets_flag_and_exits_143():
+    before = signal.getsignal(signal.SIGTERM)
+    seen = []
+    with EmergencySaver(on_signal=seen.append) as saver:
+        assert saver.installed and not saver.requested
+        saver.exit()  # nothing requested: a no-op
+        os.kill(os.getpid(), signal.SIGTERM)
+        assert saver.requested and saver.signal_name == "SIGTERM" and saver.exit_code == 143
+        assert seen == [signal.SIGTERM]
+        with pytest.raises(SystemExit) as info:
+            saver.exit()
+        assert info.value.code == 143
+    assert signal.getsignal(signal.SIGTERM) is before
+
+
+def test_sigint_first_sets_flag_second_interrupts_at_once():
+    before = signal.getsignal(signal.SIGINT)
+    with EmergencySaver() as saver:
+        os.kill(os.getpid(), signal.SIGINT)  # first Ctrl-C: no exception, just the request
+        assert saver.requested and saver.signal_name == "SIGINT"
+        with pytest.raises(KeyboardInterrupt):
+            os.kill(os.getpid(), signal.SIGINT)  # second Ctrl-C while "saving"
+        with pytest.raises(KeyboardInterrupt):
+            saver.exit()
+    assert signal.getsignal(signal.SIGINT) is before
+
+
+def test_off_main_thread_is_inactive_with_warning():
+    result = {}
+
+    def run():
+        with pytest.warns(UserWarning, match="main thread"):
+            with EmergencySaver() as saver:
+                result["installed"] = saver.installed
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    thread.join()
+    assert result == {"installed": False}
+    with EmergencySaver(enabled=False) as saver:
+        assert not saver.installed
+
+
+def test_is_oom():
+    assert is_oom(torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB"))
+    assert is_oom(RuntimeError("CUDA error: out of memory"))
+    assert is_oom(RuntimeError("[enforce fail at alloc_cpu.cpp] DefaultCPUAllocator: can't allocate memory: you tried to allocate 1 bytes. Error code 12 (Cannot allocate memory) out of memory"))
+    assert is_oom(MemoryError())
+    assert not is_oom(RuntimeError("shape mismatch"))
+    assert not is_oom(ValueError("out of memory"))  # only runtime/memory errors count
+
+
+SCRIPT = textwrap.dedent(
+    """
+    import sys, torch
+    from trainspeed.engine.checkpoint import CheckpointManager, EmergencySaver, TrainState, build_checkpoint
+    events = []
+    mgr = CheckpointManager(sys.argv[1], async_save=True, on_event=events.append)
+    model = torch.nn.Linear(4, 4)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with EmergencySaver() as emergency:
+        step = 0
+        while True:
+            step += 1
+            model(torch.randn(2, 4)).sum().backward(); opt.step(); opt.zero_grad()
+            if step == 3:
+                print("running", flush=True)
+            if emergency.requested:
+                mgr.save(build_checkpoint(model, opt, counters=TrainState(step=step)), step)
+                mgr.close()
+                print("saved", step, events[-1]["type"], flush=True)
+                emergency.exit()
+    """
+)
+
+
+def test_sigterm_in_a_training_loop_saves_then_exits_143(tmp_path):
+    from trainspeed.engine.checkpoint import CheckpointManager, restore_checkpoint
+
+    script = tmp_path / "loop.py"
+    script.write_text(SCRIPT)
+    proc = subprocess.Popen([sys.executable, str(script), str(tmp_path / "ck")],
+                            stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "running"
+    proc.send_signal(signal.SIGTERM)
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 143
+    _, step, kind = out.split()
+    path = CheckpointManager(tmp_path / "ck").find_resumable()
+    assert path is not None and kind == "checkpoint"
+    counters = restore_checkpoint(torch.load(path, weights_only=True), torch.nn.Linear(4, 4))
+    assert counters.step == int(step) >= 3
