@@ -48,7 +48,7 @@ def test_monitor_writes_one_record_per_step_with_losses(tmp_path):
     assert [r["loss"] for r in run.steps] == pytest.approx(losses, rel=1e-6)
     assert all(set(r["phases"]) == set(PHASES) for r in run.steps)
     assert [r["warmup"] for r in run.steps] == [True] * 3 + [False] * 17
-    assert run.steps[0]["pad_share"] == pytest.approx(0.25)
+    assert run.steps[0]["pad_share"] == pytest.approx(8 / 40)
     assert summary["steps"] == 20 and summary["measured_steps"] == 17
     assert summary["loss"]["first"] == pytest.approx(losses[0], rel=1e-6)
     assert (tmp_path / "run" / "env.json").exists()

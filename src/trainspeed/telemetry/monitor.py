@@ -293,7 +293,9 @@ class Monitor:
                     "phases": phase_map,
                     "samples": int(self._samples[i]),
                     "tokens": tokens,
-                    "pad_share": (int(self._pad[i]) / tokens) if tokens else None,
+                    # tokens counts real tokens; padding is on top of them
+                    "pad_share": (int(self._pad[i]) / (tokens + int(self._pad[i])))
+                    if tokens or self._pad[i] else None,
                     "loss": _finite(losses[i]),
                     "lr": _finite(self._lr[i]),
                     "mem": mem,

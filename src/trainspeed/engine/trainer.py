@@ -1,0 +1,348 @@
+"""`Trainer`: the training loop, every speed technique one config switch away.
+
+    trainer = Trainer(model, loss_fn, train_data, val_data, config="fast.yaml")
+    summary = trainer.fit()
+
+`loss_fn(model, batch) -> loss` (a scalar mean over the batch; or `(loss, metrics_dict)`).
+The loop below reads top to bottom: fetch k micro-batches (data), copy (h2d), forward,
+backward, optimizer step, then evaluation and checkpoints at their intervals. Setup lives
+in setup.py; each switch is a plain function in its own module.
+"""
+
+from __future__ import annotations
+
+import time
+from contextlib import nullcontext
+from typing import Any, Callable, Iterable, Iterator, Sequence
+
+import torch
+from torch import nn
+
+from trainspeed.config import TrainConfig, config_to_dict, load_config
+from trainspeed.engine.events import Callback, CallbackList, Event, TrainerState
+from trainspeed.engine.setup import (
+    DataParts, build_loaders, prepare_model, resolve_device, run_dir_for, seed_everything,
+    set_threads, world,
+)
+from trainspeed.errors import TrainspeedError
+
+
+class NonFiniteLossError(TrainspeedError):
+    """The loss became NaN/Inf and nan_policy is "stop"."""
+
+
+def _first_tensor(batch: Any) -> torch.Tensor | None:
+    if isinstance(batch, torch.Tensor):
+        return batch
+    values = batch.values() if isinstance(batch, dict) else batch if isinstance(batch, (list, tuple)) else ()
+    for value in values:
+        found = _first_tensor(value)
+        if found is not None:
+            return found
+    return None
+
+
+def _default_stats(batch: Any):
+    from trainspeed.recipes.base import BatchStats
+
+    tensor = _first_tensor(batch)
+    return BatchStats(samples=int(tensor.shape[0]) if tensor is not None and tensor.dim() else 1)
+
+
+def _groups(batches: Iterable[Any], k: int) -> Iterator[list[Any]]:
+    """k consecutive batches per optimizer step; a shorter last group is kept."""
+    group: list[Any] = []
+    for batch in batches:
+        group.append(batch)
+        if len(group) == k:
+            yield group
+            group = []
+    if group:
+        yield group
+
+
+class Trainer:
+    def __init__(
+        self,
+        model: nn.Module,
+        loss_fn: Callable[[nn.Module, Any], Any],
+        train_data: Any,
+        val_data: Any = None,
+        optimizer: torch.optim.Optimizer | None = None,
+        *,
+        config: TrainConfig | dict | str | None = None,
+        callbacks: Sequence[Callback] = (),
+        collate_fn: Callable | None = None,
+        batch_stats: Callable[[Any], Any] | None = None,
+        lengths: Sequence[int] | None = None,
+        eval_metrics: Callable[[nn.Module, Iterable], dict] | None = None,
+        scheduler: Any = None,
+        flops_per_token: float | None = None,
+    ) -> None:
+        from trainspeed.engine.optim import build_optimizer
+        from trainspeed.engine.precision import setup_precision
+
+        self.cfg = config if isinstance(config, TrainConfig) else load_config(config)
+        set_threads(self.cfg)
+        seed_everything(self.cfg.run.seed)
+        self.device = resolve_device(self.cfg.run.device)
+        self.rank, self.world_size = world()
+        parts = prepare_model(model, self.cfg, self.device)
+        self.model, self.eager = parts.model, parts.eager
+        self.notes = list(parts.notes)
+        self.compiled = parts.compiled
+        self.loss_fn = loss_fn
+        self.precision = setup_precision(self.cfg.precision, self.device)
+        self.notes += list(getattr(self.precision, "notes", []) or [])
+        if optimizer is None:
+            optimizer, info = build_optimizer(self.eager, self.cfg.optim, self.device)
+            self.notes.append(f"optimizer: {info}")
+        self.optimizer = optimizer
+        self.scheduler = scheduler
+        self.data = DataParts(train=train_data, val=val_data, collate_fn=collate_fn,
+                              batch_stats=batch_stats, lengths=lengths)
+        self.eval_metrics = eval_metrics
+        self.flops_per_token = flops_per_token
+        self.callbacks = CallbackList(callbacks)
+        self.state = TrainerState(trainer=self)
+        self.run_dir = run_dir_for(self.cfg)
+        self.monitor: Any = None
+        self._nonfinite: torch.Tensor | None = None
+
+    # ------------------------------------------------------------------ fit
+    def fit(self) -> dict[str, Any]:
+        """Train until run.max_steps (or run.max_epochs); return the run summary."""
+        from trainspeed.engine.schedule import build_scheduler
+        from trainspeed.telemetry.monitor import Monitor
+
+        cfg = self.cfg
+        loaders = build_loaders(self.data, cfg, self.device, self.rank, self.world_size)
+        total = self._total_steps(loaders.train)
+        if self.scheduler is None:
+            self.scheduler = build_scheduler(self.optimizer, cfg.optim, total)
+        self.monitor = mon = Monitor(
+            self.run_dir, device=self.device, log_every=cfg.logging.every,
+            sinks=tuple(cfg.logging.sinks) + (("console",) if cfg.logging.progress and "console" not in cfg.logging.sinks else ()),
+            warmup_steps=cfg.logging.warmup_steps, precision=cfg.precision.mode,
+            config=config_to_dict(cfg), total_steps=total, rank=self.rank,
+        )
+        for note in self.notes + loaders.notes:
+            mon.event("note", message=note)
+        self._record_peak(mon)
+        # Seed right before the loop: setup above (peak measurement, loader creation) must not
+        # shift the random stream that dropout and augmentation see.
+        seed_everything(cfg.run.seed)
+        try:
+            self._loop(loaders, mon, total)
+        except BaseException as exc:
+            mon.close(error=exc)
+            raise
+        return mon.close()
+
+    def _loop(self, loaders, mon, total_steps: int) -> None:
+        cfg, st, fire = self.cfg, self.state, self.callbacks.fire
+        self.model.train()
+        fire(Event.FIT_START, st)
+        while st.step < total_steps and not st.should_stop:
+            self._set_epoch(loaders.train_sampler, st.epoch)
+            fire(Event.EPOCH_START, st)
+            for micro_batches in _groups(self._batches(loaders.train, mon), cfg.accumulation.steps):
+                fire(Event.BATCH_START, st)
+                loss, stats = self._train_step(micro_batches, mon)
+                st.step += 1
+                st.batch_in_epoch += len(micro_batches)
+                st.samples += stats[0]
+                st.tokens += stats[1]
+                st.loss, st.lr = loss, self.optimizer.param_groups[0]["lr"]
+                fire(Event.BATCH_END, st)
+                # Interval work (eval, checkpoints) belongs to the step that triggers it, so the
+                # step record shows its cost: close the Monitor's step only after it.
+                if self._eval_due():
+                    self._evaluate(loaders.val, mon)
+                mon.step(samples=stats[0], tokens=stats[1], pad_tokens=stats[2], loss=loss, lr=st.lr)
+                self._check_nonfinite_at_interval(mon)
+                if st.step >= total_steps or st.should_stop:
+                    break
+            else:  # the epoch ran out of batches
+                fire(Event.EPOCH_END, st)
+                st.epoch += 1
+                st.batch_in_epoch = 0
+                continue
+            break
+        if cfg.eval.at_end and loaders.val is not None and st.metrics.get("_at_step") != st.step:
+            self._evaluate(loaders.val, mon)
+        fire(Event.FIT_END, st)
+
+    def _train_step(self, micro_batches: list[tuple[Any, Any]], mon) -> tuple[torch.Tensor, tuple[int, int, int]]:
+        from trainspeed.engine.accumulation import micro_batch_weights
+        from trainspeed.engine.data.prefetch import move_to_device
+
+        cfg, fire, st = self.cfg, self.callbacks.fire, self.state
+        stats = [s for _, s in micro_batches]
+        weights = micro_batch_weights([s.tokens for s in stats], cfg.accumulation.normalize) \
+            if len(micro_batches) > 1 else [1.0]
+        first_step = st.step == 0
+        if first_step:
+            self._record_flops(mon, micro_batches[0][0], stats[0])
+        t0 = time.perf_counter()
+        total_loss: torch.Tensor | None = None
+        for i, ((batch, _), weight) in enumerate(zip(micro_batches, weights)):
+            with mon.phase("h2d"):
+                batch = move_to_device(batch, self.device, cfg.data.non_blocking)
+            last = i == len(micro_batches) - 1
+            # DDP: skip the gradient all-reduce on all but the last micro-batch.
+            no_sync = self.model.no_sync() if not last and hasattr(self.model, "no_sync") else nullcontext()
+            with no_sync:
+                with mon.phase("forward"), self.precision.autocast():
+                    loss = self._loss(self.model, batch)
+                fire(Event.AFTER_FORWARD, st)
+                with mon.phase("backward"):
+                    self.precision.backward(loss if weight == 1.0 else loss * weight)
+                fire(Event.AFTER_BACKWARD, st)
+            part = loss.detach() if weight == 1.0 else loss.detach() * weight
+            total_loss = part if total_loss is None else total_loss + part
+        assert total_loss is not None  # noqa: S101 - at least one micro-batch by construction
+        with mon.phase("optimizer"):
+            if self._should_skip(total_loss, mon):
+                self.optimizer.zero_grad(set_to_none=True)
+            else:
+                if cfg.optim.grad_clip:
+                    self.precision.unscale_(self.optimizer)
+                    torch.nn.utils.clip_grad_norm_(self.eager.parameters(), cfg.optim.grad_clip)
+                self.precision.step(self.optimizer)
+                self.optimizer.zero_grad(set_to_none=True)
+                self.scheduler.step()
+            fire(Event.OPTIMIZER_STEP, st)
+        if first_step and self.compiled:
+            mon.mark_warmup()
+            mon.event("compile", mode=cfg.compile.mode, first_step_s=time.perf_counter() - t0)
+        reason = getattr(self.model, "fallback_reason", None)
+        if reason and not getattr(self, "_fallback_reported", False):
+            self._fallback_reported = True
+            mon.event("warning", message=f"torch.compile failed; running eager: {reason}")
+        totals = (sum(s.samples for s in stats), sum(s.tokens for s in stats),
+                  sum(s.pad_tokens for s in stats))
+        return total_loss, totals
+
+    # ------------------------------------------------------------------ pieces
+    def _loss(self, model: nn.Module, batch: Any) -> torch.Tensor:
+        out = self.loss_fn(model, batch)
+        return out[0] if isinstance(out, tuple) else out
+
+    def _batches(self, loader: Iterable[Any], mon) -> Iterator[tuple[Any, Any]]:
+        """(batch, stats) pairs; stats are computed on the host batch, before any copy, so
+        counting tokens never forces a device sync."""
+        stats_fn = self.data.batch_stats or _default_stats
+        for batch in mon.loader(loader):
+            yield batch, stats_fn(batch)
+
+    def _should_skip(self, loss: torch.Tensor, mon) -> bool:
+        policy = self.cfg.nan_policy
+        if policy == "ignore":
+            return False
+        if policy == "skip":
+            # Deliberate per-step sync: skipping needs the answer before optimizer.step().
+            if bool(torch.isfinite(loss).item()):
+                return False
+            mon.event("anomaly", kind="nonfinite_loss", action="skipped", at_step=self.state.step + 1)
+            self.callbacks.fire(Event.ANOMALY, self.state)
+            return True
+        # "stop": counted on the device, checked at the log interval (no per-step sync).
+        bad = (~torch.isfinite(loss)).to(torch.int32)
+        self._nonfinite = bad if self._nonfinite is None else self._nonfinite + bad
+        return False
+
+    def _check_nonfinite_at_interval(self, mon) -> None:
+        if self._nonfinite is None or self.state.step % self.cfg.logging.every:
+            return
+        count = int(self._nonfinite.item())  # sync at the log interval only
+        if count:
+            mon.event("anomaly", kind="nonfinite_loss", action="stopped", count=count)
+            self.callbacks.fire(Event.ANOMALY, self.state)
+            raise NonFiniteLossError(
+                f"the loss was NaN/Inf in {count} of the last {self.cfg.logging.every} steps "
+                f"(up to step {self.state.step}). Lower optim.lr, enable optim.grad_clip, use "
+                "precision.mode=bf16-mixed instead of fp16, or set nan_policy=skip."
+            )
+
+    def _eval_due(self) -> bool:
+        every = self.cfg.eval.every_steps
+        return bool(every) and self.data.val is not None and self.state.step % every == 0
+
+    def _evaluate(self, val_loader: Iterable[Any] | None, mon) -> dict[str, float]:
+        from trainspeed.engine.data.prefetch import move_to_device
+
+        if val_loader is None:
+            return {}
+        st, limit = self.state, self.cfg.eval.limit_val_batches
+        self.callbacks.fire(Event.EVAL_START, st)
+        t0 = time.perf_counter()
+        stats_fn = self.data.batch_stats or _default_stats
+        with mon.phase("eval"):
+            self.eager.eval()
+            total = torch.zeros((), device=self.device)
+            weight_sum = 0
+            with torch.no_grad(), self.precision.autocast():
+                for i, batch in enumerate(val_loader):
+                    if limit is not None and i >= limit:
+                        break
+                    s = stats_fn(batch)
+                    w = s.tokens if self.cfg.accumulation.normalize == "tokens" and s.tokens else s.samples
+                    batch = move_to_device(batch, self.device, self.cfg.data.non_blocking)
+                    total += self._loss(self.eager, batch).detach().float() * w
+                    weight_sum += w
+            metrics = {"val_loss": float(total.item()) / max(weight_sum, 1)}  # one sync per evaluation
+            if self.eval_metrics is not None:
+                metrics.update(self.eval_metrics(self.eager, val_loader))
+            self.eager.train()
+        st.metrics = {**metrics, "_at_step": st.step}
+        mon.event("eval", seconds=time.perf_counter() - t0, **metrics)
+        self.callbacks.fire(Event.EVAL_END, st)
+        return metrics
+
+    def _total_steps(self, loader: Any) -> int:
+        run = self.cfg.run
+        if run.max_steps:
+            return run.max_steps
+        try:
+            per_epoch = -(-len(loader) // self.cfg.accumulation.steps)
+        except TypeError as exc:
+            raise TrainspeedError(
+                "run.max_steps is not set and the training data has no length (an "
+                "IterableDataset?), so the number of steps is unknown. Set run.max_steps."
+            ) from exc
+        return per_epoch * (run.max_epochs or 1)
+
+    @staticmethod
+    def _set_epoch(sampler: Any, epoch: int) -> None:
+        if sampler is not None and hasattr(sampler, "set_epoch"):
+            sampler.set_epoch(epoch)
+
+    def _record_peak(self, mon) -> None:
+        try:
+            from trainspeed.telemetry.peaks import dtype_for_precision, peak_for
+
+            peak = peak_for(self.device, dtype_for_precision(self.cfg.precision.mode))
+        except Exception as exc:  # noqa: BLE001 - MFU is optional; training is not
+            mon.event("warning", message=f"peak FLOP/s unknown: {exc}")
+            return
+        if peak is not None:
+            mon.event("peak_flops", name=peak.name, dtype=peak.dtype, flops=peak.flops, source=peak.source)
+
+    def _record_flops(self, mon, batch: Any, stats: Any) -> None:
+        """FLOPs of one optimizer step, for MFU: analytic when the recipe knows them, else
+        counted once with FlopCounterMode on the first batch (excluded from timing)."""
+        k = self.cfg.accumulation.steps
+        if self.flops_per_token and stats.tokens:
+            mon.set_flops_per_step(self.flops_per_token * stats.tokens * k)
+            return
+        try:
+            from trainspeed.engine.data.prefetch import move_to_device
+            from trainspeed.telemetry.flops import count_train_step_flops
+
+            on_device = move_to_device(batch, self.device, False)
+            flops = count_train_step_flops(self.eager, self._loss, on_device)
+            mon.set_flops_per_step(flops * k)
+        except Exception as exc:  # noqa: BLE001 - MFU is optional; training is not
+            mon.event("warning", message=f"FLOP counting failed, MFU not reported: {exc}")
+        mon.mark_warmup()

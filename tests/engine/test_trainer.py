@@ -1,0 +1,147 @@
+"""The Trainer against a hand-written PyTorch loop, accumulation, NaN policies, events."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from torch import nn
+from torch.utils.data import TensorDataset
+
+from trainspeed.engine.events import Callback, Event
+from trainspeed.engine.trainer import NonFiniteLossError, Trainer
+from trainspeed.telemetry import read_run
+
+pytestmark = pytest.mark.timeout(180)
+
+
+def _data(n=64, seed=1):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, 6, generator=g)
+    y = x @ torch.randn(6, 1, generator=g) + 0.1 * torch.randn(n, 1, generator=g)
+    return TensorDataset(x, y)
+
+
+def _model(seed=0):
+    torch.manual_seed(seed)
+    return nn.Sequential(nn.Linear(6, 16), nn.Tanh(), nn.Dropout(0.1), nn.Linear(16, 1))
+
+
+def mse(model, batch):
+    x, y = batch
+    return nn.functional.mse_loss(model(x), y)
+
+
+def _config(tmp_path, **sections):
+    cfg = {
+        "run": {"out_dir": str(tmp_path), "name": "t", "max_steps": 12, "seed": 3},
+        "data": {"batch_size": 8, "shuffle": False},
+        "logging": {"every": 5, "warmup_steps": 0, "progress": False},
+        "checkpoint": {"save_final": False},
+        "eval": {"at_end": False},
+    }
+    for key, value in sections.items():
+        cfg.setdefault(key, {}).update(value)
+    return cfg
+
+
+def test_switches_off_reproduces_a_hand_written_loop_exactly(tmp_path):
+    dataset = _data()
+    # the hand-written loop
+    model = _model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    torch.manual_seed(3)
+    expected = []
+    loader = torch.utils.data.DataLoader(dataset, batch_size=8, shuffle=False,
+                                         generator=torch.Generator().manual_seed(0))
+    while len(expected) < 12:
+        for batch in loader:
+            loss = mse(model, batch)
+            loss.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            expected.append(loss.item())
+            if len(expected) == 12:
+                break
+    # the same work in the Trainer
+    model2 = _model()
+    opt2 = torch.optim.SGD(model2.parameters(), lr=0.05, momentum=0.9)
+    trainer = Trainer(model2, mse, dataset, optimizer=opt2, config=_config(tmp_path))
+    summary = trainer.fit()
+    run = read_run(tmp_path / "t")
+    assert [r["loss"] for r in run.steps] == expected  # bit for bit
+    for p, q in zip(model.parameters(), model2.parameters()):
+        assert torch.equal(p, q)
+    assert summary["steps"] == 12
+    assert summary["phases"]["forward"]["share"] > 0
+
+
+def test_accumulation_of_k_microbatches_equals_one_big_batch(tmp_path):
+    dataset = _data(n=96)
+    results = []
+    for k, bs in ((1, 12), (3, 4)):
+        model = nn.Linear(6, 1)
+        torch.nn.init.zeros_(model.weight)
+        torch.nn.init.zeros_(model.bias)
+        cfg = _config(tmp_path, run={"name": f"acc{k}", "max_steps": 6},
+                      data={"batch_size": bs}, accumulation={"steps": k},
+                      optim={"name": "sgd", "lr": 0.1, "weight_decay": 0.0})
+        Trainer(model, mse, dataset, config=cfg).fit()
+        results.append((model.weight.detach().clone(), read_run(tmp_path / f"acc{k}")))
+    (w1, run1), (w3, run3) = results
+    torch.testing.assert_close(w1, w3, rtol=1e-5, atol=1e-6)
+    l1 = [r["loss"] for r in run1.steps]
+    l3 = [r["loss"] for r in run3.steps]
+    assert l1 == pytest.approx(l3, rel=1e-5)
+    assert [r["samples"] for r in run3.steps] == [12] * 6
+
+
+class Recorder(Callback):
+    def __init__(self):
+        self.events = []
+
+    def on_event(self, event, state):
+        self.events.append(event)
+
+
+def test_events_fire_in_order_and_eval_is_timed(tmp_path):
+    rec = Recorder()
+    cfg = _config(tmp_path, run={"max_steps": 4}, eval={"every_steps": 2, "limit_val_batches": 2})
+    Trainer(_model(), mse, _data(), _data(n=32, seed=5), config=cfg, callbacks=[rec]).fit()
+    ev = rec.events
+    assert ev[0] is Event.FIT_START and ev[-1] is Event.FIT_END
+    first_step = ev[ev.index(Event.BATCH_START):ev.index(Event.BATCH_END) + 1]
+    assert first_step == [Event.BATCH_START, Event.AFTER_FORWARD, Event.AFTER_BACKWARD,
+                          Event.OPTIMIZER_STEP, Event.BATCH_END]
+    assert ev.count(Event.EVAL_START) == 2
+    run = read_run(tmp_path / "t")
+    evals = run.events_of("eval")
+    assert len(evals) == 2 and evals[0]["data"]["val_loss"] > 0
+    assert run.steps[1]["phases"]["eval"] > 0 and run.steps[0]["phases"]["eval"] == 0
+
+
+def test_nan_policy_skip_and_stop(tmp_path):
+    calls = {"n": 0}
+
+    def flaky(model, batch):
+        calls["n"] += 1
+        loss = mse(model, batch)
+        return loss * math.nan if calls["n"] == 3 else loss
+
+    model = _model()
+    cfg = _config(tmp_path, run={"name": "skip", "max_steps": 5})
+    cfg["nan_policy"] = "skip"
+    Trainer(model, flaky, _data(), config=cfg).fit()
+    assert all(torch.isfinite(p).all() for p in model.parameters())
+    run = read_run(tmp_path / "skip")
+    anomalies = run.events_of("anomaly")
+    assert len(anomalies) == 1 and anomalies[0]["data"]["action"] == "skipped"
+
+    calls["n"] = 0
+    cfg = _config(tmp_path, run={"name": "stop", "max_steps": 10})
+    cfg["nan_policy"] = "stop"
+    with pytest.raises(NonFiniteLossError, match=r"NaN/Inf in [1-5] of the last 5 steps \(up to step 5\)"):
+        Trainer(_model(), flaky, _data(), config=cfg).fit()
+    report = read_run(tmp_path / "stop").report
+    assert "NonFiniteLossError" in report["traceback"]
