@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import shutil
 import sys
 from pathlib import Path
 
@@ -73,31 +72,13 @@ FINDINGS = [
 ]
 
 
-def make_run_or_synthetic(run_dir: Path, **kw) -> Path:
-    """A real Monitor run; while Monitor's own helper modules (telemetry.memory/env) have not
-    landed yet, a schema-1 run written directly (same shape, CPU fields only)."""
-    try:
-        return make_run(run_dir, **kw)
-    except ModuleNotFoundError as exc:
-        if not (exc.name or "").startswith("trainspeed.telemetry."):
-            raise
-        import warnings
-
-        from report_synth import step_records, write_run
-
-        warnings.warn(f"Monitor unusable ({exc}); using a synthetic run directory", stacklevel=1)
-        shutil.rmtree(run_dir, ignore_errors=True)
-        records = step_records(30, slowdown_at=None, cuda=False, seed=kw.get("hidden", 32))
-        return write_run(run_dir, records, device="cpu")
-
-
 @pytest.fixture(scope="session")
 def run_a(tmp_path_factory) -> Path:
-    path = make_run_or_synthetic(tmp_path_factory.mktemp("runs") / "baseline", slow_data=True)
+    path = make_run(tmp_path_factory.mktemp("runs") / "baseline", slow_data=True)
     add_findings(path, FINDINGS)
     return path
 
 
 @pytest.fixture(scope="session")
 def run_b(tmp_path_factory) -> Path:
-    return make_run_or_synthetic(tmp_path_factory.mktemp("runs") / "tuned", hidden=16)
+    return make_run(tmp_path_factory.mktemp("runs") / "tuned", hidden=16)
