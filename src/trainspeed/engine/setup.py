@@ -58,6 +58,7 @@ class DataParts:
 class Loaders:
     train: Any
     train_sampler: Any = None
+    train_bundle: Any = None  # LoaderBundle: advance()/state_dict() for exact resume
     val: Any = None
     notes: list[str] = field(default_factory=list)
 
@@ -71,6 +72,7 @@ def build_loaders(parts: DataParts, cfg: TrainConfig, device: torch.device,
     from trainspeed.engine.data.loader import build_dataloader
 
     notes: list[str] = []
+    bundle = None
     if isinstance(parts.train, DataLoader):
         train, sampler = parts.train, None
     else:
@@ -87,7 +89,7 @@ def build_loaders(parts: DataParts, cfg: TrainConfig, device: torch.device,
             val = build_dataloader(parts.val, cfg.data, collate_fn=parts.collate_fn,
                                    lengths=None, device=str(device), seed=cfg.run.seed,
                                    rank=rank, world_size=world_size, train=False).loader
-    return Loaders(train=train, train_sampler=sampler, val=val, notes=notes)
+    return Loaders(train=train, train_sampler=sampler, train_bundle=bundle, val=val, notes=notes)
 
 
 @dataclass

@@ -153,6 +153,8 @@ class Trainer:
                 st.batch_in_epoch += len(micro_batches)
                 st.samples += stats[0]
                 st.tokens += stats[1]
+                if loaders.train_bundle is not None:  # what was trained, not what was prefetched
+                    loaders.train_bundle.advance(stats[0], batches=len(micro_batches))
                 st.loss, st.lr = loss, self.optimizer.param_groups[0]["lr"]
                 fire(Event.BATCH_END, st)
                 # Interval work (eval, checkpoints) belongs to the step that triggers it, so the
@@ -233,6 +235,16 @@ class Trainer:
         """(batch, stats) pairs; stats are computed on the host batch, before any copy, so
         counting tokens never forces a device sync."""
         stats_fn = self.data.batch_stats or _default_stats
+        if self.cfg.data.device_prefetch and self.device.type == "cuda":
+            from trainspeed.engine.data.prefetch import DevicePrefetcher
+
+            # Copies batch i+1 on a side stream while batch i trains; stats are taken on the
+            # host batch inside the prefetcher, before its copy.
+            prefetcher = DevicePrefetcher(loader, self.device, non_blocking=self.cfg.data.non_blocking,
+                                          stats_fn=stats_fn)
+            for batch in mon.loader(prefetcher):
+                yield batch, prefetcher.last_stats
+            return
         for batch in mon.loader(loader):
             yield batch, stats_fn(batch)
 
