@@ -136,7 +136,8 @@ def _have_toolchain():
 
 @pytest.mark.slow
 @pytest.mark.timeout(300)
-@pytest.mark.skipif(not _have_toolchain(), reason="torch.compile/inductor needs dynamo support and a C++ compiler")
+@pytest.mark.skipif(not _have_toolchain(),
+                    reason="torch.compile/inductor needs dynamo support and a C++ compiler")
 def test_real_compile_matches_eager_on_cpu():
     torch._dynamo.reset()
     model = nn.Sequential(nn.Linear(4, 16), nn.GELU(), nn.Linear(16, 3))

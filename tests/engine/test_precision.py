@@ -86,11 +86,12 @@ def _scaled_step(prec, model, opt, poison: bool):
     return prec.step(opt)
 
 
-def test_grad_scaler_detects_skipped_step():
+@pytest.mark.parametrize("kernel", [{"foreach": False}, {"fused": True}])  # fused: inf check in-kernel
+def test_grad_scaler_detects_skipped_step(kernel):
     torch.manual_seed(0)
     prec = setup_precision(PrecisionConfig(mode="fp16-mixed", init_scale=1024.0), "cpu", flags={"avx2"})
     model = nn.Linear(3, 2)
-    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    opt = torch.optim.AdamW(model.parameters(), lr=0.1, **kernel)
 
     before = model.weight.detach().clone()
     skipped = _scaled_step(prec, model, opt, poison=True)

@@ -85,7 +85,8 @@ def split_decay(model: nn.Module, decay_norm_and_bias: bool = False
     return decay, no_decay
 
 
-def param_groups(model: nn.Module, weight_decay: float, decay_norm_and_bias: bool = False) -> list[dict[str, Any]]:
+def param_groups(model: nn.Module, weight_decay: float,
+                 decay_norm_and_bias: bool = False) -> list[dict[str, Any]]:
     """Optimizer parameter groups: decayed weights, then the rest with weight_decay=0.
     Empty groups are left out."""
     if weight_decay < 0:
@@ -117,12 +118,14 @@ def _supported(kind: str) -> list[str]:
 def resolve_implementation(requested: str, device_type: str) -> tuple[str, str]:
     """(implementation, reason) for a requested implementation on a device type."""
     if requested not in IMPLEMENTATIONS:
-        raise ConfigError(f"optim.implementation must be one of {', '.join(IMPLEMENTATIONS)}, got {requested!r}")
+        raise ConfigError(f"optim.implementation must be one of {', '.join(IMPLEMENTATIONS)}, "
+                          f"got {requested!r}")
     fused_ok = device_type in _supported("fused")
     foreach_ok = device_type in _supported("foreach")
     if requested == "fused":
         if not fused_ok:
-            alternatives = "'foreach' or 'loop'" if foreach_ok else "'loop' (or 'foreach', a per-tensor fallback here)"
+            alternatives = ("'foreach' or 'loop'" if foreach_ok
+                            else "'loop' (or 'foreach', a per-tensor fallback here)")
             raise ConfigError(
                 f"optim.implementation='fused' is not supported on device '{device_type}' by this "
                 f"PyTorch ({torch.__version__}; fused kernels exist for: {', '.join(_supported('fused'))}). "

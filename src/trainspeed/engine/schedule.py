@@ -54,7 +54,8 @@ def lr_factor(step: int, warmup: int, total: int | None, kind: Kind, min_ratio: 
     return min_ratio + (1.0 - min_ratio) * shape
 
 
-def build_scheduler(optimizer: torch.optim.Optimizer, cfg: Any, total_steps: int | None) -> torch.optim.lr_scheduler.LambdaLR:
+def build_scheduler(optimizer: torch.optim.Optimizer, cfg: Any,
+                    total_steps: int | None) -> torch.optim.lr_scheduler.LambdaLR:
     """LambdaLR over `lr_factor` from `cfg.schedule`, `cfg.warmup_steps`, `cfg.min_lr_ratio`.
 
     Call `scheduler.step()` once per optimizer step (not per micro-batch). The schedule is
