@@ -37,6 +37,19 @@ def test_to_host_keeps_tied_weights_tied():
     assert snap2["a"] is snap2["b"] and snap2["a"] is not snap2["c"]
 
 
+def test_pool_reuses_host_buffers_between_saves():
+    pool: dict = {}
+    w = torch.arange(6.0).reshape(2, 3)
+    first = to_host({"w": w, "step": torch.tensor(1)}, pool)
+    ptr = first["w"].data_ptr()
+    w.add_(10)
+    second = to_host({"w": w, "step": torch.tensor(2)}, pool)
+    assert second["w"].data_ptr() == ptr  # same buffer, overwritten in place
+    assert second["w"].tolist() == [[10.0, 11.0, 12.0], [13.0, 14.0, 15.0]] and int(second["step"]) == 2
+    third = to_host({"w": torch.zeros(4)}, pool)  # a new shape gets a new buffer
+    assert third["w"].data_ptr() != ptr and third["w"].tolist() == [0.0] * 4
+
+
 def test_one_write_at_a_time_and_bounded():
     saver = AsyncSaver()
     gate, gate2 = threading.Event(), threading.Event()

@@ -24,7 +24,8 @@ class _Copier:
     """Deep-copies a nested state to host memory, keeping tensors that alias each other aliased."""
 
     pool: dict[int, Any]
-    """Pinned host buffers from the previous save, by slot, reused when shape and dtype match."""
+    """Host buffers (pinned for CUDA sources) from the previous save, by slot, reused when shape
+    and dtype match: one host copy of the state stays allocated between saves."""
     slot: int = 0
     any_cuda: bool = False
 
@@ -60,17 +61,27 @@ class _Copier:
                    t.stride(), t.dtype)
             if key in memo:
                 return memo[key]
+        buf = self.pool.get(self.slot) if t.device.type in ("cuda", "cpu") else None
+        fits = (buf is not None and buf.shape == t.shape and buf.dtype == t.dtype
+                and (t.device.type != "cuda" or buf.is_pinned()))
         if t.device.type == "cuda":
             self.any_cuda = True
-            buf = self.pool.get(self.slot)
-            if buf is None or buf.shape != t.shape or buf.dtype != t.dtype:
+            if not fits:
                 buf = torch.empty(t.shape, dtype=t.dtype, device="cpu", pin_memory=True)
                 self.pool[self.slot] = buf
             self.slot += 1
             # Queued on the current stream; made visible by the one synchronize in to_host().
             out = buf.copy_(t, non_blocking=True)
         elif t.device.type == "cpu":
-            out = t.clone()  # training mutates parameters in place; the writer needs a snapshot
+            # Training mutates parameters in place, so the writer needs a snapshot. Reusing the
+            # previous save's buffer avoids fresh allocations, whose first-touch page faults cost
+            # more than the copy itself for a large model.
+            if fits:
+                out = buf.copy_(t)
+            else:
+                out = t.clone(memory_format=torch.contiguous_format)
+                self.pool[self.slot] = out
+            self.slot += 1
         else:
             out = t.to("cpu")
         if key is not None:
@@ -81,8 +92,9 @@ class _Copier:
 def to_host(state: Any, pool: dict[int, Any] | None = None) -> Any:
     """A deep copy of `state` whose tensors all live in CPU memory.
 
-    `pool` (slot -> pinned tensor) lets repeated saves reuse pinned buffers; pass the same dict
-    each time and do not reuse it while a previous copy is still being written.
+    `pool` (slot -> host tensor) lets repeated saves reuse host buffers (pinned ones for CUDA
+    tensors); pass the same dict each time, and only once the previous copy is no longer read:
+    the buffers are overwritten in place.
     """
     copier = _Copier(pool=pool if pool is not None else {})
     out = copier.copy(state, {})
