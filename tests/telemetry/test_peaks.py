@@ -89,6 +89,16 @@ def test_measure_matmul_peak_cpu_uses_two_n_cubed(monkeypatch):
     assert p.flops == pytest.approx(2 * 64**3 / 0.25)
 
 
+def test_measure_matmul_peak_stops_at_budget(monkeypatch):
+    # Each timed matmul "takes" 1 s: with a 2.5 s budget only 3 of 10 repeats run.
+    t = iter(float(i) for i in range(100))
+    calls = []
+    monkeypatch.setattr(peaks.time, "perf_counter", lambda: calls.append(1) or next(t))
+    p = measure_matmul_peak("cpu", torch.float32, n=8, repeats=10, budget_s=2.5)
+    assert len(calls) == 6  # 3 repeats x (start, stop)
+    assert p.flops == pytest.approx(2 * 8**3 / 1.0)
+
+
 def test_measure_matmul_peak_real_cpu_is_plausible():
     p = measure_matmul_peak("cpu", torch.float32, n=128, repeats=2)
     assert 1e7 < p.flops < 1e14  # somewhere between a very slow and an impossible CPU
@@ -98,7 +108,7 @@ def test_measure_matmul_peak_real_cpu_is_plausible():
 def test_peak_for_cpu_measures_and_caches(monkeypatch):
     calls = []
 
-    def fake(device, dtype, n=1024, repeats=5):
+    def fake(device, dtype, n=1024, repeats=5, budget_s=2.0):
         calls.append((str(device), dtype))
         return peaks.PeakFlops(name="cpu (fake)", dtype="fp32", flops=1e11, source="measured")
 

@@ -145,12 +145,20 @@ def lookup_peak(device_name: str, dtype: str) -> PeakFlops | None:
 _TORCH_DTYPE_NAMES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
 
 
-def measure_matmul_peak(device: "torch.device | str" = "cpu", dtype: "torch.dtype | None" = None, n: int = 1024, repeats: int = 5) -> PeakFlops:
+def measure_matmul_peak(
+    device: "torch.device | str" = "cpu",
+    dtype: "torch.dtype | None" = None,
+    n: int = 1024,
+    repeats: int = 5,
+    budget_s: float = 2.0,
+) -> PeakFlops:
     """Best-of-`repeats` FLOP/s of an n x n x n torch.matmul (2*n^3 FLOPs) on `device`.
 
     This is an achievable peak, not a theoretical one: MFU against it reads as "fraction of
     what a large matmul reaches on this machine". It runs eagerly and synchronizes, so call it
-    once at setup, never inside the training loop.
+    once at setup, never inside the training loop. Repeats stop early once `budget_s` seconds
+    are spent (an emulated dtype on CPU, e.g. fp16 without native units, can take seconds per
+    matmul); at least one timed repeat always runs.
     """
     import torch
 
@@ -178,10 +186,14 @@ def measure_matmul_peak(device: "torch.device | str" = "cpu", dtype: "torch.dtyp
                 stop.synchronize()  # deliberate sync: read the event pair of this repeat
                 best = min(best, start.elapsed_time(stop) / 1e3)
         else:
+            spent = 0.0
             for _ in range(repeats):
                 t0 = time.perf_counter()
                 torch.matmul(a, b)
-                best = min(best, time.perf_counter() - t0)
+                dt = time.perf_counter() - t0
+                best, spent = min(best, dt), spent + dt
+                if spent >= budget_s:
+                    break
     best = max(best, 1e-9)
     if dev.type == "cuda":
         name = torch.cuda.get_device_name(dev)
