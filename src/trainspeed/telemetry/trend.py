@@ -13,6 +13,7 @@ Two shapes are told apart:
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
@@ -171,12 +172,9 @@ def _bin(x: np.ndarray, arrays: list[np.ndarray], max_points: int) -> tuple[np.n
     cut = nb * size
 
     def med(a: np.ndarray) -> np.ndarray:
-        with np.errstate(all="ignore"):
-            import warnings
-
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", RuntimeWarning)
-                return np.nanmedian(a[:cut].reshape(nb, size), axis=1)
+        with warnings.catch_warnings():  # an all-NaN bin (unresolved timers) is NaN, not a warning
+            warnings.simplefilter("ignore", RuntimeWarning)
+            return np.nanmedian(a[:cut].reshape(nb, size), axis=1)
 
     return med(x), [med(a) for a in arrays]
 
