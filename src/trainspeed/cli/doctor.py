@@ -1,0 +1,72 @@
+"""`trainspeed doctor [--steps N] [--out DIR] [--log-every K] [--json] -- python train.py ARGS`
+
+Runs the unchanged script in-process under instrumentation, writes a run directory and prints
+the ranked findings. The exit code is the script's own (0 when stopped after N steps).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "doctor",
+        help="diagnose an unchanged training script: what is slow, and why",
+        description=("Run a training script for N optimizer steps under instrumentation and rank what "
+                     "makes it slow. Examples: trainspeed doctor -- python train.py --lr 3e-4 ; "
+                     "trainspeed doctor --steps 100 -- python -m mypkg.train"),
+    )
+    parser.add_argument("--steps", type=int, default=200,
+                        help="stop after N optimizer steps (default 200; 0 = run the script to the end)")
+    parser.add_argument("--out", default=None, help="run directory (default runs/doctor-<script>-<time>)")
+    parser.add_argument("--log-every", type=int, default=20, help="steps between flushes of step records")
+    parser.add_argument("--json", action="store_true", help="print report.json instead of the text report")
+    parser.add_argument("--device", default=None, choices=("cpu", "cuda"),
+                        help="phase clock (default: cuda when available)")
+    parser.add_argument("--no-html", action="store_true", help="do not write report.html")
+    parser.add_argument("command", nargs=argparse.REMAINDER,
+                        help="the training command, after `--`: python train.py ARGS")
+    parser.set_defaults(run=run)
+
+
+def _print_text(result: Any, *, html: bool) -> None:
+    try:
+        from trainspeed.report import render_run  # type: ignore[attr-defined]
+    except ImportError:
+        render_run = None
+    if render_run is not None:
+        try:
+            render_run(result.run_dir, html=html)
+            return
+        except Exception as exc:  # noqa: BLE001 - the findings are printed below instead
+            print(f"trainspeed doctor: report rendering failed ({type(exc).__name__}: {exc})", file=sys.stderr)
+    from trainspeed.doctor.findings import format_findings
+
+    print(format_findings(result.findings, limit=10))
+
+
+def run(args: argparse.Namespace) -> int:
+    from trainspeed.doctor.runner import DoctorConfig, run_doctor
+
+    command = list(args.command)
+    if command and command[0] == "--":
+        command = command[1:]
+    config = DoctorConfig(command=command, steps=args.steps or None, out=args.out,
+                          log_every=args.log_every, device=args.device)
+    result = run_doctor(config)
+    if args.json:
+        report = (result.run_dir / "report.json").read_text(encoding="utf-8")
+        sys.stdout.write(report if report.endswith("\n") else report + "\n")
+    else:
+        _print_text(result, html=not args.no_html)
+        how = {"steps": f"stopped after {result.steps} steps", "end": f"script finished ({result.steps} steps)",
+               "exit": f"script exited with status {result.exit_code} after {result.steps} steps",
+               "crash": f"script crashed after {result.steps} steps (traceback in report.json)",
+               "interrupt": "interrupted"}.get(result.stopped, result.stopped)
+        print(f"trainspeed doctor: {how}; run directory {result.run_dir}")
+    sys.stdout.flush()
+    return result.exit_code
+

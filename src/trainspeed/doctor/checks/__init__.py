@@ -1,0 +1,45 @@
+"""Finding rules: small pure functions `(ctx: CheckContext) -> Finding | None`, one module per
+family, registered in CHECKS. `diagnose(run)` runs them all and ranks the findings."""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from trainspeed.doctor.checks import data, hardware, loop, syncs
+from trainspeed.doctor.checks.context import CheckContext
+from trainspeed.doctor.findings import Finding, rank
+from trainspeed.telemetry.rundir import RunData
+
+Check = Callable[[CheckContext], "Finding | None"]
+
+CHECKS: tuple[Check, ...] = (*data.CHECKS, *loop.CHECKS, *syncs.CHECKS, *hardware.CHECKS)
+"""Every registered check, in no particular order (findings are ranked afterwards)."""
+
+
+def run_checks(ctx: CheckContext, checks: tuple[Check, ...] = CHECKS) -> list[Finding]:
+    """Run the checks; a check that fails is reported as an info finding, never a crash
+    (the diagnosis of the user's script must not die on our bug)."""
+    found: list[Finding] = []
+    for check in checks:
+        try:
+            finding = check(ctx)
+        except Exception as exc:  # noqa: BLE001
+            finding = Finding(id=f"check_error.{check.__name__}", severity="info",
+                              title=f"check {check.__name__} failed",
+                              evidence=f"{type(exc).__name__}: {exc}",
+                              recommendation="please report this trainspeed bug", impact=0.0)
+        if finding is not None:
+            found.append(finding)
+    return found
+
+
+def diagnose(run: RunData, summary: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    """Ranked findings (dicts) of a run directory; `summary` defaults to summarize(run)."""
+    if summary is None:
+        from trainspeed.telemetry.summary import summarize
+
+        summary = summarize(run)
+    return rank(run_checks(CheckContext.from_run(run, summary)))
+
+
+__all__ = ["CHECKS", "CheckContext", "diagnose", "run_checks"]

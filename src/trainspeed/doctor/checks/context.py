@@ -1,0 +1,156 @@
+"""What a check sees: the run directory, its summary, and the doctor's observations.
+
+Checks are pure functions `(ctx: CheckContext) -> Finding | None`; everything they read comes
+from the run directory, so they run on any run later, not only inside the doctor.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from trainspeed.telemetry.rundir import RunData
+
+TUNE_KNOBS = {
+    "num_workers": "num_workers",
+    "pin_memory": "pin_memory",
+    "padding": "dynamic_padding",
+    "precision": "precision",
+    "compile": "compile",
+    "fused": "fused_optimizer",
+    "batch_size": "batch_size",
+    "logging": "log_every",
+    "checkpoint": "checkpoint_every",
+}
+"""Doctor topic -> knob name of `trainspeed tune --knobs` (one place to keep them in sync)."""
+
+
+def tune_command(*topics: str) -> str:
+    knobs = ",".join(TUNE_KNOBS.get(t, t) for t in topics)
+    return f"trainspeed tune CONFIG.yaml --knobs {knobs}"
+
+
+def pct(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.0%}" if x >= 0.01 else f"{x:.1%}"
+
+
+def ms(seconds: float | None) -> str:
+    if seconds is None:
+        return "n/a"
+    return f"{seconds * 1e3:.1f} ms" if seconds < 10 else f"{seconds:.1f} s"
+
+
+@dataclass(kw_only=True, slots=True)
+class CheckContext:
+    run: RunData
+    """The run directory as read."""
+    summary: dict[str, Any]
+    """`summarize(run)` (see the shared contract)."""
+    observations: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    """Observation events grouped by their "kind" (each a dict of fields)."""
+
+    @classmethod
+    def from_run(cls, run: RunData, summary: dict[str, Any]) -> "CheckContext":
+        grouped: dict[str, list[dict[str, Any]]] = {}
+        for event in run.events_of("observation"):
+            data = dict(event.get("data") or {})
+            kind = data.pop("kind", None)
+            if isinstance(kind, str):
+                grouped.setdefault(kind, []).append(data)
+        return cls(run=run, summary=summary or {}, observations=grouped)
+
+    # ---------------------------------------------------------------- observations
+    def obs(self, kind: str) -> list[dict[str, Any]]:
+        return self.observations.get(kind, [])
+
+    def first(self, kind: str) -> dict[str, Any] | None:
+        found = self.observations.get(kind)
+        return found[0] if found else None
+
+    def train_loader(self) -> dict[str, Any] | None:
+        loaders = self.obs("dataloader")
+        for loader in loaders:
+            if loader.get("role") == "train":
+                return loader
+        return loaders[0] if loaders else None
+
+    def primary_optimizer(self) -> dict[str, Any] | None:
+        opts = self.obs("optimizer")
+        for opt in opts:
+            if opt.get("primary"):
+                return opt
+        return opts[0] if opts else None
+
+    def models(self) -> list[dict[str, Any]]:
+        return self.obs("model")
+
+    @property
+    def device_type(self) -> str:
+        device = self.first("device")
+        if device and device.get("type"):
+            return str(device["type"])
+        return str(self.summary.get("device") or "cpu").split(":")[0]
+
+    @property
+    def cores(self) -> int:
+        device = self.first("device") or {}
+        loader = self.train_loader() or {}
+        return int(device.get("cores") or loader.get("cores") or 1)
+
+    # ---------------------------------------------------------------- numbers
+    def share(self, phase: str) -> float:
+        info = (self.summary.get("phases") or {}).get(phase) or {}
+        value = info.get("share")
+        return float(value) if isinstance(value, (int, float)) and np.isfinite(value) else 0.0
+
+    def phase_mean(self, phase: str) -> float | None:
+        info = (self.summary.get("phases") or {}).get(phase) or {}
+        value = info.get("mean_s")
+        return float(value) if isinstance(value, (int, float)) else None
+
+    @property
+    def step_mean(self) -> float | None:
+        value = (self.summary.get("step_time") or {}).get("mean")
+        return float(value) if isinstance(value, (int, float)) and value > 0 else None
+
+    @property
+    def steps(self) -> int:
+        """Step records in the run (warm-up included)."""
+        return len(self.run.steps)
+
+    @property
+    def total_time(self) -> float:
+        """Seconds of all recorded steps (warm-up included: call-site seconds cover them too)."""
+        t = self.run.array("t_step")
+        return float(np.nansum(t)) if t.size else 0.0
+
+    def sites(self, category: str, kinds: tuple[str, ...] | None = None) -> list[dict[str, Any]]:
+        """Call-site rows of one category ("sync", "log", "ckpt"), busiest first."""
+        rows: list[dict[str, Any]] = []
+        for obs in self.obs("call_sites"):
+            for row in obs.get("rows") or []:
+                if row.get("category") == category and (kinds is None or row.get("kind") in kinds):
+                    rows.append(row)
+        rows.sort(key=lambda r: (-(r.get("count") or 0), -(r.get("seconds") or 0.0)))
+        return rows
+
+    def site_totals(self, category: str) -> dict[str, dict[str, float]]:
+        out: dict[str, dict[str, float]] = {}
+        for obs in self.obs("call_sites"):
+            for kind, tot in ((obs.get("totals") or {}).get(category) or {}).items():
+                acc = out.setdefault(kind, {"count": 0, "seconds": 0.0})
+                acc["count"] += tot.get("count") or 0
+                acc["seconds"] += tot.get("seconds") or 0.0
+        return out
+
+    def time_share(self, seconds: float) -> float:
+        total = self.total_time
+        return seconds / total if total > 0 else 0.0
+
+
+def describe_site(row: dict[str, Any]) -> str:
+    """"`loss.item()` at train.py:42" (or just the site when the source is unknown)."""
+    code = row.get("code")
+    return f"`{code}` at {row.get('site')}" if code else str(row.get("site"))

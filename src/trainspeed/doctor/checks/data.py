@@ -1,0 +1,181 @@
+"""Input-pipeline findings: data-bound steps, padding waste, DataLoader settings vs cores."""
+
+from __future__ import annotations
+
+from trainspeed.doctor.checks.context import CheckContext, ms, pct, tune_command
+from trainspeed.doctor.findings import Finding
+
+DATA_WAIT_WARNING = 0.10
+"""Data wait above 10 % of step time: the input pipeline, not the model, sets the pace
+(PyTorch Performance Tuning Guide, "enable async data loading": workers should hide loading
+behind compute; NVIDIA DALI docs call a GPU that waits on the loader "data-bound")."""
+DATA_WAIT_CRITICAL = 0.30
+"""Above 30 % the loader dominates: fixing it is worth more than any model-side switch."""
+DATA_WAIT_NOTICE = 0.05
+"""Below the warning, a visible wait with num_workers=0 still earns an info note."""
+PAD_WARNING = 0.20
+"""A fifth of the token positions being padding wastes a fifth of the matmul work (Hugging Face
+docs, "dynamic padding"; NVIDIA's BERT recipes bucket sequences by length for this reason)."""
+PAD_CRITICAL = 0.50
+"""Half the compute on padding: dynamic padding alone roughly halves the step."""
+WORKER_RESTART_WARNING = 0.05
+"""Re-forking DataLoader workers each epoch (persistent_workers=False) costing more than 5 % of
+the run is worth a warning (PyTorch docs: persistent_workers keeps workers alive across epochs)."""
+H2D_WARNING = 0.10
+"""Host-to-device copies above 10 % of step time on CUDA: pinned memory + non_blocking copies
+let them overlap with compute (PyTorch "pin_memory" tuning guide)."""
+MAX_SUGGESTED_WORKERS = 8
+"""More workers than this rarely help and cost memory (one dataset copy each)."""
+
+
+def suggested_workers(cores: int) -> int:
+    """Leave one core for the training process; at least 1, at most MAX_SUGGESTED_WORKERS."""
+    return max(1, min(MAX_SUGGESTED_WORKERS, cores - 1))
+
+
+def _loader_text(loader: dict) -> str:
+    return (f"DataLoader(batch_size={loader.get('batch_size')}, num_workers={loader.get('num_workers')}, "
+            f"pin_memory={loader.get('pin_memory')}, persistent_workers={loader.get('persistent_workers')}) "
+            f"on {loader.get('cores')} usable cores")
+
+
+def data_bound(ctx: CheckContext) -> Finding | None:
+    share = ctx.share("data")
+    if share < DATA_WAIT_WARNING:
+        return None
+    loader = ctx.train_loader()
+    evidence = (f"waiting for the next batch takes {pct(share)} of step time "
+                f"({ms(ctx.phase_mean('data'))} of {ms(ctx.step_mean)} per step)")
+    if loader:
+        evidence += f"; {_loader_text(loader)}"
+    cores = ctx.cores
+    if loader and int(loader.get("num_workers") or 0) == 0 and cores > 1:
+        n = suggested_workers(cores)
+        recommendation = (f"load batches in background workers: DataLoader(..., num_workers={n}, "
+                          f"persistent_workers=True{', pin_memory=True' if ctx.device_type == 'cuda' else ''}) "
+                          f"(engine: data.num_workers={n}); the per-sample work then overlaps with the step")
+    elif loader and int(loader.get("num_workers") or 0) < suggested_workers(cores):
+        n = suggested_workers(cores)
+        recommendation = (f"raise num_workers from {loader.get('num_workers')} to {n} "
+                          f"(engine: data.num_workers={n}) and/or prefetch_factor")
+    else:
+        recommendation = ("the loader cannot keep up even with workers: make per-sample work cheaper "
+                          "(decode/preprocess once and cache tensors, move augmentation to the GPU, "
+                          "avoid Python loops in __getitem__), or batch the transform in collate_fn")
+    return Finding(
+        id="data_bound",
+        severity="critical" if share >= DATA_WAIT_CRITICAL else "warning",
+        title="Training is data-bound: the step waits for the DataLoader",
+        evidence=evidence,
+        recommendation=recommendation,
+        verify_with=tune_command("num_workers"),
+        impact=share,
+    )
+
+
+def padding_waste(ctx: CheckContext) -> Finding | None:
+    pad = ctx.summary.get("pad_share")
+    if not isinstance(pad, (int, float)) or pad < PAD_WARNING:
+        return None
+    batch = ctx.first("batch") or {}
+    compute = ctx.share("forward") + ctx.share("backward")
+    impact = pad * (compute if compute > 0 else 1.0)
+    source = batch.get("pad_source") or "detected pad id"
+    evidence = (f"{pct(pad)} of token positions are padding (read from {source}; "
+                f"batches of {batch.get('batch_size')} x {batch.get('max_seq_len') or batch.get('seq_len')} positions); "
+                f"forward+backward is {pct(compute)} of step time")
+    return Finding(
+        id="padding_waste",
+        severity="critical" if pad >= PAD_CRITICAL else "warning",
+        title="Much of the compute is spent on padding tokens",
+        evidence=evidence,
+        recommendation=("pad each batch to its longest sequence, not to a fixed max length (a collate_fn "
+                        "using torch.nn.utils.rnn.pad_sequence, or DataCollatorWithPadding), and group "
+                        "similar lengths into batches (engine: data.dynamic_padding=true data.bucketing=true)"),
+        verify_with=tune_command("padding"),
+        impact=impact,
+    )
+
+
+def dataloader_workers(ctx: CheckContext) -> Finding | None:
+    """num_workers=0 on a multi-core machine with a visible (but sub-warning) data wait."""
+    loader = ctx.train_loader()
+    share = ctx.share("data")
+    if not loader or int(loader.get("num_workers") or 0) != 0 or ctx.cores < 2:
+        return None
+    if share < DATA_WAIT_NOTICE or share >= DATA_WAIT_WARNING:  # data_bound covers the latter
+        return None
+    n = suggested_workers(ctx.cores)
+    return Finding(
+        id="dataloader_workers",
+        severity="info",
+        title="DataLoader loads in the training process (num_workers=0)",
+        evidence=f"data wait is {pct(share)} of step time; {_loader_text(loader)}",
+        recommendation=f"DataLoader(..., num_workers={n}, persistent_workers=True) (engine: data.num_workers={n})",
+        verify_with=tune_command("num_workers"),
+        impact=share,
+    )
+
+
+def pin_memory_without_cuda(ctx: CheckContext) -> Finding | None:
+    if ctx.device_type == "cuda":
+        return None
+    pinned = [lo for lo in ctx.obs("dataloader") if lo.get("pin_memory")]
+    if not pinned:
+        return None
+    return Finding(
+        id="pin_memory_without_cuda",
+        severity="info",
+        title="pin_memory=True without a CUDA device",
+        evidence=f"{len(pinned)} DataLoader(s) pin memory but training runs on {ctx.device_type}",
+        recommendation="set pin_memory=False (engine: data.pin_memory=false): page-locking buys nothing without GPU copies",
+        impact=0.0,
+    )
+
+
+def persistent_workers(ctx: CheckContext) -> Finding | None:
+    restarting = [lo for lo in ctx.obs("dataloader")
+                  if int(lo.get("num_workers") or 0) > 0 and not lo.get("persistent_workers")
+                  and int(lo.get("iters") or 0) >= 2]
+    if not restarting:
+        return None
+    seconds = sum(float(lo.get("iter_seconds") or 0.0) for lo in restarting)
+    share = ctx.time_share(seconds)
+    iters = sum(int(lo.get("iters") or 0) for lo in restarting)
+    return Finding(
+        id="persistent_workers",
+        severity="warning" if share >= WORKER_RESTART_WARNING else "info",
+        title="DataLoader workers are re-created every epoch",
+        evidence=(f"{iters} iter() calls on loader(s) with workers and persistent_workers=False; "
+                  f"starting them took {ms(seconds)} ({pct(share)} of the run)"),
+        recommendation="DataLoader(..., persistent_workers=True) (engine: data.persistent_workers=true)",
+        verify_with=tune_command("num_workers"),
+        impact=share,
+    )
+
+
+def slow_host_to_device(ctx: CheckContext) -> Finding | None:
+    if ctx.device_type != "cuda":
+        return None
+    share = ctx.share("h2d")
+    if share < H2D_WARNING:
+        return None
+    transfers = ctx.first("transfers") or {}
+    loader = ctx.train_loader() or {}
+    evidence = (f"host-to-device copies take {pct(share)} of step time; {transfers.get('count', '?')} copies, "
+                f"{transfers.get('non_blocking', 0)} non_blocking, {transfers.get('pinned', 0)}/"
+                f"{transfers.get('checked', 0)} sampled sources pinned; DataLoader pin_memory={loader.get('pin_memory')}")
+    return Finding(
+        id="slow_host_to_device",
+        severity="warning",
+        title="Copies of the batch to the GPU stall the step",
+        evidence=evidence,
+        recommendation=("DataLoader(..., pin_memory=True) and batch.to(device, non_blocking=True) "
+                        "(engine: data.pin_memory=true data.device_prefetch=true)"),
+        verify_with=tune_command("pin_memory"),
+        impact=share,
+    )
+
+
+CHECKS = (data_bound, padding_waste, dataloader_workers, pin_memory_without_cuda, persistent_workers,
+          slow_host_to_device)

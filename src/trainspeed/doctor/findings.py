@@ -1,0 +1,85 @@
+"""The Finding: one diagnosed problem, with its evidence and the concrete change that fixes it.
+
+A finding is written to report.json as a plain dict (see the shared contract):
+
+    {"id": "data_bound", "severity": "critical"|"warning"|"info", "title": str,
+     "evidence": str, "recommendation": str, "verify_with": str|None, "impact": float}
+
+`impact` is the estimated fraction of step time at stake (0..1); findings are ranked by
+severity first, then impact, so the first line of a report is the thing to fix first.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any, Iterable
+
+from trainspeed.errors import ConfigError
+
+SEVERITIES: tuple[str, ...] = ("critical", "warning", "info")
+"""Most to least severe. "warning" and above mean: this costs you time now."""
+
+_RANK = {name: i for i, name in enumerate(SEVERITIES)}
+
+
+@dataclass(kw_only=True, slots=True)
+class Finding:
+    id: str
+    """Stable identifier of the rule that fired (e.g. "data_bound"); tests and tools key on it."""
+    severity: str
+    """One of SEVERITIES."""
+    title: str
+    """One line: what is wrong."""
+    evidence: str
+    """The measured numbers that show it (shares, counts, call sites)."""
+    recommendation: str
+    """The concrete change: an engine switch (`data.num_workers=4`) or the user's code line."""
+    verify_with: str | None = None
+    """A command that measures the fix (`trainspeed tune ... --knobs ...`), when one exists."""
+    impact: float = 0.0
+    """Estimated fraction of step time at stake, 0..1 (ranking key after severity)."""
+
+    def __post_init__(self) -> None:
+        if self.severity not in _RANK:
+            raise ConfigError(
+                f"Finding.severity must be one of {', '.join(SEVERITIES)}, got {self.severity!r}"
+            )
+        if not self.id:
+            raise ConfigError("Finding.id must be a non-empty string")
+        impact = float(self.impact)
+        if impact != impact:  # NaN: unknown impact ranks last within its severity
+            impact = 0.0
+        self.impact = min(1.0, max(0.0, impact))
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def rank(findings: Iterable[Finding | dict[str, Any]]) -> list[dict[str, Any]]:
+    """Findings as dicts, sorted by severity (critical first), then impact (largest first),
+    then id (so equal findings keep a deterministic order)."""
+    dicts = [f.to_dict() if isinstance(f, Finding) else dict(f) for f in findings]
+    return sorted(
+        dicts,
+        key=lambda f: (_RANK.get(f.get("severity"), len(_RANK)), -float(f.get("impact") or 0.0),
+                       str(f.get("id"))),
+    )
+
+
+def format_findings(findings: list[dict[str, Any]], *, limit: int | None = None) -> str:
+    """A short ranked plain-text list (used when the report renderer is not available)."""
+    if not findings:
+        return "No problems found: nothing costs a measurable share of the step time."
+    lines = []
+    shown = findings if limit is None else findings[:limit]
+    for i, f in enumerate(shown, start=1):
+        impact = f.get("impact") or 0.0
+        at_stake = f" (~{impact:.0%} of step time)" if impact >= 0.005 else ""
+        lines.append(f"{i}. [{f.get('severity', '?').upper()}] {f.get('title')}{at_stake}")
+        lines.append(f"   evidence: {f.get('evidence')}")
+        lines.append(f"   fix:      {f.get('recommendation')}")
+        if f.get("verify_with"):
+            lines.append(f"   verify:   {f['verify_with']}")
+    if limit is not None and len(findings) > limit:
+        lines.append(f"... and {len(findings) - limit} more in report.json")
+    return "\n".join(lines)

@@ -1,0 +1,50 @@
+"""Instrumentation of an unchanged training script: one module per hook family.
+
+`install(session)` patches torch (and, once imported, tensorboard/wandb) and returns an
+`Installed` whose `uninstall()` undoes every patch; tests run many doctors in one process.
+"""
+
+from __future__ import annotations
+
+from trainspeed.doctor.instrument.imports import PostImportHooks
+from trainspeed.doctor.instrument.patching import Patches
+from trainspeed.doctor.instrument.session import Session, StopDoctor
+
+
+class Installed:
+    """Handle of the installed instrumentation."""
+
+    def __init__(self, session: Session) -> None:
+        self.session = session
+        self.patches = Patches()
+        self.imports = PostImportHooks()
+
+    def uninstall(self) -> None:
+        self.session.close()
+        self.imports.uninstall()
+        self.patches.undo()
+
+
+def install(session: Session) -> Installed:
+    """Install every hook family. On failure, whatever was installed is undone."""
+    from trainspeed.doctor.instrument import (autograd, checkpoint, dataloader, logs, module,
+                                              optimizer, syncs, transfers)
+
+    handle = Installed(session)
+    try:
+        dataloader.install(session, handle.patches)
+        module.install(session, handle.patches)
+        autograd.install(session, handle.patches)
+        optimizer.install(session, handle.patches)
+        syncs.install(session, handle.patches)
+        transfers.install(session, handle.patches)
+        checkpoint.install(session, handle.patches)
+        logs.install(session, handle.patches, handle.imports)
+        handle.imports.install()
+    except BaseException:
+        handle.uninstall()
+        raise
+    return handle
+
+
+__all__ = ["Installed", "PostImportHooks", "Session", "StopDoctor", "install"]

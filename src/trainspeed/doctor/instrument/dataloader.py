@@ -1,0 +1,104 @@
+"""DataLoader hooks: the time the training loop waits in `next()` is the "data" phase.
+
+We patch `_BaseDataLoaderIter.__next__` (shared by the single- and multi-process iterators)
+and `DataLoader.__iter__` (worker start-up, and how often a loader is re-iterated: one
+`iter()` per epoch re-forks the workers unless `persistent_workers=True`).
+A fetch under `torch.no_grad()` (or while an evaluation is open) belongs to evaluation.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+import torch
+from torch.utils.data import DataLoader
+from torch.utils.data.dataloader import _BaseDataLoaderIter
+
+from trainspeed.doctor.instrument.patching import Patches
+from trainspeed.doctor.instrument.session import Session
+
+
+def available_cores() -> int:
+    """CPU cores this process may use (affinity-aware, e.g. inside a container or taskset)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def loader_settings(loader: DataLoader) -> dict[str, Any]:
+    """The DataLoader settings the checks look at (plain values only)."""
+    try:
+        length = len(loader.dataset)  # type: ignore[arg-type]
+    except TypeError:
+        length = None
+    return {
+        "num_workers": int(loader.num_workers),
+        "pin_memory": bool(loader.pin_memory),
+        "persistent_workers": bool(getattr(loader, "persistent_workers", False)),
+        "batch_size": loader.batch_size,
+        "prefetch_factor": getattr(loader, "prefetch_factor", None),
+        "drop_last": bool(getattr(loader, "drop_last", False)),
+        "dataset": type(loader.dataset).__name__,
+        "dataset_len": length,
+        "collate_fn": getattr(loader.collate_fn, "__name__", type(loader.collate_fn).__name__),
+        "cores": available_cores(),
+    }
+
+
+def install(session: Session, patches: Patches) -> None:
+    orig_next = _BaseDataLoaderIter.__next__
+    orig_iter = DataLoader.__iter__
+
+    def __next__(self: Any) -> Any:
+        s = session
+        if not s.on():
+            return orig_next(self)
+        s.in_data = True
+        if s.eval_open or not torch.is_grad_enabled():
+            s.open_eval()  # the wait stays in "eval"
+            try:
+                return orig_next(self)
+            finally:
+                s.in_data = False
+        s.mon.begin("data")
+        try:
+            batch = orig_next(self)
+        finally:
+            s.in_data = False
+            s.mon.end("data")
+        s.on_batch(batch)
+        return batch
+
+    def __iter__(self: DataLoader) -> Any:
+        s = session
+        if not s.on():
+            return orig_iter(self)
+        evaluating = s.eval_open or not torch.is_grad_enabled()
+        info = s.loaders.get(id(self))
+        if info is None and len(s.loaders) < 64:
+            s.internal += 1
+            try:
+                info = s.loaders[id(self)] = {**loader_settings(self), "iters": 0, "iter_seconds": 0.0,
+                                             "role": "eval" if evaluating else "train"}
+            finally:
+                s.internal -= 1
+        phase = None if evaluating else "data"
+        if evaluating:
+            s.open_eval()
+        t0 = time.perf_counter()
+        if phase:
+            s.mon.begin(phase)
+        try:
+            return orig_iter(self)
+        finally:
+            if phase:
+                s.mon.end(phase)
+            if info is not None:
+                info["iters"] += 1
+                info["iter_seconds"] += time.perf_counter() - t0
+
+    patches.setattr(_BaseDataLoaderIter, "__next__", __next__)
+    patches.setattr(DataLoader, "__iter__", __iter__)

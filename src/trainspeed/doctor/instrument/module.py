@@ -1,0 +1,128 @@
+"""Forward hooks: the outermost `nn.Module.__call__` is the "forward" phase (or "eval").
+
+Global forward pre/post hooks fire for every module; a depth counter keeps only the outermost
+call (the model, or the loss module called next to it). A forward with grad disabled or with
+the module in eval() mode opens the (sticky) "eval" phase instead.
+
+Inside a torch.compile'd region the hooks do nothing (`is_compiling()` is constant-folded by
+dynamo), so they never cause graph breaks.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+from torch.nn.modules import module as module_mod
+
+from trainspeed.doctor.instrument.patching import Patches
+from trainspeed.doctor.instrument.session import Session
+
+MAX_MODULES_OBSERVED = 8
+"""Top-level modules described in observations at most."""
+
+
+def is_compiled(module: nn.Module) -> bool:
+    """torch.compile(model) returns an OptimizedModule; model.compile() compiles in place."""
+    if type(module).__name__ == "OptimizedModule":
+        return True
+    return getattr(module, "_compiled_call_impl", None) is not None
+
+
+def describe_module(module: nn.Module) -> dict[str, Any]:
+    """Plain facts about a top-level module (one pass over its parameters: setup-time cost)."""
+    dtypes: dict[str, int] = {}
+    devices: set[str] = set()
+    n_params = 0
+    for p in module.parameters():
+        n_params += p.numel()
+        dtypes[str(p.dtype).replace("torch.", "")] = dtypes.get(str(p.dtype).replace("torch.", ""), 0) + p.numel()
+        devices.add(p.device.type)
+    main_dtype = max(dtypes, key=dtypes.get) if dtypes else None  # type: ignore[arg-type]
+    device_type = next(iter(devices)) if len(devices) == 1 else ("mixed" if devices else None)
+    autocast = None
+    if device_type in ("cuda", "cpu", "xpu", "mps"):
+        try:
+            if torch.is_autocast_enabled(device_type):
+                autocast = str(torch.get_autocast_dtype(device_type)).replace("torch.", "")
+        except (TypeError, RuntimeError, AttributeError):
+            pass
+    return {
+        "class": type(module).__name__,
+        "params": n_params,
+        "param_dtype": main_dtype,
+        "device": device_type,
+        "compiled": is_compiled(module),
+        "data_parallel": isinstance(module, nn.DataParallel),
+        "ddp": isinstance(module, nn.parallel.DistributedDataParallel),
+        "autocast": autocast,
+        "channels_last": None,
+    }
+
+
+def _first_batch_dim(args: tuple[Any, ...], kwargs: dict[str, Any] | None) -> int:
+    for value in (*args, *(kwargs or {}).values()):
+        if isinstance(value, torch.Tensor) and value.dim() >= 1:
+            return int(value.shape[0])
+    return 0
+
+
+def install(session: Session, patches: Patches) -> None:
+    is_compiling = torch.compiler.is_compiling
+
+    def pre_hook(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any] | None = None) -> None:
+        if is_compiling():
+            return None
+        s = session
+        if s.fwd_depth:
+            s.fwd_depth += 1
+            return None
+        if not s.on():
+            return None
+        s.fwd_depth = 1
+        if not torch.is_grad_enabled() or not module.training:
+            s.open_eval()
+            s.fwd_phase = None
+            return None
+        s.close_eval()
+        s.fwd_phase = "forward"
+        key = f"module:{id(module)}"
+        if key not in s.observations and len(s.observations) < 256 and _count_modules(s) < MAX_MODULES_OBSERVED:
+            s.internal += 1
+            try:
+                info = describe_module(module)
+                s.observe(key, "model", **info)
+                if info["compiled"]:
+                    s.observations.setdefault("compiled", {"kind": "compiled", "value": True})
+                if s.accelerator is None and info["device"] not in (None, "mixed"):
+                    s.accelerator = info["device"]
+            finally:
+                s.internal -= 1
+        if not s.step_loader_batches:
+            s.step_fwd_samples += _first_batch_dim(args, kwargs)
+        s.mon.begin("forward")
+        return None
+
+    def post_hook(module: nn.Module, args: tuple[Any, ...], *rest: Any) -> None:
+        if is_compiling():
+            return None
+        s = session
+        if not s.fwd_depth:
+            return None
+        s.fwd_depth -= 1
+        if s.fwd_depth == 0 and s.fwd_phase == "forward":
+            s.fwd_phase = None
+            s.mon.end("forward")
+        return None
+
+    patches.handle(module_mod.register_module_forward_pre_hook(pre_hook))
+    try:
+        handle = module_mod.register_module_forward_hook(post_hook, always_call=True)
+    except TypeError:  # torch without always_call: an exception in forward leaves depth > 0,
+        handle = module_mod.register_module_forward_hook(post_hook)  # reset at each step
+    patches.handle(handle)
+
+
+def _count_modules(session: Session) -> int:
+    return sum(1 for k in session.observations if k.startswith("module:"))

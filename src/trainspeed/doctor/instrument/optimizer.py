@@ -1,0 +1,96 @@
+"""Optimizer hooks: the step boundary of the diagnosed script.
+
+`torch.optim.optimizer.register_optimizer_step_pre_hook/post_hook` are global: they fire for
+every optimizer, including ones created inside Lightning or the HF Trainer. The first optimizer
+that steps is the primary one; its post-hook closes a training step (and raises StopDoctor
+after the requested number of steps). `zero_grad` (optimizer or module) is charged to
+"optimizer" too.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+from torch.optim import optimizer as optim_mod
+
+from trainspeed.doctor.instrument import frameworks
+from trainspeed.doctor.instrument.patching import Patches
+from trainspeed.doctor.instrument.session import Session
+
+
+def describe_optimizer(opt: torch.optim.Optimizer) -> dict[str, Any]:
+    """Class, fused/foreach flags and where its parameters live (setup-time cost)."""
+    dtypes: set[str] = set()
+    devices: set[str] = set()
+    n_params = 0
+    for group in opt.param_groups:
+        for p in group["params"]:
+            n_params += p.numel()
+            dtypes.add(str(p.dtype).replace("torch.", ""))
+            devices.add(p.device.type)
+    defaults = getattr(opt, "defaults", {}) or {}
+    return {
+        "class": type(opt).__name__,
+        "module": type(opt).__module__,
+        "fused": defaults.get("fused"),
+        "foreach": defaults.get("foreach"),
+        "param_dtypes": sorted(dtypes),
+        "devices": sorted(devices),
+        "params": n_params,
+        "groups": len(opt.param_groups),
+    }
+
+
+def install(session: Session, patches: Patches) -> None:
+    def pre_hook(opt: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+        s = session
+        if not s.on():
+            return None
+        s.close_eval()
+        key = f"optimizer:{id(opt)}"
+        if key not in s.observations and len(s.observations) < 256:
+            s.internal += 1
+            try:
+                info = describe_optimizer(opt)
+                s.observe(key, "optimizer", primary=s.primary_opt is None, **info)
+                if s.accelerator is None and len(info["devices"]) == 1:
+                    s.accelerator = info["devices"][0]
+                if s.primary_opt is None:
+                    s.primary_opt = id(opt)
+                    fw = frameworks.detect_from_stack()
+                    s.observe("framework", "framework", name=fw)
+            finally:
+                s.internal -= 1
+        s.mon.begin("optimizer")
+        return None
+
+    def post_hook(opt: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+        s = session
+        if not s.on():
+            return None
+        s.mon.end("optimizer")
+        if id(opt) == s.primary_opt:
+            s.end_step(opt)  # may raise StopDoctor: the step was applied and recorded
+        return None
+
+    patches.handle(optim_mod.register_optimizer_step_pre_hook(pre_hook))
+    patches.handle(optim_mod.register_optimizer_step_post_hook(post_hook))
+
+    def make_zero_grad(original: Any) -> Any:
+        def zero_grad(self: Any, *args: Any, **kwargs: Any) -> Any:
+            s = session
+            if not s.on():
+                return original(self, *args, **kwargs)
+            s.mon.begin("optimizer")
+            try:
+                return original(self, *args, **kwargs)
+            finally:
+                s.mon.end("optimizer")
+
+        zero_grad.__wrapped__ = original  # type: ignore[attr-defined]
+        return zero_grad
+
+    patches.wrap(torch.optim.Optimizer, "zero_grad", make_zero_grad)
+    patches.wrap(nn.Module, "zero_grad", make_zero_grad)

@@ -1,0 +1,144 @@
+"""Call sites in the user's code: which line of train.py issued a sync, a print, a save.
+
+A hook fires deep inside torch; the useful answer is the innermost frame outside torch,
+trainspeed and the standard library: the user's line, or the Lightning/transformers line that
+made the call (that is where the sync really comes from).
+"""
+
+from __future__ import annotations
+
+import linecache
+import os
+import sys
+import sysconfig
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+import trainspeed
+
+TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
+"""Calls whose direct caller lives here are torch internals (e.g. Adam's step counter
+`.item()`), not something the user can change; hooks ignore them."""
+
+_TRAINSPEED_DIR = os.path.dirname(trainspeed.__file__) + os.sep
+_STDLIB_DIRS = tuple(
+    {p + os.sep for p in (sysconfig.get_paths().get("stdlib"), sysconfig.get_paths().get("platstdlib")) if p}
+)
+_SKIP = (TORCH_DIR, _TRAINSPEED_DIR, *_STDLIB_DIRS)
+MAX_DEPTH = 60
+"""Frames walked at most per lookup (bounds the cost of one hook call)."""
+MAX_SITES = 2000
+"""Distinct sites remembered; beyond this new sites are folded into "<other>"."""
+
+
+# Direct callers in these torch packages are internals the user does not write: Adam's
+# step-counter `.item()`, GradScaler's inf check, default_collate, compiler passes.
+_IGNORED_CALLERS = tuple(
+    TORCH_DIR + sub + os.sep
+    for sub in ("optim", "amp", os.path.join("cuda", "amp"), os.path.join("utils", "data"), "_dynamo",
+                "_inductor", "fx", "_subclasses", "profiler", "_functorch", "distributed",
+                os.path.join("nn", "modules"), os.path.join("utils", "flop_counter.py"))
+)
+
+
+def caller_site(start: int = 2) -> tuple[str, int] | None:
+    """(filename, lineno) of the innermost frame, from `start` frames up, that is not torch,
+    trainspeed or the standard library: the user's line, or the library line (Lightning,
+    transformers) that made the call."""
+    try:
+        frame = sys._getframe(start)
+    except ValueError:
+        return None
+    depth = 0
+    while frame is not None and depth < MAX_DEPTH:
+        filename = frame.f_code.co_filename
+        if not filename.startswith(_SKIP) and not filename.startswith("<frozen"):
+            return filename, frame.f_lineno
+        frame = frame.f_back
+        depth += 1
+    return None
+
+
+def called_from_torch(depth: int = 2) -> bool:
+    """True when the function `depth` frames up was called by torch's own code."""
+    try:
+        return sys._getframe(depth).f_code.co_filename.startswith(TORCH_DIR)
+    except ValueError:
+        return False
+
+
+def called_from_internals(depth: int = 2) -> bool:
+    """True when the direct caller is a torch internal listed in _IGNORED_CALLERS (or
+    trainspeed itself): such syncs are not the user's to remove."""
+    try:
+        filename = sys._getframe(depth).f_code.co_filename
+    except ValueError:
+        return False
+    return filename.startswith(_IGNORED_CALLERS) or filename.startswith(_TRAINSPEED_DIR)
+
+
+def format_site(filename: str, lineno: int) -> str:
+    """`train.py:42` (relative to the cwd when inside it)."""
+    try:
+        rel = os.path.relpath(filename)
+        shown = rel if not rel.startswith("..") else filename
+    except ValueError:
+        shown = filename
+    return f"{shown}:{lineno}"
+
+
+@dataclass(slots=True)
+class SiteStat:
+    count: int = 0
+    seconds: float = 0.0
+
+
+@dataclass(slots=True)
+class SiteCounter:
+    """Counts (category, kind, filename, lineno) -> calls and seconds; bounded by MAX_SITES."""
+
+    stats: dict[tuple[str, str, str, int], SiteStat] = field(default_factory=dict)
+
+    def add(self, category: str, kind: str, where: tuple[str, int] | None, seconds: float = 0.0) -> None:
+        filename, lineno = where if where is not None else ("<unknown>", 0)
+        key = (category, kind, filename, lineno)
+        stat = self.stats.get(key)
+        if stat is None:
+            if len(self.stats) >= MAX_SITES:
+                key = (category, kind, "<other>", 0)
+                stat = self.stats.get(key)
+            if stat is None:
+                stat = self.stats[key] = SiteStat()
+        stat.count += 1
+        stat.seconds += seconds
+
+    def totals(self, category: str) -> dict[str, SiteStat]:
+        """Per kind totals of one category."""
+        out: dict[str, SiteStat] = {}
+        for (cat, kind, _, _), stat in self.stats.items():
+            if cat == category:
+                total = out.setdefault(kind, SiteStat())
+                total.count += stat.count
+                total.seconds += stat.seconds
+        return out
+
+    def top(self, limit_per_category: int = 10) -> list[dict[str, Any]]:
+        """The busiest sites per category, as plain dicts for an event record."""
+        rows: list[dict[str, Any]] = []
+        categories = sorted({key[0] for key in self.stats})
+        for category in categories:
+            items = [(k, s) for k, s in self.stats.items() if k[0] == category]
+            items.sort(key=lambda kv: (-kv[1].count, -kv[1].seconds))
+            for (cat, kind, filename, lineno), stat in items[:limit_per_category]:
+                code = linecache.getline(filename, lineno).strip() if lineno else ""
+                rows.append({
+                    "category": cat,
+                    "kind": kind,
+                    "site": format_site(filename, lineno) if lineno else filename,
+                    "code": code[:160],
+                    "count": stat.count,
+                    "seconds": stat.seconds,
+                })
+        return rows

@@ -1,0 +1,223 @@
+"""Run an unchanged training script under the doctor, in-process (like `python -m cProfile`).
+
+    result = run_doctor(DoctorConfig(command=["python", "train.py", "--lr", "3e-4"], steps=200))
+
+The script runs with `__main__` semantics (runpy), `sys.argv` set to its arguments and its
+directory first on `sys.path`. Instrumentation is installed before its first line and removed
+afterwards, whatever happens. The run stops after `steps` optimizer steps (a private
+BaseException raised from the step hook) or when the script ends; a crash or `sys.exit(code)`
+still leaves a complete run directory (report.json carries the traceback), and the doctor's
+exit code is the script's.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import runpy
+import sys
+import time
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+from trainspeed.errors import ConfigError
+
+_PYTHON = re.compile(r"^python(\d+(\.\d+)?)?(\.exe)?$")
+# Interpreter options that take a value (python -W error -X dev train.py ...).
+_OPTS_WITH_VALUE = {"-W", "-X", "-Q"}
+
+
+@dataclass(kw_only=True, slots=True)
+class DoctorConfig:
+    command: list[str]
+    """The script's command line: `python train.py ARGS`, `python -m pkg.mod ARGS`, or `train.py ARGS`."""
+    steps: int | None = 200
+    """Stop after this many optimizer steps (None: run until the script ends)."""
+    out: str | Path | None = None
+    """Run directory (default: runs/doctor-<script>-<time>)."""
+    log_every: int = 20
+    """Steps between flushes of step records to disk (every step is recorded either way)."""
+    warmup_steps: int | None = None
+    """Steps excluded from throughput; default min(5, steps // 10), at least 1."""
+    device: str | None = None
+    """Clock for phase timing: "cuda" (CUDA events) or "cpu"; default cuda when available."""
+    sinks: tuple[str, ...] = ("jsonl",)
+    """Monitor sinks (the run directory's JSONL files are always written)."""
+    system_sampler: bool = True
+    """Sample CPU/RSS/GPU utilization in a background thread."""
+    count_flops: bool = True
+    """Count one step's FLOPs (FlopCounterMode over a real step) to report MFU."""
+
+    def __post_init__(self) -> None:
+        if not self.command:
+            raise ConfigError("doctor: no command given. Usage: trainspeed doctor -- python train.py ARGS")
+        if self.steps is not None and self.steps < 1:
+            raise ConfigError(f"doctor.steps must be >= 1, got {self.steps}")
+        if self.log_every < 1:
+            raise ConfigError(f"doctor.log_every must be >= 1, got {self.log_every}")
+        if self.warmup_steps is not None and self.warmup_steps < 0:
+            raise ConfigError(f"doctor.warmup_steps must be >= 0, got {self.warmup_steps}")
+        if self.device is not None and self.device.split(":")[0] not in ("cpu", "cuda"):
+            raise ConfigError(f"doctor.device must be 'cpu' or 'cuda[:N]', got {self.device!r}")
+
+
+@dataclass(slots=True)
+class Target:
+    kind: str
+    """"path" (a script file) or "module" (python -m)."""
+    name: str
+    args: list[str] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class DoctorResult:
+    exit_code: int
+    run_dir: Path
+    summary: dict[str, Any]
+    findings: list[dict[str, Any]]
+    traceback: str | None
+    stopped: str
+    """"steps" (limit reached), "end" (script finished), "exit" (sys.exit), "crash", "interrupt"."""
+    steps: int
+
+
+def parse_command(command: Sequence[str]) -> Target:
+    """Understand `python [opts] train.py ARGS`, `python -m mod ARGS` and `train.py ARGS`."""
+    argv = list(command)
+    if argv and argv[0] == "--":
+        argv = argv[1:]
+    if not argv:
+        raise ConfigError("doctor: no command given. Usage: trainspeed doctor -- python train.py ARGS")
+    if _PYTHON.match(os.path.basename(argv[0])) or argv[0] == sys.executable:
+        argv = argv[1:]
+        while argv and argv[0].startswith("-") and argv[0] != "-m":
+            opt = argv.pop(0)
+            if opt == "-c":
+                raise ConfigError("doctor: `python -c CODE` is not supported; put the code in a file.")
+            if opt in _OPTS_WITH_VALUE and argv:
+                argv.pop(0)
+        if not argv:
+            raise ConfigError("doctor: the command names no script. Usage: "
+                              "trainspeed doctor -- python train.py ARGS")
+        if argv[0] == "-m":
+            if len(argv) < 2:
+                raise ConfigError("doctor: `python -m` needs a module name")
+            return Target(kind="module", name=argv[1], args=argv[2:])
+    script = argv[0]
+    if not Path(script).is_file():
+        raise ConfigError(f"doctor: script {script!r} not found (cwd: {os.getcwd()}). "
+                          "Give the path of the training script: trainspeed doctor -- python train.py")
+    return Target(kind="path", name=script, args=argv[1:])
+
+
+def default_run_dir(target: Target) -> Path:
+    stem = Path(target.name).stem if target.kind == "path" else target.name.rsplit(".", 1)[-1]
+    stem = re.sub(r"[^A-Za-z0-9_.-]", "_", stem) or "script"
+    base = Path("runs") / f"doctor-{stem}-{time.strftime('%Y%m%d-%H%M%S')}"
+    path, n = base, 1
+    while path.exists():
+        n += 1
+        path = base.with_name(f"{base.name}-{n}")
+    return path
+
+
+def exit_code_of(exc: SystemExit) -> int:
+    """The process exit status Python would use for this SystemExit."""
+    code = exc.code
+    if code is None:
+        return 0
+    if isinstance(code, bool):
+        return int(code)
+    if isinstance(code, int):
+        return code & 0xFF if code >= 0 else code % 256
+    return 1  # sys.exit("message"): printed to stderr, status 1
+
+
+def execute(target: Target) -> None:
+    """Run the target with `__main__` semantics; restores sys.argv and sys.path afterwards."""
+    saved_argv, saved_path = sys.argv[:], sys.path[:]
+    try:
+        if target.kind == "module":
+            sys.argv = [target.name, *target.args]
+            sys.path.insert(0, os.getcwd())  # what `python -m` puts first
+            runpy.run_module(target.name, run_name="__main__", alter_sys=True)
+        else:
+            script = os.path.abspath(target.name)
+            sys.argv = [target.name, *target.args]
+            sys.path.insert(0, os.path.dirname(script))
+            runpy.run_path(script, run_name="__main__")
+    finally:
+        sys.argv[:] = saved_argv
+        sys.path[:] = saved_path
+
+
+def run_doctor(config: DoctorConfig) -> DoctorResult:
+    """Run the script under instrumentation and diagnose it. See module docstring."""
+    import torch
+
+    from trainspeed.doctor.checks import diagnose
+    from trainspeed.doctor.instrument import Session, StopDoctor, install
+    from trainspeed.doctor.instrument.files import snapshot
+    from trainspeed.doctor.instrument.observations import emit_observations
+    from trainspeed.telemetry import schema
+    from trainspeed.telemetry.monitor import Monitor
+    from trainspeed.telemetry.rundir import read_run, write_json
+
+    target = parse_command(config.command)
+    run_dir = Path(config.out) if config.out is not None else default_run_dir(target)
+    device = config.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    steps = config.steps
+    warmup = config.warmup_steps
+    if warmup is None:
+        warmup = max(1, min(5, (steps or 50) // 10))
+    flops_at = None
+    if config.count_flops and (steps is None or steps >= warmup + 3):
+        flops_at = max(1, warmup - 1)  # the counted step is the last warm-up step
+    files_before = snapshot(os.getcwd(), exclude=run_dir)
+    command = list(config.command[1:] if config.command and config.command[0] == "--" else config.command)
+
+    monitor = Monitor(run_dir, device=device, log_every=config.log_every, sinks=config.sinks,
+                      warmup_steps=warmup, config={"command": command}, command=command,
+                      total_steps=steps, system_sampler=config.system_sampler, kind="doctor")
+    session = Session(monitor, max_steps=steps, count_flops_at=flops_at)
+    error: BaseException | None = None
+    code, stopped = 0, "end"
+    installed = install(session)
+    try:
+        execute(target)
+    except StopDoctor:
+        stopped = "steps"
+    except SystemExit as exc:
+        code, stopped = exit_code_of(exc), "exit"
+        if exc.code is not None and not isinstance(exc.code, int):
+            print(exc.code, file=sys.stderr)
+    except KeyboardInterrupt as exc:
+        code, stopped, error = 130, "interrupt", exc
+    except BaseException as exc:  # noqa: BLE001 - the script's crash is reported, not ours
+        code, stopped, error = 1, "crash", exc
+        traceback.print_exception(type(exc), exc, exc.__traceback__, file=sys.stderr)
+    finally:
+        installed.uninstall()
+
+    emit_observations(monitor, session, files_before=files_before, run_dir=run_dir,
+                      stopped=stopped, exit_code=code, max_steps=steps)
+    trace = None
+    if error is not None:
+        trace = "".join(traceback.format_exception(type(error), error, error.__traceback__))
+    summary = monitor.close(error=error)
+    error = None  # drop the frames (and DataLoader workers) the traceback holds
+    run = read_run(run_dir)
+    findings = diagnose(run, summary)
+    write_json(run_dir / schema.REPORT_JSON, {
+        "schema": schema.SCHEMA_VERSION,
+        "kind": "doctor",
+        "summary": summary,
+        "findings": findings,
+        "traceback": trace,
+        "doctor": {"command": command, "stopped": stopped, "exit_code": code,
+                   "steps": monitor.steps_done, "max_steps": steps},
+    })
+    return DoctorResult(exit_code=code, run_dir=run_dir, summary=summary, findings=findings,
+                        traceback=trace, stopped=stopped, steps=monitor.steps_done)

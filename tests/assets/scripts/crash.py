@@ -1,0 +1,28 @@
+"""A script that crashes after a few steps (the doctor must still write its report)."""
+import argparse
+
+import torch
+from torch import nn
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--crash-at", type=int, default=12)
+    parser.add_argument("--exit-code", type=int, default=None, help="sys.exit(code) instead of raising")
+    args = parser.parse_args()
+    model = nn.Linear(16, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    x, y = torch.randn(32, 16), torch.randn(32, 1)
+    for step in range(1, 1000):
+        loss = nn.functional.mse_loss(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        if step == args.crash_at:
+            if args.exit_code is not None:
+                raise SystemExit(args.exit_code)
+            raise RuntimeError(f"planted crash at step {step}")
+
+
+if __name__ == "__main__":
+    main()
