@@ -49,7 +49,7 @@ def one_save(mgr: CheckpointManager, model, opt, step: int, events: list) -> dic
     result = mgr.save(state, step)
     blocking = time.perf_counter() - t0
     mgr.wait()  # training would run here; a later save must not wait for this write
-    event = [e for e in events if e.get("type") == "checkpoint" and e.get("step") == step][-1]
+    event = [e for e in events if e.get("type") == "checkpoint" and e.get("ckpt_step") == step][-1]
     return {"blocking_s": blocking, "reported_blocking_s": result.blocking_s,
             "write_s": event["write_s"], "bytes": event["bytes"]}
 

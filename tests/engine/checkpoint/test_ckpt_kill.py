@@ -42,7 +42,7 @@ HELPER = textwrap.dedent(
 
     def child(w, async_save):
         model, opt = make()
-        report = lambda e: e["type"] == "checkpoint" and os.write(w, f"{e['step']}\n".encode())
+        report = lambda e: e["type"] == "checkpoint" and os.write(w, f"{e['ckpt_step']}\n".encode())
         mgr = CheckpointManager(directory, keep_last=2, keep_best=1, async_save=async_save,
                                 on_event=report)
         step = 0

@@ -63,7 +63,8 @@ def test_keep_last_and_latest_pointer(tmp_path, async_save):
     assert float(mgr.load()["w"][0]) == 5.0
     assert not (tmp_path / (checkpoint_name(1) + ".json")).exists()  # manifests pruned too
     ckpt_events = [e for e in events if e["type"] == "checkpoint"]
-    assert [e["step"] for e in ckpt_events] == [1, 2, 3, 4, 5]
+    assert [e["ckpt_step"] for e in ckpt_events] == [1, 2, 3, 4, 5]
+    assert {e["reason"] for e in ckpt_events} == {"periodic"}
     for e in ckpt_events:
         assert e["async"] is async_save and e["blocking_s"] >= 0 and e["write_s"] > 0 and e["bytes"] > 0
     assert ckpt_events[-1]["pruned"] == [checkpoint_name(3)]

@@ -1,6 +1,8 @@
 """Checkpointing and fault tolerance: atomic verified files, async saves, retention, resume,
 emergency saves on SIGTERM/Ctrl-C, and an optional mirror to a second location.
 
+The Trainer uses CheckpointSession (session.py), which wires all of the below. By hand:
+
     manager = CheckpointManager.from_config(cfg.checkpoint, run_dir, on_event=route_to_monitor)
     if manager.should_save(step):
         manager.save(build_checkpoint(model, opt, sched, scaler, counters, ...), step, metrics)
@@ -27,6 +29,7 @@ from trainspeed.engine.checkpoint.manager import (
     find_resumable,
     list_checkpoints,
 )
+from trainspeed.engine.checkpoint.session import CheckpointSession, Resumed
 from trainspeed.engine.checkpoint.state import (
     TrainState,
     build_checkpoint,
@@ -41,7 +44,9 @@ __all__ = [
     "AsyncSaver",
     "CheckpointInfo",
     "CheckpointManager",
+    "CheckpointSession",
     "EmergencySaver",
+    "Resumed",
     "SaveResult",
     "TrainState",
     "atomic_save",

@@ -7,9 +7,10 @@ Directory layout:
       step-00001200.pt.json   manifest: sha256, bytes, step, metrics (written after the payload)
       latest                  name of the newest complete checkpoint (moved only after a write)
 
-Events (dicts with a "type" key plus flat fields) go to `on_event`, always on the thread that
-calls the manager (the training thread): events produced by the background writer or mirror
-are queued and delivered at the next `should_save`/`save`/`poll`/`wait`/`close`.
+Events (dicts with a "type" key plus flat fields; the checkpoint's step is "ckpt_step", since
+the Monitor stamps its own "step" on every event record) go to `on_event`, always on the
+thread that calls the manager (the training thread): events produced by the background
+writer or mirror are queued and delivered at the next should_save/save/poll/wait/close.
 """
 
 from __future__ import annotations
@@ -154,7 +155,8 @@ class CheckpointManager:
         self._clock = clock
         self._last_save_t = clock()
         self._last_step: int | None = None
-        self._on_event = on_event
+        self.on_event = on_event
+        """Receives every event dict, on the thread that calls the manager (settable)."""
         self._pending: collections.deque[dict[str, Any]] = collections.deque()
         self._lock = threading.Lock()  # retention / pointer updates (writer thread vs caller)
         self._saver = AsyncSaver() if async_save else None
@@ -193,8 +195,8 @@ class CheckpointManager:
         """Deliver queued events to on_event on the calling thread."""
         while self._pending:
             event = self._pending.popleft()
-            if self._on_event is not None:
-                self._on_event(event)
+            if self.on_event is not None:
+                self.on_event(event)
 
     # -- when -----------------------------------------------------------------------------------
     def should_save(self, step: int) -> bool:
@@ -212,8 +214,13 @@ class CheckpointManager:
     def path_for(self, step: int) -> Path:
         return self.directory / checkpoint_name(step)
 
-    def save(self, state: dict[str, Any], step: int, metrics: dict[str, Any] | None = None) -> SaveResult:
-        """Save `state` as the checkpoint of `step`. Async: returns after the host copy."""
+    def save(self, state: dict[str, Any], step: int, metrics: dict[str, Any] | None = None,
+             *, reason: str = "periodic") -> SaveResult:
+        """Save `state` as the checkpoint of `step`. Async: returns after the host copy.
+
+        `reason` ("periodic", "final", "signal", "crash", ...) is recorded in the manifest and
+        the event. A second save of the same step is skipped (SaveResult.skipped).
+        """
         path = self.path_for(step)
         if step == self._last_step:
             self.poll()
@@ -224,7 +231,7 @@ class CheckpointManager:
         self._last_step = step
         if self._saver is not None:
             def job(host: Any, timing: Any) -> None:
-                write_s, event = self._write(host, step, clean, is_async=True)
+                write_s, event = self._write(host, step, clean, is_async=True, reason=reason)
                 self._emit({**event, "blocking_s": timing.blocking_s, "waited_s": timing.waited_s})
 
             timing = self._saver.submit(state, job)
@@ -233,7 +240,7 @@ class CheckpointManager:
                               async_save=True)
         t0 = time.perf_counter()
         try:
-            write_s, event = self._write(state, step, clean, is_async=False)
+            write_s, event = self._write(state, step, clean, is_async=False, reason=reason)
         except Exception as exc:
             self.poll()
             raise CheckpointError(f"saving checkpoint {path} failed: {exc!r}") from exc
@@ -243,7 +250,7 @@ class CheckpointManager:
         return SaveResult(path=path, step=step, blocking_s=blocking_s, write_s=write_s, async_save=False)
 
     def _write(self, state: Any, step: int, metrics: dict[str, float | None],
-               *, is_async: bool) -> tuple[float, dict[str, Any]]:
+               *, is_async: bool, reason: str) -> tuple[float, dict[str, Any]]:
         """Write payload + manifest, move `latest`, prune, queue the mirror copy.
 
         Returns the write time and the (incomplete) checkpoint event for the caller to emit.
@@ -251,21 +258,21 @@ class CheckpointManager:
         t0 = time.perf_counter()
         path = self.path_for(step)
         try:
-            manifest = atomic_save(state, path, meta={"step": step, "metrics": metrics})
+            manifest = atomic_save(state, path, meta={"step": step, "metrics": metrics, "reason": reason})
             with self._lock:
                 # The pointer moves only after payload and manifest are durable.
                 atomic_write_bytes((path.name + "\n").encode(), self.directory / LATEST)
                 write_s = time.perf_counter() - t0
                 pruned = self._prune()
         except BaseException as exc:
-            self._emit({"type": "warning", "kind": "checkpoint_failed", "step": step,
+            self._emit({"type": "warning", "kind": "checkpoint_failed", "ckpt_step": step,
                         "path": str(path), "error": repr(exc)})
             raise
         if self.mirror is not None:
             self.mirror.submit(path)
             for old in pruned:
                 self.mirror.delete(old.name)
-        return write_s, {"type": "checkpoint", "step": step, "path": str(path),
+        return write_s, {"type": "checkpoint", "kind": "save", "ckpt_step": step, "reason": reason, "path": str(path),
                          "write_s": write_s, "bytes": manifest["bytes"], "async": is_async,
                          "metrics": metrics, "pruned": [p.name for p in pruned]}
 

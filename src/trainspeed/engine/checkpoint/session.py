@@ -1,0 +1,154 @@
+"""CheckpointSession: the few calls the Trainer makes, wiring manager, signals and Monitor.
+
+    ckpt = CheckpointSession.from_config(cfg.checkpoint, run_dir, monitor=mon,
+                                         on_checkpoint=lambda info: fire(Event.CHECKPOINT, ...))
+    resumed = ckpt.resume(model, optimizer, scheduler, precision)   # None: fresh start
+    if resumed: counters, sampler_state = resumed.counters, resumed.sampler
+    make_state = lambda: build_checkpoint(model, optimizer, scheduler, precision, counters_now(),
+                                          bundle.state_dict(), config_dict, config_digest=...)
+    with ckpt:                                   # SIGTERM/Ctrl-C -> save at the next boundary
+        for step ...:
+            ...train...
+            ckpt.step_end(step, make_state, metrics)   # periodic save, or signal save + exit
+        ckpt.finish(step, make_state, metrics)          # save_final
+    # on an exception: ckpt.crash(exc, step, make_state) before re-raising
+
+`make_state` is called only when a checkpoint is actually written, so steps without a save
+cost one integer comparison. Save time is charged to the Monitor's "ckpt" phase.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from contextlib import nullcontext
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from trainspeed.engine.checkpoint.emergency import EmergencySaver, is_oom
+from trainspeed.engine.checkpoint.manager import CheckpointManager, SaveResult
+from trainspeed.engine.checkpoint.state import TrainState, restore_checkpoint
+from trainspeed.errors import CheckpointError
+
+StateFn = Callable[[], dict[str, Any]]
+
+
+@dataclass(slots=True)
+class Resumed:
+    path: Path
+    counters: TrainState
+    sampler: Any
+    """The data layer's state (LoaderBundle.state_dict()) saved with the checkpoint, or None."""
+    checkpoint: dict[str, Any]
+
+
+class CheckpointSession:
+    """Resume, periodic/signal/crash/final saves and event routing for one training run."""
+
+    def __init__(self, manager: CheckpointManager, *, monitor: Any = None,
+                 resume: str | None = None, auto_resume: bool = False,
+                 save_on_crash: bool = True, handle_signals: bool = True,
+                 on_checkpoint: Callable[[dict[str, Any]], None] | None = None):
+        self.manager = manager
+        self.monitor = monitor
+        self.resume_spec, self.auto_resume = resume, auto_resume
+        self.save_on_crash = save_on_crash
+        self.on_checkpoint = on_checkpoint
+        self.emergency = EmergencySaver(enabled=handle_signals)
+        manager.on_event = self._route  # events reach the Monitor on the training thread
+
+    @classmethod
+    def from_config(cls, cfg: Any, run_dir: str | Path | None, *, monitor: Any = None,
+                    handle_signals: bool = True,
+                    on_checkpoint: Callable[[dict[str, Any]], None] | None = None) -> CheckpointSession:
+        """From a CheckpointConfig (or any object with its attributes)."""
+        manager = CheckpointManager.from_config(cfg, run_dir)
+        return cls(manager, monitor=monitor, resume=cfg.resume, auto_resume=cfg.auto_resume,
+                   save_on_crash=cfg.save_on_crash, handle_signals=handle_signals,
+                   on_checkpoint=on_checkpoint)
+
+    # -- events ---------------------------------------------------------------------------------
+    def _route(self, event: dict[str, Any]) -> None:
+        data = {k: v for k, v in event.items() if k != "type"}
+        if self.monitor is not None:
+            self.monitor.event(event["type"], **data)
+        if event["type"] == "checkpoint" and event.get("kind") == "save" and self.on_checkpoint:
+            self.on_checkpoint(data)
+
+    def _phase(self):
+        return self.monitor.phase("ckpt") if self.monitor is not None else nullcontext()
+
+    # -- resume ---------------------------------------------------------------------------------
+    def resume(self, model: Any, optimizer: Any = None, scheduler: Any = None, scaler: Any = None,
+               *, map_location: Any = "cpu") -> Resumed | None:
+        """Restore from checkpoint.resume / auto_resume; None when starting fresh."""
+        path = self.manager.resolve_resume(self.resume_spec, auto_resume=self.auto_resume)
+        if path is None:
+            return None
+        ckpt = self.manager.load(path, map_location=map_location)
+        counters = restore_checkpoint(ckpt, model, optimizer, scheduler, scaler)
+        self._route({"type": "restart", "path": str(path), "from_step": counters.step,
+                     "skipped_corrupt": list(self.manager.skipped)})
+        return Resumed(path=Path(path), counters=counters, sampler=ckpt.get("sampler"), checkpoint=ckpt)
+
+    # -- saves ----------------------------------------------------------------------------------
+    def _save(self, step: int, make_state: StateFn, metrics: dict[str, Any] | None,
+              reason: str, *, wait: bool) -> SaveResult:
+        with self._phase():
+            result = self.manager.save(make_state(), step, metrics, reason=reason)
+            if wait:
+                self.manager.wait()
+        return result
+
+    def step_end(self, step: int, make_state: StateFn,
+                 metrics: dict[str, Any] | None = None) -> SaveResult | None:
+        """Call at every step boundary. Saves when due; after SIGTERM/SIGINT saves, waits for
+        the write and leaves via SystemExit(143) / KeyboardInterrupt."""
+        if self.emergency.requested:
+            self._save(step, make_state, metrics, "signal", wait=True)
+            self._route({"type": "warning", "kind": "signal_exit", "signal": self.emergency.signal_name,
+                         "at_step": step})
+            self.manager.close()
+            self.emergency.exit()
+        if self.manager.should_save(step):
+            return self._save(step, make_state, metrics, "periodic", wait=False)
+        return None
+
+    def crash(self, exc: BaseException, step: int, make_state: StateFn) -> Path | None:
+        """Best-effort save after training raised. Skipped for OOM (the state may not even fit
+        in memory to copy) and when disabled; never raises (the original error matters)."""
+        if not self.save_on_crash or is_oom(exc) or isinstance(exc, (KeyboardInterrupt, SystemExit)):
+            self._close_quietly()
+            return None
+        try:
+            try:
+                self.manager.wait()  # a pending periodic write first
+            except CheckpointError:
+                pass
+            result = self._save(step, make_state, None, "crash", wait=True)
+            return result.path
+        except Exception as err:  # noqa: BLE001 - the training error is the one to report
+            self._route({"type": "warning", "kind": "crash_save_failed", "error": repr(err)})
+            return None
+        finally:
+            self._close_quietly()
+
+    def finish(self, step: int, make_state: StateFn, metrics: dict[str, Any] | None = None) -> None:
+        """End of training: final save (checkpoint.save_final), then wait for every write."""
+        if self.manager.save_final:
+            self._save(step, make_state, metrics, "final", wait=True)
+        self.manager.close()
+
+    def _close_quietly(self) -> None:
+        try:
+            self.manager.close()
+        except CheckpointError as err:
+            self._route({"type": "warning", "kind": "checkpoint_failed", "error": repr(err)})
+
+    # -- signals --------------------------------------------------------------------------------
+    def __enter__(self) -> CheckpointSession:
+        self.emergency.__enter__()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.emergency.__exit__(*exc)
