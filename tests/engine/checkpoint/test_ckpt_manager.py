@@ -114,6 +114,13 @@ def test_find_resumable_skips_corrupt_newest(tmp_path):
     mgr2.save(_state(9), 9)
     mgr2.wait()
     assert p4.exists() and p3.exists() and p2.exists() and not (tmp_path / checkpoint_name(1)).exists()
+    # A corrupt step that is saved again (a resumed run re-reaching it) is ordinary again.
+    mgr2.save(_state(4), 4)
+    mgr2.wait()
+    assert p4 not in mgr2.corrupt and float(load_verified(p4)["w"][0]) == 4.0
+    mgr2.save(_state(10), 10)
+    mgr2.wait()
+    assert not p4.exists() and p3.exists()
 
 
 def test_wrong_model_checkpoint_falls_back_to_error(tmp_path):

@@ -260,6 +260,7 @@ class CheckpointManager:
         try:
             manifest = atomic_save(state, path, meta={"step": step, "metrics": metrics, "reason": reason})
             with self._lock:
+                self.corrupt.discard(path)  # rewritten whole: an ordinary checkpoint again
                 # The pointer moves only after payload and manifest are durable.
                 atomic_write_bytes((path.name + "\n").encode(), self.directory / LATEST)
                 write_s = time.perf_counter() - t0
