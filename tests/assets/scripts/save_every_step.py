@@ -14,6 +14,7 @@ def main() -> None:
     args = parser.parse_args()
     torch.manual_seed(0)
     ckpt_dir = args.ckpt_dir or tempfile.mkdtemp(prefix="ckpt-")
+    os.makedirs(ckpt_dir, exist_ok=True)
     model = nn.Sequential(nn.Linear(256, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(), nn.Linear(512, 10))
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
     x, y = torch.randn(32, 256), torch.randint(0, 10, (32,))
