@@ -1,0 +1,150 @@
+"""The Finding rules on synthetic run directories: each fires above its threshold, stays quiet
+below it, and the CUDA-only rules work from recorded observations (no GPU needed)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from trainspeed.doctor.checks import CHECKS, CheckContext, diagnose, run_checks
+from trainspeed.doctor.checks import data, hardware, loop, syncs
+from trainspeed.telemetry.rundir import RunData
+from trainspeed.telemetry.schema import PHASES, make_event
+from trainspeed.telemetry.summary import summarize
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def make_run(n=40, *, shares=None, step=0.010, pad=None, device="cpu", obs=(), events=(), grow=0.0,
+             syncs_per_step=0):
+    shares = shares or {"forward": 0.4, "backward": 0.5}
+    steps = []
+    for i in range(1, n + 1):
+        t = step * (1 + grow * i / n)
+        phases = {p: t * shares.get(p, 0.0) for p in PHASES}
+        phases["other"] = max(0.0, t - sum(phases.values()))
+        if grow:
+            phases["other"] += step * grow * i / n
+            phases["forward"] = step * shares.get("forward", 0)
+        steps.append({"schema": 1, "step": i, "t_step": t, "phases": phases, "samples": 8, "tokens": 100,
+                      "pad_share": pad, "syncs": syncs_per_step, "warmup": i <= 2, "mem": {"rss": 1e8}})
+    evs = [make_event("run_start", 0, 0.0, device=device, precision="fp32")]
+    evs += [make_event("observation", 0, 0.0, **o) for o in obs]
+    evs += list(events)
+    return RunData(path=Path("."), steps=steps, events=evs)
+
+
+def ctx_of(run):
+    return CheckContext.from_run(run, summarize(run))
+
+
+LOADER0 = {"kind": "dataloader", "role": "train", "num_workers": 0, "pin_memory": False,
+           "persistent_workers": False, "batch_size": 32, "cores": 8, "iters": 1, "iter_seconds": 0.0}
+
+
+def test_data_bound_threshold_and_recommendation():
+    assert data.data_bound(ctx_of(make_run(shares={"data": 0.08, "forward": 0.5}, obs=[LOADER0]))) is None
+    f = data.data_bound(ctx_of(make_run(shares={"data": 0.5, "forward": 0.4}, obs=[LOADER0])))
+    assert f.severity == "critical" and f.impact == pytest.approx(0.5, abs=0.01)
+    assert "num_workers=7" in f.recommendation and "data.num_workers=7" in f.recommendation
+    f = data.data_bound(ctx_of(make_run(shares={"data": 0.15, "forward": 0.4},
+                                        obs=[{**LOADER0, "num_workers": 7}])))
+    assert f.severity == "warning" and "cheaper" in f.recommendation
+
+
+def test_padding_impact_scales_with_compute_share():
+    assert data.padding_waste(ctx_of(make_run(pad=0.1))) is None
+    f = data.padding_waste(ctx_of(make_run(pad=0.6, shares={"forward": 0.25, "backward": 0.25})))
+    assert f.severity == "critical" and f.impact == pytest.approx(0.3, abs=0.01)
+
+
+def test_dataloader_settings_checks():
+    assert data.pin_memory_without_cuda(ctx_of(make_run(obs=[{**LOADER0, "pin_memory": True}]))).severity == "info"
+    restarts = {**LOADER0, "num_workers": 4, "iters": 5, "iter_seconds": 0.1}
+    f = data.persistent_workers(ctx_of(make_run(obs=[restarts])))
+    assert f.severity == "warning" and f.impact == pytest.approx(0.1 / 0.4, rel=0.05)
+    assert data.persistent_workers(ctx_of(make_run(obs=[{**restarts, "persistent_workers": True}]))) is None
+
+
+def test_growth_needs_the_trend_and_a_large_ratio():
+    flat = make_run(n=200)
+    assert loop.step_time_growth(ctx_of(flat)) is None
+    grown = make_run(n=200, grow=1.5, obs=[{"kind": "files", "grown": [{"path": "log.txt", "grew": 4096}]}])
+    ctx = ctx_of(grown)
+    assert ctx.summary["trend"] is not None
+    f = loop.step_time_growth(ctx)
+    assert f.severity in ("warning", "critical") and '"other"' in f.evidence and "log.txt" in f.evidence
+    ctx.summary["trend"] = None  # the noise test said no: do not cry wolf
+    assert loop.step_time_growth(ctx) is None
+
+
+def test_checkpoint_interval_recommendation():
+    saves = [make_event("checkpoint", i, 0.0, seconds=0.002, bytes=2**20) for i in range(40)]
+    f = loop.checkpointing(ctx_of(make_run(shares={"ckpt": 0.2, "forward": 0.5}, events=saves)))
+    assert f.title == "Checkpointing too often"
+    # 2 ms per save, 10 ms per step, keep <= 2 %: every >= 10 steps
+    assert "checkpoint.every_steps=10 " in f.recommendation
+    rare = [make_event("checkpoint", 20, 0.0, seconds=0.002)]
+    assert loop.checkpointing(ctx_of(make_run(shares={"ckpt": 0.004, "forward": 0.5}, events=rare))) is None
+
+
+def _sites(category, kind, count, seconds=0.0, site="train.py:9"):
+    return {"kind": "call_sites", "rows": [{"category": category, "kind": kind, "site": site, "code": "x",
+                                            "count": count, "seconds": seconds}],
+            "totals": {category: {kind: {"count": count, "seconds": seconds}}}}
+
+
+def test_host_syncs_per_step_and_severity_by_device():
+    assert syncs.host_syncs(ctx_of(make_run(obs=[_sites("sync", "item", 10)]))) is None  # 0.25/step
+    f = syncs.host_syncs(ctx_of(make_run(obs=[_sites("sync", "item", 40, 0.001)])))
+    assert f.severity == "warning" and "on a GPU each one stalls" in f.evidence
+    cuda = make_run(device="cuda", obs=[_sites("sync", "item", 800), {"kind": "device", "type": "cuda"}])
+    f = syncs.host_syncs(ctx_of(cuda))
+    assert f.severity == "critical" and f.impact >= syncs.CUDA_SYNC_MIN_IMPACT
+    # cache/GC calls are not host-sync findings, they have their own
+    gc_run = make_run(obs=[_sites("sync", "gc_collect", 40, 0.2)])
+    assert syncs.host_syncs(ctx_of(gc_run)) is None
+    assert syncs.cache_gc_in_loop(ctx_of(gc_run)).impact == pytest.approx(0.5, rel=0.05)
+
+
+CUDA_DEVICE = {"kind": "device", "type": "cuda", "name": "NVIDIA A100", "capability": "8.0",
+               "total_memory": 40 * 2**30, "bf16_supported": True, "tf32_matmul": False,
+               "float32_matmul_precision": "highest"}
+FP32_MODEL = {"kind": "model", "class": "Net", "param_dtype": "float32", "compiled": False,
+              "data_parallel": False, "autocast": None, "device": "cuda"}
+
+
+def test_fp32_on_tensor_cores_from_observations():
+    f = hardware.fp32_on_tensor_cores(ctx_of(make_run(device="cuda", obs=[CUDA_DEVICE, FP32_MODEL])))
+    assert f.severity == "warning" and "precision=bf16" in f.recommendation and "TF32" in f.evidence
+    amp = {**FP32_MODEL, "autocast": "bfloat16"}
+    assert hardware.fp32_on_tensor_cores(ctx_of(make_run(device="cuda", obs=[CUDA_DEVICE, amp]))) is None
+    old = {**CUDA_DEVICE, "capability": "6.1"}
+    assert hardware.fp32_on_tensor_cores(ctx_of(make_run(device="cuda", obs=[old, FP32_MODEL]))) is None
+
+
+def test_optimizer_memory_and_accumulation_rules():
+    opt = {"kind": "optimizer", "class": "AdamW", "fused": None, "foreach": False, "params": 10, "primary": True}
+    run = make_run(device="cuda", shares={"optimizer": 0.2, "forward": 0.5}, obs=[CUDA_DEVICE, opt])
+    f = hardware.optimizer_not_fused(ctx_of(run))
+    assert f.severity == "warning" and "fused=True" in f.recommendation
+    assert hardware.optimizer_not_fused(ctx_of(make_run(obs=[opt]))) is None  # CPU run
+    ctx = ctx_of(make_run(device="cuda", obs=[CUDA_DEVICE, {"kind": "accumulation", "factor": 8}]))
+    ctx.summary["memory"] = {"cuda_alloc_peak": 39.5 * 2**30, "cuda_reserved_peak": 39.8 * 2**30}
+    assert hardware.memory_pressure(ctx).id == "memory_near_oom"
+    assert hardware.accumulation_for_speed(ctx) is None  # accumulation is plausibly for memory
+    ctx.summary["memory"] = {"cuda_alloc_peak": 4 * 2**30, "cuda_reserved_peak": 5 * 2**30}
+    assert hardware.memory_pressure(ctx).id == "memory_headroom"
+    assert hardware.accumulation_for_speed(ctx).severity == "info"
+
+
+def test_a_quiet_run_has_no_warning_and_a_broken_check_is_contained():
+    findings = diagnose(make_run(obs=[LOADER0, {**FP32_MODEL, "device": "cpu"}]))
+    assert [f["severity"] for f in findings if f["severity"] != "info"] == []
+
+    def broken(ctx):
+        raise KeyError("boom")
+
+    out = run_checks(ctx_of(make_run()), (broken,))
+    assert out[0].id == "check_error.broken" and out[0].severity == "info"
+    assert len(CHECKS) >= 15
