@@ -13,13 +13,13 @@ from typing import Any
 def add_findings(run_dir: Path) -> list[dict[str, Any]]:
     """Run the doctor's checks over a finished run and store the findings in report.json."""
     try:
-        from trainspeed.doctor.checks import run_checks
+        from trainspeed.doctor.checks import diagnose
     except ImportError:
         return []
     from trainspeed.telemetry.rundir import read_run, write_json
 
     run = read_run(run_dir)
-    findings = run_checks(run)
+    findings = diagnose(run, (run.report or {}).get("summary"))
     report = dict(run.report or {"schema": 1})
     report["findings"] = findings
     write_json(run_dir / "report.json", report)

@@ -27,6 +27,11 @@ from trainspeed.engine.setup import (
 from trainspeed.errors import TrainspeedError
 
 
+def _with_info(state: TrainerState, info: dict[str, Any]) -> TrainerState:
+    state.info = dict(info)
+    return state
+
+
 class NonFiniteLossError(TrainspeedError):
     """The loss became NaN/Inf and nan_policy is "stop"."""
 
@@ -130,16 +135,57 @@ class Trainer:
             mon.event("note", message=note)
         self._record_peak(mon)
         # Seed right before the loop: setup above (peak measurement, loader creation) must not
-        # shift the random stream that dropout and augmentation see.
+        # shift the random stream that dropout and augmentation see. A resume then restores
+        # the checkpoint's RNG states on top.
         seed_everything(cfg.run.seed)
+        ckpt = self._checkpoint_session(mon, loaders)
+        make_state = self._state_fn(loaders)
         try:
-            self._loop(loaders, mon, total)
+            with ckpt:
+                self._loop(loaders, mon, total, ckpt, make_state)
+                ckpt.finish(self.state.step, make_state, self.state.metrics)
         except BaseException as exc:
+            ckpt.crash(exc, self.state.step, make_state)
             mon.close(error=exc)
             raise
         return mon.close()
 
-    def _loop(self, loaders, mon, total_steps: int) -> None:
+    def _checkpoint_session(self, mon, loaders):
+        """Checkpoints: resume (explicit or newest intact), then periodic/signal/crash/final
+        saves. Restores counters and the data order so a resume continues mid-epoch."""
+        from trainspeed.engine.checkpoint.session import CheckpointSession
+
+        st = self.state
+        ckpt = CheckpointSession.from_config(
+            self.cfg.checkpoint, self.run_dir, monitor=mon,
+            handle_signals=self.rank == 0,
+            on_checkpoint=lambda info: self.callbacks.fire(Event.CHECKPOINT, _with_info(st, info)))
+        resumed = ckpt.resume(self.eager, self.optimizer, self.scheduler, self.precision)
+        if resumed is not None:
+            c = resumed.counters
+            st.step, st.epoch, st.samples, st.tokens, st.batch_in_epoch = (
+                c.step, c.epoch, c.samples, c.tokens, c.batch_in_epoch)
+            if loaders.train_bundle is not None and resumed.sampler is not None:
+                loaders.train_bundle.load_state_dict(resumed.sampler)
+            mon.steps_done = st.step  # step records continue the resumed run's numbering
+            mon.event("restart", path=str(resumed.path), at_step=st.step)
+        return ckpt
+
+    def _state_fn(self, loaders):
+        from trainspeed.config import config_hash
+        from trainspeed.engine.checkpoint.state import TrainState, build_checkpoint
+
+        def make_state() -> dict[str, Any]:
+            st = self.state
+            counters = TrainState(step=st.step, epoch=st.epoch, samples=st.samples,
+                                  tokens=st.tokens, batch_in_epoch=st.batch_in_epoch)
+            sampler = loaders.train_bundle.state_dict() if loaders.train_bundle is not None else None
+            return build_checkpoint(self.eager, self.optimizer, self.scheduler, self.precision,
+                                    counters, sampler, config_to_dict(self.cfg),
+                                    None, config_digest=config_hash(self.cfg))
+        return make_state
+
+    def _loop(self, loaders, mon, total_steps: int, ckpt, make_state) -> None:
         cfg, st, fire = self.cfg, self.state, self.callbacks.fire
         self.model.train()
         fire(Event.FIT_START, st)
@@ -161,6 +207,7 @@ class Trainer:
                 # step record shows its cost: close the Monitor's step only after it.
                 if self._eval_due():
                     self._evaluate(loaders.val, mon)
+                ckpt.step_end(st.step, make_state, st.metrics)  # periodic save, or signal exit
                 mon.step(samples=stats[0], tokens=stats[1], pad_tokens=stats[2], loss=loss, lr=st.lr)
                 self._check_nonfinite_at_interval(mon)
                 if st.step >= total_steps or st.should_stop:
@@ -183,8 +230,9 @@ class Trainer:
         stats = [s for _, s in micro_batches]
         weights = micro_batch_weights([s.tokens for s in stats], cfg.accumulation.normalize) \
             if len(micro_batches) > 1 else [1.0]
-        first_step = st.step == 0
+        first_step = not getattr(self, "_flops_done", False)
         if first_step:
+            self._flops_done = True
             self._record_flops(mon, micro_batches[0][0], stats[0])
         t0 = time.perf_counter()
         total_loss: torch.Tensor | None = None
