@@ -22,11 +22,15 @@ SUMMARY_WRITER_METHODS = (
 """SummaryWriter calls a training loop makes (torch.utils.tensorboard and tensorboardX)."""
 
 
-def _wrap(session: Session, kind: str, original: Any) -> Any:
+def _wrap(session: Session, kind: str, original: Any, library: str | None = None) -> Any:
+    key = f"logger:{library}" if library else None
+
     def logged(*args: Any, **kwargs: Any) -> Any:
         s = session
         if not s.on():
             return original(*args, **kwargs)
+        if key is not None and key not in s.observations:
+            s.observe(key, "logger", library=library)  # used, not merely imported
         t0 = time.perf_counter()
         s.mon.begin("log")
         try:
@@ -42,8 +46,7 @@ def _wrap(session: Session, kind: str, original: Any) -> Any:
 def _patch_writer_class(session: Session, patches: Patches, cls: type, prefix: str) -> None:
     for name in SUMMARY_WRITER_METHODS:
         if name in cls.__dict__:
-            patches.wrap(cls, name, lambda orig, name=name: _wrap(session, f"{prefix}.{name}", orig))
-    session.observe(f"logger:{prefix}", "logger", library=prefix)
+            patches.wrap(cls, name, lambda orig, name=name: _wrap(session, f"{prefix}.{name}", orig, prefix))
 
 
 def install(session: Session, patches: Patches, imports: PostImportHooks) -> None:
@@ -61,13 +64,12 @@ def install(session: Session, patches: Patches, imports: PostImportHooks) -> Non
 
     def on_wandb(module: ModuleType) -> None:
         if callable(getattr(module, "log", None)):
-            patches.wrap(module, "log", lambda orig: _wrap(session, "wandb.log", orig))
-            session.observe("logger:wandb", "logger", library="wandb")
+            patches.wrap(module, "log", lambda orig: _wrap(session, "wandb.log", orig, "wandb"))
 
     def on_wandb_run(module: ModuleType) -> None:
         cls = getattr(module, "Run", None)
         if isinstance(cls, type) and "log" in cls.__dict__:
-            patches.wrap(cls, "log", lambda orig: _wrap(session, "wandb.Run.log", orig))
+            patches.wrap(cls, "log", lambda orig: _wrap(session, "wandb.Run.log", orig, "wandb"))
 
     imports.add("torch.utils.tensorboard.writer", on_tb)
     imports.add("tensorboardX.writer", on_tbx)

@@ -132,7 +132,8 @@ class Session:
             stats = batch_stats(batch, measure_padding=sample)
             if stats is None:
                 return
-            if len(self.batch_ids) < 256:
+            # only CPU runs need to tell the loader's tensors from computed ones (syncs.py)
+            if self.accelerator in (None, "cpu") and len(self.batch_ids) < 256:
                 self.batch_ids.update(id(t) for _, t in find_tensors(batch))
             self.step_loader_batches += 1
             self.step_samples += stats.samples
