@@ -121,7 +121,7 @@ def not_compiled(ctx: CheckContext) -> Finding | None:
         severity="info",
         title="The model is not compiled",
         evidence=f"{models[0].get('class')} runs eagerly ({framework} loop); torch.compile fuses elementwise ops",
-        recommendation="model = torch.compile(model) (engine: compile.enabled=true); measure it, gains vary",
+        recommendation="model = torch.compile(model) (engine: compile.mode=default); measure it, gains vary",
         verify_with=tune_command("compile"),
         impact=0.0,
     )
