@@ -11,6 +11,8 @@ from typing import Any
 
 import numpy as np
 
+from trainspeed.telemetry.rundir import step_array
+
 from trainspeed.telemetry.schema import PHASES
 
 # Step-record memory fields and their plot labels. The DataLoader-worker field has had more
@@ -25,18 +27,7 @@ MEMORY_FIELDS: tuple[tuple[str, tuple[str, ...]], ...] = (
 
 def column(run: Any, key: str) -> np.ndarray:
     """Float array of a (dotted) step field; missing/null/non-numeric values are NaN."""
-    steps = run.steps
-    out = np.full(len(steps), np.nan, dtype=np.float64)
-    parts = key.split(".")
-    for i, record in enumerate(steps):
-        value: Any = record
-        for part in parts:
-            value = value.get(part) if isinstance(value, dict) else None
-            if value is None:
-                break
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            out[i] = float(value)
-    return out
+    return step_array(run.steps, key)
 
 
 def first_column(run: Any, keys: tuple[str, ...]) -> np.ndarray:

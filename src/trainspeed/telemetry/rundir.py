@@ -52,6 +52,22 @@ def write_env(run_dir: str | Path, env: dict[str, Any] | None = None) -> Path:
     return write_json(Path(run_dir) / schema.ENV_FILE, env)
 
 
+def step_array(steps: list[dict[str, Any]], key: str) -> np.ndarray:
+    """Float array of one (dotted) field over step records: `phases.forward` reads nested
+    keys; booleans become 0/1; missing, null or non-numeric values become NaN."""
+    parts = key.split(".")
+    out = np.full(len(steps), np.nan, dtype=np.float64)
+    for i, record in enumerate(steps):
+        value: Any = record
+        for part in parts:
+            value = value.get(part) if isinstance(value, dict) else None
+            if value is None:
+                break
+        if isinstance(value, (int, float)):  # bool is an int: True -> 1.0
+            out[i] = float(value)
+    return out
+
+
 @dataclass
 class RunData:
     """Everything in a run directory, as read."""
@@ -71,19 +87,7 @@ class RunData:
     def array(self, key: str) -> np.ndarray:
         """A float array of one field over the steps; `phases.forward` reads nested keys.
         Missing or null values become NaN."""
-        parts = key.split(".")
-        out = np.full(len(self.steps), np.nan, dtype=np.float64)
-        for i, record in enumerate(self.steps):
-            value: Any = record
-            for part in parts:
-                value = value.get(part) if isinstance(value, dict) else None
-                if value is None:
-                    break
-            if isinstance(value, (int, float)) and not isinstance(value, bool):
-                out[i] = value
-            elif isinstance(value, bool):
-                out[i] = float(value)
-        return out
+        return step_array(self.steps, key)
 
     def events_of(self, type_: str) -> list[dict[str, Any]]:
         return [e for e in self.events if e.get("type") == type_]
