@@ -13,7 +13,6 @@ import dataclasses
 import difflib
 import os
 import re
-import tempfile
 import types
 import typing
 from pathlib import Path
@@ -22,6 +21,7 @@ from typing import Any, Literal, Sequence
 import yaml
 
 from trainspeed.errors import ConfigError
+from trainspeed.fileio import atomic_write_text
 
 # YAML 1.1 (PyYAML) reads `1e-3` as a *string* because its float pattern needs a dot. A float
 # field given such a string is converted instead of rejected: everyone writes `lr: 3e-4`.
@@ -340,14 +340,4 @@ def read_yaml(path: str | os.PathLike) -> dict[str, Any]:
 
 def write_yaml_atomic(path: str | os.PathLike, data: dict[str, Any]) -> None:
     """Write YAML via temp file + rename, so a crash never leaves a half-written config."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    text = yaml.safe_dump(data, sort_keys=False, default_flow_style=False)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    atomic_write_text(path, yaml.safe_dump(data, sort_keys=False, default_flow_style=False))

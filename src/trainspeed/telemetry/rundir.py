@@ -8,8 +8,6 @@ A record from a newer major schema is an error, because guessing its meaning wou
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,30 +16,18 @@ import numpy as np
 import yaml
 
 from trainspeed.errors import RunDirError, SchemaError
+from trainspeed.fileio import atomic_write_text
 from trainspeed.telemetry import schema
 
 
 def write_json(path: str | Path, obj: Any) -> Path:
     """Write JSON atomically (temp file in the same directory, then rename)."""
-    return _atomic_write_text(Path(path), json.dumps(schema.sanitize_any(obj), indent=2) + "\n")
-
-
-def _atomic_write_text(path: Path, text: str) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
+    return atomic_write_text(Path(path), json.dumps(schema.sanitize_any(obj), indent=2) + "\n")
 
 
 def write_config(run_dir: str | Path, config: dict[str, Any]) -> Path:
     text = yaml.safe_dump(schema.sanitize_any(config), sort_keys=False)
-    return _atomic_write_text(Path(run_dir) / schema.CONFIG_FILE, text)
+    return atomic_write_text(Path(run_dir) / schema.CONFIG_FILE, text)
 
 
 def write_env(run_dir: str | Path, env: dict[str, Any] | None = None) -> Path:
