@@ -1,0 +1,311 @@
+"""The tuner's knobs: for each speed switch, which settings to try from a given config.
+
+A knob is a plain function `(ctx) -> list[Candidate | Skip]`: the settings worth a trial on
+this config and device, or why a setting is not tried (impossible on this device, already
+set, needs another knob first). Settings are dotted config keys, the same keys
+`trainspeed train` takes, so a winning setting is also the line that goes into best.yaml.
+Knob names match the ones the doctor prints (`doctor.checks.context.TUNE_KNOBS`).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from trainspeed.errors import ConfigError
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """One setting of one knob: a label for the table and the overrides it applies."""
+
+    knob: str
+    label: str
+    settings: dict[str, Any]
+    cost_factor: float = 1.0
+    """Expected trial time relative to the baseline's (bigger batches take longer per step)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Skip:
+    """A setting (or a whole knob) not tried, and why."""
+
+    knob: str
+    label: str
+    reason: str
+    deferred: bool = False
+    """True when the knob may apply later, on top of another knob's winner (the greedy step
+    retries it), e.g. persistent_workers once num_workers > 0 won."""
+
+
+@dataclass(kw_only=True)
+class DeviceInfo:
+    """What the trials will run on (decides which settings are possible)."""
+
+    type: str = "cpu"
+    """'cpu' or 'cuda'."""
+    cores: int = 1
+    """CPU cores available to this process."""
+    cuda_capability: tuple[int, int] | None = None
+    memory_bytes: float | None = None
+    """GPU memory (cuda) or system RAM (cpu): the ceiling for the batch-size search."""
+    cpu_flags: frozenset[str] = frozenset()
+    has_compiler: bool = True
+    """A C++ compiler for torch.compile's CPU backend (inductor)."""
+
+    @classmethod
+    def detect(cls, device: str = "auto") -> "DeviceInfo":
+        import psutil
+        import torch
+
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+        use_cuda = device.startswith("cuda") or (device == "auto" and torch.cuda.is_available())
+        from trainspeed.engine.precision import cpu_flags
+
+        info = cls(type="cuda" if use_cuda else "cpu", cores=cores,
+                   cpu_flags=frozenset(cpu_flags() or ()),
+                   has_compiler=any(shutil.which(c) for c in ("c++", "g++", "clang++", "cc")))
+        if use_cuda:
+            index = torch.device(device).index if ":" in device else 0
+            info.cuda_capability = torch.cuda.get_device_capability(index)
+            info.memory_bytes = float(torch.cuda.get_device_properties(index).total_memory)
+        else:
+            info.memory_bytes = float(psutil.virtual_memory().total)
+        return info
+
+
+@dataclass(kw_only=True)
+class KnobContext:
+    """Everything a knob looks at: the config (as a nested dict) and the device."""
+
+    config: dict[str, Any]
+    device: DeviceInfo
+    baseline_memory: float | None = None
+    """Peak memory of the baseline trial (bytes), for the batch-size ceiling."""
+    block_classes: list[str] = field(default_factory=list)
+    """Repeated module classes of the model (candidates for activation checkpointing)."""
+
+    def get(self, dotted: str) -> Any:
+        node: Any = self.config
+        for part in dotted.split("."):
+            node = node.get(part) if isinstance(node, dict) else None
+        return node
+
+
+KnobFn = Callable[[KnobContext], list]
+
+
+def _powers_up_to(n: int) -> list[int]:
+    values, v = [], 1
+    while v < n:
+        values.append(v)
+        v *= 2
+    values.append(n)
+    return sorted(set(values))
+
+
+def precision(ctx: KnobContext) -> list:
+    out: list = []
+    current = ctx.get("precision.mode")
+    cuda = ctx.device.type == "cuda"
+    cap = ctx.device.cuda_capability or (0, 0)
+    for mode in ("tf32", "bf16-mixed", "fp16-mixed"):
+        if mode == current:
+            continue
+        if mode == "tf32" and not (cuda and cap >= (8, 0)):
+            out.append(Skip("precision", mode, "TF32 needs an NVIDIA GPU of compute capability 8.0+ "
+                                               "(Ampere); on this device it would run plain fp32"))
+        elif mode == "bf16-mixed" and cuda and cap < (8, 0):
+            out.append(Skip("precision", mode, f"bf16 needs compute capability 8.0+, this GPU is {cap}"))
+        else:
+            # On a CPU bf16/fp16 are *allowed* and measured: with native units (AMX, AVX512-BF16)
+            # they can win, without them they are emulated and far slower. The trial decides.
+            out.append(Candidate("precision", mode, {"precision.mode": mode}))
+    return out
+
+
+def compile(ctx: KnobContext) -> list:  # noqa: A001 - the knob's name
+    out: list = []
+    current = ctx.get("compile.mode")
+    cuda = ctx.device.type == "cuda"
+    for mode in ("default", "reduce-overhead", "max-autotune"):
+        if mode == current:
+            continue
+        if not cuda and mode == "reduce-overhead":
+            out.append(Skip("compile", mode, "reduce-overhead means CUDA graphs; on a CPU it is 'default'"))
+        elif not cuda and mode == "max-autotune":
+            out.append(Skip("compile", mode, "max-autotune benchmarks GPU kernel configs; on a CPU it "
+                                             "compiles for minutes and gains what 'default' does"))
+        elif not cuda and not ctx.device.has_compiler:
+            out.append(Skip("compile", mode, "torch.compile on CPU needs a C++ compiler (g++/clang++) on PATH"))
+        else:
+            # Compilation happens in the trial's warm-up steps, which the tuner excludes.
+            out.append(Candidate("compile", mode, {"compile.mode": mode}, cost_factor=3.0))
+    return out
+
+
+def fused_optimizer(ctx: KnobContext) -> list:
+    current = ctx.get("optim.implementation")
+    return [Candidate("fused_optimizer", impl, {"optim.implementation": impl})
+            for impl in ("fused", "foreach", "loop") if impl != current]
+
+
+def batch_size(ctx: KnobContext) -> list:
+    from trainspeed.tune.batch_size import batch_size_candidates
+
+    return batch_size_candidates(ctx)
+
+
+def grad_accumulation(ctx: KnobContext) -> list:
+    """Same effective batch in smaller micro-batches: a memory knob, measured for its cost."""
+    b, steps = int(ctx.get("data.batch_size") or 1), int(ctx.get("accumulation.steps") or 1)
+    out: list = []
+    for k in (2, 4):
+        if b % k or b // k < 1:
+            out.append(Skip("grad_accumulation", f"x{k}", f"data.batch_size={b} is not divisible by {k}"))
+            continue
+        out.append(Candidate("grad_accumulation", f"{b // k}x{steps * k}",
+                             {"data.batch_size": b // k, "accumulation.steps": steps * k}))
+    return out
+
+
+def num_workers(ctx: KnobContext) -> list:
+    current = int(ctx.get("data.num_workers") or 0)
+    # Searched, not guessed: 0 and powers of two up to the core count, and the core count.
+    values = [0] + _powers_up_to(max(1, ctx.device.cores))
+    return [Candidate("num_workers", str(n), {"data.num_workers": n}) for n in values if n != current]
+
+
+def _needs_workers(knob: str, label: str, ctx: KnobContext) -> Skip | None:
+    if int(ctx.get("data.num_workers") or 0) == 0:
+        return Skip(knob, label, "needs data.num_workers > 0; tried on top of a num_workers winner",
+                    deferred=True)
+    return None
+
+
+def persistent_workers(ctx: KnobContext) -> list:
+    if ctx.get("data.persistent_workers"):
+        return [Skip("persistent_workers", "true", "already on")]
+    skip = _needs_workers("persistent_workers", "true", ctx)
+    return [skip] if skip else [Candidate("persistent_workers", "true", {"data.persistent_workers": True})]
+
+
+def prefetch_factor(ctx: KnobContext) -> list:
+    current = ctx.get("data.prefetch_factor") or 2
+    out: list = []
+    for f in (4, 8):
+        if f == current:
+            continue
+        skip = _needs_workers("prefetch_factor", str(f), ctx)
+        out.append(skip or Candidate("prefetch_factor", str(f), {"data.prefetch_factor": f}))
+    return out
+
+
+def pin_memory(ctx: KnobContext) -> list:
+    if ctx.device.type != "cuda":
+        return [Skip("pin_memory", "true", "pinned memory only speeds up host-to-GPU copies; "
+                                           "there are none on a CPU")]
+    current = ctx.get("data.pin_memory")
+    return [Candidate("pin_memory", str(v).lower(), {"data.pin_memory": v})
+            for v in (True, False) if v != current]
+
+
+def dynamic_padding(ctx: KnobContext) -> list:
+    if ctx.get("data.dynamic_padding") or ctx.get("data.bucketing"):
+        return [Skip("dynamic_padding", "true", "already on (or implied by data.bucketing)")]
+    return [Candidate("dynamic_padding", "true", {"data.dynamic_padding": True})]
+
+
+def bucketing(ctx: KnobContext) -> list:
+    if ctx.get("data.bucketing"):
+        return [Skip("bucketing", "true", "already on")]
+    return [Candidate("bucketing", "true", {"data.bucketing": True, "data.dynamic_padding": True})]
+
+
+def channels_last(ctx: KnobContext) -> list:
+    if ctx.get("channels_last"):
+        return [Skip("channels_last", "true", "already on")]
+    return [Candidate("channels_last", "true", {"channels_last": True})]
+
+
+def activation_checkpointing(ctx: KnobContext) -> list:
+    if ctx.get("activation_checkpointing"):
+        return [Skip("activation_checkpointing", "on", "already on")]
+    if not ctx.block_classes:
+        return [Skip("activation_checkpointing", "on", "no repeated block class found in the model; "
+                     "set activation_checkpointing=[YourBlock] to measure it")]
+    name = ctx.block_classes[0]
+    # Recomputation costs time and saves memory: a trial shows how much of each.
+    return [Candidate("activation_checkpointing", name, {"activation_checkpointing": [name]})]
+
+
+def torch_threads(ctx: KnobContext) -> list:
+    current = ctx.get("run.torch_threads") or ctx.device.cores  # null = PyTorch's default (all cores)
+    return [Candidate("torch_threads", str(n), {"run.torch_threads": n})
+            for n in _powers_up_to(max(1, ctx.device.cores)) if n != current]
+
+
+def log_every(ctx: KnobContext) -> list:
+    every = int(ctx.get("logging.every") or 1)
+    sinks = list(ctx.get("logging.sinks") or [])
+    out: list = []
+    if every < 50:
+        out.append(Candidate("log_every", "50", {"logging.every": 50}))
+    if set(sinks) - {"jsonl"}:
+        out.append(Candidate("log_every", "jsonl only", {"logging.sinks": ["jsonl"]}))
+    if not out:
+        out.append(Skip("log_every", "50", f"already lean (every {every} steps, sinks {sinks})"))
+    return out
+
+
+def checkpoint_every(ctx: KnobContext) -> list:
+    every = ctx.get("checkpoint.every_steps")
+    if not every:
+        return [Skip("checkpoint_every", "-", "no periodic checkpoints (checkpoint.every_steps is null)")]
+    out: list = [Candidate("checkpoint_every", str(every * 4), {"checkpoint.every_steps": every * 4})]
+    if not ctx.get("checkpoint.async_save"):
+        out.append(Candidate("checkpoint_every", "async", {"checkpoint.async_save": True}))
+    return out
+
+
+KNOBS: dict[str, KnobFn] = {
+    # Ordered by how often they pay off: with a tight budget the first ones run.
+    "precision": precision,
+    "num_workers": num_workers,
+    "bucketing": bucketing,
+    "dynamic_padding": dynamic_padding,
+    "batch_size": batch_size,
+    "fused_optimizer": fused_optimizer,
+    "compile": compile,
+    "channels_last": channels_last,
+    "log_every": log_every,
+    "torch_threads": torch_threads,
+    "pin_memory": pin_memory,
+    "persistent_workers": persistent_workers,
+    "prefetch_factor": prefetch_factor,
+    "grad_accumulation": grad_accumulation,
+    "activation_checkpointing": activation_checkpointing,
+    "checkpoint_every": checkpoint_every,
+}
+"""Knob name -> settings function. Names match `trainspeed tune --knobs`."""
+
+
+def parse_knobs(text: str | None) -> list[str]:
+    """`"precision,compile"` -> ["precision", "compile"]; None/"all" -> every knob."""
+    from trainspeed.config_io import did_you_mean
+
+    if text is None or text.strip() in ("", "all"):
+        return list(KNOBS)
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    for name in names:
+        if name not in KNOBS:
+            guess = did_you_mean(name, list(KNOBS))
+            hint = f"did you mean '{guess}'? " if guess else ""
+            raise ConfigError(f"--knobs: unknown knob '{name}'; {hint}known knobs: {', '.join(KNOBS)}")
+    return list(dict.fromkeys(names))
+
+
+def knob_keys(candidates: list) -> set[str]:
+    return {k for c in candidates if isinstance(c, Candidate) for k in c.settings}

@@ -1,0 +1,127 @@
+"""`trainspeed tune` end to end: prepare the trial config, run the search, write the outputs.
+
+    <out>/base.yaml     the user's config with trial lengths set (what every trial loads)
+    <out>/trials/       one run directory per trial
+    <out>/tune.jsonl    finished trials (resume)
+    <out>/tune.json     the tables as data
+    <out>/tune.html     the tables as a page
+    <out>/best.yaml     the user's config with the winning settings, for `trainspeed train`
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from trainspeed.config import TrainConfig, config_hash, config_to_dict, dump_config, load_config
+from trainspeed.tune.knobs import DeviceInfo
+from trainspeed.tune.search import TuneOptions, TuneResult, Tuner, apply_settings
+from trainspeed.tune.store import TrialStore
+from trainspeed.tune.trials import Runner, SubprocessRunner
+
+
+@dataclass(kw_only=True)
+class TrialLength:
+    warmup_steps: int = 5
+    """Steps excluded from timing (allocator warm-up, compilation)."""
+    measure_steps: int = 25
+    """Measured steps per trial; their median step time is the trial's figure."""
+    eval_batches: int = 4
+    """Validation batches at the end of each trial (the loss-parity figure)."""
+
+
+def trial_config(cfg: TrainConfig, length: TrialLength) -> dict[str, Any]:
+    """The user's config, shortened into a trial: same model, data and speed settings."""
+    d = config_to_dict(cfg)
+    d["run"].update(name=None, max_steps=length.warmup_steps + length.measure_steps, max_epochs=None)
+    d["logging"].update(warmup_steps=length.warmup_steps, progress=False, wandb_mode="disabled")
+    d["checkpoint"].update(save_final=False, resume=None, auto_resume=False, mirror=None)
+    limit = d["eval"].get("limit_val_batches")
+    d["eval"].update(every_steps=None, at_end=True,
+                     limit_val_batches=min(limit or length.eval_batches, length.eval_batches))
+    d["profile"]["steps"] = None
+    return d
+
+
+def find_block_classes(cfg: TrainConfig) -> list[str]:
+    """Repeated module classes with parameters (transformer blocks, conv stages), most
+    repeated first: what activation checkpointing would wrap. Builds the recipe's model."""
+    try:
+        from collections import Counter
+
+        from trainspeed.recipes.registry import get_recipe
+
+        model = get_recipe(cfg.recipe.name).build(cfg).model
+        counts = Counter(type(m).__name__ for m in model.modules()
+                         if m is not model and any(True for _ in m.parameters()) and len(list(m.children())) > 1)
+        return [name for name, n in counts.most_common() if n >= 2]
+    except Exception:  # noqa: BLE001 - best effort: the knob then says why it is skipped
+        return []
+
+
+def run_tune(cfg: TrainConfig, out_dir: str | Path, options: TuneOptions, *,
+             length: TrialLength | None = None, runner: Runner | None = None,
+             device: DeviceInfo | None = None, say: Callable[[str], None] = print,
+             trial_timeout_s: float = 600.0) -> TuneResult:
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    length = length or TrialLength()
+    base = trial_config(cfg, length)
+    base_cfg = load_config(base)
+    base_cfg.run.name = None  # type: ignore[assignment] - dumped as null: each trial names itself
+    base_path = out / "base.yaml"
+    dump_config(base_cfg, base_path)
+    base_hash = config_hash(load_config(base_path))
+    device = device or DeviceInfo.detect(cfg.run.device)
+    if runner is None:
+        runner = SubprocessRunner(base_config=base_path, out_dir=out / "trials", timeout_s=trial_timeout_s)
+    store = TrialStore(out)
+    if len(store):
+        say(f"resuming: {len(store)} finished trials in {store.path}")
+    blocks = find_block_classes(cfg) if "activation_checkpointing" in options.knobs else []
+    tuner = Tuner(base_config=config_to_dict(base_cfg), base_hash=base_hash, device=device,
+                  runner=runner, store=store, options=options, block_classes=blocks, say=say)
+    result = tuner.run()
+    write_outputs(cfg, result, out)
+    return result
+
+
+def best_config(cfg: TrainConfig, settings: dict[str, Any]) -> TrainConfig:
+    d = config_to_dict(cfg)
+    d["run"]["name"] = None  # a fresh timestamped name per run, not the tuned run's
+    return load_config(apply_settings(d, settings))
+
+
+def write_outputs(cfg: TrainConfig, result: TuneResult, out: Path) -> None:
+    from trainspeed.fileio import atomic_write_text
+    from trainspeed.tune.table import write_html
+
+    best = best_config(cfg, result.best_settings)
+    best.run.name = None  # type: ignore[assignment]
+    dump_config(best, out / "best.yaml")
+    atomic_write_text(out / "tune.json", json.dumps(result.as_dict(), indent=2, default=str) + "\n")
+    subtitle = f"{cfg.recipe.name or 'config'} · {out} · {result.trials_run} trials run"
+    write_html(result, out / "tune.html", title="trainspeed tune", subtitle=subtitle)
+
+
+def parse_budget(text: str) -> float:
+    """'10m' -> 600, '90s' -> 90, '1h' -> 3600, '300' -> 300 seconds."""
+    from trainspeed.errors import ConfigError
+
+    t = text.strip().lower()
+    units = {"s": 1, "m": 60, "h": 3600}
+    try:
+        if t and t[-1] in units:
+            value = float(t[:-1]) * units[t[-1]]
+        else:
+            value = float(t)
+    except ValueError:
+        raise ConfigError(f"--budget {text!r} is not a duration; write e.g. 90s, 10m or 1h") from None
+    if value <= 0:
+        raise ConfigError(f"--budget must be positive, got {text!r}")
+    return value
+
+
+__all__ = ["run_tune", "TrialLength", "trial_config", "best_config", "parse_budget"]

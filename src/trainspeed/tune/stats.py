@@ -1,0 +1,172 @@
+"""Pure statistics of the tuner: per-sample cost of a trial, speedup with a confidence
+interval, and the verdict a knob setting earns.
+
+Nothing here runs a trial or reads a file; every function maps numbers to numbers, so the
+verdict rules are unit-tested on synthetic samples (a fast knob, a slow one, a noisy one).
+
+The cost of a trial is *seconds per sample*: the median step time (robust to the odd step a
+neighbouring process steals) divided by the mean samples per step. Per sample, not per step,
+because knobs such as batch size and length bucketing change how many samples a step holds.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+FASTER = "faster"
+SLOWER = "slower"
+NO_CHANGE = "no measurable change"
+LOSS_MISMATCH = "loss mismatch"
+FAILED = "failed"
+SKIPPED = "skipped"
+VERDICTS = (FASTER, SLOWER, NO_CHANGE, LOSS_MISMATCH, FAILED, SKIPPED)
+
+
+@dataclass(frozen=True, slots=True)
+class Arm:
+    """The measured steps of one setting, pooled over its repeats (interleaved trials)."""
+
+    step_times: tuple[np.ndarray, ...]
+    """Per repeat: step times (s) of the measured (post-warm-up) steps."""
+    samples: tuple[np.ndarray, ...]
+    """Per repeat: samples per measured step, aligned with step_times."""
+
+    @classmethod
+    def of(cls, step_times: Sequence[Sequence[float]], samples: Sequence[Sequence[float]]) -> "Arm":
+        t = tuple(np.asarray(x, dtype=np.float64) for x in step_times)
+        s = tuple(np.asarray(x, dtype=np.float64) for x in samples)
+        if len(t) != len(s) or any(a.shape != b.shape for a, b in zip(t, s)):
+            raise ValueError("step_times and samples must have the same shape per repeat")
+        return cls(step_times=t, samples=s)
+
+    @property
+    def repeats(self) -> int:
+        return len(self.step_times)
+
+    def pooled(self) -> tuple[np.ndarray, np.ndarray]:
+        if not self.step_times:
+            return np.array([]), np.array([])
+        return np.concatenate(self.step_times), np.concatenate(self.samples)
+
+
+def cost_per_sample(step_times: np.ndarray, samples: np.ndarray) -> float:
+    """Seconds per sample: median step time / mean samples per step (NaN when empty)."""
+    ok = np.isfinite(step_times) & np.isfinite(samples) & (samples > 0)
+    if not ok.any():
+        return math.nan
+    return float(np.median(step_times[ok]) / np.mean(samples[ok]))
+
+
+def arm_cost(arm: Arm) -> float:
+    return cost_per_sample(*arm.pooled())
+
+
+def repeat_costs(arm: Arm) -> list[float]:
+    """The cost of each repeat on its own (their spread is the run-to-run noise)."""
+    return [cost_per_sample(t, s) for t, s in zip(arm.step_times, arm.samples)]
+
+
+def run_to_run_noise(arm: Arm) -> float:
+    """Relative spread of an arm's repeat costs, max/min - 1 (0 with fewer than 2 repeats).
+
+    Repeats of the *same* config differ only by machine noise (other processes, clocks,
+    memory layout), so this is how big a difference noise alone produces on this machine.
+    """
+    costs = [c for c in repeat_costs(arm) if math.isfinite(c) and c > 0]
+    if len(costs) < 2:
+        return 0.0
+    return max(costs) / min(costs) - 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class Comparison:
+    """Candidate vs reference: speedup = reference cost / candidate cost (> 1 is faster)."""
+
+    speedup: float
+    ci_low: float
+    ci_high: float
+    noise: float
+    """The relative change below which a difference is called noise (>= min_effect)."""
+    reference_cost: float
+    candidate_cost: float
+
+    def as_dict(self) -> dict[str, float]:
+        return {"speedup": self.speedup, "ci_low": self.ci_low, "ci_high": self.ci_high,
+                "noise": self.noise, "reference_cost_s": self.reference_cost,
+                "candidate_cost_s": self.candidate_cost}
+
+
+def _bootstrap_costs(arm: Arm, rng: np.random.Generator, n: int) -> np.ndarray:
+    """`n` bootstrap replicates of the arm's cost, resampling steps within each repeat
+    (so an arm with one slow repeat keeps that structure instead of smearing it)."""
+    out = np.empty(n)
+    for b in range(n):
+        times, samples = [], []
+        for t, s in zip(arm.step_times, arm.samples):
+            idx = rng.integers(0, len(t), len(t))
+            times.append(t[idx])
+            samples.append(s[idx])
+        out[b] = cost_per_sample(np.concatenate(times), np.concatenate(samples))
+    return out
+
+
+def compare(reference: Arm, candidate: Arm, *, min_effect: float = 0.03, n_boot: int = 400,
+            level: float = 0.95, seed: int = 0) -> Comparison:
+    """Speedup of `candidate` over `reference` with a bootstrap confidence interval.
+
+    The noise threshold is the larger of `min_effect` and the run-to-run spread measured on
+    either arm's repeats: a speedup smaller than what two runs of the same config show is
+    not a result.
+    """
+    ref_cost, cand_cost = arm_cost(reference), arm_cost(candidate)
+    speedup = ref_cost / cand_cost if cand_cost > 0 else math.nan
+    rng = np.random.default_rng(seed)
+    ratios = _bootstrap_costs(reference, rng, n_boot) / _bootstrap_costs(candidate, rng, n_boot)
+    ratios = ratios[np.isfinite(ratios)]
+    alpha = (1.0 - level) / 2
+    lo, hi = ((float(np.quantile(ratios, alpha)), float(np.quantile(ratios, 1 - alpha)))
+              if ratios.size else (math.nan, math.nan))
+    noise = max(min_effect, run_to_run_noise(reference), run_to_run_noise(candidate))
+    return Comparison(speedup=speedup, ci_low=lo, ci_high=hi, noise=noise,
+                      reference_cost=ref_cost, candidate_cost=cand_cost)
+
+
+def speed_verdict(c: Comparison) -> str:
+    """faster / slower only when the interval excludes 1 *and* the change beats the noise."""
+    if not (math.isfinite(c.speedup) and math.isfinite(c.ci_low) and math.isfinite(c.ci_high)):
+        return NO_CHANGE
+    if c.ci_low > 1.0 and c.speedup > 1.0 + c.noise:
+        return FASTER
+    if c.ci_high < 1.0 and c.speedup < 1.0 / (1.0 + c.noise):
+        return SLOWER
+    return NO_CHANGE
+
+
+def loss_delta(reference: float | None, candidate: float | None) -> float | None:
+    """Relative loss change (candidate - reference) / |reference|; inf for a non-finite
+    candidate loss (NaN/overflow); None when either side has no loss."""
+    if reference is None or candidate is None or not math.isfinite(reference):
+        return None
+    if not math.isfinite(candidate):
+        return math.inf
+    return (candidate - reference) / max(abs(reference), 1e-12)
+
+
+def loss_ok(delta: float | None, tolerance: float) -> bool:
+    """A candidate keeps loss parity unless its loss is worse by more than `tolerance` (or
+    not finite). A *lower* loss is not a mismatch: a larger batch sees more data per step."""
+    return delta is None or delta <= tolerance
+
+
+def verdict(c: Comparison | None, delta: float | None, *, tolerance: float,
+            failed: bool = False) -> str:
+    """The one word a knob setting gets in the table; loss parity overrides any speedup."""
+    if failed or c is None:
+        return FAILED
+    if not loss_ok(delta, tolerance):
+        return LOSS_MISMATCH
+    return speed_verdict(c)

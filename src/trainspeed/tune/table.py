@@ -1,0 +1,110 @@
+"""The tune's table, in the terminal (rich) and as a self-contained HTML page.
+
+Rows come from `TuneResult`; formatting reuses the report's helpers and its HTML page shell,
+so the tune page looks like every other trainspeed report.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+from trainspeed.tune import stats
+from trainspeed.tune.search import Row, TuneResult
+
+COLUMNS = ("knob", "setting", "speedup", "95% CI", "memory", "loss delta", "verdict", "note")
+VERDICT_STYLE = {stats.FASTER: "bold green", stats.SLOWER: "red", stats.LOSS_MISMATCH: "bold red",
+                 stats.FAILED: "bold red", stats.NO_CHANGE: "", stats.SKIPPED: "dim"}
+
+
+def cells(row: Row) -> list[str]:
+    """The row as display strings (shared by terminal, HTML and docs)."""
+    def x(v: float | None) -> str:
+        return "—" if v is None or not math.isfinite(v) else f"{v:.2f}x"
+
+    ci = "—" if not row.ci or not all(math.isfinite(v) for v in row.ci) else f"{row.ci[0]:.2f}–{row.ci[1]:.2f}"
+    mem = "—" if row.memory_ratio is None else f"{100 * (row.memory_ratio - 1):+.0f}%"
+    if row.loss_delta is None:
+        loss = "—"
+    elif not math.isfinite(row.loss_delta):
+        loss = "non-finite"
+    else:
+        loss = f"{100 * row.loss_delta:+.1f}%"
+    note = (row.note or "").splitlines()[0] if row.note else ""
+    return [row.knob, row.setting, x(row.speedup), ci, mem, loss, row.verdict, note]
+
+
+def markdown(result: TuneResult) -> str:
+    """The ablation and combination tables as Markdown (for docs and READMEs)."""
+    head = "| " + " | ".join(COLUMNS) + " |\n|" + "---|" * len(COLUMNS) + "\n"
+    def body(rows: list[Row]) -> str:
+        return "".join("| " + " | ".join(c.replace("|", "/") for c in cells(r)) + " |\n" for r in rows)
+    out = "Ablation (each setting alone vs the baseline)\n\n" + head + body(result.ablation)
+    if result.combination:
+        out += "\nGreedy combination (each step vs the config before it)\n\n" + head + body(result.combination)
+    if result.final:
+        out += "\nVerified: best vs baseline\n\n" + head + body([result.final])
+    return out
+
+
+def print_tables(result: TuneResult, console: Any = None) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    con = console
+    if con is None:
+        con = Console()
+        if not con.is_terminal:
+            con.width = 160  # a pipe or CI log: rich would wrap at 80 columns
+
+    def table(title: str, rows: list[Row]) -> None:
+        t = Table(title=title, title_justify="left")
+        for col in COLUMNS:
+            t.add_column(col, justify="right" if col in ("speedup", "memory", "loss delta") else "left",
+                         overflow="fold", max_width=60 if col == "note" else None,
+                         no_wrap=col not in ("note",))
+        for row in rows:
+            t.add_row(*cells(row), style=VERDICT_STYLE.get(row.verdict, ""))
+        con.print(t)
+
+    table("Ablation: each setting alone vs the baseline", result.ablation)
+    if result.combination:
+        table("Greedy combination: each winner on top of the ones before", result.combination)
+    if result.final:
+        table("Verified: best config vs baseline", [result.final])
+    for note in result.notes:
+        con.print(f"[yellow]note:[/] {note}")
+
+
+def write_html(result: TuneResult, path: str | Path, *, title: str, subtitle: str) -> Path:
+    from trainspeed.fileio import atomic_write_text
+    from trainspeed.report.html import _e, _page
+
+    def table(rows: list[Row]) -> str:
+        head = "".join(f"<th class='num'>{_e(c)}</th>" if c in ("speedup", "memory", "loss delta")
+                       else f"<th>{_e(c)}</th>" for c in COLUMNS)
+        body = []
+        for row in rows:
+            cls = {stats.FASTER: "better", stats.SLOWER: "worse", stats.LOSS_MISMATCH: "worse",
+                   stats.FAILED: "worse"}.get(row.verdict, "")
+            tds = []
+            for col, text in zip(COLUMNS, cells(row)):
+                klass = "num" if col in ("speedup", "memory", "loss delta") else ("verdict " + cls if col == "verdict" else "")
+                tds.append(f"<td class='{klass.strip()}'>{_e(text)}</td>")
+            body.append(f"<tr>{''.join(tds)}</tr>")
+        return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+
+    parts = [f"<section id='ablation'><h2>Ablation: each setting alone vs the baseline</h2>{table(result.ablation)}</section>"]
+    if result.combination:
+        parts.append(f"<section id='combination'><h2>Greedy combination</h2>{table(result.combination)}</section>")
+    if result.final:
+        parts.append(f"<section id='final'><h2>Verified: best config vs baseline</h2>{table([result.final])}</section>")
+    best = ", ".join(f"{k}={v}" for k, v in sorted(result.best_settings.items())) or "the baseline (no knob won)"
+    parts.append(f"<section id='best'><h2>best.yaml</h2><p>{_e(best)}</p>"
+                 + "".join(f"<p class='note'>{_e(n)}</p>" for n in result.notes) +
+                 f"<p class='note'>{result.trials_run} trials run, {result.trials_reused} reused; "
+                 f"{result.elapsed_s:.0f} s. Speedup = baseline seconds per sample / candidate's "
+                 "(median step time / mean samples per step, warm-up excluded); a change inside "
+                 "the measured run-to-run noise reads 'no measurable change'.</p></section>")
+    return atomic_write_text(path, _page(title, subtitle, "".join(parts)))

@@ -1,0 +1,188 @@
+"""Trials: one short training run of one config, each in a fresh subprocess.
+
+A fresh process per trial gives every setting the same start: empty torch.compile caches,
+no memory left over from the previous trial, thread pools sized anew (torch.set_num_threads
+is process-global and sticky). The runner is injectable (`Runner` is any callable from a
+`TrialRequest` to a `TrialResult`), so the search and its statistics are tested with
+synthetic results, while `SubprocessRunner` runs the real `trainspeed train`.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+STDERR_TAIL_LINES = 25
+
+
+@dataclass(frozen=True, slots=True)
+class TrialRequest:
+    """What to run: the base config plus `overrides`, as repeat number `repeat`."""
+
+    key: str
+    """Identity of the config (hash of base + overrides); trials with equal keys are repeats."""
+    label: str
+    """Human name of the setting ("baseline", "precision=bf16-mixed")."""
+    overrides: tuple[str, ...]
+    """`section.key=value` overrides applied on top of the tune's base config."""
+    repeat: int
+    """0, 1, ...: which interleaved repeat of this config."""
+
+    @property
+    def name(self) -> str:
+        """Run-directory name: unique per (config, repeat)."""
+        return f"{self.key}-r{self.repeat}"
+
+
+@dataclass(slots=True)
+class TrialResult:
+    """What one trial measured (the resume store keeps these as JSON lines)."""
+
+    key: str
+    label: str
+    repeat: int
+    ok: bool
+    error: str | None = None
+    """Why it failed: an OOM, a crash with the tail of stderr, a timeout."""
+    step_times: list[float] = field(default_factory=list)
+    """Step times (s) of the measured steps (warm-up and compile steps excluded)."""
+    samples: list[float] = field(default_factory=list)
+    """Samples of each measured step."""
+    loss: float | None = None
+    """Parity loss: validation loss at the end when the run evaluated, else the mean
+    training loss over the last quarter of its steps."""
+    memory_peak: float | None = None
+    """Peak memory in bytes: CUDA allocated when on a GPU, else the process RSS."""
+    wall_s: float = 0.0
+    """Wall time of the whole trial, start-up and compilation included (for the budget)."""
+    run_dir: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> "TrialResult":
+        known = {k: data[k] for k in cls.__slots__ if k in data}  # type: ignore[attr-defined]
+        return cls(**known)
+
+
+Runner = Callable[[TrialRequest], TrialResult]
+
+
+def _finite(values: np.ndarray) -> np.ndarray:
+    return values[np.isfinite(values)]
+
+
+def result_from_run_dir(request: TrialRequest, run_dir: Path, wall_s: float) -> TrialResult:
+    """Read a finished trial's run directory into a TrialResult."""
+    from trainspeed.telemetry.rundir import read_run
+
+    run = read_run(run_dir)
+    base = dict(key=request.key, label=request.label, repeat=request.repeat,
+                wall_s=wall_s, run_dir=str(run_dir))
+    t = run.array("t_step")
+    warm = run.array("warmup") > 0.5
+    keep = np.isfinite(t) & ~warm
+    if not keep.any():
+        return TrialResult(ok=False, error=f"no measured steps in {run_dir} (all {len(t)} were "
+                           "warm-up); raise the trial's step count", **base)
+    samples = np.nan_to_num(run.array("samples"), nan=1.0)
+    loss = _parity_loss(run)
+    mem = _finite(run.array("mem.cuda_alloc_peak"))
+    if not mem.size:
+        mem = _finite(run.array("mem.rss"))
+    return TrialResult(ok=True, step_times=t[keep].tolist(), samples=samples[keep].tolist(),
+                       loss=loss, memory_peak=float(mem.max()) if mem.size else None, **base)
+
+
+def _parity_loss(run: Any) -> float | None:
+    for event in reversed(run.events_of("eval")):
+        value = (event.get("data") or {}).get("val_loss")
+        if isinstance(value, (int, float)):
+            return float(value)
+    losses = run.array("loss")
+    if not losses.size:
+        return None
+    tail = losses[-max(1, len(losses) // 4):]
+    if np.isnan(tail).all():
+        # No loss was logged near the end. A NaN/Inf *value* reads as NaN too, which is
+        # exactly what parity must catch, so report NaN when any step logged a non-finite loss.
+        return math.nan if np.isinf(losses).any() else None
+    if not np.isfinite(tail[~np.isnan(tail)]).all():
+        return math.inf
+    return float(np.nanmean(tail))
+
+
+def _classify_failure(returncode: int, stderr: str) -> str:
+    lines = [line for line in stderr.strip().splitlines() if line.strip()]
+    tail = "\n".join(lines[-STDERR_TAIL_LINES:])
+    if "out of memory" in stderr.lower() or "OutOfMemoryError" in stderr:
+        return f"OOM (exit {returncode}): {lines[-1] if lines else ''}"
+    return f"exit code {returncode}; stderr tail:\n{tail}"
+
+
+@dataclass(kw_only=True)
+class SubprocessRunner:
+    """Runs `python -m trainspeed train BASE.yaml --name N overrides...` per trial."""
+
+    base_config: Path
+    """The tune's base config (trial lengths and logging already set)."""
+    out_dir: Path
+    """Parent of the trial run directories."""
+    timeout_s: float = 600.0
+    """A trial running longer than this is killed and reported as failed."""
+    python: str = sys.executable
+    extra_env: dict[str, str] = field(default_factory=dict)
+
+    def command(self, request: TrialRequest) -> list[str]:
+        return [self.python, "-m", "trainspeed", "train", str(self.base_config), "--no-report",
+                "--name", request.name, f"run.out_dir={self.out_dir}", *request.overrides]
+
+    def __call__(self, request: TrialRequest) -> TrialResult:
+        run_dir = self.out_dir / request.name
+        if run_dir.exists():  # a trial interrupted mid-run: its partial records must not count
+            import shutil
+
+            shutil.rmtree(run_dir)
+        env = {**os.environ, **self.extra_env}
+        t0 = time.perf_counter()
+        base = dict(key=request.key, label=request.label, repeat=request.repeat, run_dir=str(run_dir))
+        try:
+            proc = subprocess.run(self.command(request), capture_output=True, text=True,
+                                  timeout=self.timeout_s, env=env)
+        except subprocess.TimeoutExpired:
+            return TrialResult(ok=False, error=f"timed out after {self.timeout_s:.0f} s",
+                               wall_s=time.perf_counter() - t0, **base)
+        wall = time.perf_counter() - t0
+        if proc.returncode != 0:
+            return TrialResult(ok=False, error=_classify_failure(proc.returncode, proc.stderr),
+                               wall_s=wall, **base)
+        return result_from_run_dir(request, run_dir, wall)
+
+
+def format_override(key: str, value: Any) -> str:
+    """`key=value` with the value written as a YAML scalar the config loader reads back."""
+    import yaml
+
+    text = yaml.safe_dump(value, default_flow_style=True).strip()
+    if text.endswith("\n...") or text.endswith("..."):
+        text = text.rsplit("\n", 1)[0].strip()
+    return f"{key}={text}"
+
+
+def overrides_of(settings: dict[str, Any]) -> tuple[str, ...]:
+    return tuple(format_override(k, v) for k, v in sorted(settings.items()))
+
+
+__all__ = ["TrialRequest", "TrialResult", "Runner", "SubprocessRunner", "result_from_run_dir",
+           "format_override", "overrides_of"]
+
+
