@@ -1,0 +1,159 @@
+"""Ablation, greedy combination, verification, budget and resume, with synthetic trials."""
+
+from __future__ import annotations
+
+import pytest
+
+from trainspeed.tune import stats
+from trainspeed.tune.search import Tuner, TuneError, TuneOptions, config_key
+from trainspeed.tune.store import TrialStore
+
+from tune_fakes import FakeRunner
+
+BF16, FP16 = "precision.mode=bf16-mixed", "precision.mode=fp16-mixed"
+FUSED, FOREACH = "optim.implementation=fused", "optim.implementation=foreach"
+
+
+def tuner(base_config, cpu, runner, tmp_path, **opts):
+    options = TuneOptions(**{"budget_s": 10_000, **opts})
+    return Tuner(base_config=base_config, base_hash="h", device=cpu, runner=runner,
+                 store=TrialStore(tmp_path), options=options, say=lambda s: None)
+
+
+def rows_by(result):
+    return {(r.knob, r.setting): r for r in result.ablation}
+
+
+def test_fast_slow_noisy_and_overflowing_knobs_get_the_right_verdicts(base_config, cpu, tmp_path):
+    runner = FakeRunner({BF16: 0.5, FP16: 0.6, FUSED: 1.3}, noisy={FOREACH},
+                        losses={FP16: float("nan")})
+    result = tuner(base_config, cpu, runner, tmp_path,
+                   knobs=["precision", "fused_optimizer"]).run()
+    rows = rows_by(result)
+    assert rows[("precision", "bf16-mixed")].verdict == stats.FASTER
+    assert rows[("precision", "bf16-mixed")].speedup == pytest.approx(2.0, rel=0.05)
+    assert rows[("precision", "fp16-mixed")].verdict == stats.LOSS_MISMATCH  # fast, but NaN loss
+    assert rows[("precision", "tf32")].verdict == stats.SKIPPED  # impossible on a CPU: not run
+    assert "GPU" in rows[("precision", "tf32")].note
+    assert rows[("fused_optimizer", "fused")].verdict == stats.SLOWER
+    assert rows[("fused_optimizer", "foreach")].verdict == stats.NO_CHANGE  # noisy, no real change
+    assert result.best_settings == {"precision.mode": "bf16-mixed"}
+    assert result.final.verdict == stats.FASTER
+    # Only runnable settings became trials: tf32 never reached the runner.
+    assert not any("tf32" in o for c in runner.calls for o in c.overrides)
+
+
+def test_greedy_combines_independent_winners_and_verifies_the_product(base_config, cpu, tmp_path):
+    runner = FakeRunner({BF16: 0.5, "data.num_workers=2": 0.8, "data.num_workers=1": 0.9})
+    result = tuner(base_config, cpu, runner, tmp_path, knobs=["precision", "num_workers"]).run()
+    assert result.best_settings == {"precision.mode": "bf16-mixed", "data.num_workers": 2}
+    steps = [(r.knob, r.setting, r.verdict) for r in result.combination]
+    assert steps[0] == ("precision", "bf16-mixed", stats.FASTER)  # biggest winner first
+    assert steps[1] == ("num_workers", "2", stats.FASTER)  # measured on top of bf16
+    assert result.combination[1].speedup == pytest.approx(1.25, rel=0.05)
+    assert result.final.speedup == pytest.approx(2.5, rel=0.05)
+    assert result.final.verdict == stats.FASTER
+
+
+def test_greedy_drops_a_winner_that_does_not_help_on_top(base_config, cpu, tmp_path):
+    # fused alone is 1.2x, but with bf16 it brings nothing (the effects are not independent).
+    class Interacting(FakeRunner):
+        def __call__(self, req):
+            res = super().__call__(req)
+            if BF16 in req.overrides and FUSED in req.overrides:
+                res.step_times = [t / 0.8 for t in res.step_times]  # undo fused's gain
+            return res
+
+    runner = Interacting({BF16: 0.5, FUSED: 0.8})
+    result = tuner(base_config, cpu, runner, tmp_path, knobs=["precision", "fused_optimizer"]).run()
+    assert [(r.knob, r.verdict) for r in result.combination] == [
+        ("precision", stats.FASTER), ("fused_optimizer", stats.NO_CHANGE)]
+    assert result.best_settings == {"precision.mode": "bf16-mixed"}
+
+
+def test_deferred_knob_is_tried_once_its_prerequisite_wins(base_config, cpu, tmp_path):
+    runner = FakeRunner({"data.num_workers=2": 0.6, "data.persistent_workers=true": 0.8})
+    result = tuner(base_config, cpu, runner, tmp_path, knobs=["num_workers", "persistent_workers"]).run()
+    skipped = rows_by(result)[("persistent_workers", "true")]
+    assert skipped.verdict == stats.SKIPPED and "num_workers > 0" in skipped.note
+    assert ("persistent_workers", stats.FASTER) in [(r.knob, r.verdict) for r in result.combination]
+    assert result.best_settings == {"data.num_workers": 2, "data.persistent_workers": True}
+
+
+def test_conflicting_winners_do_not_overwrite_each_other(base_config, cpu, tmp_path):
+    # batch 64 and grad accumulation both set data.batch_size: only the bigger win is kept.
+    runner = FakeRunner({"data.batch_size=64": 2.0, "data.batch_size=8": 0.4})
+    result = tuner(base_config, cpu, runner, tmp_path, knobs=["batch_size", "grad_accumulation"]).run()
+    assert result.best_settings["data.batch_size"] == 64
+    notes = [r.note for r in result.combination if r.knob == "grad_accumulation"]
+    assert notes and "already set" in notes[0]
+
+
+def test_failed_setting_is_reported_and_never_crowned(base_config, cpu, tmp_path):
+    runner = FakeRunner({"data.batch_size=64": 0.5}, fail={"data.batch_size=64"})
+    result = tuner(base_config, cpu, runner, tmp_path, knobs=["batch_size"]).run()
+    row = rows_by(result)[("batch_size", "64")]
+    assert row.verdict == stats.FAILED and "OOM" in row.note
+    assert result.best_settings.get("data.batch_size") != 64
+    # A failed setting is not retried in later rounds.
+    assert sum(1 for c in runner.calls if "data.batch_size=64" in c.overrides) == 1
+
+
+def test_budget_skips_knobs_that_do_not_fit_and_says_so(base_config, cpu, tmp_path):
+    runner = FakeRunner({BF16: 0.5}, wall_s=10.0)
+    result = tuner(base_config, cpu, runner, tmp_path, knobs=["precision", "compile", "num_workers"],
+                   budget_s=150).run()
+    rows = rows_by(result)
+    assert rows[("precision", "bf16-mixed")].verdict == stats.FASTER
+    assert "budget" in rows[("num_workers", "2")].note
+    spent = sum(runner.wall_s for _ in runner.calls)
+    assert spent <= 150 + runner.wall_s  # at most the trial that crossed the line
+
+
+def test_rerun_with_the_same_store_resumes_without_new_trials(base_config, cpu, tmp_path):
+    effects = {BF16: 0.5, "data.num_workers=1": 0.8}
+    first = FakeRunner(effects)
+    r1 = tuner(base_config, cpu, first, tmp_path, knobs=["precision", "num_workers"]).run()
+    assert r1.trials_run == len(first.calls) > 0
+    second = FakeRunner(effects)
+    r2 = tuner(base_config, cpu, second, tmp_path, knobs=["precision", "num_workers"]).run()
+    assert second.calls == []
+    assert r2.trials_reused >= r1.trials_run
+    assert r2.best_settings == r1.best_settings
+
+
+def test_interrupted_tune_continues_from_finished_trials(base_config, cpu, tmp_path):
+    class Interrupt(FakeRunner):
+        def __call__(self, req):
+            if len(self.calls) == 3:
+                raise KeyboardInterrupt
+            return super().__call__(req)
+
+    with pytest.raises(KeyboardInterrupt):
+        tuner(base_config, cpu, Interrupt({BF16: 0.5}), tmp_path, knobs=["precision"]).run()
+    assert len(TrialStore(tmp_path)) == 3
+    again = FakeRunner({BF16: 0.5})
+    result = tuner(base_config, cpu, again, tmp_path, knobs=["precision"]).run()
+    assert result.trials_reused >= 3
+    first_keys = {(c.key, c.repeat) for c in again.calls}
+    assert (config_key("h", {}), 0) not in first_keys  # the baseline was not rerun
+
+
+def test_failing_baseline_stops_the_tune_with_a_clear_error(base_config, cpu, tmp_path):
+    class Broken(FakeRunner):
+        def __call__(self, req):
+            self.calls.append(req)
+            from trainspeed.tune.trials import TrialResult
+            return TrialResult(key=req.key, label=req.label, repeat=req.repeat, ok=False,
+                               error="exit code 2; stderr tail:\nConfigError: bad", wall_s=1.0)
+
+    with pytest.raises(TuneError, match="(?s)baseline trial failed.*ConfigError"):
+        tuner(base_config, cpu, Broken(), tmp_path, knobs=["precision"]).run()
+
+
+def test_ablation_rounds_interleave_and_alternate_order(base_config, cpu, tmp_path):
+    runner = FakeRunner()
+    tuner(base_config, cpu, runner, tmp_path, knobs=["precision"], repeats=2, verify_repeats=0).run()
+    labels = [(c.label, c.repeat) for c in runner.calls]
+    assert labels[:3] == [("baseline", 0), ("precision=bf16-mixed", 0), ("precision=fp16-mixed", 0)]
+    assert labels[3:6] == [("precision=fp16-mixed", 1), ("precision=bf16-mixed", 1), ("baseline", 1)]

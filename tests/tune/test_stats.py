@@ -1,0 +1,96 @@
+"""The tuner's statistics on synthetic step times: a fast knob, a slow one, a noisy one."""
+
+import math
+
+import numpy as np
+import pytest
+
+from trainspeed.tune import stats
+from trainspeed.tune.stats import Arm
+
+
+def arm(mean, rel_noise=0.01, repeats=2, steps=25, samples=16, seed=0, shift=None):
+    """Synthetic repeats: step times around `mean` (s); `shift[r]` scales repeat r."""
+    rng = np.random.default_rng(seed)
+    times, smp = [], []
+    for r in range(repeats):
+        scale = shift[r] if shift else 1.0
+        times.append(mean * scale * (1 + rel_noise * rng.standard_normal(steps)))
+        smp.append(np.full(steps, samples))
+    return Arm.of(times, smp)
+
+
+def test_cost_is_median_step_time_per_sample_and_ignores_a_stolen_step():
+    t = np.array([0.1, 0.1, 0.1, 5.0, 0.1])  # one step a neighbour's process stole
+    assert stats.cost_per_sample(t, np.full(5, 10.0)) == pytest.approx(0.01)
+    assert math.isnan(stats.cost_per_sample(np.array([]), np.array([])))
+
+
+def test_fast_knob_is_faster_with_interval_above_one():
+    c = stats.compare(arm(0.10, seed=1), arm(0.05, seed=2))
+    assert c.speedup == pytest.approx(2.0, rel=0.02)
+    assert 1.9 < c.ci_low <= c.speedup <= c.ci_high < 2.1
+    assert stats.speed_verdict(c) == stats.FASTER
+
+
+def test_slow_knob_is_slower():
+    c = stats.compare(arm(0.10, seed=1), arm(0.30, seed=2))
+    assert c.speedup == pytest.approx(1 / 3, rel=0.02)
+    assert stats.speed_verdict(c) == stats.SLOWER
+
+
+def test_noisy_knob_without_real_change_is_no_measurable_change():
+    c = stats.compare(arm(0.10, seed=1), arm(0.10, rel_noise=0.4, seed=2))
+    assert c.ci_low < 1.0 < c.ci_high
+    assert stats.speed_verdict(c) == stats.NO_CHANGE
+
+
+def test_small_true_change_below_min_effect_is_not_a_win():
+    # 2% faster with almost no noise: statistically clear, but below the 3% floor.
+    c = stats.compare(arm(0.10, rel_noise=0.001, seed=1), arm(0.098, rel_noise=0.001, seed=2))
+    assert c.ci_low > 1.0
+    assert stats.speed_verdict(c) == stats.NO_CHANGE
+    assert stats.speed_verdict(stats.compare(arm(0.10, rel_noise=0.001, seed=1),
+                                             arm(0.098, rel_noise=0.001, seed=2),
+                                             min_effect=0.01)) == stats.FASTER
+
+
+def test_run_to_run_noise_of_the_baseline_raises_the_bar():
+    # The baseline's two repeats differ by 12% (machine drift): an 8% gain is inside that.
+    base = arm(0.10, rel_noise=0.002, shift=[1.0, 1.12], seed=1)
+    assert stats.run_to_run_noise(base) == pytest.approx(0.12, abs=0.01)
+    cand = arm(0.10 * 1.06 / 1.08, rel_noise=0.002, seed=2)
+    c = stats.compare(base, cand)
+    assert c.noise == pytest.approx(0.12, abs=0.01)
+    assert stats.speed_verdict(c) == stats.NO_CHANGE
+    # a 2x gain clears it
+    assert stats.speed_verdict(stats.compare(base, arm(0.053, seed=3))) == stats.FASTER
+
+
+def test_cost_is_per_sample_so_bigger_batches_compare_fairly():
+    # Double the samples per step at 1.5x the step time: 1.33x faster per sample.
+    base = arm(0.10, samples=16, seed=1)
+    bigger = arm(0.15, samples=32, seed=2)
+    assert stats.compare(base, bigger).speedup == pytest.approx(4 / 3, rel=0.02)
+
+
+def test_loss_parity_overrides_speed():
+    c = stats.compare(arm(0.10, seed=1), arm(0.05, seed=2))
+    assert stats.loss_delta(2.0, float("nan")) == math.inf
+    assert stats.verdict(c, math.inf, tolerance=0.05) == stats.LOSS_MISMATCH
+    assert stats.verdict(c, 0.08, tolerance=0.05) == stats.LOSS_MISMATCH
+    assert stats.verdict(c, 0.02, tolerance=0.05) == stats.FASTER
+    assert stats.verdict(c, -0.30, tolerance=0.05) == stats.FASTER  # a lower loss is no mismatch
+    assert stats.verdict(c, None, tolerance=0.05) == stats.FASTER
+    assert stats.verdict(None, 0.0, tolerance=0.05, failed=True) == stats.FAILED
+
+
+def test_loss_delta_is_relative():
+    assert stats.loss_delta(2.0, 2.2) == pytest.approx(0.1)
+    assert stats.loss_delta(None, 2.0) is None
+    assert stats.loss_delta(2.0, None) is None
+
+
+def test_arm_rejects_misaligned_samples():
+    with pytest.raises(ValueError):
+        Arm.of([[0.1, 0.2]], [[1.0]])
