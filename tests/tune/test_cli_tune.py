@@ -1,0 +1,65 @@
+"""End to end: `trainspeed tune` runs real trials of a tiny gpt in subprocesses, writes a
+loadable best.yaml and its tables, and a rerun resumes without running anything."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from trainspeed.config import load_config
+
+SRC = str(Path(__file__).resolve().parents[2] / "src")
+TINY = ["recipe.options.size=null", "recipe.options.n_layer=1", "recipe.options.n_head=2",
+        "recipe.options.n_embd=32", "recipe.options.block_size=32", "data.batch_size=4",
+        "recipe.options.samples_per_epoch=256", "recipe.options.val_samples=16"]
+
+
+def tune(out: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": SRC + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    cmd = [sys.executable, "-m", "trainspeed", "tune", "gpt", *TINY, "--knobs", "torch_threads",
+           "--out", str(out), "--steps", "4", "--warmup-steps", "1", "--repeats", "1",
+           "--verify-repeats", "0", "--budget", "5m"]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=240, env=env)
+
+
+def test_tune_cli_real_trials_best_yaml_tables_and_resume(tmp_path):
+    out = tmp_path / "tune"
+    first = tune(out)
+    assert first.returncode == 0, first.stderr[-3000:]
+    data = json.loads((out / "tune.json").read_text())
+    rows = {(r["knob"], r["setting"]): r for r in data["ablation"]}
+    threads = [r for (k, _), r in rows.items() if k == "torch_threads"]
+    assert threads, data["ablation"]
+    measured = [r for r in threads if r["verdict"] != "skipped"]
+    if (os.cpu_count() or 1) > 1:
+        # A real measurement: a speedup, an interval, a loss delta and a verdict word.
+        assert measured and measured[0]["speedup"] > 0 and measured[0]["ci"]
+        assert measured[0]["verdict"] in ("faster", "slower", "no measurable change")
+        assert measured[0]["loss_delta"] is not None
+    assert data["trials_run"] == 1 + len(measured)
+    assert len((out / "tune.jsonl").read_text().splitlines()) == data["trials_run"]
+    # best.yaml is a config `trainspeed train` loads: the user's model, settings applied.
+    best = load_config(out / "best.yaml")
+    assert best.recipe.options["n_embd"] == 32 and best.run.max_steps == 200
+    for key, value in data["best_settings"].items():
+        section, name = key.split(".")
+        assert getattr(getattr(best, section), name) == value
+    html = (out / "tune.html").read_text()
+    assert "Ablation" in html and "torch_threads" in html
+    assert "speedup" in first.stdout and "best config" in first.stdout
+
+    again = tune(out)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "resuming" in again.stdout
+    assert json.loads((out / "tune.json").read_text())["trials_run"] == 0
+
+
+def test_tune_cli_rejects_an_unknown_knob(tmp_path):
+    env = {**os.environ, "PYTHONPATH": SRC}
+    res = subprocess.run([sys.executable, "-m", "trainspeed", "tune", "gpt", "--knobs", "precison",
+                          "--out", str(tmp_path)], capture_output=True, text=True, timeout=60, env=env)
+    assert res.returncode == 2
+    assert "did you mean 'precision'" in res.stderr

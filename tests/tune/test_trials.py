@@ -1,0 +1,116 @@
+"""Reading a trial's run directory, classifying failures, and the resume store."""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+
+import pytest
+
+from trainspeed.config import load_config
+from trainspeed.tune.session import TrialLength, parse_budget, trial_config
+from trainspeed.tune.store import TrialStore
+from trainspeed.tune.trials import (
+    SubprocessRunner,
+    TrialRequest,
+    TrialResult,
+    format_override,
+    result_from_run_dir,
+)
+
+REQ = TrialRequest(key="k", label="baseline", overrides=(), repeat=0)
+
+
+def write_run(path, losses, warm=2, eval_loss=None, samples=8):
+    path.mkdir(parents=True)
+    with (path / "steps.jsonl").open("w") as f:
+        for i, loss in enumerate(losses):
+            f.write(json.dumps({"schema": 1, "step": i + 1, "t_step": 0.1 + 0.01 * i,
+                                "samples": samples, "loss": loss, "warmup": i < warm,
+                                "mem": {"rss": 1000 + i}}) + "\n")
+    with (path / "events.jsonl").open("w") as f:
+        if eval_loss is not None:
+            f.write(json.dumps({"schema": 1, "type": "eval", "step": len(losses),
+                                "data": {"val_loss": eval_loss}}) + "\n")
+    return path
+
+
+def test_result_excludes_warmup_and_prefers_the_validation_loss(tmp_path):
+    run = write_run(tmp_path / "r", [5.0, 4.0, 3.0, 2.0, 1.0, 1.0], warm=2, eval_loss=1.5)
+    res = result_from_run_dir(REQ, run, wall_s=3.0)
+    assert res.ok and res.step_times == pytest.approx([0.12, 0.13, 0.14, 0.15])
+    assert res.samples == [8.0] * 4
+    assert res.loss == 1.5
+    assert res.memory_peak == 1005
+
+
+def test_result_falls_back_to_the_training_loss_tail_and_catches_overflow(tmp_path):
+    res = result_from_run_dir(REQ, write_run(tmp_path / "a", [4, 3, 2, 2, 1, 1, 1, 1]), 1.0)
+    assert res.loss == pytest.approx(1.0)  # mean of the last quarter
+    bad = result_from_run_dir(REQ, write_run(tmp_path / "b", [4, 3, 2, 2, 1, 1, 1, float("inf")]), 1.0)
+    assert bad.loss == math.inf
+
+
+def test_a_run_with_only_warmup_steps_is_a_failure_that_says_what_to_do(tmp_path):
+    res = result_from_run_dir(REQ, write_run(tmp_path / "r", [3.0, 2.0], warm=5), 1.0)
+    assert not res.ok and "raise the trial's step count" in res.error
+
+
+def test_overrides_round_trip_through_the_config_loader():
+    values = {"precision.mode": "bf16-mixed", "compile.mode": "off", "data.pin_memory": True,
+              "data.prefetch_factor": None, "activation_checkpointing": ["Block"],
+              "logging.sinks": ["jsonl"], "data.batch_size": 64}
+    cfg = load_config({"recipe": {"name": "gpt"}, "data": {"num_workers": 2}},
+                      [format_override(k, v) for k, v in values.items()])
+    assert cfg.precision.mode == "bf16-mixed" and cfg.compile.mode == "off"
+    assert cfg.data.pin_memory is True and cfg.data.prefetch_factor is None
+    assert cfg.activation_checkpointing == ["Block"] and cfg.data.batch_size == 64
+
+
+def test_subprocess_failure_keeps_the_error_tail(tmp_path):
+    base = tmp_path / "base.yaml"
+    base.write_text("recipe: {name: gpt}\nrun: {max_steps: 2, max_epochs: null}\n")
+    runner = SubprocessRunner(base_config=base, out_dir=tmp_path / "trials", timeout_s=60,
+                              python=sys.executable)
+    bad = TrialRequest(key="x", label="typo", overrides=("data.num_wrokers=2",), repeat=0)
+    res = runner(bad)
+    assert not res.ok and "exit code 2" in res.error
+    assert "did you mean 'data.num_workers'" in res.error
+
+
+def test_store_resumes_and_skips_a_line_cut_by_a_crash(tmp_path):
+    store = TrialStore(tmp_path)
+    store.add(TrialResult(key="a", label="baseline", repeat=0, ok=True, step_times=[0.1], samples=[4]))
+    store.add(TrialResult(key="a", label="baseline", repeat=1, ok=False, error="OOM"))
+    with store.path.open("a") as f:
+        f.write('{"key": "b", "label": "x", "rep')  # killed mid-write
+    again = TrialStore(tmp_path)
+    assert len(again) == 2 and again.skipped_lines == 1
+    assert again.get("a", 0).step_times == [0.1]
+    assert again.get("a", 1).error == "OOM"
+    assert again.get("b", 0) is None
+
+
+def test_trial_config_shortens_the_run_but_keeps_the_speed_settings():
+    cfg = load_config({"recipe": {"name": "gpt"}, "data": {"num_workers": 2},
+                       "checkpoint": {"every_steps": 100, "resume": "latest"},
+                       "eval": {"every_steps": 50, "limit_val_batches": 20}})
+    d = trial_config(cfg, TrialLength(warmup_steps=3, measure_steps=10, eval_batches=4))
+    assert d["run"]["max_steps"] == 13 and d["run"]["max_epochs"] is None
+    assert d["logging"]["warmup_steps"] == 3
+    assert d["data"]["num_workers"] == 2 and d["checkpoint"]["every_steps"] == 100
+    assert d["checkpoint"]["resume"] is None and d["checkpoint"]["save_final"] is False
+    assert d["eval"] == {**d["eval"], "every_steps": None, "at_end": True, "limit_val_batches": 4}
+    load_config(d)  # still a valid config
+
+
+def test_parse_budget():
+    assert parse_budget("10m") == 600 and parse_budget("90s") == 90 and parse_budget("1h") == 3600
+    assert parse_budget("45") == 45
+    from trainspeed.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="not a duration"):
+        parse_budget("ten minutes")
+    with pytest.raises(ConfigError, match="positive"):
+        parse_budget("0m")
