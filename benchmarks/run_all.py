@@ -23,6 +23,7 @@ BENCHMARKS: list[tuple[str, list[str]]] = [
     ("doctor_overhead.py", []),
     ("checkpoint.py", []),
     ("recipes.py", []),
+    ("tune.py", []),
 ]
 
 

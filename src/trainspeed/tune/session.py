@@ -63,8 +63,11 @@ def find_block_classes(cfg: TrainConfig) -> list[str]:
 
 def run_tune(cfg: TrainConfig, out_dir: str | Path, options: TuneOptions, *,
              length: TrialLength | None = None, runner: Runner | None = None,
-             device: DeviceInfo | None = None, say: Callable[[str], None] = print,
+             device: DeviceInfo | None = None, say: Callable[[str], None] | None = None,
              trial_timeout_s: float = 600.0) -> TuneResult:
+    if say is None:
+        def say(text: str) -> None:  # flushed: a tune's progress is watched through pipes and logs
+            print(text, flush=True)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     length = length or TrialLength()
