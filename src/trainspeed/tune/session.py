@@ -68,6 +68,11 @@ def run_tune(cfg: TrainConfig, out_dir: str | Path, options: TuneOptions, *,
     if say is None:
         def say(text: str) -> None:  # flushed: a tune's progress is watched through pipes and logs
             print(text, flush=True)
+    if not cfg.recipe.name:
+        from trainspeed.errors import ConfigError
+
+        raise ConfigError("recipe.name is not set: trials run `trainspeed train CONFIG`, which needs a "
+                          "config naming a recipe (e.g. recipe: {name: gpt})")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     length = length or TrialLength()

@@ -1,0 +1,38 @@
+"""The tune table's cells, Markdown and HTML, from a synthetic result."""
+
+from __future__ import annotations
+
+import math
+
+from trainspeed.tune import stats
+from trainspeed.tune.search import Row, TuneResult
+from trainspeed.tune.table import cells, markdown, write_html
+
+
+def result():
+    fast = Row(knob="precision", setting="bf16-mixed", verdict=stats.FASTER, speedup=2.0,
+               ci=(1.9, 2.1), memory_ratio=0.8, loss_delta=0.001)
+    nan = Row(knob="precision", setting="fp16-mixed", verdict=stats.LOSS_MISMATCH, speedup=1.5,
+              ci=(1.4, 1.6), loss_delta=math.inf, note="loss inf vs baseline 2.0\nmore")
+    skip = Row(knob="precision", setting="tf32", note="TF32 needs a GPU")
+    final = Row(knob="combined", setting="precision.mode=bf16-mixed", verdict=stats.FASTER,
+                speedup=1.98, ci=(1.9, 2.05))
+    return TuneResult(ablation=[fast, nan, skip], combination=[fast], best_settings={"precision.mode": "bf16-mixed"},
+                      final=final, baseline_cost_s=0.01, trials_run=7, trials_reused=0, elapsed_s=70.0,
+                      notes=["a note <b>"])
+
+
+def test_cells_format_speedup_memory_loss_and_first_note_line():
+    fast, nan, skip = result().ablation
+    assert cells(fast) == ["precision", "bf16-mixed", "2.00x", "1.90–2.10", "-20%", "+0.1%", "faster", ""]
+    assert cells(nan)[5:] == ["non-finite", "loss mismatch", "loss inf vs baseline 2.0"]
+    assert cells(skip)[2:7] == ["—", "—", "—", "—", "skipped"]
+
+
+def test_markdown_and_html_hold_every_table(tmp_path):
+    md = markdown(result())
+    assert md.count("| knob |") == 3 and "| precision | bf16-mixed | 2.00x |" in md
+    html = write_html(result(), tmp_path / "tune.html", title="t", subtitle="s").read_text()
+    assert "id='ablation'" in html and "id='combination'" in html and "id='final'" in html
+    assert "a note &lt;b&gt;" in html  # escaped
+    assert "precision.mode=bf16-mixed" in html
