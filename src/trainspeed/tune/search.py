@@ -217,7 +217,7 @@ class Tuner:
                           baseline_memory=base.memory_peak, block_classes=self.block_classes)
         candidates, skipped, deferred = self._candidates(ctx, base.wall_s)
         arms = [({}, "baseline")] + [(c.settings, f"{c.knob}={c.label}") for c in candidates]
-        for r in range(self.opt.repeats):
+        for r in range(self.opt.repeats if candidates else 0):  # nothing to compare: no more baselines
             self.say(f"ablation round {r + 1}/{self.opt.repeats}")
             self._round([(s, label, r) for s, label in arms], reverse=bool(r % 2))
         ablation = [self.row(c.knob, c.label, c.settings, {}, cost_factor=c.cost_factor)
@@ -244,8 +244,9 @@ class Tuner:
         candidates: list[Candidate] = []
         skipped: list[Skip] = []
         deferred: list[str] = []
-        # Reserve room for the combination and its verification: a few trials of the baseline's cost.
-        reserve = base_wall * (2 * self.opt.verify_repeats + 2 * self.opt.repeats)
+        # Reserve room for the final verification (baseline + best, each verify_repeats times);
+        # greedy steps use what the ablation leaves and stop at the budget like any trial.
+        reserve = base_wall * 2 * self.opt.verify_repeats
         planned = base_wall * self.opt.repeats  # the baseline's own repeats
         for name in self.opt.knobs:
             for item in KNOBS[name](ctx):
