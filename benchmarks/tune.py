@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import statistics
 import subprocess
 import sys
@@ -36,9 +37,9 @@ def train(target: str, extra: list[str], steps: int, out: Path, name: str) -> di
             "step_p50_s": summary["step_time"]["p50"], "loss_last": (summary.get("loss") or {}).get("last")}
 
 
-def tune(recipe: str, budget: str, knobs: str | None, out: Path) -> dict:
+def tune(recipe: str, budget: str, knobs: str | None, out: Path, extra: list[str]) -> dict:
     cmd = [sys.executable, "-m", "trainspeed", "tune", recipe, "--variant", "naive",
-           "--budget", budget, "--out", str(out)]
+           "--budget", budget, "--out", str(out), *extra]
     if knobs:
         cmd += ["--knobs", knobs]
     print(f"[{recipe}] {' '.join(cmd[1:])}", flush=True)
@@ -50,15 +51,22 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--recipes", default="gpt,convnext,seqvae")
     ap.add_argument("--budget", default="15m")
-    ap.add_argument("--knobs", default=None)
+    ap.add_argument("--knobs", default=None,
+                    help="knobs for every recipe, or per recipe: 'gpt=precision,log_every;seqvae=bucketing'")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--steps", type=int, default=60)
+    ap.add_argument("--tune-args", default="", help="extra `trainspeed tune` options, e.g. '--steps 15'")
+    ap.add_argument("--out-root", default=str(ROOT / "runs" / "bench-tune"),
+                    help="tune output parent; a rerun with the same one resumes every tune")
     args = ap.parse_args()
+    if args.knobs and "=" in args.knobs:
+        args.knobs = dict(part.split("=", 1) for part in args.knobs.split(";"))
     scratch = Path(tempfile.mkdtemp(prefix="ts-tune-bench-"))
     results: dict[str, dict] = {}
     for recipe in args.recipes.split(","):
-        out = ROOT / "runs" / "bench-tune" / recipe
-        tuned = tune(recipe, args.budget, args.knobs, out)
+        out = Path(args.out_root) / recipe
+        knobs = args.knobs.get(recipe) if isinstance(args.knobs, dict) else args.knobs
+        tuned = tune(recipe, args.budget, knobs, out, shlex.split(args.tune_args))
         sides = {"naive": (recipe, ["--variant=naive"]), "tuned": (str(out / "best.yaml"), [])}
         runs: dict[str, list[dict]] = {"naive": [], "tuned": []}
         for r in range(args.rounds):
