@@ -114,3 +114,13 @@ def test_parse_budget():
         parse_budget("ten minutes")
     with pytest.raises(ConfigError, match="positive"):
         parse_budget("0m")
+
+
+def test_a_trial_stopped_by_a_signal_interrupts_the_tune_instead_of_failing(tmp_path):
+    script = tmp_path / "fake_python"
+    script.write_text("#!/bin/sh\nkill -TERM $$\n")
+    script.chmod(0o755)
+    runner = SubprocessRunner(base_config=tmp_path / "base.yaml", out_dir=tmp_path / "trials",
+                              python=str(script))
+    with pytest.raises(KeyboardInterrupt, match="stopped by a signal"):
+        runner(REQ)

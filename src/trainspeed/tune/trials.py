@@ -21,6 +21,8 @@ from typing import Any, Callable
 import numpy as np
 
 STDERR_TAIL_LINES = 25
+INTERRUPTED = (-2, -15, 130, 143)
+"""Exit statuses of a trial stopped by SIGINT/SIGTERM (killed directly, or via a shell)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,6 +164,11 @@ class SubprocessRunner:
             return TrialResult(ok=False, error=f"timed out after {self.timeout_s:.0f} s",
                                wall_s=time.perf_counter() - t0, **base)
         wall = time.perf_counter() - t0
+        if proc.returncode in INTERRUPTED:
+            # Stopped from outside (Ctrl-C, kill, a job scheduler), not by its setting: not a
+            # result. Stop the tune; a rerun with the same --out runs this trial again.
+            raise KeyboardInterrupt(f"trial {request.label} was stopped by a signal "
+                                    f"(exit {proc.returncode}); rerun to resume")
         if proc.returncode != 0:
             return TrialResult(ok=False, error=_classify_failure(proc.returncode, proc.stderr),
                                wall_s=wall, **base)
