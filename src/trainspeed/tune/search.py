@@ -131,11 +131,16 @@ class Tuner:
         self.spent = 0.0  # wall seconds of trials actually run (reused ones cost nothing)
         self.run_count = 0
         self.reused = 0
+        self.base_wall = 0.0  # wall time of the first baseline trial: the price of a trial
+        self.cost_factor: dict[str, float] = {}  # config key -> expected cost vs the baseline
         self.remeasured: set[str] = set()  # configs that got fresh repeats R..2R-1 as `current`
 
     # ------------------------------------------------------------------ trials
-    def _over_budget(self) -> bool:
-        return self.spent >= self.opt.budget_s
+    def _over_budget(self, key: str | None = None) -> bool:
+        """True when the next trial (priced from the baseline's wall time) would end past the
+        budget: a trial is never started that the budget cannot pay for."""
+        cost = self.base_wall * self.cost_factor.get(key or "", 1.0)
+        return self.spent + cost > self.opt.budget_s
 
     def trial(self, settings: dict[str, Any], label: str, repeat: int) -> TrialResult | None:
         """Run (or reuse) one repeat of base+settings; None when the budget is spent."""
@@ -144,7 +149,7 @@ class Tuner:
         if done is not None:
             self.reused += 1
             return done
-        if self._over_budget():
+        if self._over_budget(key):
             return None
         request = TrialRequest(key=key, label=label, overrides=overrides_of(settings), repeat=repeat)
         self.say(f"  trial {label} (repeat {repeat + 1}) ...")
@@ -213,6 +218,7 @@ class Tuner:
             raise TuneError("the baseline trial failed, so there is nothing to compare against: "
                             f"{base.error if base else 'no budget'}. Fix the config so "
                             "`trainspeed train` runs it, then tune again.")
+        self.base_wall = base.wall_s
         ctx = KnobContext(config=self.base_config, device=self.device,
                           baseline_memory=base.memory_peak, block_classes=self.block_classes)
         candidates, skipped, deferred = self._candidates(ctx, base.wall_s)
@@ -230,7 +236,7 @@ class Tuner:
             notes.append(f"the combination verified as '{final.verdict}' against the baseline; "
                          "best.yaml keeps the baseline settings")
             best = {}
-        if self._over_budget():
+        if self._over_budget():  # not even one more baseline-sized trial fits
             notes.append(f"the budget ({self.opt.budget_s:.0f} s) ran out; rows marked 'skipped' "
                          "were not measured. Rerun with the same --out and a larger --budget to "
                          "continue from the finished trials")
@@ -256,9 +262,11 @@ class Tuner:
                         deferred.append(name)
                     continue
                 settings = item.settings
+                self.cost_factor[config_key(self.base_hash, settings)] = item.cost_factor
                 already = self.results(settings)
                 cost = base_wall * item.cost_factor * max(0, self.opt.repeats - len(already))
-                if planned + cost + reserve > self.opt.budget_s:
+                # A setting with finished trials (a resumed tune) is always reported.
+                if not already and planned + cost + reserve > self.opt.budget_s:
                     skipped.append(Skip(name, item.label, f"does not fit the budget (~{cost:.0f} s "
                                         f"for {self.opt.repeats} repeats; raise --budget)"))
                     continue
@@ -271,6 +279,8 @@ class Tuner:
         """Measure `new` against `current` with fresh, interleaved repeats of both: `current`'s
         repeats R..2R-1 (its first R ran earlier, in another round), `new`'s 0..R-1."""
         R = self.opt.repeats
+        self.cost_factor[config_key(self.base_hash, new)] = max(
+            cost_factor, self.cost_factor.get(config_key(self.base_hash, current), 1.0))
         self.remeasured.add(config_key(self.base_hash, current))
         for r in range(R):
             self._round([(current, "current", R + r), (new, f"+{knob}={label}", r)], reverse=bool(r % 2))
@@ -321,8 +331,6 @@ class Tuner:
                 continue
             best_row: Row | None = None
             for cand in cands:
-                if self._over_budget():
-                    break
                 step = self._compare_on_top(name, cand.label, current, {**current, **cand.settings},
                                             cand.cost_factor)
                 combination.append(step)
