@@ -49,6 +49,7 @@ def test_tune_cli_real_trials_best_yaml_tables_and_resume(tmp_path):
         assert getattr(getattr(best, section), name) == value
     html = (out / "tune.html").read_text()
     assert "Ablation" in html and "torch_threads" in html
+    assert "| torch_threads |" in (out / "tune.md").read_text()
     assert "speedup" in first.stdout and "best config" in first.stdout
 
     again = tune(out)

@@ -5,6 +5,7 @@
     <out>/tune.jsonl    finished trials (resume)
     <out>/tune.json     the tables as data
     <out>/tune.html     the tables as a page
+    <out>/tune.md       the tables as Markdown
     <out>/best.yaml     the user's config with the winning settings, for `trainspeed train`
 """
 
@@ -104,12 +105,13 @@ def best_config(cfg: TrainConfig, settings: dict[str, Any]) -> TrainConfig:
 
 def write_outputs(cfg: TrainConfig, result: TuneResult, out: Path) -> None:
     from trainspeed.fileio import atomic_write_text
-    from trainspeed.tune.table import write_html
+    from trainspeed.tune.table import markdown, write_html
 
     best = best_config(cfg, result.best_settings)
     best.run.name = None  # type: ignore[assignment]
     dump_config(best, out / "best.yaml")
     atomic_write_text(out / "tune.json", json.dumps(result.as_dict(), indent=2, default=str) + "\n")
+    atomic_write_text(out / "tune.md", markdown(result))  # paste-ready for a README or an issue
     subtitle = f"{cfg.recipe.name or 'config'} · {out} · {result.trials_run} trials run"
     write_html(result, out / "tune.html", title="trainspeed tune", subtitle=subtitle)
 
