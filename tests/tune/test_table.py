@@ -36,3 +36,13 @@ def test_markdown_and_html_hold_every_table(tmp_path):
     assert "id='ablation'" in html and "id='combination'" in html and "id='final'" in html
     assert "a note &lt;b&gt;" in html  # escaped
     assert "precision.mode=bf16-mixed" in html
+
+
+def test_tune_json_round_trips_to_the_same_markdown():
+    import json
+
+    from trainspeed.tune.table import result_from_json
+
+    original = result()
+    data = json.loads(json.dumps(original.as_dict(), default=str))
+    assert markdown(result_from_json(data)) == markdown(original)

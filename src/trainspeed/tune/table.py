@@ -108,3 +108,22 @@ def write_html(result: TuneResult, path: str | Path, *, title: str, subtitle: st
                  "(median step time / mean samples per step, warm-up excluded); a change inside "
                  "the measured run-to-run noise reads 'no measurable change'.</p></section>")
     return atomic_write_text(path, _page(title, subtitle, "".join(parts)))
+
+
+def result_from_json(data: dict[str, Any]) -> TuneResult:
+    """Rebuild a TuneResult from tune.json (to re-render an earlier tune's tables)."""
+    def row(d: dict[str, Any] | None) -> Row | None:
+        if d is None:
+            return None
+        return Row(knob=d["knob"], setting=d["setting"], settings=d.get("settings") or {},
+                   verdict=d["verdict"], speedup=d.get("speedup"),
+                   ci=tuple(d["ci"]) if d.get("ci") else None, noise=d.get("noise"),
+                   memory_ratio=d.get("memory_ratio"), loss_delta=d.get("loss_delta"),
+                   note=d.get("note") or "")
+
+    return TuneResult(ablation=[row(d) for d in data["ablation"]],
+                      combination=[row(d) for d in data["combination"]],
+                      best_settings=data["best_settings"], final=row(data.get("final")),
+                      baseline_cost_s=data.get("baseline_cost_s_per_sample") or 0.0,
+                      trials_run=data.get("trials_run", 0), trials_reused=data.get("trials_reused", 0),
+                      elapsed_s=data.get("elapsed_s", 0.0), notes=data.get("notes") or [])
