@@ -133,7 +133,8 @@ class Tuner:
         self.reused = 0
         self.base_wall = 0.0  # wall time of the first baseline trial: the price of a trial
         self.cost_factor: dict[str, float] = {}  # config key -> expected cost vs the baseline
-        self.remeasured: set[str] = set()  # configs that got fresh repeats R..2R-1 as `current`
+        self.remeasured: set[str] = set()
+        self.ran: set[tuple[str, int]] = set()  # (key, repeat) run or reused in this tune  # configs that got fresh repeats R..2R-1 as `current`
 
     # ------------------------------------------------------------------ trials
     def _over_budget(self, key: str | None = None) -> bool:
@@ -147,7 +148,9 @@ class Tuner:
         key = config_key(self.base_hash, settings)
         done = self.store.get(key, repeat)
         if done is not None:
-            self.reused += 1
+            if (key, repeat) not in self.ran:
+                self.ran.add((key, repeat))  # count each earlier trial once, not per lookup
+                self.reused += 1
             return done
         if self._over_budget(key):
             return None
@@ -157,6 +160,7 @@ class Tuner:
         self.spent += result.wall_s
         self.run_count += 1
         self.store.add(result)
+        self.ran.add((key, repeat))
         if result.ok:
             cost = stats.cost_per_sample(*_arrays(result))
             self.say(f"    {1e3 * cost:.3f} ms/sample, loss {_fmt(result.loss)}, {result.wall_s:.1f} s")
