@@ -14,6 +14,7 @@ from __future__ import annotations
 import time
 import typing
 from contextlib import nullcontext
+from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import torch
@@ -23,9 +24,9 @@ from trainspeed.config import TrainConfig, config_to_dict, load_config
 from trainspeed.engine.events import Callback, CallbackList, Event, TrainerState
 from trainspeed.engine.setup import (
     DataParts, build_loaders, prepare_model, resolve_device, run_dir_for, seed_everything,
-    set_threads, world,
+    set_threads,
 )
-from trainspeed.errors import TrainspeedError
+from trainspeed.errors import ConfigError, TrainspeedError
 
 
 def _with_info(state: TrainerState, info: dict[str, Any]) -> TrainerState:
@@ -91,11 +92,18 @@ class Trainer:
         self.cfg = config if isinstance(config, TrainConfig) else load_config(config)
         set_threads(self.cfg)
         seed_everything(self.cfg.run.seed)
-        self.device = resolve_device(self.cfg.run.device)
-        self.rank, self.world_size = world()
+        from trainspeed.engine.distributed import setup_distributed, wrap_model
+
+        self.dist, self.device = setup_distributed(self.cfg, resolve_device(self.cfg.run.device))
+        self.rank, self.world_size = self.dist.rank, self.dist.world_size
         parts = prepare_model(model, self.cfg, self.device)
-        self.model, self.eager = parts.model, parts.eager
-        self.notes = list(parts.notes)
+        self.model, wrap_notes = wrap_model(parts.model, parts.eager, self.dist, self.device)
+        self.eager = parts.eager
+        self.notes = list(parts.notes) + self.dist.notes + wrap_notes
+        if optimizer is not None and self.dist.fsdp:
+            raise ConfigError("distributed.strategy=fsdp replaces the parameters by sharded ones, "
+                              "so an optimizer built beforehand would update stale tensors. Pass "
+                              "optimizer=None (configure it under optim.*).")
         self.compiled = parts.compiled
         self.loss_fn = loss_fn
         self.precision = setup_precision(self.cfg.precision, self.device)
@@ -104,6 +112,10 @@ class Trainer:
             optimizer, info = build_optimizer(self.eager, self.cfg.optim, self.device)
             self.notes.append(f"optimizer: {info}")
         self.optimizer = optimizer
+        if self.dist.fsdp:
+            from trainspeed.engine.distributed import FsdpState
+
+            self._fsdp_state = FsdpState(self.eager, optimizer)
         self.scheduler = scheduler
         self.data = DataParts(train=train_data, val=val_data, collate_fn=collate_fn,
                               batch_stats=batch_stats, lengths=lengths)
@@ -111,13 +123,15 @@ class Trainer:
         self.flops_per_token = flops_per_token
         self.callbacks = CallbackList(callbacks)
         self.state = TrainerState(trainer=self)
-        self.run_dir = run_dir_for(self.cfg)
+        # rank 0 names the run (a timestamped name could differ by a second between ranks)
+        self.run_dir = Path(self.dist.broadcast_object(str(run_dir_for(self.cfg)), "run name broadcast"))
         self.monitor: Any = None
         self._nonfinite: torch.Tensor | None = None
 
     # ------------------------------------------------------------------ fit
     def fit(self) -> dict[str, Any]:
         """Train until run.max_steps (or run.max_epochs); return the run summary."""
+        from trainspeed.engine.distributed import rank_run_dir, raise_clear
         from trainspeed.engine.schedule import build_scheduler
         from trainspeed.telemetry.monitor import Monitor
 
@@ -126,11 +140,13 @@ class Trainer:
         total = self._total_steps(loaders.train)
         if self.scheduler is None:
             self.scheduler = build_scheduler(self.optimizer, cfg.optim, total)
+        sinks = tuple(cfg.logging.sinks) + (("console",) if cfg.logging.progress and "console" not in cfg.logging.sinks else ())
         self.monitor = mon = Monitor(
-            self.run_dir, device=self.device, log_every=cfg.logging.every,
-            sinks=tuple(cfg.logging.sinks) + (("console",) if cfg.logging.progress and "console" not in cfg.logging.sinks else ()),
+            rank_run_dir(self.run_dir, self.rank), device=self.device, log_every=cfg.logging.every,
+            sinks=sinks if self.rank == 0 else ("jsonl",),  # ranks > 0: their own step records only
             warmup_steps=cfg.logging.warmup_steps, precision=cfg.precision.mode,
             config=config_to_dict(cfg), total_steps=total, rank=self.rank,
+            reduce_losses=self.dist.loss_reducer(self.device),
         )
         for note in self.notes + loaders.notes:
             mon.event("note", message=note)
@@ -148,8 +164,11 @@ class Trainer:
         except BaseException as exc:
             ckpt.crash(exc, self.state.step, make_state)
             mon.close(error=exc)
+            raise_clear(self.dist, exc)  # a failed collective: say which rank and why
             raise
-        return mon.close()
+        summary = self.dist.close_monitor(mon)
+        self.dist.teardown()
+        return summary
 
     def _checkpoint_session(self, mon, loaders):
         """Checkpoints: resume (explicit or newest intact), then periodic/signal/crash/final
@@ -157,11 +176,17 @@ class Trainer:
         from trainspeed.engine.checkpoint.session import CheckpointSession
 
         st = self.state
+        fsdp = self.dist.fsdp
+        # Rank 0 writes; under FSDP every rank joins each save (gathering shards is a
+        # collective), so saves that only one rank would start (signal, crash) are off.
         ckpt = CheckpointSession.from_config(
             self.cfg.checkpoint, self.run_dir, monitor=mon,
-            handle_signals=self.rank == 0,
+            handle_signals=self.rank == 0 and not fsdp, writer=self.rank == 0,
             on_checkpoint=lambda info: self.callbacks.fire(Event.CHECKPOINT, _with_info(st, info)))
-        resumed = ckpt.resume(self.eager, self.optimizer, self.scheduler, self.precision)
+        if fsdp:
+            ckpt.save_on_crash = False
+        model, optimizer = (self._fsdp_state.load_views() if fsdp else (self.eager, self.optimizer))
+        resumed = ckpt.resume(model, optimizer, self.scheduler, self.precision)
         if resumed is not None:
             c = resumed.counters
             st.step, st.epoch, st.samples, st.tokens, st.batch_in_epoch = (
@@ -181,7 +206,10 @@ class Trainer:
             counters = TrainState(step=st.step, epoch=st.epoch, samples=st.samples,
                                   tokens=st.tokens, batch_in_epoch=st.batch_in_epoch)
             sampler = loaders.train_bundle.state_dict() if loaders.train_bundle is not None else None
-            return build_checkpoint(self.eager, self.optimizer, self.scheduler, self.precision,
+            # FSDP: gather the shards into one full state dict (a collective on every rank)
+            model, optimizer = (self._fsdp_state.save_views() if self.dist.fsdp
+                                else (self.eager, self.optimizer))
+            return build_checkpoint(model, optimizer, self.scheduler, self.precision,
                                     counters, sampler, config_to_dict(self.cfg),
                                     None, config_digest=config_hash(self.cfg))
         return make_state
@@ -352,6 +380,10 @@ class Trainer:
                     batch = move_to_device(batch, self.device, self.cfg.data.non_blocking)
                     total += self._loss(self.eager, batch).detach().float() * w
                     weight_sum += w
+            if self.dist.active:  # every rank evaluated its shard of the validation data
+                pair = self.dist.reduce_sum_(torch.stack([total.double(), total.new_tensor(float(weight_sum), dtype=torch.float64)]),
+                                             "validation loss all-reduce")
+                total, weight_sum = pair[0], int(pair[1].item())
             metrics = {"val_loss": float(total.item()) / max(weight_sum, 1)}  # one sync per evaluation
             if self.eval_metrics is not None:
                 metrics.update(self.eval_metrics(self.eager, val_loader))

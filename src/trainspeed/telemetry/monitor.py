@@ -67,6 +67,7 @@ class Monitor:
         rank: int = 0,
         kind: str = "train",
         write_env: bool = True,
+        reduce_losses: Any = None,
     ) -> None:
         if log_every < 1:
             raise ConfigError(f"logging.every must be >= 1, got {log_every}")
@@ -80,6 +81,10 @@ class Monitor:
         self.precision = precision
         self.rank = rank
         self.kind = kind
+        # Data parallel: a callable (float64 array -> array) averaging the interval's losses
+        # over ranks. Called at the log interval only, on every rank at the same step.
+        self.reduce_losses = reduce_losses
+        self._failing = False
         self.total_steps = total_steps
         self.steps_done = 0
         self._closed = False
@@ -286,6 +291,9 @@ class Monitor:
             # Deliberate sync point, once per log interval: read the losses back.
             device_losses = self._loss_dev[:n].tolist()
             losses = np.where(self._loss_on_dev[:n], device_losses, losses)
+        if self.reduce_losses is not None and not self._failing:
+            # A collective: skipped when closing on an error (the other ranks may be gone).
+            losses = np.asarray(self.reduce_losses(losses), dtype=np.float64)
         mem = self._memory()
         first_step = self.steps_done - n
         records = []
@@ -354,6 +362,7 @@ class Monitor:
         if self._closed:
             return self._summary
         self._closed = True
+        self._failing = error is not None
         self.flush()
         trace = None
         if error is not None:

@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from trainspeed.telemetry.ranks import rank_table
 from trainspeed.telemetry.rundir import RunData
 from trainspeed.telemetry.schema import PHASES
 from trainspeed.telemetry.throughput import mfu, throughput
@@ -112,6 +113,7 @@ def summarize(run: RunData) -> dict[str, Any]:
         "device": start.get("device", "cpu"),
         "precision": start.get("precision", "fp32"),
         "flops_per_step": flops,
+        "ranks": rank_table({0: run.steps, **run.rank_steps}) if run.rank_steps else None,
     }
 
 
