@@ -286,18 +286,67 @@ class _FsdpModelLoader(nn.Module):
         return set_model_state_dict(self._target, sd, options=StateDictOptions(full_state_dict=True, strict=strict))
 
 
-class _FsdpOptimLoader:
-    def __init__(self, model: nn.Module, optimizer: Any) -> None:
-        self.model, self.optimizer = model, optimizer
+def _param_names(model: nn.Module, optimizer: Any) -> list[str]:
+    """Names of the optimizer's parameters in its own order (groups, then params)."""
+    from trainspeed.engine.checkpoint.state import unwrap_model, _normalize_key
+
+    by_id = {id(p): _normalize_key(n) for n, p in unwrap_model(model).named_parameters()}
+    names = []
+    for group in optimizer.param_groups:
+        for p in group["params"]:
+            if id(p) not in by_id:
+                raise ConfigError("the optimizer holds a parameter that is not the model's; "
+                                  "build the optimizer from model.parameters()")
+            names.append(by_id[id(p)])
+    return names
+
+
+def _keyed_by_name(sd: dict[str, Any]) -> bool:
+    groups = sd.get("param_groups") or []
+    return any(isinstance(p, str) for g in groups for p in g.get("params", []))
+
+
+def optim_state_by_name(sd: dict[str, Any], names: list[str]) -> dict[str, Any]:
+    """optimizer.state_dict() (params as indices) -> the name-keyed form of a full FSDP state."""
+    if _keyed_by_name(sd):
+        return sd
+    return {"state": {names[int(i)]: v for i, v in sd.get("state", {}).items()},
+            "param_groups": [{**g, "params": [names[int(i)] for i in g["params"]]} for g in sd["param_groups"]]}
+
+
+def optim_state_by_index(sd: dict[str, Any], names: list[str]) -> dict[str, Any]:
+    """The name-keyed form (saved under FSDP) -> optimizer.state_dict()'s index-keyed form."""
+    if not _keyed_by_name(sd):
+        return sd
+    index = {n: i for i, n in enumerate(names)}
+    missing = [n for g in sd["param_groups"] for n in g["params"] if n not in index]
+    if missing:
+        raise ConfigError(f"optimizer state names parameters this model lacks: {', '.join(missing[:5])}")
+    return {"state": {index[n]: v for n, v in sd.get("state", {}).items()},
+            "param_groups": [{**g, "params": [index[n] for n in g["params"]]} for g in sd["param_groups"]]}
+
+
+class OptimizerLoader:
+    """What restore_checkpoint loads optimizer state into: it accepts both the index-keyed
+    state of a single-process/DDP checkpoint and the name-keyed state an FSDP job saves, so
+    checkpoints move between strategies and world sizes."""
+
+    def __init__(self, model: nn.Module, optimizer: Any, *, sharded: bool) -> None:
+        self.model, self.optimizer, self.sharded = model, optimizer, sharded
         self.param_groups = optimizer.param_groups
 
     def state_dict(self) -> dict[str, Any]:
-        return self.optimizer.state_dict()  # only group sizes are compared
+        return self.optimizer.state_dict()  # restore_checkpoint compares group sizes only
 
     def load_state_dict(self, sd: dict[str, Any]) -> None:
+        names = _param_names(self.model, self.optimizer)
+        if not self.sharded:
+            self.optimizer.load_state_dict(optim_state_by_index(sd, names))
+            return
         from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
 
-        set_optimizer_state_dict(self.model, self.optimizer, sd, options=StateDictOptions(full_state_dict=True))
+        set_optimizer_state_dict(self.model, self.optimizer, optim_state_by_name(sd, names),
+                                 options=StateDictOptions(full_state_dict=True))
 
 
 class FsdpState:
@@ -317,8 +366,8 @@ class FsdpState:
         model_sd, optim_sd = get_state_dict(self.model, self.optimizer, options=opts)
         return _Snapshot(model_sd), _Snapshot(optim_sd)
 
-    def load_views(self) -> tuple[_FsdpModelLoader, _FsdpOptimLoader]:
-        return _FsdpModelLoader(self.model), _FsdpOptimLoader(self.model, self.optimizer)
+    def load_views(self) -> tuple[_FsdpModelLoader, OptimizerLoader]:
+        return _FsdpModelLoader(self.model), OptimizerLoader(self.model, self.optimizer, sharded=True)
 
 
 def _is_collective_failure(exc: BaseException) -> bool:

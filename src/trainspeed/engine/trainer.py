@@ -185,7 +185,10 @@ class Trainer:
             on_checkpoint=lambda info: self.callbacks.fire(Event.CHECKPOINT, _with_info(st, info)))
         if fsdp:
             ckpt.save_on_crash = False
-        model, optimizer = (self._fsdp_state.load_views() if fsdp else (self.eager, self.optimizer))
+        from trainspeed.engine.distributed import OptimizerLoader
+
+        model, optimizer = (self._fsdp_state.load_views() if fsdp else (
+            self.eager, OptimizerLoader(self.eager, self.optimizer, sharded=False)))
         resumed = ckpt.resume(model, optimizer, self.scheduler, self.precision)
         if resumed is not None:
             c = resumed.counters
