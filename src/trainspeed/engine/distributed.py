@@ -382,9 +382,10 @@ def _is_collective_failure(exc: BaseException) -> bool:
                                   "timed out", "timeout", "broken pipe", "process group"))
 
 
-def raise_clear(d: Dist, exc: BaseException) -> None:
-    """Re-raise a raw collective failure (e.g. inside DDP's backward all-reduce) as a
-    DistributedError naming this rank and the likely cause; anything else is left alone."""
+def clear_error(d: Dist, exc: BaseException) -> DistributedError | None:
+    """A raw collective failure (e.g. inside DDP's backward all-reduce) as a DistributedError
+    naming this rank and the likely cause; None for anything else (raised as it is)."""
     if d.active and not isinstance(exc, TrainspeedError) and isinstance(exc, Exception) \
             and _is_collective_failure(exc):
-        raise collective_error(d, "training step's collective", exc) from exc
+        return collective_error(d, "training step's collective", exc)
+    return None

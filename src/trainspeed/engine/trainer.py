@@ -131,7 +131,7 @@ class Trainer:
     # ------------------------------------------------------------------ fit
     def fit(self) -> dict[str, Any]:
         """Train until run.max_steps (or run.max_epochs); return the run summary."""
-        from trainspeed.engine.distributed import rank_run_dir, raise_clear
+        from trainspeed.engine.distributed import clear_error, rank_run_dir
         from trainspeed.engine.schedule import build_scheduler
         from trainspeed.telemetry.monitor import Monitor
 
@@ -162,9 +162,11 @@ class Trainer:
                 self._loop(loaders, mon, total, ckpt, make_state)
                 ckpt.finish(self.state.step, make_state, self.state.metrics)
         except BaseException as exc:
+            clear = clear_error(self.dist, exc)  # a failed collective: say which rank and why
             ckpt.crash(exc, self.state.step, make_state)
-            mon.close(error=exc)
-            raise_clear(self.dist, exc)  # a failed collective: say which rank and why
+            mon.close(error=clear or exc)
+            if clear is not None:
+                raise clear from exc
             raise
         summary = self.dist.close_monitor(mon)
         self.dist.teardown()
