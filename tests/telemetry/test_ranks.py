@@ -27,7 +27,7 @@ def test_find_stragglers_needs_ratio_and_absolute_excess():
     assert find_stragglers({0: 0.010, 1: 0.0115, 2: 0.010}) == {}           # +15 %: under 20 %
     assert find_stragglers({0: 0.0001, 1: 0.0009}) == {}                     # 16x, but < 1 ms
     assert find_stragglers({0: 0.010, 1: None}) == {}                        # one rank known
-    assert find_stragglers({0: 0.010, 1: 0.030}, threshold=0.2) == {1: pytest.approx(0.5)}  # median 20 ms
+    assert find_stragglers({0: 0.010, 1: 0.030}, threshold=0.2) == {1: pytest.approx(2.0)}  # vs the other rank
 
 
 def test_rank_figures_exclude_warmup_and_sum_local_phases():
@@ -46,8 +46,7 @@ def test_rank_table_flags_the_data_starved_rank_with_reason():
                         1: _steps(6, data=0.001, forward=0.004, backward=0.02),
                         2: _steps(6, data=0.009, forward=0.004, backward=0.012)})
     assert [r["straggler"] for r in table] == [False, False, True]
-    assert "data wait +800% vs median" in table[2]["why"]
-    assert "data+h2d+forward +160% vs median" in table[2]["why"]
+    assert table[2]["why"] == "own work +160%; data wait +800%"
 
 
 def _write_run(path, steps_by_rank):

@@ -165,7 +165,15 @@ def run_doctor(config: DoctorConfig) -> DoctorResult:
     from trainspeed.telemetry.monitor import Monitor
     from trainspeed.telemetry.rundir import read_run, write_json
 
+    from trainspeed.telemetry.ranks import rank_dir, wait_for_ranks
+
     target = parse_command(config.command)
+    # Under torchrun every rank runs the doctor: rank r > 0 writes its records under
+    # ranks/rank<r>/, rank 0 waits for them and reports on all ranks.
+    rank, world = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
+    if world > 1 and config.out is None:
+        raise ConfigError(f"the doctor runs as one of WORLD_SIZE={world} processes (torchrun); give "
+                          "--out RUN_DIR so that every rank writes into the same run directory")
     run_dir = Path(config.out) if config.out is not None else default_run_dir(target)
     device = config.device or ("cuda" if torch.cuda.is_available() else "cpu")
     steps = config.steps
@@ -178,7 +186,8 @@ def run_doctor(config: DoctorConfig) -> DoctorResult:
     files_before = snapshot(os.getcwd(), exclude=run_dir)
     command = list(config.command[1:] if config.command and config.command[0] == "--" else config.command)
 
-    monitor = Monitor(run_dir, device=device, log_every=config.log_every, sinks=config.sinks,
+    monitor = Monitor(rank_dir(run_dir, rank), device=device, log_every=config.log_every,
+                      sinks=config.sinks if rank == 0 else ("jsonl",), rank=rank,
                       warmup_steps=warmup, config={"command": command}, command=command,
                       total_steps=steps, system_sampler=config.system_sampler, kind="doctor")
     session = Session(monitor, max_steps=steps, count_flops_at=flops_at)
@@ -206,6 +215,14 @@ def run_doctor(config: DoctorConfig) -> DoctorResult:
     trace = None
     if error is not None:
         trace = "".join(traceback.format_exception(type(error), error, error.__traceback__))
+    if rank > 0:  # rank 0 reads this rank's records and reports
+        summary = monitor.close(error=error)
+        return DoctorResult(exit_code=code, run_dir=run_dir, summary=summary, findings=[],
+                            traceback=trace, stopped=stopped, steps=monitor.steps_done)
+    missing = wait_for_ranks(run_dir, world) if world > 1 else []
+    if missing:
+        monitor.event("warning", message=f"ranks {missing} did not finish their records within 30 s; "
+                                         "their per-rank figures are partial")
     summary = monitor.close(error=error)
     error = None  # drop the frames (and DataLoader workers) the traceback holds
     run = read_run(run_dir)

@@ -21,8 +21,8 @@ import numpy as np
 
 RANKS_DIR = "ranks"
 STRAGGLER_THRESHOLD = 0.20
-"""A rank is a straggler when its median local work exceeds the median across ranks by more
-than 20 %: below that, run-to-run noise on a shared machine is of the same size."""
+"""A rank is a straggler when its median local work exceeds the median of the other ranks by
+more than 20 %: below that, run-to-run noise on a shared machine is of the same size."""
 MIN_SECONDS = 1e-3
 """Differences below 1 ms per step are not worth a finding, whatever the ratio."""
 LOCAL_PHASES = ("data", "h2d", "forward")
@@ -86,14 +86,15 @@ def rank_figures(steps: Sequence[dict[str, Any]]) -> dict[str, Any]:
 
 def find_stragglers(values: dict[int, float | None], threshold: float = STRAGGLER_THRESHOLD,
                     min_seconds: float = MIN_SECONDS) -> dict[int, float]:
-    """{rank: excess over the median across ranks} for ranks above it by more than `threshold`
-    (a fraction) and by at least `min_seconds`. Needs 2+ ranks with a value."""
+    """{rank: excess over the other ranks' median, as a fraction} for ranks above it by more
+    than `threshold` and by at least `min_seconds`. Needs 2+ ranks with a value. (Against the
+    others, not all ranks: with 2 ranks the median of all would sit halfway to the slow one.)"""
     known = {r: v for r, v in values.items() if v is not None and np.isfinite(v)}
     if len(known) < 2:
         return {}
-    med = float(np.median(list(known.values())))
     out: dict[int, float] = {}
     for r, v in known.items():
+        med = float(np.median([w for q, w in known.items() if q != r]))
         if v - med >= min_seconds and (med <= 0 or (v - med) / med > threshold):
             out[r] = (v - med) / med if med > 0 else float("inf")
     return out
@@ -109,8 +110,38 @@ def rank_table(steps_by_rank: dict[int, Sequence[dict[str, Any]]],
     for r, f in figs.items():
         reasons = []
         if r in slow_local:
-            reasons.append(f"data+h2d+forward {slow_local[r]:+.0%} vs median")
+            reasons.append(f"own work {slow_local[r]:+.0%}")
         if r in slow_data:
-            reasons.append(f"data wait {slow_data[r]:+.0%} vs median")
+            reasons.append(f"data wait {slow_data[r]:+.0%}")
         rows.append({"rank": r, **f, "straggler": bool(reasons), "why": "; ".join(reasons) or None})
     return rows
+
+
+def finished_ranks(run_dir: str | Path, world_size: int) -> list[int]:
+    """Ranks r > 0 whose events.jsonl already holds their `run_end` event (their step
+    records are then complete on disk)."""
+    done = []
+    for r in range(1, world_size):
+        path = rank_dir(run_dir, r) / "events.jsonl"
+        try:
+            text = path.read_text(encoding="utf-8")
+        except OSError:
+            continue
+        if '"type":"run_end"' in text or '"type": "run_end"' in text:
+            done.append(r)
+    return done
+
+
+def wait_for_ranks(run_dir: str | Path, world_size: int, timeout_s: float = 30.0,
+                   poll_s: float = 0.2) -> list[int]:
+    """Rank 0 of a job without a process group to wait on (the doctor: the user's script owns
+    it): wait until every other rank has closed its records, at most `timeout_s`.
+    Returns the ranks that did not finish in time (their rows are then partial)."""
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        missing = sorted(set(range(1, world_size)) - set(finished_ranks(run_dir, world_size)))
+        if not missing or time.monotonic() >= deadline:
+            return missing
+        time.sleep(poll_s)

@@ -8,8 +8,8 @@ from trainspeed.telemetry.ranks import STRAGGLER_THRESHOLD
 
 
 def straggler(ctx: CheckContext) -> Finding | None:
-    """A rank whose own work (data + h2d + forward) or data wait is > 20 % above the median
-    across ranks: synchronous data parallelism runs at the pace of the slowest rank."""
+    """A rank whose own work (data + h2d + forward) or data wait is > 20 % above the other
+    ranks' median: synchronous data parallelism runs at the pace of the slowest rank."""
     rows = ctx.summary.get("ranks")
     if not isinstance(rows, list):
         return None
@@ -24,9 +24,10 @@ def straggler(ctx: CheckContext) -> Finding | None:
     impact = min(1.0, max(0.0, excess / step)) if excess is not None and step else 0.0
     ranks = ", ".join(str(r["rank"]) for r in slow)
     data_slow = any("data wait" in str(r.get("why")) for r in slow)
-    evidence = "; ".join(f"rank {r['rank']}: {r.get('why')} (data wait p50 {ms(r.get('data_wait_p50'))}, "
+    evidence = "; ".join(f"rank {r['rank']}: {r.get('why')} vs the other ranks' median (own work = data + "
+                         f"h2d + forward, p50 {ms(r.get('local_p50'))}; data wait p50 {ms(r.get('data_wait_p50'))}, "
                          f"data share {pct(r.get('data_share'))})" for r in slow)
-    evidence += f"; threshold {STRAGGLER_THRESHOLD:.0%} above the median of {len(rows)} ranks"
+    evidence += f"; threshold {STRAGGLER_THRESHOLD:.0%}, {len(rows)} ranks"
     if data_slow:
         recommendation = ("the slow rank waits for its data: give its loader more workers (data.num_workers), "
                           "check that node's disk / CPU load, or pre-process the data once")
