@@ -111,6 +111,14 @@ def test_fsdp_two_ranks_match_one_process_with_double_batch(single, fsdp):
     assert_close(losses(fsdp), losses(single))
 
 
+def test_ddp_with_accumulation_matches_too(ws, single):
+    """2 ranks x 2 micro-batches of 2 = the same 8 samples per step; all-reduce only on the
+    last micro-batch (no_sync on the others) still averages the full gradient."""
+    run = train(ws, "ddp-accum", "distributed.strategy=ddp", "data.batch_size=2", "accumulation.steps=2",
+                "checkpoint.every_steps=null")
+    assert_close(losses(run), losses(single))
+
+
 def test_ddp_run_dir_has_per_rank_files_and_report_table(ddp):
     rank1 = ddp / "ranks" / "rank1"
     assert (rank1 / "steps.jsonl").exists() and not (rank1 / "config.yaml").exists()
