@@ -20,6 +20,7 @@ import torch
 from torch import nn
 
 from trainspeed.config import TrainConfig, config_to_dict, load_config
+from trainspeed.engine.data.stats import batch_stats as default_batch_stats
 from trainspeed.engine.events import Callback, CallbackList, Event, TrainerState
 from trainspeed.engine.microbatch import MicroBatcher, Piece, free_after_oom, is_oom
 from trainspeed.engine.setup import (
@@ -36,24 +37,6 @@ def _with_info(state: TrainerState, info: dict[str, Any]) -> TrainerState:
 
 class NonFiniteLossError(TrainspeedError):
     """The loss became NaN/Inf and nan_policy is "stop"."""
-
-
-def _first_tensor(batch: Any) -> torch.Tensor | None:
-    if isinstance(batch, torch.Tensor):
-        return batch
-    values = batch.values() if isinstance(batch, dict) else batch if isinstance(batch, (list, tuple)) else ()
-    for value in values:
-        found = _first_tensor(value)
-        if found is not None:
-            return found
-    return None
-
-
-def _default_stats(batch: Any):
-    from trainspeed.recipes.base import BatchStats
-
-    tensor = _first_tensor(batch)
-    return BatchStats(samples=int(tensor.shape[0]) if tensor is not None and tensor.dim() else 1)
 
 
 def _groups(batches: Iterable[Any], k: int) -> Iterator[list[Any]]:
@@ -279,7 +262,7 @@ class Trainer:
 
         cfg, fire, st = self.cfg, self.callbacks.fire, self.state
         pieces = self.microbatcher.pieces(batches, weights, cfg.accumulation.normalize,
-                                          self.data.batch_stats or _default_stats) \
+                                          self.data.batch_stats or default_batch_stats) \
             if self.microbatcher is not None else [Piece(b, w) for b, w in zip(batches, weights)]
         total_loss: torch.Tensor | None = None
         for i, piece in enumerate(pieces):
@@ -307,7 +290,7 @@ class Trainer:
     def _batches(self, loader: Iterable[Any], mon) -> Iterator[tuple[Any, Any]]:
         """(batch, stats) pairs; stats are computed on the host batch, before any copy, so
         counting tokens never forces a device sync."""
-        stats_fn = self.data.batch_stats or _default_stats
+        stats_fn = self.data.batch_stats or default_batch_stats
         if self.cfg.data.device_prefetch and self.device.type == "cuda":
             from trainspeed.engine.data.prefetch import DevicePrefetcher
 
@@ -362,7 +345,7 @@ class Trainer:
         st, limit = self.state, self.cfg.eval.limit_val_batches
         self.callbacks.fire(Event.EVAL_START, st)
         t0 = time.perf_counter()
-        stats_fn = self.data.batch_stats or _default_stats
+        stats_fn = self.data.batch_stats or default_batch_stats
         with mon.phase("eval"):
             self.eager.eval()
             total = torch.zeros((), device=self.device)
