@@ -116,7 +116,7 @@ FP32_MODEL = {"kind": "model", "class": "Net", "param_dtype": "float32", "compil
 
 def test_fp32_on_tensor_cores_from_observations():
     f = hardware.fp32_on_tensor_cores(ctx_of(make_run(device="cuda", obs=[CUDA_DEVICE, FP32_MODEL])))
-    assert f.severity == "warning" and "precision=bf16" in f.recommendation and "TF32" in f.evidence
+    assert f.severity == "warning" and "precision.mode=bf16-mixed" in f.recommendation and "TF32" in f.evidence
     amp = {**FP32_MODEL, "autocast": "bfloat16"}
     assert hardware.fp32_on_tensor_cores(ctx_of(make_run(device="cuda", obs=[CUDA_DEVICE, amp]))) is None
     old = {**CUDA_DEVICE, "capability": "6.1"}
