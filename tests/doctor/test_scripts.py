@@ -152,3 +152,7 @@ def test_hf_trainer_script_is_diagnosed(doctor, tmp_path):
     steps = [json.loads(line) for line in (result.run_dir / "steps.jsonl").read_text().splitlines()]
     shares = [s["pad_share"] for s in steps if s.get("pad_share") is not None]
     assert shares and min(shares) > 0.8  # 10-40 real tokens of 256
+    # sync call sites point into the library that issues them, not at the user's .train() line
+    rows = next(e["data"]["rows"] for e in events if e["type"] == "observation" and e["data"]["kind"] == "call_sites")
+    syncs = [r["site"] for r in rows if r["category"] == "sync"]
+    assert syncs and all("transformers" in s for s in syncs), syncs
