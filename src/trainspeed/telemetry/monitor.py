@@ -296,10 +296,10 @@ class Monitor:
         samples, tokens, pads = self._samples[:n].tolist(), self._tokens[:n].tolist(), self._pad[:n].tolist()
         lrs, syncs = self._lr[:n].tolist(), self._syncs[:n].tolist()
         warm, t_walls, loss_list = self._warm[:n].tolist(), self._t_wall[:n].tolist(), losses.tolist()
-        version, rank = schema.SCHEMA_VERSION, self.rank
+        version, rank, n_measured = schema.SCHEMA_VERSION, self.rank, len(MEASURED_PHASES)
         records = []
         for i in range(n):
-            t_step, row = t_steps[i], phase_rows[i]
+            t_step, row = t_steps[i], phase_rows[i][:n_measured]  # the rest is "other"
             phase_map = dict(zip(MEASURED_PHASES, row))
             phase_map["other"] = max(0.0, t_step - sum(row))
             tok, pad = int(tokens[i]), int(pads[i])
