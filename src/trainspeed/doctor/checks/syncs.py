@@ -48,7 +48,7 @@ def host_syncs(ctx: CheckContext) -> Finding | None:
                   f"them = {pct(share)} of the time); top: {top}.{where}"),
         recommendation=(f"{fix_line}keep the value on the device (`total += loss.detach()`) and read it "
                         "only every K steps when you log; replace `if tensor:` checks by device-side ops "
-                        "(torch.where, torch.nan_to_num) (engine: logging.every_steps=50)"),
+                        "(torch.where, torch.nan_to_num) (engine: logging.every=50)"),
         verify_with="trainspeed doctor -- <your command> (syncs per step should drop below 0.1)",
         impact=impact,
     )
