@@ -1,5 +1,8 @@
 """Data parallel on the CPU: one process with batch 2b vs 2 gloo ranks (DDP, FSDP) with batch b.
 
+Sides: one process using every core, one process with one thread (the per-rank compute of
+the 2-rank sides without any communication), DDP and FSDP with 2 ranks of cores/2 threads.
+
 Same global batch, same samples, same model (the gpt recipe), so the sides differ only in how
 the work is split: one process using all cores for its matmuls, or two processes with one
 thread each that all-reduce (DDP) or all-gather / reduce-scatter (FSDP) every step. Each side
@@ -71,8 +74,10 @@ def main() -> None:
         def side(strategy: str, threads: int):
             return lambda: run_side(work, f"{strategy}-{next(counter)}", strategy, args.batch, args.steps, threads)
 
+        load_before = os.getloadavg()
         results = compare_many("distributed", {
             f"1 process x {cores} threads": side("none", cores),
+            "1 process x 1 thread": side("none", 1),
             f"DDP 2 ranks x {per_rank_threads} threads": side("ddp", per_rank_threads),
             f"FSDP 2 ranks x {per_rank_threads} threads": side("fsdp", per_rank_threads),
         }, rounds=args.rounds, warmup_rounds=0)
@@ -80,7 +85,10 @@ def main() -> None:
     for label in labels:
         results[label]["samples_per_s"] = args.batch / results[label]["median_step_s"]
     results["global_batch"] = args.batch
-    ddp_ratio = results[f"ratio_{labels[1]}"]
+    # A loaded machine changes the picture (oversubscribed OpenMP threads wait for each other
+    # at every op), so the load is part of the result.
+    results["loadavg_1min_before_after"] = [load_before[0], os.getloadavg()[0]]
+    ddp_ratio = results[f"ratio_{labels[2]}"]
     write_result("distributed", results, headline={
         "label": "DDP 2 ranks / 1 process median step time, same global batch (informational)",
         "value": ddp_ratio, "goal": None, "passed": None})
