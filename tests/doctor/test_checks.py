@@ -177,3 +177,15 @@ def test_low_gpu_utilization_reads_the_samplers_own_summary_keys():
     assert f.impact == pytest.approx(0.7)
     busy_run = make_run(device="cuda", events=[make_event("system", 40, 0.0, **summary_with(busy()))])
     assert hardware.low_gpu_utilization(ctx_of(busy_run)) is None
+
+
+def test_sync_fix_points_at_the_library_when_the_read_is_not_in_user_code(tmp_path):
+    lib = tmp_path / "venv" / "lib" / "python3.11" / "site-packages" / "somelib"
+    lib.mkdir(parents=True)
+    (lib / "loop.py").write_text("x = 1\nif loss.isnan():\n    pass\n")
+    row = {"category": "sync", "kind": "bool", "site": f"{lib / 'loop.py'}:2", "code": "if loss.isnan():", "count": 80}
+    assert syncs.library_of(row["site"]) == "somelib"
+    assert syncs.library_of("train.py:12") is None
+    text = syncs._fix(row)
+    assert "inside somelib" in text and "option" in text
+    assert syncs._fix({**row, "site": "train.py:12"}).startswith("For ")

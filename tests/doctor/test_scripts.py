@@ -156,3 +156,7 @@ def test_hf_trainer_script_is_diagnosed(doctor, tmp_path):
     rows = next(e["data"]["rows"] for e in events if e["type"] == "observation" and e["data"]["kind"] == "call_sites")
     syncs = [r["site"] for r in rows if r["category"] == "sync"]
     assert syncs and all("transformers" in s for s in syncs), syncs
+    # ... and the fix names the Trainer setting behind the top one, not "edit line N"
+    sync_finding = next(f for f in result.findings if f["id"] == "host_syncs")
+    assert "inside transformers" in sync_finding["recommendation"]
+    assert "logging_nan_inf_filter=False" in sync_finding["recommendation"], sync_finding
