@@ -130,7 +130,11 @@ def test_token_weighted_pieces_sum_to_the_batch_weight():
 
 
 def test_distributed_runs_refuse_the_switch(tmp_path, monkeypatch):
-    monkeypatch.setattr("trainspeed.engine.trainer.world", lambda: (0, 2))
+    from trainspeed.engine.distributed import Dist
+
+    # rank 0 of 2, as torchrun would make it (without forming a process group)
+    monkeypatch.setattr("trainspeed.engine.distributed.setup_distributed",
+                        lambda cfg, device: (Dist(strategy="ddp", rank=0, world_size=2), device))
     with pytest.raises(ConfigError, match="single process"):
         Trainer(MemoryLimited(None), mse, _data(),
                 config={"run": {"out_dir": str(tmp_path)}, "batch": {"auto_microbatch": True}})
