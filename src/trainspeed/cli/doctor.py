@@ -7,6 +7,7 @@ the ranked findings. The exit code is the script's own (0 when stopped after N s
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from typing import Any
 
@@ -57,6 +58,8 @@ def run(args: argparse.Namespace) -> int:
     config = DoctorConfig(command=command, steps=args.steps or None, out=args.out,
                           log_every=args.log_every, device=args.device)
     result = run_doctor(config)
+    if int(os.environ.get("RANK", 0)) > 0:  # under torchrun rank 0 prints the report for all ranks
+        return result.exit_code
     if args.json:
         report = (result.run_dir / "report.json").read_text(encoding="utf-8")
         sys.stdout.write(report if report.endswith("\n") else report + "\n")

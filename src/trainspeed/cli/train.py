@@ -59,9 +59,11 @@ def run(args) -> int:
         overrides.append(f"run.name={own['--name']}")
     cfg = load_target(args.target, overrides, variant)
     trainer = build_trainer(cfg)
-    print(f"trainspeed: training {cfg.recipe.name or args.target} -> {trainer.run_dir}")
+    lead = trainer.rank == 0  # data parallel: rank 0 speaks and writes the report
+    if lead:
+        print(f"trainspeed: training {cfg.recipe.name or args.target} -> {trainer.run_dir}")
     trainer.fit()
-    if not own.get("--no-report"):
+    if lead and not own.get("--no-report"):
         from trainspeed.cli._finish import finish_run
 
         finish_run(trainer.run_dir, kind="train")

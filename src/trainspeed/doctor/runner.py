@@ -20,7 +20,7 @@ import time
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Iterable, Sequence
 
 from trainspeed.errors import ConfigError
 
@@ -153,6 +153,40 @@ def execute(target: Target) -> None:
         sys.path[:] = saved_path
 
 
+def matmul_dtype(models: Iterable[dict[str, Any]], device: str) -> str:
+    """The dtype the script's matmuls ran at, from the model observations: autocast's dtype,
+    else the parameters' (half/bfloat16 models), else fp32 (tf32 when CUDA allows it)."""
+    import torch
+
+    names = {"bfloat16": "bf16", "float16": "fp16"}
+    for obs in models:
+        if obs.get("kind") != "model":
+            continue
+        for key in ("autocast", "param_dtype"):
+            if obs.get(key) in names:
+                return names[obs[key]]
+    if device == "cuda" and torch.backends.cuda.matmul.allow_tf32:
+        return "tf32"
+    return "fp32"
+
+
+def record_peak(monitor: Any, observations: Iterable[dict[str, Any]], device: str) -> None:
+    """Record the datasheet peak FLOP/s of the script's GPU, so the summary reports MFU.
+
+    Only a table lookup: measuring a matmul peak (what the engine does for unknown devices)
+    would take seconds of the user's machine after their script, so CPUs and unlisted GPUs
+    get no MFU from the doctor; `trainspeed train` measures it."""
+    from trainspeed.telemetry.peaks import peak_for
+
+    try:
+        peak = peak_for(device, matmul_dtype(observations, device), measure_if_unknown=False)
+    except Exception as exc:  # noqa: BLE001 - MFU is optional; the diagnosis is not
+        monitor.event("warning", message=f"peak FLOP/s unknown: {exc}")
+        return
+    if peak is not None:
+        monitor.event("peak_flops", name=peak.name, dtype=peak.dtype, flops=peak.flops, source=peak.source)
+
+
 def run_doctor(config: DoctorConfig) -> DoctorResult:
     """Run the script under instrumentation and diagnose it. See module docstring."""
     import torch
@@ -165,7 +199,15 @@ def run_doctor(config: DoctorConfig) -> DoctorResult:
     from trainspeed.telemetry.monitor import Monitor
     from trainspeed.telemetry.rundir import read_run, write_json
 
+    from trainspeed.telemetry.ranks import rank_dir, wait_for_ranks
+
     target = parse_command(config.command)
+    # Under torchrun every rank runs the doctor: rank r > 0 writes its records under
+    # ranks/rank<r>/, rank 0 waits for them and reports on all ranks.
+    rank, world = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
+    if world > 1 and config.out is None:
+        raise ConfigError(f"the doctor runs as one of WORLD_SIZE={world} processes (torchrun); give "
+                          "--out RUN_DIR so that every rank writes into the same run directory")
     run_dir = Path(config.out) if config.out is not None else default_run_dir(target)
     device = config.device or ("cuda" if torch.cuda.is_available() else "cpu")
     steps = config.steps
@@ -178,7 +220,8 @@ def run_doctor(config: DoctorConfig) -> DoctorResult:
     files_before = snapshot(os.getcwd(), exclude=run_dir)
     command = list(config.command[1:] if config.command and config.command[0] == "--" else config.command)
 
-    monitor = Monitor(run_dir, device=device, log_every=config.log_every, sinks=config.sinks,
+    monitor = Monitor(rank_dir(run_dir, rank), device=device, log_every=config.log_every,
+                      sinks=config.sinks if rank == 0 else ("jsonl",), rank=rank,
                       warmup_steps=warmup, config={"command": command}, command=command,
                       total_steps=steps, system_sampler=config.system_sampler, kind="doctor")
     session = Session(monitor, max_steps=steps, count_flops_at=flops_at)
@@ -203,9 +246,18 @@ def run_doctor(config: DoctorConfig) -> DoctorResult:
 
     emit_observations(monitor, session, files_before=files_before, run_dir=run_dir,
                       stopped=stopped, exit_code=code, max_steps=steps)
+    record_peak(monitor, session.observations.values(), device)
     trace = None
     if error is not None:
         trace = "".join(traceback.format_exception(type(error), error, error.__traceback__))
+    if rank > 0:  # rank 0 reads this rank's records and reports
+        summary = monitor.close(error=error)
+        return DoctorResult(exit_code=code, run_dir=run_dir, summary=summary, findings=[],
+                            traceback=trace, stopped=stopped, steps=monitor.steps_done)
+    missing = wait_for_ranks(run_dir, world) if world > 1 else []
+    if missing:
+        monitor.event("warning", message=f"ranks {missing} did not finish their records within 30 s; "
+                                         "their per-rank figures are partial")
     summary = monitor.close(error=error)
     error = None  # drop the frames (and DataLoader workers) the traceback holds
     run = read_run(run_dir)

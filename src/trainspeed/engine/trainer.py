@@ -14,18 +14,21 @@ from __future__ import annotations
 import time
 import typing
 from contextlib import nullcontext
+from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import torch
 from torch import nn
 
 from trainspeed.config import TrainConfig, config_to_dict, load_config
+from trainspeed.engine.data.stats import batch_stats as default_batch_stats
 from trainspeed.engine.events import Callback, CallbackList, Event, TrainerState
+from trainspeed.engine.microbatch import MicroBatcher, Piece, free_after_oom, is_oom
 from trainspeed.engine.setup import (
     DataParts, build_loaders, prepare_model, resolve_device, run_dir_for, seed_everything,
-    set_threads, world,
+    set_threads,
 )
-from trainspeed.errors import TrainspeedError
+from trainspeed.errors import ConfigError, TrainspeedError
 
 
 def _with_info(state: TrainerState, info: dict[str, Any]) -> TrainerState:
@@ -35,24 +38,6 @@ def _with_info(state: TrainerState, info: dict[str, Any]) -> TrainerState:
 
 class NonFiniteLossError(TrainspeedError):
     """The loss became NaN/Inf and nan_policy is "stop"."""
-
-
-def _first_tensor(batch: Any) -> torch.Tensor | None:
-    if isinstance(batch, torch.Tensor):
-        return batch
-    values = batch.values() if isinstance(batch, dict) else batch if isinstance(batch, (list, tuple)) else ()
-    for value in values:
-        found = _first_tensor(value)
-        if found is not None:
-            return found
-    return None
-
-
-def _default_stats(batch: Any):
-    from trainspeed.recipes.base import BatchStats
-
-    tensor = _first_tensor(batch)
-    return BatchStats(samples=int(tensor.shape[0]) if tensor is not None and tensor.dim() else 1)
 
 
 def _groups(batches: Iterable[Any], k: int) -> Iterator[list[Any]]:
@@ -91,11 +76,18 @@ class Trainer:
         self.cfg = config if isinstance(config, TrainConfig) else load_config(config)
         set_threads(self.cfg)
         seed_everything(self.cfg.run.seed)
-        self.device = resolve_device(self.cfg.run.device)
-        self.rank, self.world_size = world()
+        from trainspeed.engine.distributed import setup_distributed, wrap_model
+
+        self.dist, self.device = setup_distributed(self.cfg, resolve_device(self.cfg.run.device))
+        self.rank, self.world_size = self.dist.rank, self.dist.world_size
         parts = prepare_model(model, self.cfg, self.device)
-        self.model, self.eager = parts.model, parts.eager
-        self.notes = list(parts.notes)
+        self.model, wrap_notes = wrap_model(parts.model, parts.eager, self.dist, self.device)
+        self.eager = parts.eager
+        self.notes = list(parts.notes) + self.dist.notes + wrap_notes
+        if optimizer is not None and self.dist.fsdp:
+            raise ConfigError("distributed.strategy=fsdp replaces the parameters by sharded ones, "
+                              "so an optimizer built beforehand would update stale tensors. Pass "
+                              "optimizer=None (configure it under optim.*).")
         self.compiled = parts.compiled
         self.loss_fn = loss_fn
         self.precision = setup_precision(self.cfg.precision, self.device)
@@ -104,6 +96,10 @@ class Trainer:
             optimizer, info = build_optimizer(self.eager, self.cfg.optim, self.device)
             self.notes.append(f"optimizer: {info}")
         self.optimizer = optimizer
+        if self.dist.fsdp:
+            from trainspeed.engine.distributed import FsdpState
+
+            self._fsdp_state = FsdpState(self.eager, optimizer)
         self.scheduler = scheduler
         self.data = DataParts(train=train_data, val=val_data, collate_fn=collate_fn,
                               batch_stats=batch_stats, lengths=lengths)
@@ -111,13 +107,16 @@ class Trainer:
         self.flops_per_token = flops_per_token
         self.callbacks = CallbackList(callbacks)
         self.state = TrainerState(trainer=self)
-        self.run_dir = run_dir_for(self.cfg)
+        # rank 0 names the run (a timestamped name could differ by a second between ranks)
+        self.run_dir = Path(self.dist.broadcast_object(str(run_dir_for(self.cfg)), "run name broadcast"))
         self.monitor: Any = None
         self._nonfinite: torch.Tensor | None = None
+        self.microbatcher = self._microbatcher()
 
     # ------------------------------------------------------------------ fit
     def fit(self) -> dict[str, Any]:
         """Train until run.max_steps (or run.max_epochs); return the run summary."""
+        from trainspeed.engine.distributed import clear_error, rank_run_dir
         from trainspeed.engine.schedule import build_scheduler
         from trainspeed.telemetry.monitor import Monitor
 
@@ -126,11 +125,13 @@ class Trainer:
         total = self._total_steps(loaders.train)
         if self.scheduler is None:
             self.scheduler = build_scheduler(self.optimizer, cfg.optim, total)
+        sinks = tuple(cfg.logging.sinks) + (("console",) if cfg.logging.progress and "console" not in cfg.logging.sinks else ())
         self.monitor = mon = Monitor(
-            self.run_dir, device=self.device, log_every=cfg.logging.every,
-            sinks=tuple(cfg.logging.sinks) + (("console",) if cfg.logging.progress and "console" not in cfg.logging.sinks else ()),
+            rank_run_dir(self.run_dir, self.rank), device=self.device, log_every=cfg.logging.every,
+            sinks=sinks if self.rank == 0 else ("jsonl",),  # ranks > 0: their own step records only
             warmup_steps=cfg.logging.warmup_steps, precision=cfg.precision.mode,
             config=config_to_dict(cfg), total_steps=total, rank=self.rank,
+            reduce_losses=self.dist.loss_reducer(self.device),
         )
         for note in self.notes + loaders.notes:
             mon.event("note", message=note)
@@ -146,10 +147,15 @@ class Trainer:
                 self._loop(loaders, mon, total, ckpt, make_state)
                 ckpt.finish(self.state.step, make_state, self.state.metrics)
         except BaseException as exc:
+            clear = clear_error(self.dist, exc)  # a failed collective: say which rank and why
             ckpt.crash(exc, self.state.step, make_state)
-            mon.close(error=exc)
+            mon.close(error=clear or exc)
+            if clear is not None:
+                raise clear from exc
             raise
-        return mon.close()
+        summary = self.dist.close_monitor(mon)
+        self.dist.teardown()
+        return summary
 
     def _checkpoint_session(self, mon, loaders):
         """Checkpoints: resume (explicit or newest intact), then periodic/signal/crash/final
@@ -157,11 +163,20 @@ class Trainer:
         from trainspeed.engine.checkpoint.session import CheckpointSession
 
         st = self.state
+        fsdp = self.dist.fsdp
+        # Rank 0 writes; under FSDP every rank joins each save (gathering shards is a
+        # collective), so saves that only one rank would start (signal, crash) are off.
         ckpt = CheckpointSession.from_config(
             self.cfg.checkpoint, self.run_dir, monitor=mon,
-            handle_signals=self.rank == 0,
+            handle_signals=self.rank == 0 and not fsdp, writer=self.rank == 0,
             on_checkpoint=lambda info: self.callbacks.fire(Event.CHECKPOINT, _with_info(st, info)))
-        resumed = ckpt.resume(self.eager, self.optimizer, self.scheduler, self.precision)
+        if fsdp:
+            ckpt.save_on_crash = False
+        from trainspeed.engine.distributed import OptimizerLoader
+
+        model, optimizer = (self._fsdp_state.load_views() if fsdp else (
+            self.eager, OptimizerLoader(self.eager, self.optimizer, sharded=False)))
+        resumed = ckpt.resume(model, optimizer, self.scheduler, self.precision)
         if resumed is not None:
             c = resumed.counters
             st.step, st.epoch, st.samples, st.tokens, st.batch_in_epoch = (
@@ -181,7 +196,10 @@ class Trainer:
             counters = TrainState(step=st.step, epoch=st.epoch, samples=st.samples,
                                   tokens=st.tokens, batch_in_epoch=st.batch_in_epoch)
             sampler = loaders.train_bundle.state_dict() if loaders.train_bundle is not None else None
-            return build_checkpoint(self.eager, self.optimizer, self.scheduler, self.precision,
+            # FSDP: gather the shards into one full state dict (a collective on every rank)
+            model, optimizer = (self._fsdp_state.save_views() if self.dist.fsdp
+                                else (self.eager, self.optimizer))
+            return build_checkpoint(model, optimizer, self.scheduler, self.precision,
                                     counters, sampler, config_to_dict(self.cfg),
                                     None, config_digest=config_hash(self.cfg))
         return make_state
@@ -225,7 +243,6 @@ class Trainer:
 
     def _train_step(self, micro_batches: list[tuple[Any, Any]], mon) -> tuple[torch.Tensor, tuple[int, int, int]]:
         from trainspeed.engine.accumulation import micro_batch_weights
-        from trainspeed.engine.data.prefetch import move_to_device
 
         cfg, fire, st = self.cfg, self.callbacks.fire, self.state
         stats = [s for _, s in micro_batches]
@@ -236,23 +253,19 @@ class Trainer:
             self._flops_done = True
             self._record_flops(mon, micro_batches[0][0], stats[0])
         t0 = time.perf_counter()
-        total_loss: torch.Tensor | None = None
-        for i, ((batch, _), weight) in enumerate(zip(micro_batches, weights)):
-            with mon.phase("h2d"):
-                batch = move_to_device(batch, self.device, cfg.data.non_blocking)
-            last = i == len(micro_batches) - 1
-            # DDP: skip the gradient all-reduce on all but the last micro-batch.
-            no_sync = self.model.no_sync() if not last and hasattr(self.model, "no_sync") else nullcontext()
-            with no_sync:
-                with mon.phase("forward"), self.precision.autocast():
-                    loss = self._loss(self.model, batch)
-                fire(Event.AFTER_FORWARD, st)
-                with mon.phase("backward"):
-                    self.precision.backward(loss if weight == 1.0 else loss * weight)
-                fire(Event.AFTER_BACKWARD, st)
-            part = loss.detach() if weight == 1.0 else loss.detach() * weight
-            total_loss = part if total_loss is None else total_loss + part
-        total_loss = typing.cast(torch.Tensor, total_loss)  # _groups never yields an empty group
+        host_batches = [b for b, _ in micro_batches]
+        while True:
+            try:
+                total_loss = self._forward_backward(host_batches, weights, mon)
+                break
+            except Exception as exc:
+                if self.microbatcher is None or not is_oom(exc):
+                    raise
+                info = self.microbatcher.grow(host_batches, exc)
+            # Out of the except block, the traceback and the activations its frames held are
+            # gone, so the cache can really be emptied before the same step runs again.
+            free_after_oom(self.eager, self.optimizer, self.device)
+            mon.event("auto_microbatch", at_step=st.step + 1, **info)
         with mon.phase("optimizer"):
             if self._should_skip(total_loss, mon):
                 self.optimizer.zero_grad(set_to_none=True)
@@ -275,6 +288,33 @@ class Trainer:
                   sum(s.pad_tokens for s in stats))
         return total_loss, totals
 
+    def _forward_backward(self, batches: list[Any], weights: Sequence[float], mon) -> torch.Tensor:
+        """Forward and backward over the step's micro-batches (each cut into pieces after an
+        out-of-memory step, see microbatch.py); returns the step's loss, still on the device."""
+        from trainspeed.engine.data.prefetch import move_to_device
+
+        cfg, fire, st = self.cfg, self.callbacks.fire, self.state
+        pieces = self.microbatcher.pieces(batches, weights, cfg.accumulation.normalize,
+                                          self.data.batch_stats or default_batch_stats) \
+            if self.microbatcher is not None else [Piece(b, w) for b, w in zip(batches, weights)]
+        total_loss: torch.Tensor | None = None
+        for i, piece in enumerate(pieces):
+            with mon.phase("h2d"):
+                batch = move_to_device(piece.batch, self.device, cfg.data.non_blocking)
+            last, weight = i == len(pieces) - 1, piece.weight
+            # DDP: skip the gradient all-reduce on all but the last micro-batch.
+            no_sync = self.model.no_sync() if not last and hasattr(self.model, "no_sync") else nullcontext()
+            with no_sync:
+                with mon.phase("forward"), self.precision.autocast():
+                    loss = self._loss(self.model, batch)
+                fire(Event.AFTER_FORWARD, st)
+                with mon.phase("backward"):
+                    self.precision.backward(loss if weight == 1.0 else loss * weight)
+                fire(Event.AFTER_BACKWARD, st)
+            part = loss.detach() if weight == 1.0 else loss.detach() * weight
+            total_loss = part if total_loss is None else total_loss + part
+        return typing.cast(torch.Tensor, total_loss)  # _groups never yields an empty group
+
     # ------------------------------------------------------------------ pieces
     def _loss(self, model: nn.Module, batch: Any) -> torch.Tensor:
         out = self.loss_fn(model, batch)
@@ -283,7 +323,7 @@ class Trainer:
     def _batches(self, loader: Iterable[Any], mon) -> Iterator[tuple[Any, Any]]:
         """(batch, stats) pairs; stats are computed on the host batch, before any copy, so
         counting tokens never forces a device sync."""
-        stats_fn = self.data.batch_stats or _default_stats
+        stats_fn = self.data.batch_stats or default_batch_stats
         if self.cfg.data.device_prefetch and self.device.type == "cuda":
             from trainspeed.engine.data.prefetch import DevicePrefetcher
 
@@ -338,7 +378,7 @@ class Trainer:
         st, limit = self.state, self.cfg.eval.limit_val_batches
         self.callbacks.fire(Event.EVAL_START, st)
         t0 = time.perf_counter()
-        stats_fn = self.data.batch_stats or _default_stats
+        stats_fn = self.data.batch_stats or default_batch_stats
         with mon.phase("eval"):
             self.eager.eval()
             total = torch.zeros((), device=self.device)
@@ -352,6 +392,10 @@ class Trainer:
                     batch = move_to_device(batch, self.device, self.cfg.data.non_blocking)
                     total += self._loss(self.eager, batch).detach().float() * w
                     weight_sum += w
+            if self.dist.active:  # every rank evaluated its shard of the validation data
+                pair = self.dist.reduce_sum_(torch.stack([total.double(), total.new_tensor(float(weight_sum), dtype=torch.float64)]),
+                                             "validation loss all-reduce")
+                total, weight_sum = pair[0], int(pair[1].item())
             metrics = {"val_loss": float(total.item()) / max(weight_sum, 1)}  # one sync per evaluation
             if self.eval_metrics is not None:
                 metrics.update(self.eval_metrics(self.eager, val_loader))
@@ -373,6 +417,17 @@ class Trainer:
                 "IterableDataset?), so the number of steps is unknown. Set run.max_steps."
             ) from exc
         return per_epoch * (run.max_epochs or 1)
+
+    def _microbatcher(self) -> MicroBatcher | None:
+        if not self.cfg.batch.auto_microbatch:
+            return None
+        if self.world_size > 1:
+            raise ConfigError(
+                "batch.auto_microbatch works in a single process only: an out-of-memory retry on one "
+                "rank would leave the others waiting in the gradient all-reduce. Set "
+                "batch.auto_microbatch=false and pick data.batch_size with `trainspeed tune --knobs batch_size`."
+            )
+        return MicroBatcher()
 
     @staticmethod
     def _set_epoch(sampler: Any, epoch: int) -> None:

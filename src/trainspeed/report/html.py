@@ -70,6 +70,18 @@ def _phase_table(summary: dict[str, Any]) -> str:
             f"</tr></thead><tbody>{body}</tbody></table>")
 
 
+def _rank_table(summary: dict[str, Any]) -> str:
+    from trainspeed.report.ranks import HEADERS, rank_rows
+
+    rows = rank_rows(summary)
+    if not rows:
+        return ""
+    head = "".join(f"<th>{_e(h)}</th>" for h in HEADERS)
+    body = "".join("<tr>" + "".join(f"<td>{_e(c)}</td>" for c in row) + "</tr>" for row in rows)
+    return (f"<section id='ranks'><h2>Per rank (data parallel)</h2><table><thead><tr>{head}</tr></thead>"
+            f"<tbody>{body}</tbody></table></section>")
+
+
 def _findings(findings: list[dict[str, Any]]) -> str:
     ranked = rank_findings(findings)
     if not ranked:
@@ -185,6 +197,7 @@ def _single_page(a: LoadedRun) -> str:
     body = (
         f"<section id='summary'><h2>Summary</h2>{_kv_table(summary_lines(a.summary))}</section>"
         f"<section id='phases'><h2>Where the step time goes</h2>{_phase_table(a.summary)}</section>"
+        f"{_rank_table(a.summary)}"
         f"<section id='findings'><h2>Findings</h2>{_findings(a.findings)}</section>"
         f"<section id='plots'><h2>Plots</h2>{_plots([Series(label=a.name, run=a.run, summary=a.summary)])}</section>"
         f"<section id='notes'>{_notes([a])}</section>"

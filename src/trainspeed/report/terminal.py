@@ -67,6 +67,13 @@ def summary_lines(summary: dict[str, Any]) -> list[tuple[str, str]]:
         rows.append(("trend", str(trend["message"])))
     if is_num(s.get("dropped_records")) and s["dropped_records"] > 0:
         rows.append(("dropped records", f"{int(s['dropped_records'])} (the writer queue was full)"))
+    if is_num(s.get("thinned_records")) and s["thinned_records"] > 0:
+        rows.append(("dashboards", f"{int(s['thinned_records'])} step records skipped to keep up "
+                                   "(steps.jsonl is complete)"))
+    ranks = s.get("ranks")
+    if isinstance(ranks, list) and len(ranks) > 1:
+        rows.append(("data parallel", f"{len(ranks)} ranks; throughput above is rank 0's "
+                                      f"(the job's is about {len(ranks)}x)"))
     rows.append(("device", f"{s.get('device') or '—'} · {s.get('precision') or '—'}"))
     return rows
 
@@ -119,6 +126,23 @@ def _print_phases(con: Any, summary: dict[str, Any]) -> None:
     con.print(table)
 
 
+def _print_ranks(con: Any, summary: dict[str, Any]) -> None:
+    from rich.table import Table
+
+    from trainspeed.report.ranks import HEADERS, rank_rows
+
+    rows = rank_rows(summary)
+    if not rows:
+        return
+    table = Table(title="Per rank (data parallel)", title_justify="left")
+    for i, h in enumerate(HEADERS):
+        table.add_column(h, justify="right" if 0 < i < len(HEADERS) - 1 else "left")
+    for row in rows:
+        table.add_row(*row)
+    con.print(table)
+    con.print()
+
+
 def print_findings(con: Any, findings: list[dict[str, Any]], *, heading: str = "Findings") -> None:
     from rich.text import Text
 
@@ -168,6 +192,7 @@ def render_terminal(run: Any, summary: dict[str, Any], findings: list[dict[str, 
     con.print()
     _print_phases(con, summary)
     con.print()
+    _print_ranks(con, summary)
     print_findings(con, findings)
     report = run.report if isinstance(getattr(run, "report", None), dict) else {}
     if isinstance(report.get("traceback"), str) and report["traceback"]:

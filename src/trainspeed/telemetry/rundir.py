@@ -18,6 +18,7 @@ import yaml
 from trainspeed.errors import RunDirError, SchemaError
 from trainspeed.fileio import atomic_write_text
 from trainspeed.telemetry import schema
+from trainspeed.telemetry.ranks import rank_dirs
 
 
 def write_json(path: str | Path, obj: Any) -> Path:
@@ -65,6 +66,8 @@ class RunData:
     events: list[dict[str, Any]] = field(default_factory=list)
     report: dict[str, Any] | None = None
     skipped: list[str] = field(default_factory=list)
+    rank_steps: dict[int, list[dict[str, Any]]] = field(default_factory=dict)
+    """Step records of ranks r > 0 of a data-parallel run (rank 0's are `steps`)."""
 
     @property
     def name(self) -> str:
@@ -138,6 +141,9 @@ def read_run(path: str | Path) -> RunData:
     run.steps = _read_jsonl(run_path / schema.STEPS_FILE, run.skipped, required=("step", "t_step"))
     run.steps.sort(key=lambda r: r["step"])
     run.events = _read_jsonl(run_path / schema.EVENTS_FILE, run.skipped, required=("type",))
+    for r, directory in rank_dirs(run_path).items():
+        steps = _read_jsonl(directory / schema.STEPS_FILE, run.skipped, required=("step", "t_step"))
+        run.rank_steps[r] = sorted(steps, key=lambda rec: rec["step"])
     run.env = _read_json(run_path / schema.ENV_FILE, run.skipped) or {}
     run.report = _read_json(run_path / schema.REPORT_JSON, run.skipped)
     config_path = run_path / schema.CONFIG_FILE

@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from trainspeed.telemetry.ranks import rank_table
 from trainspeed.telemetry.rundir import RunData
 from trainspeed.telemetry.schema import PHASES
 from trainspeed.telemetry.throughput import mfu, throughput
@@ -48,6 +49,11 @@ def _dropped(run: RunData) -> int:
         data = event.get("data") or {}
         total += int(data.get("dropped_records", 0) or 0) + int(data.get("dropped_events", 0) or 0)
     return total
+
+
+def _thinned(run: RunData) -> int:
+    return sum(int(n or 0) for e in run.events_of("thinned_records")
+               for n in ((e.get("data") or {}).get("sinks") or {}).values())
 
 
 def summarize(run: RunData) -> dict[str, Any]:
@@ -109,9 +115,11 @@ def summarize(run: RunData) -> dict[str, Any]:
         } if finite_loss.size else None,
         "syncs_per_step": float(np.nanmean(run.array("syncs")[keep])) if n and keep.any() else None,
         "dropped_records": _dropped(run),
+        "thinned_records": _thinned(run),
         "device": start.get("device", "cpu"),
         "precision": start.get("precision", "fp32"),
         "flops_per_step": flops,
+        "ranks": rank_table({0: run.steps, **run.rank_steps}) if run.rank_steps else None,
     }
 
 

@@ -48,8 +48,12 @@ class CheckpointSession:
     def __init__(self, manager: CheckpointManager, *, monitor: Any = None,
                  resume: str | None = None, auto_resume: bool = False,
                  save_on_crash: bool = True, handle_signals: bool = True,
-                 on_checkpoint: Callable[[dict[str, Any]], None] | None = None):
+                 on_checkpoint: Callable[[dict[str, Any]], None] | None = None,
+                 writer: bool = True):
         self.manager = manager
+        # Data parallel: only rank 0 writes; the other ranks still call make_state at every
+        # save (under FSDP gathering the state is a collective they must join).
+        self.writer = writer
         self.monitor = monitor
         self.resume_spec, self.auto_resume = resume, auto_resume
         self.save_on_crash = save_on_crash
@@ -60,12 +64,13 @@ class CheckpointSession:
     @classmethod
     def from_config(cls, cfg: Any, run_dir: str | Path | None, *, monitor: Any = None,
                     handle_signals: bool = True,
-                    on_checkpoint: Callable[[dict[str, Any]], None] | None = None) -> CheckpointSession:
+                    on_checkpoint: Callable[[dict[str, Any]], None] | None = None,
+                    writer: bool = True) -> CheckpointSession:
         """From a CheckpointConfig (or any object with its attributes)."""
         manager = CheckpointManager.from_config(cfg, run_dir)
         return cls(manager, monitor=monitor, resume=cfg.resume, auto_resume=cfg.auto_resume,
                    save_on_crash=cfg.save_on_crash, handle_signals=handle_signals,
-                   on_checkpoint=on_checkpoint)
+                   on_checkpoint=on_checkpoint, writer=writer)
 
     # -- events ---------------------------------------------------------------------------------
     def _route(self, event: dict[str, Any]) -> None:
@@ -95,7 +100,13 @@ class CheckpointSession:
     def _save(self, step: int, make_state: StateFn, metrics: dict[str, Any] | None,
               reason: str, *, wait: bool) -> SaveResult:
         with self._phase():
-            result = self.manager.save(make_state(), step, metrics, reason=reason)
+            state = make_state()
+            if not self.writer:
+                # keep the schedule in step with rank 0's (which updates these in save())
+                self.manager._last_step, self.manager._last_save_t = step, self.manager._clock()
+                return SaveResult(path=self.manager.path_for(step), step=step, blocking_s=0.0,
+                                  write_s=0.0, async_save=False, skipped=True)
+            result = self.manager.save(state, step, metrics, reason=reason)
             if wait:
                 self.manager.wait()
         return result

@@ -230,6 +230,12 @@ class LengthBucketBatchSampler:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         mine = {"seed": self.seed, "dataset_len": int(len(self.lengths)), "world_size": self.world_size}
+        if "world_size" in state and int(state["world_size"]) != self.world_size:
+            raise CheckpointError(
+                f"bucket sampler state was saved with world_size={state['world_size']} but this run "
+                f"has world_size={self.world_size}; the length-bucketed batch plan depends on the number of ranks, "
+                f"so resume with torchrun --nproc_per_node {state['world_size']} (or without "
+                "data.bucketing, whose sample order does not depend on it)")
         for key, value in mine.items():
             if key in state and int(state[key]) != value:
                 raise CheckpointError(

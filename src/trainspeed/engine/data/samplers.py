@@ -135,6 +135,24 @@ class ResumableSampler:
         if self.consumed >= self.num_samples > 0:
             self.epoch, self.consumed = self.epoch + 1, 0
 
+    def _consumed_for_world(self, consumed: int, saved_world: int) -> int:
+        """This rank's resume position when the checkpoint came from `saved_world` ranks.
+
+        Every rank takes every world_size-th index of one shared epoch order, so after each
+        of W ranks consumed c samples, exactly order[:c * W] has been trained on. A job with
+        W' ranks continues at the same place when c * W is a multiple of W' (keep the global
+        batch, per-rank batch x ranks, the same to continue the same optimization)."""
+        if saved_world == self.world_size:
+            return consumed
+        done = consumed * saved_world
+        if done % self.world_size:
+            raise CheckpointError(
+                f"sampler state was saved by {saved_world} ranks after {consumed} samples each "
+                f"({done} in this epoch), which {self.world_size} ranks cannot split evenly; resume "
+                f"with a number of processes that divides {done} (e.g. torchrun --nproc_per_node "
+                f"{saved_world}) or from another checkpoint")
+        return done // self.world_size
+
     def state_dict(self) -> dict[str, Any]:
         return {
             "epoch": self.epoch,
@@ -145,13 +163,13 @@ class ResumableSampler:
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        for key, mine in (("dataset_len", self.dataset_len), ("world_size", self.world_size), ("seed", self.seed)):
+        for key, mine in (("dataset_len", self.dataset_len), ("seed", self.seed)):
             if key in state and int(state[key]) != mine:
                 raise CheckpointError(
                     f"sampler state was saved with {key}={state[key]} but this run has {key}={mine}; "
                     "the sample order would differ, so the resume position is meaningless"
                 )
-        consumed = int(state["consumed"])
+        consumed = self._consumed_for_world(int(state["consumed"]), int(state.get("world_size", self.world_size)))
         if not 0 <= consumed <= self.num_samples:
             raise CheckpointError(
                 f"sampler state consumed={consumed} is outside [0, {self.num_samples}] samples per epoch"

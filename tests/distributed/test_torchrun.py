@@ -1,0 +1,220 @@
+"""End to end with 2 CPU processes (gloo), launched as users do:
+`python -m torch.distributed.run --nproc_per_node 2 -m trainspeed train gpt ...`.
+
+The reference is one process with the doubled batch: 2 ranks x batch 4 train on the same 8
+samples per step (rank r takes every 2nd index of the shared order), so without dropout the
+loss curves agree to float rounding (the gradients are averaged in a different order).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(150)]
+
+TINY = [
+    "recipe.options.size=null", "recipe.options.n_layer=2", "recipe.options.n_head=2",
+    "recipe.options.n_embd=32", "recipe.options.block_size=32", "recipe.options.samples_per_epoch=512",
+    "recipe.options.val_samples=32", "recipe.options.dropout=0.0",
+    "run.max_steps=6", "run.torch_threads=1", "logging.every=1", "logging.warmup_steps=1",
+    "logging.progress=false", "eval.at_end=false", "checkpoint.every_steps=3",
+]
+LOSS_RTOL = 1e-5
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def ws(tmp_path_factory):
+    """Working directory with a pre-built token cache (so the ranks do not both build it)."""
+    from trainspeed.recipes.gpt import data as gdata
+
+    root = tmp_path_factory.mktemp("dist")
+    gdata.load_tokens(directory=root / "cache")
+    return root
+
+
+def _env(ws: Path) -> dict[str, str]:
+    src = str(Path(__file__).resolve().parents[2] / "src")
+    return {**os.environ, "TRAINSPEED_CACHE": str(ws / "cache"), "OMP_NUM_THREADS": "1",
+            "PYTHONPATH": os.pathsep.join([src, os.environ.get("PYTHONPATH", "")])}
+
+
+def _cmd(ws: Path, name: str, overrides: list[str], nproc: int) -> list[str]:
+    launch = [sys.executable]
+    if nproc > 1:
+        launch += ["-m", "torch.distributed.run", "--nproc_per_node", str(nproc),
+                   "--master_port", str(_free_port())]
+    return launch + ["-m", "trainspeed", "train", "gpt", *TINY, f"run.out_dir={ws / 'runs'}",
+                     f"run.name={name}", *overrides]
+
+
+def train(ws: Path, name: str, *overrides: str, nproc: int = 2, report: bool = False) -> Path:
+    extra = [] if report else ["--no-report"]
+    proc = subprocess.run(_cmd(ws, name, [*overrides, *extra], nproc), env=_env(ws), cwd=ws,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    run = ws / "runs" / name
+    run.joinpath("stdout.txt").write_text(proc.stdout)
+    return run
+
+
+def losses(run: Path, rank: int = 0) -> dict[int, float]:
+    path = run / "steps.jsonl" if rank == 0 else run / "ranks" / f"rank{rank}" / "steps.jsonl"
+    return {r["step"]: r["loss"] for r in map(json.loads, path.read_text().splitlines())}
+
+
+def assert_close(a: dict[int, float], b: dict[int, float]) -> None:
+    assert a.keys() == b.keys()
+    for step in a:
+        assert a[step] == pytest.approx(b[step], rel=LOSS_RTOL), (step, a[step], b[step])
+
+
+@pytest.fixture(scope="module")
+def single(ws):
+    return train(ws, "single", "data.batch_size=8", nproc=1)
+
+
+@pytest.fixture(scope="module")
+def ddp(ws):
+    return train(ws, "ddp", "distributed.strategy=ddp", "data.batch_size=4", report=True)
+
+
+@pytest.fixture(scope="module")
+def fsdp(ws):
+    return train(ws, "fsdp", "distributed.strategy=fsdp", "data.batch_size=4")
+
+
+def test_ddp_two_ranks_match_one_process_with_double_batch(single, ddp):
+    ref = losses(single)
+    assert len(ref) == 6 and len(set(ref.values())) > 1  # a real curve, not a constant
+    assert_close(losses(ddp), ref)
+    # every rank logs the loss averaged over ranks (all-reduced at the log interval)
+    assert losses(ddp, rank=1) == losses(ddp)
+
+
+def test_fsdp_two_ranks_match_one_process_with_double_batch(single, fsdp):
+    # fast.yaml clips gradients at 1.0: clipping on sharded gradients must see the global norm
+    assert_close(losses(fsdp), losses(single))
+
+
+def test_ddp_with_accumulation_matches_too(ws, single):
+    """2 ranks x 2 micro-batches of 2 = the same 8 samples per step; all-reduce only on the
+    last micro-batch (no_sync on the others) still averages the full gradient."""
+    run = train(ws, "ddp-accum", "distributed.strategy=ddp", "data.batch_size=2", "accumulation.steps=2",
+                "checkpoint.every_steps=null")
+    assert_close(losses(run), losses(single))
+
+
+def test_ddp_run_dir_has_per_rank_files_and_report_table(ddp):
+    rank1 = ddp / "ranks" / "rank1"
+    assert (rank1 / "steps.jsonl").exists() and not (rank1 / "config.yaml").exists()
+    recs = [json.loads(line) for line in (rank1 / "steps.jsonl").read_text().splitlines()]
+    assert {r["rank"] for r in recs} == {1} and len(recs) == 6
+    report = json.loads((ddp / "report.json").read_text())
+    rows = report["summary"]["ranks"]
+    assert [r["rank"] for r in rows] == [0, 1] and all(r["steps"] == 6 for r in rows)
+    assert all(r["data_wait_p50"] is not None and r["step_time_p50"] > 0 for r in rows)
+    out = (ddp / "stdout.txt").read_text()
+    assert "Per rank (data parallel)" in out and "data parallel  2 ranks" in out
+    assert "Per rank (data parallel)" in (ddp / "report.html").read_text()
+    # checkpoints: written by rank 0 only, one file per save
+    assert sorted(p.name for p in (ddp / "checkpoints").glob("*.pt")) == ["step-00000003.pt", "step-00000006.pt"]
+
+
+@pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
+def test_resume_continues_the_same_curve(ws, single, ddp, fsdp, strategy):
+    source = {"ddp": ddp, "fsdp": fsdp}[strategy]
+    resumed = train(ws, f"{strategy}-resumed", f"distributed.strategy={strategy}", "data.batch_size=4",
+                    "--resume", str(source / "checkpoints" / "step-00000003.pt"))
+    assert_close(losses(resumed), {s: v for s, v in losses(single).items() if s > 3})
+
+
+def test_fsdp_checkpoint_resumes_on_one_process(ws, single, fsdp):
+    """Another world size: the full state dict loads into an unsharded model and optimizer,
+    and the sampler maps 2 ranks x 12 samples to 24 samples of one process."""
+    resumed = train(ws, "fsdp-to-one", "data.batch_size=8", "--resume",
+                    str(fsdp / "checkpoints" / "step-00000003.pt"), nproc=1)
+    assert_close(losses(resumed), {s: v for s, v in losses(single).items() if s > 3})
+
+
+def _wait_for(path: Path, proc: subprocess.Popen, limit: float = 90.0) -> None:
+    t0 = time.monotonic()
+    while not (path.exists() and path.stat().st_size > 0):
+        if proc.poll() is not None or time.monotonic() - t0 > limit:
+            out = proc.communicate()[0] if proc.poll() is not None else ""
+            pytest.fail(f"training never started (rc {proc.poll()}): {out[-3000:]}")
+        time.sleep(0.2)
+
+
+def test_killed_rank_under_torchrun_ends_the_job_quickly(ws):
+    import psutil
+
+    cmd = _cmd(ws, "killed", ["distributed.strategy=ddp", "data.batch_size=4", "run.max_steps=100000",
+                              "distributed.timeout_s=20", "checkpoint.every_steps=null", "--no-report"], 2)
+    proc = subprocess.Popen(cmd, env=_env(ws), cwd=ws, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        _wait_for(ws / "runs" / "killed" / "steps.jsonl", proc)
+        def rank_of(child: psutil.Process) -> str | None:
+            try:
+                return child.environ().get("RANK")
+            except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+                return None
+
+        rank1 = [c for c in psutil.Process(proc.pid).children(recursive=True) if rank_of(c) == "1"]
+        assert rank1, "rank 1 not found among torchrun's children"
+        for child in rank1:  # rank 1 and any helper process it started
+            child.send_signal(signal.SIGKILL)
+        t_kill = time.monotonic()
+        out = proc.communicate(timeout=60)[0]
+        elapsed = time.monotonic() - t_kill
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode != 0
+    assert elapsed < 20, f"the job took {elapsed:.1f} s to end after the kill"
+    # torchrun names the rank that failed first and why
+    root = out.split("Root Cause")[-1]
+    assert "rank      : 1" in root and "SIGKILL" in root, out[-3000:]
+
+
+def test_killed_peer_without_an_agent_is_a_clear_error_within_the_timeout(ws):
+    """srun-style launch (no torchrun agent to tear the job down): rank 0 finds out from the
+    failing collective and says so, instead of hanging."""
+    port = _free_port()
+    cmd = [sys.executable, "-m", "trainspeed", "train", "gpt", *TINY, f"run.out_dir={ws / 'runs'}",
+           "run.name=peer-killed", "distributed.strategy=ddp", "data.batch_size=4",
+           "run.max_steps=100000", "distributed.timeout_s=15", "checkpoint.every_steps=null", "--no-report"]
+    base = {**_env(ws), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "WORLD_SIZE": "2"}
+    procs = [subprocess.Popen(cmd, env={**base, "RANK": str(r), "LOCAL_RANK": str(r)}, cwd=ws,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for r in (0, 1)]
+    try:
+        _wait_for(ws / "runs" / "peer-killed" / "steps.jsonl", procs[0])
+        procs[1].send_signal(signal.SIGKILL)
+        t_kill = time.monotonic()
+        out = procs[0].communicate(timeout=60)[0]
+        elapsed = time.monotonic() - t_kill
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+            p.communicate()
+    assert procs[0].returncode == 2, out[-3000:]
+    assert elapsed < 15 + 10
+    assert "trainspeed: error: DistributedError: rank 0 of 2:" in out
+    assert "Another rank probably died or stalled for longer than distributed.timeout_s=15" in out
+    report = json.loads((ws / "runs" / "peer-killed" / "report.json").read_text())
+    assert "DistributedError" in report["traceback"]
