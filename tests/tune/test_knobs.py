@@ -118,3 +118,15 @@ def test_parse_knobs():
     assert parse_knobs("precision, compile,precision") == ["precision", "compile"]
     with pytest.raises(ConfigError, match="unknown knob 'precison'; did you mean 'precision'"):
         parse_knobs("precison")
+
+
+def test_block_classes_are_the_models_own_repeated_blocks():
+    from trainspeed.engine.from_recipe import load_target
+    from trainspeed.tune.session import find_block_classes
+
+    cfg = load_target("gpt", ["recipe.options.size=null", "recipe.options.n_layer=2", "recipe.options.n_head=2",
+                              "recipe.options.n_embd=16", "recipe.options.block_size=16",
+                              "recipe.options.samples_per_epoch=64", "recipe.options.val_samples=8"], "naive")
+    classes = find_block_classes(cfg)
+    assert classes[0] == "Block"
+    assert not {"Sequential", "ModuleList", "ModuleDict"} & set(classes)

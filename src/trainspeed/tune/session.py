@@ -55,8 +55,10 @@ def find_block_classes(cfg: TrainConfig) -> list[str]:
         from trainspeed.recipes.registry import get_recipe
 
         model = get_recipe(cfg.recipe.name).build(cfg).model
+        # The model's own classes only: torch containers (Sequential, ModuleList) are not blocks.
         counts = Counter(type(m).__name__ for m in model.modules()
-                         if m is not model and any(True for _ in m.parameters()) and len(list(m.children())) > 1)
+                         if m is not model and not type(m).__module__.startswith("torch.")
+                         and any(True for _ in m.parameters()) and len(list(m.children())) > 1)
         return [name for name, n in counts.most_common() if n >= 2]
     except Exception:  # noqa: BLE001 - best effort: the knob then says why it is skipped
         return []
