@@ -131,6 +131,7 @@ class Trainer:
             sinks=tuple(cfg.logging.sinks) + (("console",) if cfg.logging.progress and "console" not in cfg.logging.sinks else ()),
             warmup_steps=cfg.logging.warmup_steps, precision=cfg.precision.mode,
             config=config_to_dict(cfg), total_steps=total, rank=self.rank,
+            profile_steps=cfg.profile.steps,  # a torch.profiler trace of those steps (telemetry/profiling.py)
         )
         for note in self.notes + loaders.notes:
             mon.event("note", message=note)

@@ -67,6 +67,7 @@ class Monitor:
         rank: int = 0,
         kind: str = "train",
         write_env: bool = True,
+        profile_steps: str | tuple[int, int] | None = None,
     ) -> None:
         if log_every < 1:
             raise ConfigError(f"logging.every must be >= 1, got {log_every}")
@@ -113,6 +114,7 @@ class Monitor:
         self.writer = self._make_writer(sinks)
         self._sampler = self._make_sampler(system_sampler)
         self._start_run(config, command, write_env)
+        self._profile = self._make_profile_window(profile_steps)
 
     # ---------------------------------------------------------------- setup
     def _make_writer(self, sinks: Sequence[Any]):
@@ -144,6 +146,16 @@ class Monitor:
         sampler = SystemSampler(interval_s=1.0, gpu_index=gpu_index)
         sampler.start()
         return sampler
+
+    def _make_profile_window(self, steps: Any):
+        """A torch.profiler window over `steps` ('START-END'); rank 0 only (ranks are alike)."""
+        if steps is None or self.rank != 0:
+            return None
+        if self.run_dir is None:
+            raise ConfigError("profile.steps needs a run directory for the trace; pass Monitor(run_dir=...)")
+        from trainspeed.telemetry.profiling import ProfileWindow
+
+        return ProfileWindow(self.run_dir, steps, device=self.device).attach(self)
 
     def _start_run(self, config, command, write_env) -> None:
         if self.run_dir is not None and self.rank == 0:
@@ -249,6 +261,8 @@ class Monitor:
         self._n += 1
         if self._n >= self._cap:
             self.flush()
+        if self._profile is not None:
+            self._profile.after_step(self.steps_done)
 
     def _store_loss(self, i: int, loss: Any) -> None:
         if loss is None:
@@ -354,6 +368,8 @@ class Monitor:
         if self._closed:
             return self._summary
         self._closed = True
+        if self._profile is not None:
+            self._profile.finish()  # a run that ends inside the window still gets its trace
         self.flush()
         trace = None
         if error is not None:
