@@ -44,7 +44,8 @@ def parse_steps(steps: str | tuple[int, int] | list[int]) -> tuple[int, int]:
         start, end = int(m.group(1)), int(m.group(2))
     if start < 1 or start > end:
         raise ConfigError(
-            f"profile.steps must satisfy 1 <= START <= END (steps count from 1), got {start}-{end}"
+            f"profile.steps must be 'START-END' with 1 <= START <= END (steps count from 1), "
+            f"got {start}-{end}; e.g. '50-55'"
         )
     return start, end
 
