@@ -111,13 +111,13 @@ class Monitor:
 
         if self.run_dir is not None:
             self.run_dir.mkdir(parents=True, exist_ok=True)
-        self.writer = self._make_writer(sinks)
+        self.writer = self._make_writer(sinks, config)
         self._sampler = self._make_sampler(system_sampler)
         self._start_run(config, command, write_env)
         self._profile = self._make_profile_window(profile_steps)
 
     # ---------------------------------------------------------------- setup
-    def _make_writer(self, sinks: Sequence[Any]):
+    def _make_writer(self, sinks: Sequence[Any], config: dict[str, Any] | None):
         from trainspeed.sinks.factory import make_sinks
         from trainspeed.sinks.writer import AsyncWriter
 
@@ -130,7 +130,8 @@ class Monitor:
                     f"sinks {file_sinks} write files, but the Monitor has no run_dir. "
                     "Pass Monitor(run_dir=...) or use sinks=('console',) / sinks=()."
                 )
-        built = make_sinks(self.run_dir, names, total_steps=self.total_steps) if names else []
+        # The config reaches the sinks too: W&B project/mode/run config, TensorBoard hparams.
+        built = make_sinks(self.run_dir, names, total_steps=self.total_steps, config=config) if names else []
         return AsyncWriter([*built, *objects])
 
     def _make_sampler(self, enabled: bool):
