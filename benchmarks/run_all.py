@@ -25,6 +25,17 @@ BENCHMARKS: list[tuple[str, list[str]]] = [
     ("recipes.py", []),
 ]
 
+# Run only where CUDA is present (`make bench` on a lent GPU machine).
+GPU_BENCHMARKS: list[tuple[str, list[str]]] = [
+    ("gpu_mfu.py", []),
+]
+
+
+def _has_cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
 
 def table() -> str:
     rows = ["| benchmark | machine | result | goal | met | command |", "|---|---|---|---|---|---|"]
@@ -57,7 +68,7 @@ def main() -> int:
     args = ap.parse_args()
     failed = []
     if not args.table_only:
-        for script, extra in BENCHMARKS:
+        for script, extra in BENCHMARKS + (GPU_BENCHMARKS if _has_cuda() else []):
             if args.only and Path(script).stem not in args.only:
                 continue
             if not (HERE / script).exists():

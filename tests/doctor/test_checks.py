@@ -116,7 +116,7 @@ FP32_MODEL = {"kind": "model", "class": "Net", "param_dtype": "float32", "compil
 
 def test_fp32_on_tensor_cores_from_observations():
     f = hardware.fp32_on_tensor_cores(ctx_of(make_run(device="cuda", obs=[CUDA_DEVICE, FP32_MODEL])))
-    assert f.severity == "warning" and "precision=bf16" in f.recommendation and "TF32" in f.evidence
+    assert f.severity == "warning" and "precision.mode=bf16-mixed" in f.recommendation and "TF32" in f.evidence
     amp = {**FP32_MODEL, "autocast": "bfloat16"}
     assert hardware.fp32_on_tensor_cores(ctx_of(make_run(device="cuda", obs=[CUDA_DEVICE, amp]))) is None
     old = {**CUDA_DEVICE, "capability": "6.1"}
@@ -148,3 +148,44 @@ def test_a_quiet_run_has_no_warning_and_a_broken_check_is_contained():
     out = run_checks(ctx_of(make_run()), (broken,))
     assert out[0].id == "check_error.broken" and out[0].severity == "info"
     assert len(CHECKS) >= 15
+
+
+def test_low_gpu_utilization_reads_the_samplers_own_summary_keys():
+    """The finding reads the `system` event the Monitor writes from SystemSampler.summary(),
+    so the key names must agree (a fake NVML reader stands in for the GPU)."""
+    from trainspeed.telemetry.sampler import SystemSampler
+
+    class IdleGpu:
+        def read(self):
+            return {"gpu_util": 30.0, "gpu_mem_used": 1.0, "gpu_power_w": 80.0, "gpu_sm_clock_mhz": 1400.0}
+
+        def close(self):
+            pass
+
+    def summary_with(gpu):
+        s = SystemSampler(gpu_reader=gpu)
+        s.sample_once()
+        s.sample_once()
+        out = s.summary()
+        s.stop()
+        return out
+
+    busy = type("BusyGpu", (IdleGpu,), {"read": lambda self: {**IdleGpu.read(self), "gpu_util": 97.0}})
+    idle_run = make_run(device="cuda", events=[make_event("system", 40, 0.0, **summary_with(IdleGpu()))])
+    f = hardware.low_gpu_utilization(ctx_of(idle_run))
+    assert f is not None and f.severity == "warning" and "GPU busy 30%" in f.evidence
+    assert f.impact == pytest.approx(0.7)
+    busy_run = make_run(device="cuda", events=[make_event("system", 40, 0.0, **summary_with(busy()))])
+    assert hardware.low_gpu_utilization(ctx_of(busy_run)) is None
+
+
+def test_sync_fix_points_at_the_library_when_the_read_is_not_in_user_code(tmp_path):
+    lib = tmp_path / "venv" / "lib" / "python3.11" / "site-packages" / "somelib"
+    lib.mkdir(parents=True)
+    (lib / "loop.py").write_text("x = 1\nif loss.isnan():\n    pass\n")
+    row = {"category": "sync", "kind": "bool", "site": f"{lib / 'loop.py'}:2", "code": "if loss.isnan():", "count": 80}
+    assert syncs.library_of(row["site"]) == "somelib"
+    assert syncs.library_of("train.py:12") is None
+    text = syncs._fix(row)
+    assert "inside somelib" in text and "option" in text
+    assert syncs._fix({**row, "site": "train.py:12"}).startswith("For ")

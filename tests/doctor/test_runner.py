@@ -57,3 +57,32 @@ def test_execute_sets_argv_main_and_path_then_restores(tmp_path):
         sys.modules.pop("helper_mod", None)
     assert result == {"argv": [str(script), "--a", "1"], "name": "__main__", "path0": str(tmp_path), "helper": 7}
     assert sys.argv == argv and sys.path == path
+
+
+def test_doctor_records_the_datasheet_peak_of_a_known_gpu(monkeypatch):
+    """On CUDA the summary's MFU needs a peak_flops event: looked up from the table for the
+    dtype the script's matmuls ran at (no GPU here: the device name is faked)."""
+    import torch
+
+    from trainspeed.doctor.runner import matmul_dtype, record_peak
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda i=0: "NVIDIA H100 80GB HBM3")
+    events = []
+
+    class Recorder:
+        def event(self, type_, **data):
+            events.append((type_, data))
+
+    models = [{"kind": "model", "autocast": "bfloat16", "param_dtype": "float32"}]
+    assert matmul_dtype(models, "cuda") == "bf16"
+    assert matmul_dtype([{"kind": "model", "autocast": None, "param_dtype": "float16"}], "cuda") == "fp16"
+    assert matmul_dtype([{"kind": "batch"}], "cpu") == "fp32"
+    record_peak(Recorder(), models, "cuda")
+    (kind, data), = events
+    assert kind == "peak_flops" and data["dtype"] == "bf16" and data["source"] != "measured"
+    assert 900e12 < data["flops"] < 1100e12  # H100 SXM dense bf16 ~989 TFLOP/s
+    events.clear()
+    record_peak(Recorder(), [], "cpu")  # no table row and no measuring after the script: no event
+    assert events == []

@@ -139,3 +139,24 @@ def test_sys_exit_code_is_preserved(doctor):
 def test_script_that_ends_before_the_step_limit(doctor):
     result = doctor("item_every_step.py", "--steps", "15", steps=200)
     assert (result.exit_code, result.stopped, result.steps) == (0, "end", 15)
+
+
+def test_hf_trainer_script_is_diagnosed(doctor, tmp_path):
+    pytest.importorskip("transformers")
+    result = doctor("hf_trainer_script.py", "--out", str(tmp_path / "hf_out"), steps=12)
+    assert result.exit_code == 0 and result.steps == 12, result
+    assert ids(result)[0] == "padding_waste", result.findings
+    events = [json.loads(line) for line in (result.run_dir / "events.jsonl").read_text().splitlines()]
+    frameworks = [e["data"]["name"] for e in events if e["type"] == "observation" and e["data"]["kind"] == "framework"]
+    assert frameworks == ["hf_trainer"]
+    steps = [json.loads(line) for line in (result.run_dir / "steps.jsonl").read_text().splitlines()]
+    shares = [s["pad_share"] for s in steps if s.get("pad_share") is not None]
+    assert shares and min(shares) > 0.8  # 10-40 real tokens of 256
+    # sync call sites point into the library that issues them, not at the user's .train() line
+    rows = next(e["data"]["rows"] for e in events if e["type"] == "observation" and e["data"]["kind"] == "call_sites")
+    syncs = [r["site"] for r in rows if r["category"] == "sync"]
+    assert syncs and all("transformers" in s for s in syncs), syncs
+    # ... and the fix names the Trainer setting behind the top one, not "edit line N"
+    sync_finding = next(f for f in result.findings if f["id"] == "host_syncs")
+    assert "inside transformers" in sync_finding["recommendation"]
+    assert "logging_nan_inf_filter=False" in sync_finding["recommendation"], sync_finding

@@ -81,7 +81,7 @@ def test_records_and_events_arrive_in_order_and_flush_waits() -> None:
         "written": 101,
         "dropped_records": 0,
         "dropped_events": 0,
-        "sink_errors": {"ListSink": 0},
+        "sink_errors": {"ListSink": 0}, "thinned_records": {},
     }
     # nothing dropped -> no dropped_records event
     assert [e["type"] for e in sink.events] == ["checkpoint"]
@@ -200,3 +200,55 @@ def test_close_from_inside_a_sink_does_not_deadlock() -> None:
     w.submit_steps([rec(0)])
     w._thread.join(10)
     assert not w._thread.is_alive() and sink.closed == 1 and w.closed
+
+
+def test_thinning_stride_doubles_with_the_backlog():
+    from trainspeed.sinks.writer import thinning_stride
+
+    assert [thinning_stride(b, 1024) for b in (0, 63, 64, 127, 128, 256, 512, 1024)] == [1, 1, 2, 2, 4, 8, 16, 32]
+    assert thinning_stride(10**6, 1024) == 64  # capped
+    assert thinning_stride(0, 1) == 1 and thinning_stride(1, 1) == 2
+
+
+def test_thin_keeps_every_kth_and_always_the_newest():
+    from trainspeed.sinks.writer import thin
+
+    records = [rec(i) for i in range(1, 11)]
+    assert [r["step"] for r in thin(records, 1)] == list(range(1, 11))
+    assert [r["step"] for r in thin(records, 4)] == [2, 6, 10]
+    assert [r["step"] for r in thin(records[:1], 8)] == [1]
+
+
+class StalledDashboard(ListSink):
+    """A dashboard whose first write stalls (a slow network, a TensorBoard flush) until the
+    test opens the gate, so a backlog builds up deterministically."""
+
+    name = "dashboard"
+    thinnable = True
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gate = threading.Event()
+
+    def write_steps(self, records):
+        assert self.gate.wait(30)
+        super().write_steps(records)
+
+
+def test_a_slow_dashboard_is_thinned_and_the_complete_record_keeps_everything():
+    complete, dashboard = ListSink(), StalledDashboard()
+    writer = AsyncWriter([complete, dashboard], maxsize=256)
+    batches, per_batch = 200, 50
+    for b in range(batches):
+        writer.submit_steps([rec(b * per_batch + i + 1) for i in range(per_batch)])
+    dashboard.gate.set()  # ~200 batches are waiting behind the stalled write
+    writer.close()
+    stats = writer.stats
+    total = batches * per_batch
+    assert stats["dropped_records"] == 0
+    assert [r["step"] for r in complete.steps] == list(range(1, total + 1))
+    got = [r["step"] for r in dashboard.steps]
+    assert 0 < len(got) < total / 4 and got == sorted(got) and got[-1] == total
+    assert stats["thinned_records"] == {"dashboard": total - len(got)}
+    events = [e for e in complete.events if e["type"] == "thinned_records"]
+    assert len(events) == 1 and events[0]["data"]["sinks"] == {"dashboard": total - len(got)}

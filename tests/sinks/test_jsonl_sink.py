@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from trainspeed.sinks import JsonlSink
-from trainspeed.sinks.jsonl import encode_lines, write_all
+from trainspeed.sinks.jsonl import encode_lines, open_append, repair_torn_tail, write_all
 from trainspeed.telemetry import schema
 
 pytestmark = pytest.mark.timeout(120)
@@ -88,7 +88,15 @@ while True:
 """
 
 
-def test_no_partial_line_after_sigkill(tmp_path: Path) -> None:
+def _complete_lines(data: bytes) -> list[bytes]:
+    """Every newline-terminated line; a torn unterminated tail (a kill mid-write) is not one."""
+    return data.split(b"\n")[:-1]
+
+
+def test_no_merged_line_after_repeated_sigkill(tmp_path: Path) -> None:
+    """Five writers killed at random points append to the same files (a resumed run reuses its
+    run directory): every complete line stays valid JSON, and a reopened sink cuts the last
+    torn tail instead of gluing the next record onto it."""
     rng = random.Random(1234)
     sizes = []
     for _ in range(5):
@@ -105,11 +113,43 @@ def test_no_partial_line_after_sigkill(tmp_path: Path) -> None:
         assert proc.returncode == -signal.SIGKILL
         sizes.append((tmp_path / schema.STEPS_FILE).stat().st_size)
     assert sizes == sorted(sizes) and sizes[0] > 0  # each run appended more
+    JsonlSink(tmp_path).close()  # what the next run does first
     for name in (schema.STEPS_FILE, schema.EVENTS_FILE):
         data = (tmp_path / name).read_bytes()
-        assert data.endswith(b"\n"), f"{name} ends in a partial line"
-        lines = data.split(b"\n")[:-1]
+        assert data.endswith(b"\n"), f"{name}: the reopened sink left a torn tail"
+        lines = _complete_lines(data)
         assert len(lines) >= 5
         for i, line in enumerate(lines):
             record = json.loads(line)  # raises on any partial/merged line
             assert record["schema"] == 1, f"{name} line {i + 1}"
+
+
+@pytest.mark.parametrize(
+    ("content", "kept"),
+    [
+        (b"", b""),
+        (b'{"a":1}\n', b'{"a":1}\n'),
+        (b'{"a":1}\n{"b":', b'{"a":1}\n'),
+        (b'{"b":2', b""),  # the very first record was torn
+    ],
+)
+def test_repair_torn_tail(tmp_path: Path, content: bytes, kept: bytes) -> None:
+    path = tmp_path / "f.jsonl"
+    path.write_bytes(content)
+    fd = open_append(path)
+    try:
+        write_all(fd, b'{"c":3}\n')
+    finally:
+        os.close(fd)
+    assert path.read_bytes() == kept + b'{"c":3}\n'
+
+
+def test_repair_scans_back_over_a_tail_longer_than_one_chunk(tmp_path: Path) -> None:
+    path = tmp_path / "f.jsonl"
+    path.write_bytes(b'{"a":1}\n' + b"x" * 200)
+    fd = os.open(path, os.O_RDWR)
+    try:
+        assert repair_torn_tail(fd, chunk=16) == 200
+    finally:
+        os.close(fd)
+    assert path.read_bytes() == b'{"a":1}\n'

@@ -20,7 +20,7 @@ import time
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Iterable, Sequence
 
 from trainspeed.errors import ConfigError
 
@@ -159,6 +159,40 @@ def execute(target: Target) -> None:
         sys.path[:] = saved_path
 
 
+def matmul_dtype(models: Iterable[dict[str, Any]], device: str) -> str:
+    """The dtype the script's matmuls ran at, from the model observations: autocast's dtype,
+    else the parameters' (half/bfloat16 models), else fp32 (tf32 when CUDA allows it)."""
+    import torch
+
+    names = {"bfloat16": "bf16", "float16": "fp16"}
+    for obs in models:
+        if obs.get("kind") != "model":
+            continue
+        for key in ("autocast", "param_dtype"):
+            if obs.get(key) in names:
+                return names[obs[key]]
+    if device == "cuda" and torch.backends.cuda.matmul.allow_tf32:
+        return "tf32"
+    return "fp32"
+
+
+def record_peak(monitor: Any, observations: Iterable[dict[str, Any]], device: str) -> None:
+    """Record the datasheet peak FLOP/s of the script's GPU, so the summary reports MFU.
+
+    Only a table lookup: measuring a matmul peak (what the engine does for unknown devices)
+    would take seconds of the user's machine after their script, so CPUs and unlisted GPUs
+    get no MFU from the doctor; `trainspeed train` measures it."""
+    from trainspeed.telemetry.peaks import peak_for
+
+    try:
+        peak = peak_for(device, matmul_dtype(observations, device), measure_if_unknown=False)
+    except Exception as exc:  # noqa: BLE001 - MFU is optional; the diagnosis is not
+        monitor.event("warning", message=f"peak FLOP/s unknown: {exc}")
+        return
+    if peak is not None:
+        monitor.event("peak_flops", name=peak.name, dtype=peak.dtype, flops=peak.flops, source=peak.source)
+
+
 def run_doctor(config: DoctorConfig) -> DoctorResult:
     """Run the script under instrumentation and diagnose it. See module docstring."""
     import torch
@@ -210,6 +244,7 @@ def run_doctor(config: DoctorConfig) -> DoctorResult:
 
     emit_observations(monitor, session, files_before=files_before, run_dir=run_dir,
                       stopped=stopped, exit_code=code, max_steps=steps)
+    record_peak(monitor, session.observations.values(), device)
     trace = None
     if error is not None:
         trace = "".join(traceback.format_exception(type(error), error, error.__traceback__))

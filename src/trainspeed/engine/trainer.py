@@ -20,12 +20,14 @@ import torch
 from torch import nn
 
 from trainspeed.config import TrainConfig, config_to_dict, load_config
+from trainspeed.engine.data.stats import batch_stats as default_batch_stats
 from trainspeed.engine.events import Callback, CallbackList, Event, TrainerState
+from trainspeed.engine.microbatch import MicroBatcher, Piece, free_after_oom, is_oom
 from trainspeed.engine.setup import (
     DataParts, build_loaders, prepare_model, resolve_device, run_dir_for, seed_everything,
     set_threads, world,
 )
-from trainspeed.errors import TrainspeedError
+from trainspeed.errors import ConfigError, TrainspeedError
 
 
 def _with_info(state: TrainerState, info: dict[str, Any]) -> TrainerState:
@@ -35,24 +37,6 @@ def _with_info(state: TrainerState, info: dict[str, Any]) -> TrainerState:
 
 class NonFiniteLossError(TrainspeedError):
     """The loss became NaN/Inf and nan_policy is "stop"."""
-
-
-def _first_tensor(batch: Any) -> torch.Tensor | None:
-    if isinstance(batch, torch.Tensor):
-        return batch
-    values = batch.values() if isinstance(batch, dict) else batch if isinstance(batch, (list, tuple)) else ()
-    for value in values:
-        found = _first_tensor(value)
-        if found is not None:
-            return found
-    return None
-
-
-def _default_stats(batch: Any):
-    from trainspeed.recipes.base import BatchStats
-
-    tensor = _first_tensor(batch)
-    return BatchStats(samples=int(tensor.shape[0]) if tensor is not None and tensor.dim() else 1)
 
 
 def _groups(batches: Iterable[Any], k: int) -> Iterator[list[Any]]:
@@ -114,6 +98,7 @@ class Trainer:
         self.run_dir = run_dir_for(self.cfg)
         self.monitor: Any = None
         self._nonfinite: torch.Tensor | None = None
+        self.microbatcher = self._microbatcher()
 
     # ------------------------------------------------------------------ fit
     def fit(self) -> dict[str, Any]:
@@ -226,7 +211,6 @@ class Trainer:
 
     def _train_step(self, micro_batches: list[tuple[Any, Any]], mon) -> tuple[torch.Tensor, tuple[int, int, int]]:
         from trainspeed.engine.accumulation import micro_batch_weights
-        from trainspeed.engine.data.prefetch import move_to_device
 
         cfg, fire, st = self.cfg, self.callbacks.fire, self.state
         stats = [s for _, s in micro_batches]
@@ -237,23 +221,19 @@ class Trainer:
             self._flops_done = True
             self._record_flops(mon, micro_batches[0][0], stats[0])
         t0 = time.perf_counter()
-        total_loss: torch.Tensor | None = None
-        for i, ((batch, _), weight) in enumerate(zip(micro_batches, weights)):
-            with mon.phase("h2d"):
-                batch = move_to_device(batch, self.device, cfg.data.non_blocking)
-            last = i == len(micro_batches) - 1
-            # DDP: skip the gradient all-reduce on all but the last micro-batch.
-            no_sync = self.model.no_sync() if not last and hasattr(self.model, "no_sync") else nullcontext()
-            with no_sync:
-                with mon.phase("forward"), self.precision.autocast():
-                    loss = self._loss(self.model, batch)
-                fire(Event.AFTER_FORWARD, st)
-                with mon.phase("backward"):
-                    self.precision.backward(loss if weight == 1.0 else loss * weight)
-                fire(Event.AFTER_BACKWARD, st)
-            part = loss.detach() if weight == 1.0 else loss.detach() * weight
-            total_loss = part if total_loss is None else total_loss + part
-        total_loss = typing.cast(torch.Tensor, total_loss)  # _groups never yields an empty group
+        host_batches = [b for b, _ in micro_batches]
+        while True:
+            try:
+                total_loss = self._forward_backward(host_batches, weights, mon)
+                break
+            except Exception as exc:
+                if self.microbatcher is None or not is_oom(exc):
+                    raise
+                info = self.microbatcher.grow(host_batches, exc)
+            # Out of the except block, the traceback and the activations its frames held are
+            # gone, so the cache can really be emptied before the same step runs again.
+            free_after_oom(self.eager, self.optimizer, self.device)
+            mon.event("auto_microbatch", at_step=st.step + 1, **info)
         with mon.phase("optimizer"):
             if self._should_skip(total_loss, mon):
                 self.optimizer.zero_grad(set_to_none=True)
@@ -276,6 +256,33 @@ class Trainer:
                   sum(s.pad_tokens for s in stats))
         return total_loss, totals
 
+    def _forward_backward(self, batches: list[Any], weights: Sequence[float], mon) -> torch.Tensor:
+        """Forward and backward over the step's micro-batches (each cut into pieces after an
+        out-of-memory step, see microbatch.py); returns the step's loss, still on the device."""
+        from trainspeed.engine.data.prefetch import move_to_device
+
+        cfg, fire, st = self.cfg, self.callbacks.fire, self.state
+        pieces = self.microbatcher.pieces(batches, weights, cfg.accumulation.normalize,
+                                          self.data.batch_stats or default_batch_stats) \
+            if self.microbatcher is not None else [Piece(b, w) for b, w in zip(batches, weights)]
+        total_loss: torch.Tensor | None = None
+        for i, piece in enumerate(pieces):
+            with mon.phase("h2d"):
+                batch = move_to_device(piece.batch, self.device, cfg.data.non_blocking)
+            last, weight = i == len(pieces) - 1, piece.weight
+            # DDP: skip the gradient all-reduce on all but the last micro-batch.
+            no_sync = self.model.no_sync() if not last and hasattr(self.model, "no_sync") else nullcontext()
+            with no_sync:
+                with mon.phase("forward"), self.precision.autocast():
+                    loss = self._loss(self.model, batch)
+                fire(Event.AFTER_FORWARD, st)
+                with mon.phase("backward"):
+                    self.precision.backward(loss if weight == 1.0 else loss * weight)
+                fire(Event.AFTER_BACKWARD, st)
+            part = loss.detach() if weight == 1.0 else loss.detach() * weight
+            total_loss = part if total_loss is None else total_loss + part
+        return typing.cast(torch.Tensor, total_loss)  # _groups never yields an empty group
+
     # ------------------------------------------------------------------ pieces
     def _loss(self, model: nn.Module, batch: Any) -> torch.Tensor:
         out = self.loss_fn(model, batch)
@@ -284,7 +291,7 @@ class Trainer:
     def _batches(self, loader: Iterable[Any], mon) -> Iterator[tuple[Any, Any]]:
         """(batch, stats) pairs; stats are computed on the host batch, before any copy, so
         counting tokens never forces a device sync."""
-        stats_fn = self.data.batch_stats or _default_stats
+        stats_fn = self.data.batch_stats or default_batch_stats
         if self.cfg.data.device_prefetch and self.device.type == "cuda":
             from trainspeed.engine.data.prefetch import DevicePrefetcher
 
@@ -339,7 +346,7 @@ class Trainer:
         st, limit = self.state, self.cfg.eval.limit_val_batches
         self.callbacks.fire(Event.EVAL_START, st)
         t0 = time.perf_counter()
-        stats_fn = self.data.batch_stats or _default_stats
+        stats_fn = self.data.batch_stats or default_batch_stats
         with mon.phase("eval"):
             self.eager.eval()
             total = torch.zeros((), device=self.device)
@@ -374,6 +381,17 @@ class Trainer:
                 "IterableDataset?), so the number of steps is unknown. Set run.max_steps."
             ) from exc
         return per_epoch * (run.max_epochs or 1)
+
+    def _microbatcher(self) -> MicroBatcher | None:
+        if not self.cfg.batch.auto_microbatch:
+            return None
+        if self.world_size > 1:
+            raise ConfigError(
+                "batch.auto_microbatch works in a single process only: an out-of-memory retry on one "
+                "rank would leave the others waiting in the gradient all-reduce. Set "
+                "batch.auto_microbatch=false and pick data.batch_size with `trainspeed tune --knobs batch_size`."
+            )
+        return MicroBatcher()
 
     @staticmethod
     def _set_epoch(sampler: Any, epoch: int) -> None:

@@ -67,6 +67,9 @@ def summary_lines(summary: dict[str, Any]) -> list[tuple[str, str]]:
         rows.append(("trend", str(trend["message"])))
     if is_num(s.get("dropped_records")) and s["dropped_records"] > 0:
         rows.append(("dropped records", f"{int(s['dropped_records'])} (the writer queue was full)"))
+    if is_num(s.get("thinned_records")) and s["thinned_records"] > 0:
+        rows.append(("dashboards", f"{int(s['thinned_records'])} step records skipped to keep up "
+                                   "(steps.jsonl is complete)"))
     rows.append(("device", f"{s.get('device') or '—'} · {s.get('precision') or '—'}"))
     return rows
 

@@ -11,6 +11,10 @@ from typing import Any, Protocol, runtime_checkable
 
 @runtime_checkable
 class Sink(Protocol):
+    """Optional class attributes: `name` (for messages) and `thinnable = True` for a
+    dashboard that may be sent every k-th step record when the writer falls behind (see
+    writer.py); sinks without it receive every record."""
+
     def write_steps(self, records: list[dict[str, Any]]) -> None:
         """Write a batch of step records (see telemetry/schema.py)."""
 

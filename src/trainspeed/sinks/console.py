@@ -136,6 +136,7 @@ class ConsoleSink:
     """Live status line (rich on a TTY, throttled plain lines otherwise) plus event lines."""
 
     name = "console"
+    thinnable = True  # a dashboard: every k-th record when the writer is behind
 
     def __init__(
         self,

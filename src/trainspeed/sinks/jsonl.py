@@ -1,12 +1,16 @@
 """JsonlSink: steps.jsonl and events.jsonl, the run directory's primary record.
 
 Crash safety: a run killed with SIGKILL (OOM killer, preemption, Ctrl-\\) must leave files
-in which every line is complete JSON. Python's buffered file objects can flush half a line
-when the process dies between two buffer flushes, so we bypass them: a whole batch is
-encoded to bytes first and handed to the kernel in a single `os.write` on an `O_APPEND`
-file descriptor. The kernel finishes a write to a regular file before a kill takes effect,
-so the file ends on a line boundary. (A short write only happens on a full disk or a signal
-with a handler; we loop on it, and the continuation is still appended atomically.)
+in which every complete line is valid JSON. Python's buffered file objects can flush half a
+line when the process dies between two buffer flushes, so we bypass them: a whole batch is
+encoded to bytes first and handed to the kernel in one `os.write` on an `O_APPEND` fd.
+
+That alone is not enough: Linux copies a large write page by page and stops early when a
+fatal signal is pending, so a kill can still leave the last line cut short. Readers skip an
+unterminated last line, and a sink that reopens the file (a resumed run appending to the same
+run directory) first truncates such a torn tail back to the last newline - otherwise the next
+record would be glued onto it and both would be lost. The torn bytes were never a complete
+record, so nothing that was written is lost.
 """
 
 from __future__ import annotations
@@ -19,9 +23,34 @@ from trainspeed.telemetry import schema
 
 
 def open_append(path: Path) -> int:
-    """An O_APPEND write-only fd; appends from several writers never interleave mid-write."""
-    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_CLOEXEC", 0)
-    return os.open(path, flags, 0o644)
+    """An O_APPEND write fd, after cutting a torn last line left by a killed writer;
+    appends from several writers never interleave mid-write."""
+    flags = os.O_RDWR | os.O_APPEND | os.O_CREAT | getattr(os, "O_CLOEXEC", 0)
+    fd = os.open(path, flags, 0o644)
+    repair_torn_tail(fd)
+    return fd
+
+
+def repair_torn_tail(fd: int, chunk: int = 1 << 16) -> int:
+    """Truncate the file behind `fd` to just after its last newline; return the bytes cut.
+
+    A file that is empty or ends in a newline is left alone (the common case costs one
+    1-byte read)."""
+    size = os.fstat(fd).st_size
+    if size == 0 or os.pread(fd, 1, size - 1) == b"\n":
+        return 0
+    end = size
+    while end > 0:
+        start = max(0, end - chunk)
+        newline = os.pread(fd, end - start, start).rfind(b"\n")
+        if newline >= 0:
+            keep = start + newline + 1
+            break
+        end = start
+    else:
+        keep = 0  # not one complete line: the whole file is a torn first record
+    os.ftruncate(fd, keep)
+    return size - keep
 
 
 def write_all(fd: int, data: bytes) -> None:

@@ -83,6 +83,7 @@ class TensorBoardSink:
     """Write step scalars (every `every`-th step) and events to a TensorBoard log directory."""
 
     name = "tensorboard"
+    thinnable = True  # a dashboard: every k-th record when the writer is behind
 
     def __init__(self, log_dir: str | Path, *, every: int = 1, hparams: dict[str, Any] | None = None) -> None:
         if isinstance(every, bool) or not isinstance(every, int) or every < 1:

@@ -19,6 +19,7 @@ class WandbSink:
     """Log step scalars with `step=` and events (numeric data + text in the run summary)."""
 
     name = "wandb"
+    thinnable = True  # a dashboard: every k-th record when the writer is behind
 
     def __init__(
         self,

@@ -6,6 +6,12 @@ slower than training produces records) the batch is dropped and counted, never w
 a training step must not pay for a slow disk or network. The drop counts are written to the
 sinks as a `dropped_records` event when the writer closes, so a report can say so.
 
+Falling behind is handled before it comes to dropping: a sink that declares itself
+`thinnable` (a dashboard: TensorBoard, W&B, the console) receives only every k-th step record
+while the queue holds a backlog, k doubling as the backlog doubles, so the complete record
+(steps.jsonl, CSV) keeps up on its own. Thinned counts per sink are reported in a
+`thinned_records` event. Dashboards plot thousands of points fine without the others.
+
 A sink that raises is isolated: the error is counted per sink, one warning is printed to
 stderr the first time, and the other sinks keep receiving records.
 """
@@ -13,6 +19,7 @@ stderr the first time, and the other sinks keep receiving records.
 from __future__ import annotations
 
 import atexit
+import math
 import os
 import queue
 import sys
@@ -34,6 +41,26 @@ _STOP = "stop"
 # At most this many queued items are pulled per wake-up and consecutive step batches among
 # them are merged into one write_steps call (fewer syscalls for the JSONL sink).
 _DRAIN_LIMIT = 256
+
+# Thinning: thinnable sinks get every k-th record once the backlog passes 1/_THIN_FROM of the
+# queue, k = 2, 4, 8... as the backlog doubles, never more than _MAX_STRIDE.
+_THIN_FROM = 16
+_MAX_STRIDE = 64
+
+
+def thinning_stride(backlog: int, maxsize: int) -> int:
+    """Keep 1 in `stride` records for thinnable sinks at this queue backlog (1: keep all)."""
+    start = max(1, maxsize // _THIN_FROM)
+    if backlog < start:
+        return 1
+    return min(_MAX_STRIDE, 2 ** (1 + int(math.log2(backlog / start))))
+
+
+def thin(records: list[dict[str, Any]], stride: int) -> list[dict[str, Any]]:
+    """Every `stride`-th record, always including the newest (dashboards show the latest)."""
+    if stride <= 1:
+        return records
+    return records[len(records) - 1 :: -stride][::-1]
 
 
 def sink_name(sink: Any) -> str:
@@ -61,6 +88,10 @@ class AsyncWriter:
         self._dropped_records = 0
         self._dropped_events = 0
         self._sink_errors: dict[str, int] = {n: 0 for n in self._names}
+        self._maxsize = maxsize
+        self._backlog = 0
+        self._thinnable = [bool(getattr(sink, "thinnable", False)) for sink in self._sinks]
+        self._thinned: dict[str, int] = {n: 0 for n, t in zip(self._names, self._thinnable) if t}
         self._last_step: int | None = None
         self._closed = False
         self._pid = os.getpid()
@@ -181,6 +212,7 @@ class AsyncWriter:
                 "dropped_records": self._dropped_records,
                 "dropped_events": self._dropped_events,
                 "sink_errors": dict(self._sink_errors),
+                "thinned_records": dict(self._thinned),
             }
 
     @property
@@ -208,6 +240,9 @@ class AsyncWriter:
                     items.append(self._queue.get_nowait())
                 except queue.Empty:
                     break
+            # The backlog is what was waiting when this round began (the drained items are
+            # no longer in the queue): it decides how much the dashboards are thinned.
+            self._backlog = len(items) - 1 + self._queue.qsize()
             if not self._process(items):
                 return
 
@@ -236,7 +271,18 @@ class AsyncWriter:
         return True
 
     def _write_steps(self, records: list[dict[str, Any]]) -> None:
-        self._call_all("write_steps", records)
+        stride = thinning_stride(self._backlog, self._maxsize) if self._thinned else 1
+        if stride == 1:
+            self._call_all("write_steps", records)
+        else:
+            thinned = thin(records, stride)
+            for sink, name, thinnable in zip(self._sinks, self._names, self._thinnable):
+                batch = thinned if thinnable else records
+                if thinnable:
+                    with self._lock:
+                        self._thinned[name] += len(records) - len(thinned)
+                if batch:
+                    self._call_one(sink, name, "write_steps", batch)
         step = records[-1].get("step")
         with self._lock:
             self._written += len(records)
@@ -259,23 +305,34 @@ class AsyncWriter:
                 ),
             )
             self._call_all("write_event", event)
+        thinned = {name: n for name, n in self._thinned.items() if n}
+        if thinned:
+            parts = ", ".join(f"{name} {n}" for name, n in thinned.items())
+            self._call_all("write_event", schema.make_event(
+                "thinned_records", self._last_step, time.time(), sinks=thinned,
+                message=(f"to keep up, dashboards were sent fewer step records ({parts} records "
+                         "skipped); the complete record is steps.jsonl"),
+            ))
         self._call_all("close")
 
     def _call_all(self, method: str, *args: Any) -> None:
         for sink, name in zip(self._sinks, self._names):
-            try:
-                getattr(sink, method)(*args)
-            except Exception as exc:  # a sink must never take training down
-                with self._lock:
-                    self._sink_errors[name] += 1
-                    first = self._sink_errors[name] == 1
-                if first:
-                    print(
-                        f"trainspeed: sink {name} failed in {method}: {type(exc).__name__}: "
-                        f"{exc}. Further errors from this sink are counted, not printed; "
-                        "the other sinks keep running.",
-                        file=sys.stderr,
-                    )
+            self._call_one(sink, name, method, *args)
+
+    def _call_one(self, sink: Sink, name: str, method: str, *args: Any) -> None:
+        try:
+            getattr(sink, method)(*args)
+        except Exception as exc:  # a sink must never take training down
+            with self._lock:
+                self._sink_errors[name] += 1
+                first = self._sink_errors[name] == 1
+            if first:
+                print(
+                    f"trainspeed: sink {name} failed in {method}: {type(exc).__name__}: "
+                    f"{exc}. Further errors from this sink are counted, not printed; "
+                    "the other sinks keep running.",
+                    file=sys.stderr,
+                )
 
 
 def _unique_names(sinks: Sequence[Sink]) -> list[str]:

@@ -21,6 +21,7 @@ number of steps.
 
 from __future__ import annotations
 
+import math
 import os
 import time
 import traceback as tb_module
@@ -303,30 +304,37 @@ class Monitor:
             losses = np.where(self._loss_on_dev[:n], device_losses, losses)
         mem = self._memory()
         first_step = self.steps_done - n
+        # Whole columns to Python lists in C (tolist), then one dict per step: this runs on
+        # the training thread at every log interval, so it is kept to plain list/zip work.
+        t_steps = [float(t) for t, _ in resolved]
+        phase_rows = np.asarray([ph for _, ph in resolved], dtype=np.float64).reshape(n, -1).tolist()
+        samples, tokens, pads = self._samples[:n].tolist(), self._tokens[:n].tolist(), self._pad[:n].tolist()
+        lrs, syncs = self._lr[:n].tolist(), self._syncs[:n].tolist()
+        warm, t_walls, loss_list = self._warm[:n].tolist(), self._t_wall[:n].tolist(), losses.tolist()
+        version, rank, n_measured = schema.SCHEMA_VERSION, self.rank, len(MEASURED_PHASES)
         records = []
         for i in range(n):
-            t_step, phases = resolved[i]
-            phase_map = {name: float(phases[j]) for j, name in enumerate(MEASURED_PHASES)}
-            phase_map["other"] = max(0.0, t_step - sum(phase_map.values()))
-            tokens = int(self._tokens[i])
+            t_step, row = t_steps[i], phase_rows[i][:n_measured]  # the rest is "other"
+            phase_map = dict(zip(MEASURED_PHASES, row))
+            phase_map["other"] = max(0.0, t_step - sum(row))
+            tok, pad = int(tokens[i]), int(pads[i])
             records.append(
                 {
-                    "schema": schema.SCHEMA_VERSION,
+                    "schema": version,
                     "step": first_step + i + 1,
-                    "t_wall": float(self._t_wall[i]),
-                    "t_step": float(t_step),
+                    "t_wall": t_walls[i],
+                    "t_step": t_step,
                     "phases": phase_map,
-                    "samples": int(self._samples[i]),
-                    "tokens": tokens,
+                    "samples": int(samples[i]),
+                    "tokens": tok,
                     # tokens counts real tokens; padding is on top of them
-                    "pad_share": (int(self._pad[i]) / (tokens + int(self._pad[i])))
-                    if tokens or self._pad[i] else None,
-                    "loss": _finite(losses[i]),
-                    "lr": _finite(self._lr[i]),
+                    "pad_share": pad / (tok + pad) if tok or pad else None,
+                    "loss": _finite(loss_list[i]),
+                    "lr": _finite(lrs[i]),
                     "mem": mem,
-                    "syncs": int(self._syncs[i]),
-                    "warmup": bool(self._warm[i]),
-                    "rank": self.rank,
+                    "syncs": int(syncs[i]),
+                    "warmup": bool(warm[i]),
+                    "rank": rank,
                 }
             )
         self._pending_times = []
@@ -432,4 +440,4 @@ class _Phase:
 
 def _finite(x: float) -> float | None:
     x = float(x)
-    return x if np.isfinite(x) else None
+    return x if math.isfinite(x) else None

@@ -50,6 +50,11 @@ def _dropped(run: RunData) -> int:
     return total
 
 
+def _thinned(run: RunData) -> int:
+    return sum(int(n or 0) for e in run.events_of("thinned_records")
+               for n in ((e.get("data") or {}).get("sinks") or {}).values())
+
+
 def summarize(run: RunData) -> dict[str, Any]:
     """The summary dict described in the shared contract (see report.json)."""
     start = _run_start(run)
@@ -109,6 +114,7 @@ def summarize(run: RunData) -> dict[str, Any]:
         } if finite_loss.size else None,
         "syncs_per_step": float(np.nanmean(run.array("syncs")[keep])) if n and keep.any() else None,
         "dropped_records": _dropped(run),
+        "thinned_records": _thinned(run),
         "device": start.get("device", "cpu"),
         "precision": start.get("precision", "fp32"),
         "flops_per_step": flops,

@@ -69,7 +69,7 @@ def fp32_on_tensor_cores(ctx: CheckContext) -> Finding | None:
         title="Training in fp32 on a GPU with tensor cores",
         evidence=f"{device.get('name', 'GPU')} (sm_{cap:.1f}), parameters float32, no autocast{tf32}",
         recommendation=(f"run forward/backward under torch.autocast('cuda', dtype=torch.{dtype.split()[0]}) "
-                        f"(engine: precision={'bf16' if bf16 else 'fp16'})"),
+                        f"(engine: precision.mode={'bf16' if bf16 else 'fp16'}-mixed)"),
         verify_with=tune_command("precision"),
         impact=FP32_IMPACT,
     )
@@ -91,7 +91,7 @@ def optimizer_not_fused(ctx: CheckContext) -> Finding | None:
         title=f"{opt['class']} runs {'a per-parameter loop' if forced_loop else 'without fused kernels'}",
         evidence=(f"{opt['class']}(fused={opt.get('fused')}, foreach={opt.get('foreach')}) over "
                   f"{opt.get('params')} parameters; the optimizer step is {pct(share)} of step time"),
-        recommendation=f"{opt['class']}(..., fused=True) (engine: optim.fused=true)",
+        recommendation=f"{opt['class']}(..., fused=True) (engine: optim.implementation=fused)",
         verify_with=tune_command("fused"),
         impact=share * (0.6 if forced_loop else 0.3),
     )
@@ -161,7 +161,7 @@ def low_gpu_utilization(ctx: CheckContext) -> Finding | None:
         title="The GPU is mostly idle" if util is not None and util < GPU_UTIL_WARNING else "Small batches leave the GPU underused",
         evidence=", ".join(parts),
         recommendation=("find what the GPU waits for (the data, log and sync findings above); a bigger batch "
-                        "(engine: data.batch_size=auto) or CUDA graphs (compile mode='reduce-overhead') "
+                        "(`trainspeed tune --knobs batch_size` finds the fastest) or CUDA graphs (engine: compile.mode=reduce-overhead) "
                         "amortize launch overhead"),
         verify_with=tune_command("batch_size"),
         impact=(1.0 - util) if util is not None else 0.1,
@@ -192,8 +192,8 @@ def memory_pressure(ctx: CheckContext) -> Finding | None:
             title="GPU memory is nearly full",
             evidence=(f"peak reserved {pct(reserved)} of device memory, peak allocated {pct(alloc)}, "
                       f"allocator retries {retries}"),
-            recommendation=("lower the batch size or activation memory (engine: activation_checkpointing=true, "
-                            "precision=bf16) and set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"),
+            recommendation=("lower the batch size or activation memory (engine: activation_checkpointing=[Block], "
+                            "precision.mode=bf16-mixed, batch.auto_microbatch=true) and set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"),
             impact=0.05 if retries else 0.0,
         )
     if alloc is not None and alloc < HEADROOM:
@@ -202,7 +202,7 @@ def memory_pressure(ctx: CheckContext) -> Finding | None:
             severity="info",
             title="Most GPU memory is unused",
             evidence=f"peak allocated {pct(alloc)} of device memory",
-            recommendation="a larger batch (engine: data.batch_size=auto) may raise throughput; measure it",
+            recommendation="a larger batch may raise throughput; measure it (trainspeed tune --knobs batch_size)",
             verify_with=tune_command("batch_size"),
             impact=0.0,
         )
@@ -224,7 +224,7 @@ def accumulation_for_speed(ctx: CheckContext) -> Finding | None:
         title=f"Gradient accumulation over {factor} micro-batches without memory pressure",
         evidence=f"{factor} backward passes per optimizer step; {room}",
         recommendation=("accumulation saves memory, not time: with memory to spare, use one micro-batch "
-                        f"{factor}x larger (engine: accumulation.steps=1, data.batch_size x{factor})"),
+                        f"{factor}x larger (engine: accumulation.steps=1 data.batch_size=<{factor}x>)"),
         verify_with=tune_command("batch_size"),
         impact=0.0,
     )

@@ -159,7 +159,7 @@ def logging_overhead(ctx: CheckContext) -> Finding | None:
         title="Logging costs a large share of every step",
         evidence=f"logging takes {pct(share)} of step time ({ms(ctx.phase_mean('log'))} per step){where}",
         recommendation=("log every K steps instead of every step (`if step % 50 == 0:`), keep metrics on the "
-                        "device until then, and write from a background thread (engine: logging.every_steps=50, "
+                        "device until then, and write from a background thread (engine: logging.every=50, "
                         "async sinks)"),
         verify_with=tune_command("logging"),
         impact=share,

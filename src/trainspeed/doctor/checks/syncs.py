@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import linecache
+import re
+from typing import Any
+
 from trainspeed.doctor.checks.context import CheckContext, describe_site, ms, pct
 from trainspeed.doctor.findings import Finding
 
@@ -21,6 +25,49 @@ gc.collect walks every Python object)."""
 CACHE_GC_KINDS = ("empty_cache", "gc_collect")
 _LABELS = {"empty_cache": "torch.cuda.empty_cache()", "gc_collect": "gc.collect()"}
 
+KNOWN_LIBRARY_SYNCS: tuple[tuple[str, str, str], ...] = (
+    ("transformers", "logging_nan_inf_filter",
+     "TrainingArguments(logging_nan_inf_filter=False) (the Trainer checks every step's loss for "
+     "NaN/Inf on the host when it is on, the default)"),
+)
+"""(package, text near the calling line, the setting that removes the read)."""
+
+
+def library_of(site: str) -> str | None:
+    """The installed package a call site lies in (None: the user's own code)."""
+    match = re.search(r"[/\\](?:site|dist)-packages[/\\]([^/\\]+)[/\\]", site)
+    return match.group(1) if match else None
+
+
+def library_advice(row: dict[str, Any], lookahead: int = 5) -> str | None:
+    """The known setting that removes a library's per-step read, from the calling lines."""
+    site = str(row.get("site", ""))
+    package = library_of(site)
+    filename, _, lineno = site.rpartition(":")
+    if package is None or not lineno.isdigit():
+        return None
+    text = " ".join(linecache.getline(filename, int(lineno) + k) for k in range(lookahead))
+    for pkg, marker, advice in KNOWN_LIBRARY_SYNCS:
+        if pkg == package and marker in text:
+            return advice
+    return None
+
+
+def _fix(first: dict[str, Any] | None) -> str:
+    generic = ("keep the value on the device (`total += loss.detach()`) and read it only every K steps "
+               "when you log; replace `if tensor:` checks by device-side ops (torch.where, "
+               "torch.nan_to_num) (engine: logging.every=50)")
+    if first is None:
+        return generic
+    package = library_of(str(first.get("site", "")))
+    if package is None:
+        return f"For {describe_site(first)}: {generic}"
+    advice = library_advice(first)
+    return (f"the top read happens inside {package} ({describe_site(first)}), not in your code: "
+            + (f"set {advice}" if advice else
+               f"look for the {package} option that reads a value every step (logging, NaN checks, "
+               "metrics), or train with the engine, which reads device values at the log interval only"))
+
 
 def host_syncs(ctx: CheckContext) -> Finding | None:
     if not ctx.steps:
@@ -39,16 +86,13 @@ def host_syncs(ctx: CheckContext) -> Finding | None:
     where = "" if cuda else (" On this CPU run a read costs little, but on a GPU each one stalls "
                              "the pipeline.")
     first = rows[0] if rows else None
-    fix_line = f"For {describe_site(first)}: " if first else ""
     return Finding(
         id="host_syncs",
         severity="critical" if cuda and per_step >= SYNCS_PER_STEP_CRITICAL else "warning",
         title="The loop reads device values every step (host syncs)",
         evidence=(f"{per_step:.1f} host syncs per step ({count} in {ctx.steps} steps, {ms(seconds)} inside "
                   f"them = {pct(share)} of the time); top: {top}.{where}"),
-        recommendation=(f"{fix_line}keep the value on the device (`total += loss.detach()`) and read it "
-                        "only every K steps when you log; replace `if tensor:` checks by device-side ops "
-                        "(torch.where, torch.nan_to_num) (engine: logging.every_steps=50)"),
+        recommendation=_fix(first),
         verify_with="trainspeed doctor -- <your command> (syncs per step should drop below 0.1)",
         impact=impact,
     )

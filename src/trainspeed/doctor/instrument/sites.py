@@ -23,10 +23,23 @@ TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
 `.item()`), not something the user can change; hooks ignore them."""
 
 _TRAINSPEED_DIR = os.path.dirname(trainspeed.__file__) + os.sep
-_STDLIB_DIRS = tuple(
-    {p + os.sep for p in (sysconfig.get_paths().get("stdlib"), sysconfig.get_paths().get("platstdlib")) if p}
-)
+# The standard library proper. Not sysconfig's "platstdlib": inside a virtualenv that is
+# `<venv>/lib/pythonX.Y`, a prefix of site-packages, and would hide every Lightning or
+# transformers frame.
+_STDLIB_DIRS = tuple({os.path.dirname(os.__file__) + os.sep, (sysconfig.get_paths().get("stdlib") or "") + os.sep}
+                     - {os.sep})
 _SKIP = (TORCH_DIR, _TRAINSPEED_DIR, *_STDLIB_DIRS)
+
+
+def _skipped(filename: str) -> bool:
+    if filename.startswith("<frozen"):
+        return True
+    if not filename.startswith(_SKIP):
+        return False
+    # A third-party package that happens to live under the stdlib tree (a system Python's
+    # site-packages or dist-packages) is library code the user runs, not the stdlib.
+    return filename.startswith((TORCH_DIR, _TRAINSPEED_DIR)) or (
+        "site-packages" not in filename and "dist-packages" not in filename)
 MAX_DEPTH = 60
 """Frames walked at most per lookup (bounds the cost of one hook call)."""
 MAX_SITES = 2000
@@ -54,7 +67,7 @@ def caller_site(start: int = 2) -> tuple[str, int] | None:
     depth = 0
     while frame is not None and depth < MAX_DEPTH:
         filename = frame.f_code.co_filename
-        if not filename.startswith(_SKIP) and not filename.startswith("<frozen"):
+        if not _skipped(filename):
             return filename, frame.f_lineno
         frame = frame.f_back
         depth += 1
