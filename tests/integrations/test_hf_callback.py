@@ -92,3 +92,15 @@ def test_profile_window_and_rendered_report(tmp_path, capsys):
     assert "trainspeed.step#5" not in names
     out = capsys.readouterr().out
     assert "trainspeed report" in out and "profile_steps_3-4.json" in out
+
+
+def test_missing_transformers_names_the_extra(monkeypatch):
+    import importlib
+    import sys
+
+    from trainspeed.errors import MissingDependencyError
+
+    monkeypatch.setitem(sys.modules, "transformers", None)
+    monkeypatch.delitem(sys.modules, "trainspeed.integrations.hf")
+    with pytest.raises(MissingDependencyError, match=r"trainspeed\[hf\]"):
+        importlib.import_module("trainspeed.integrations.hf")

@@ -121,3 +121,25 @@ def test_crash_in_fit_still_writes_report(tmp_path):
     report = json.loads((tmp_path / "run" / "report.json").read_text())
     assert "RuntimeError: boom" in report["traceback"]
     assert len(read_run(tmp_path / "run").steps) == 3
+
+
+def test_second_fit_gets_its_own_default_run_dir(tmp_path):
+    cb = TrainspeedCallback(log_every=2, warmup_steps=0, report=False)
+    _fit(tmp_path, cb, max_steps=2)
+    first = cb.run_dir
+    _fit(tmp_path, cb, max_steps=2)
+    assert cb.run_dir != first and cb.run_dir.parent == tmp_path / "trainspeed"
+    assert cb.summary["steps"] == 2
+    assert [len(read_run(d).steps) for d in (first, cb.run_dir)] == [2, 2]
+
+
+def test_missing_lightning_names_the_extra(monkeypatch):
+    import importlib
+    import sys
+
+    from trainspeed.errors import MissingDependencyError
+
+    monkeypatch.setitem(sys.modules, "lightning.pytorch", None)
+    monkeypatch.delitem(sys.modules, "trainspeed.integrations.lightning")
+    with pytest.raises(MissingDependencyError, match=r"trainspeed\[lightning\]"):
+        importlib.import_module("trainspeed.integrations.lightning")

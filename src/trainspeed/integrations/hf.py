@@ -57,6 +57,7 @@ class TrainspeedCallback(_tf.TrainerCallback):
         for a torch.profiler trace of those steps. report: print the report (and write
         report.html when `html`) at the end of training."""
         self.run_dir = Path(run_dir) if run_dir is not None else None
+        self._auto_dir = False  # True: a fresh default directory for every train()
         self.log_every, self.warmup_steps, self.sinks = log_every, warmup_steps, tuple(sinks)
         self.profile_steps, self.flops_per_step = profile_steps, flops_per_step
         self.report, self.html = report, html
@@ -75,7 +76,10 @@ class TrainspeedCallback(_tf.TrainerCallback):
     def on_train_begin(self, args: Any, state: Any, control: Any, model: Any = None, **kwargs: Any) -> None:
         from trainspeed.telemetry.monitor import Monitor
 
-        if self.run_dir is None:
+        self.summary, self.findings = None, []  # a second train() is a new run
+        self._in_step, self._post, self._counts, self._loss, self._lr = False, [], [0, 0, 0], None, None
+        if self.run_dir is None or self._auto_dir:
+            self._auto_dir = True
             self.run_dir = default_run_dir(args.output_dir, "hf")
         precision = "bf16-mixed" if args.bf16 else "fp16-mixed" if args.fp16 else "fp32"
         config = {

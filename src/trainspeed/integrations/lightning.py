@@ -55,6 +55,7 @@ class TrainspeedCallback(_pl.Callback):
         report: print the report (and write report.html when `html`) at the end of fit."""
         super().__init__()
         self.run_dir = Path(run_dir) if run_dir is not None else None
+        self._auto_dir = False  # True: a fresh default directory for every fit()
         self.log_every, self.warmup_steps, self.sinks = log_every, warmup_steps, tuple(sinks)
         self.profile_steps, self.batch_stats = profile_steps, batch_stats
         self.flops_per_step, self.report, self.html = flops_per_step, report, html
@@ -70,7 +71,10 @@ class TrainspeedCallback(_pl.Callback):
     def on_fit_start(self, trainer: Any, pl_module: Any) -> None:
         from trainspeed.telemetry.monitor import Monitor
 
-        if self.run_dir is None:
+        self.summary, self.findings = None, []  # a second fit() is a new run
+        self._stepped, self._counts, self._loss = False, [0, 0, 0], None
+        if self.run_dir is None or self._auto_dir:
+            self._auto_dir = True
             self.run_dir = default_run_dir(trainer.default_root_dir, "lightning")
         config = {
             "framework": "lightning",
