@@ -20,15 +20,10 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-CACHE_ENV = "TRAINSPEED_CACHE"
+from trainspeed.recipes.cache import CACHE_ENV, cache_dir  # noqa: F401 - re-exported
+
 FORMAT_VERSION = 1  # bump when the file layout changes, so stale caches are not reused
 _SKIP_DIRS = {"site-packages", "dist-packages", "__pycache__"}
-
-
-def cache_dir() -> Path:
-    """`$TRAINSPEED_CACHE`, else `~/.cache/trainspeed`."""
-    env = os.environ.get(CACHE_ENV)
-    return Path(env).expanduser() if env else Path.home() / ".cache" / "trainspeed"
 
 
 def stdlib_root() -> Path:
