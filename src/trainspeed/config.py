@@ -388,8 +388,8 @@ class ProfileConfig(_Section):
         self._check()
         if self.steps is not None:
             m = re.fullmatch(r"\s*(\d+)\s*-\s*(\d+)\s*", self.steps)
-            if not m or int(m.group(1)) > int(m.group(2)):
-                self._fail("steps", "a step range 'START-END' with START <= END, e.g. '50-55'")
+            if not m or not 1 <= int(m.group(1)) <= int(m.group(2)):
+                self._fail("steps", "a step range 'START-END' with 1 <= START <= END (steps count from 1), e.g. '50-55'")
 
     @property
     def step_range(self) -> tuple[int, int] | None:

@@ -34,3 +34,20 @@ def test_cli_module_form_text_report_and_crash_status(tmp_path, monkeypatch, cap
 def test_cli_usage_error_is_exit_2(capsys):
     assert main(["doctor", "--", "python", "does_not_exist.py"]) == 2
     assert "not found" in capsys.readouterr().err
+
+
+def test_cli_profile_steps_writes_a_trace_of_those_steps(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    code = main(["doctor", "--steps", "8", "--out", str(tmp_path / "r"), "--no-html", "--profile-steps", "4-5",
+                 "--", "python", str(SCRIPTS / "healthy.py")])
+    assert code == 0
+    with open(tmp_path / "r" / "profile_steps_4-5.json") as f:
+        names = {e.get("name") for e in json.load(f)["traceEvents"]}
+    assert {"trainspeed.forward", "trainspeed.backward", "trainspeed.optimizer"} <= names
+    assert sorted(n for n in names if n.startswith("trainspeed.step#")) == ["trainspeed.step#4", "trainspeed.step#5"]
+    assert f"Profiler trace of steps 4-5: {tmp_path / 'r' / 'profile_steps_4-5.json'}" in capsys.readouterr().out
+
+
+def test_cli_bad_profile_steps_is_a_usage_error(tmp_path, capsys):
+    assert main(["doctor", "--profile-steps", "9-2", "--", "python", str(SCRIPTS / "healthy.py")]) == 2
+    assert "START-END" in capsys.readouterr().err

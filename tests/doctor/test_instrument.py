@@ -126,7 +126,10 @@ def test_torch_internal_reads_are_not_syncs_but_user_reads_are(doctor_code):
 def test_wandb_and_print_logging_are_the_log_phase(doctor_code, tmp_path, monkeypatch):
     (tmp_path / "wandb.py").write_text("import time\ndef log(d, step=None):\n    time.sleep(0.003)\n")
     monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.delitem(sys.modules, "wandb", raising=False)
+    # setitem first: its undo removes the fake `wandb` the script imports (delitem alone restores
+    # nothing when wandb was not imported before), so later tests see the real package.
+    monkeypatch.setitem(sys.modules, "wandb", None)
+    monkeypatch.delitem(sys.modules, "wandb")
     result = doctor_code("""
         import wandb
         for step in range(100):

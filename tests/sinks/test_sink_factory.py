@@ -42,6 +42,26 @@ def test_wandb_reads_config(monkeypatch, tmp_path: Path) -> None:
                       "dir": str(tmp_path)}]
 
 
+@pytest.mark.parametrize("config_mode, env_mode, expected", [
+    ("online", "offline", None),  # the environment beats the config's default: wandb reads WANDB_MODE
+    ("offline", None, "offline"),
+    ("disabled", "online", "disabled"),  # an explicit non-default config mode is kept
+])
+def test_wandb_mode_from_environment(monkeypatch, tmp_path: Path, config_mode, env_mode, expected) -> None:
+    import types
+
+    calls = []
+    mod = types.ModuleType("wandb")
+    mod.init = lambda **kw: calls.append(kw) or types.SimpleNamespace(finish=lambda: None)
+    monkeypatch.setitem(sys.modules, "wandb", mod)
+    if env_mode is None:
+        monkeypatch.delenv("WANDB_MODE", raising=False)
+    else:
+        monkeypatch.setenv("WANDB_MODE", env_mode)
+    make_sinks(tmp_path, ["wandb"], config={"logging": {"wandb_mode": config_mode}})
+    assert calls[0].get("mode") == expected
+
+
 def test_unknown_name_suggests(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as info:
         make_sinks(tmp_path, ["jsonl", "tensorbord"])

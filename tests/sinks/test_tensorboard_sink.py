@@ -81,3 +81,66 @@ def test_files_read_back(tmp_path: Path) -> None:
     (text_event,) = acc.Tensors("events/checkpoint/text_summary")
     assert text_event.step == 4
     assert b"checkpoint @ step 4: path=ck.pt" in text_event.tensor_proto.string_val[0]
+
+
+def test_flatten_hparams() -> None:
+    from trainspeed.sinks.hparams import flatten_hparams
+
+    flat = flatten_hparams({"data": {"batch_size": 8, "shuffle": True, "sinks": ["jsonl"]},
+                            "run": {"name": "r", "max_epochs": None, "lr": float("nan")}})
+    assert flat == {"data.batch_size": 8.0, "data.shuffle": True, "data.sinks": "['jsonl']",
+                    "run.name": "r", "run.max_epochs": "None", "run.lr": "nan"}
+
+
+def test_final_metrics_exclude_warmup() -> None:
+    from trainspeed.sinks.hparams import FinalMetrics
+
+    finals = FinalMetrics()
+    for i in range(4):
+        finals.add({**record(i), "warmup": i == 0, "t_step": 1.0 if i == 0 else 0.1})
+    m = finals.metrics()
+    assert m["hparam/steps"] == 4 and m["hparam/final_loss"] == 1.5
+    assert m["hparam/step_ms"] == pytest.approx(100.0)  # the 1 s warm-up step is excluded
+    assert m["hparam/samples_per_s"] == pytest.approx(320.0)
+    assert m["hparam/tokens_per_s"] == pytest.approx(40960.0)
+
+
+def test_hparams_read_back(tmp_path: Path) -> None:
+    pytest.importorskip("tensorboard")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from tensorboard.plugins.hparams import plugin_data_pb2
+
+    from trainspeed.sinks.tensorboard import TensorBoardSink
+
+    config = {"data": {"batch_size": 32, "dynamic_padding": False}, "precision": {"mode": "bf16-mixed"}}
+    sink = TensorBoardSink(tmp_path / "tb", hparams=config)
+    sink.write_steps([{**record(i), "warmup": i == 0} for i in range(3)])
+    sink.close()
+    acc = EventAccumulator(str(tmp_path / "tb"), size_guidance={"scalars": 0, "tensors": 0})
+    acc.Reload()
+    content = acc.PluginTagToContent("hparams")
+    start = plugin_data_pb2.HParamsPluginData.FromString(content["_hparams_/session_start_info"])
+    hp = start.session_start_info.hparams
+    assert hp["data.batch_size"].number_value == 32
+    assert hp["data.dynamic_padding"].bool_value is False
+    assert hp["precision.mode"].string_value == "bf16-mixed"
+    experiment = plugin_data_pb2.HParamsPluginData.FromString(content["_hparams_/experiment"])
+    metric_tags = {m.name.tag for m in experiment.experiment.metric_infos}
+    assert {"hparam/final_loss", "hparam/step_ms", "hparam/samples_per_s"} <= metric_tags
+    assert acc.Scalars("hparam/final_loss")[0].value == pytest.approx(2.0)
+    assert acc.Scalars("hparam/step_ms")[0].value == pytest.approx(100.0)
+
+
+def test_monitor_passes_config_to_tensorboard(tmp_path: Path) -> None:
+    pytest.importorskip("tensorboard")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from trainspeed.telemetry.monitor import Monitor
+
+    mon = Monitor(tmp_path, sinks=("jsonl", "tensorboard"), system_sampler=False, warmup_steps=0,
+                  config={"optim": {"lr": 0.01}})
+    mon.step(samples=4, loss=0.5)
+    mon.close()
+    acc = EventAccumulator(str(tmp_path / "tb"))
+    acc.Reload()
+    assert "_hparams_/session_start_info" in acc.PluginTagToContent("hparams")

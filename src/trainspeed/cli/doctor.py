@@ -1,4 +1,4 @@
-"""`trainspeed doctor [--steps N] [--out DIR] [--log-every K] [--json] -- python train.py ARGS`
+"""`trainspeed doctor [--steps N] [--out DIR] [--log-every K] [--json] [--profile-steps A-B] -- python train.py ARGS`
 
 Runs the unchanged script in-process under instrumentation, writes a run directory and prints
 the ranked findings. The exit code is the script's own (0 when stopped after N steps).
@@ -27,6 +27,8 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--json", action="store_true", help="print report.json instead of the text report")
     parser.add_argument("--device", default=None, choices=("cpu", "cuda"),
                         help="phase clock (default: cuda when available)")
+    parser.add_argument("--profile-steps", default=None, metavar="START-END",
+                        help="write a torch.profiler trace (Chrome/Perfetto JSON) of these steps, e.g. 50-55")
     parser.add_argument("--no-html", action="store_true", help="do not write report.html")
     parser.add_argument("command", nargs=argparse.REMAINDER,
                         help="the training command, after `--`: python train.py ARGS")
@@ -56,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
     if command and command[0] == "--":
         command = command[1:]
     config = DoctorConfig(command=command, steps=args.steps or None, out=args.out,
-                          log_every=args.log_every, device=args.device)
+                          log_every=args.log_every, device=args.device, profile_steps=args.profile_steps)
     result = run_doctor(config)
     if int(os.environ.get("RANK", 0)) > 0:  # under torchrun rank 0 prints the report for all ranks
         return result.exit_code

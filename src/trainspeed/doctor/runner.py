@@ -49,6 +49,8 @@ class DoctorConfig:
     """Sample CPU/RSS/GPU utilization in a background thread."""
     count_flops: bool = True
     """Count one step's FLOPs (FlopCounterMode over a real step) to report MFU."""
+    profile_steps: str | None = None
+    """'START-END': a torch.profiler trace of those steps, with trainspeed.<phase> ranges."""
 
     def __post_init__(self) -> None:
         if not self.command:
@@ -61,6 +63,10 @@ class DoctorConfig:
             raise ConfigError(f"doctor.warmup_steps must be >= 0, got {self.warmup_steps}")
         if self.device is not None and self.device.split(":")[0] not in ("cpu", "cuda"):
             raise ConfigError(f"doctor.device must be 'cpu' or 'cuda[:N]', got {self.device!r}")
+        if self.profile_steps is not None:
+            from trainspeed.telemetry.profiling import parse_steps
+
+            parse_steps(self.profile_steps)  # a ConfigError now, not after the script started
 
 
 @dataclass(slots=True)
@@ -223,7 +229,8 @@ def run_doctor(config: DoctorConfig) -> DoctorResult:
     monitor = Monitor(rank_dir(run_dir, rank), device=device, log_every=config.log_every,
                       sinks=config.sinks if rank == 0 else ("jsonl",), rank=rank,
                       warmup_steps=warmup, config={"command": command}, command=command,
-                      total_steps=steps, system_sampler=config.system_sampler, kind="doctor")
+                      total_steps=steps, system_sampler=config.system_sampler, kind="doctor",
+                      profile_steps=config.profile_steps)
     session = Session(monitor, max_steps=steps, count_flops_at=flops_at)
     error: BaseException | None = None
     code, stopped = 0, "end"

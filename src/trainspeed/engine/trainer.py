@@ -132,6 +132,7 @@ class Trainer:
             warmup_steps=cfg.logging.warmup_steps, precision=cfg.precision.mode,
             config=config_to_dict(cfg), total_steps=total, rank=self.rank,
             reduce_losses=self.dist.loss_reducer(self.device),
+            profile_steps=cfg.profile.steps,  # a torch.profiler trace of those steps (telemetry/profiling.py)
         )
         for note in self.notes + loaders.notes:
             mon.event("note", message=note)

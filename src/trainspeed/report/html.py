@@ -184,7 +184,7 @@ def write_html(run: Any, path: str | Path, *, summary: dict[str, Any], findings:
         b = compare if isinstance(compare, LoadedRun) else from_run(compare)
         text = _compare_page(a, b)
     else:
-        text = _single_page(a)
+        text = _single_page(a, Path(path).parent)
     out = Path(path)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(f".{out.name}.tmp")
@@ -193,12 +193,24 @@ def write_html(run: Any, path: str | Path, *, summary: dict[str, Any], findings:
     return out
 
 
-def _single_page(a: LoadedRun) -> str:
+def _traces(a: LoadedRun, page_dir: Path) -> str:
+    from trainspeed.report.traces import VIEWER_HINT, profile_traces
+
+    items = [f"<li><a href='{_e(t.href(page_dir))}'>{_e(t.path.name)}</a> — steps {_e(t.steps)}"
+             f"{'' if t.exists else ' (missing)'}</li>" for t in profile_traces(a.run)]
+    if not items:
+        return ""
+    return (f"<section id='profile'><h2>Profiler traces</h2><ul>{''.join(items)}</ul>"
+            f"<p class='note'>torch.profiler traces with trainspeed.&lt;phase&gt; ranges; {_e(VIEWER_HINT)}.</p></section>")
+
+
+def _single_page(a: LoadedRun, page_dir: Path | None = None) -> str:
     body = (
         f"<section id='summary'><h2>Summary</h2>{_kv_table(summary_lines(a.summary))}</section>"
         f"<section id='phases'><h2>Where the step time goes</h2>{_phase_table(a.summary)}</section>"
         f"{_rank_table(a.summary)}"
         f"<section id='findings'><h2>Findings</h2>{_findings(a.findings)}</section>"
+        f"{_traces(a, page_dir if page_dir is not None else Path(a.run.path))}"
         f"<section id='plots'><h2>Plots</h2>{_plots([Series(label=a.name, run=a.run, summary=a.summary)])}</section>"
         f"<section id='notes'>{_notes([a])}</section>"
         f"<section id='details'><h2>Details</h2>{_details(a)}</section>"

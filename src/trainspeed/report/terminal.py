@@ -198,7 +198,21 @@ def render_terminal(run: Any, summary: dict[str, Any], findings: list[dict[str, 
     if isinstance(report.get("traceback"), str) and report["traceback"]:
         last = report["traceback"].strip().splitlines()[-1]
         con.print(Text(f"The run crashed: {last}", style="bold red"))
+    print_traces(con, run)
     print_notes(con, list(getattr(run, "skipped", []) or []))
+
+
+def print_traces(con: Any, run: Any) -> None:
+    """The profiler traces of the run (profile.steps / --profile-steps), with their paths."""
+    from rich.text import Text
+
+    from trainspeed.report.traces import VIEWER_HINT, profile_traces
+
+    for trace in profile_traces(run):
+        missing = "" if trace.exists else " (missing)"
+        # soft_wrap: a path must stay one line to be copied
+        con.print(Text(f"Profiler trace of steps {trace.steps}: {trace.path}{missing}"), soft_wrap=True)
+        con.print(Text(f"  {VIEWER_HINT}", style="dim"))
 
 
 def render_terminal_compare(a: Any, b: Any, console: Any = None) -> list[dict[str, Any]]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -80,7 +81,7 @@ def make_sinks(
             from trainspeed.sinks.tensorboard import TensorBoardSink
 
             every = logging.get("tb_every", 1)
-            sinks.append(TensorBoardSink(run_path / schema.TB_DIR, every=every))
+            sinks.append(TensorBoardSink(run_path / schema.TB_DIR, every=every, hparams=config))
         elif item == "console":
             from trainspeed.sinks.console import ConsoleSink
 
@@ -88,12 +89,16 @@ def make_sinks(
         elif item == "wandb":
             from trainspeed.sinks.wandb_sink import WandbSink
 
+            mode = logging.get("wandb_mode")
+            if mode in (None, "online") and os.environ.get("WANDB_MODE"):
+                mode = None  # WANDB_MODE set in the environment beats the config's default "online"
+
             sinks.append(
                 WandbSink(
                     project=logging.get("wandb_project"),
                     run_name=_section(config, "run").get("name"),
                     config=config,
-                    mode=logging.get("wandb_mode"),
+                    mode=mode,
                     dir=run_path,
                 )
             )

@@ -1,4 +1,5 @@
-"""TensorBoardSink: scalars per step and events as text, under <run_dir>/tb.
+"""TensorBoardSink: scalars per step and events as text, under <run_dir>/tb; with `hparams=`
+(the run's config), the HParams dashboard entry (flattened config + final figures) at close.
 
 `step_scalars` (pure) decides which numbers a step record becomes; the W&B sink uses the
 same function so both dashboards show the same tags.
@@ -84,7 +85,7 @@ class TensorBoardSink:
     name = "tensorboard"
     thinnable = True  # a dashboard: every k-th record when the writer is behind
 
-    def __init__(self, log_dir: str | Path, *, every: int = 1) -> None:
+    def __init__(self, log_dir: str | Path, *, every: int = 1, hparams: dict[str, Any] | None = None) -> None:
         if isinstance(every, bool) or not isinstance(every, int) or every < 1:
             raise ConfigError(f"TensorBoardSink every must be an int >= 1, got {every!r}")
         tb = require(
@@ -97,11 +98,19 @@ class TensorBoardSink:
         self.every = every
         self._writer = tb.SummaryWriter(log_dir=str(self.log_dir))
         self._count = 0  # fallback step counter for records without a "step"
+        self._hparams = hparams
+        self._finals: Any = None
+        if hparams is not None:
+            from trainspeed.sinks.hparams import FinalMetrics
+
+            self._finals = FinalMetrics()
 
     def write_steps(self, records: list[dict[str, Any]]) -> None:
         if self._writer is None:
             return
         for record in records:
+            if self._finals is not None:
+                self._finals.add(record)
             step = record.get("step")
             if not isinstance(step, int):
                 step = self._count
@@ -129,5 +138,23 @@ class TensorBoardSink:
 
     def close(self) -> None:
         if self._writer is not None:
+            if self._hparams is not None:
+                self._write_hparams()
             self._writer.close()
             self._writer = None
+
+    def _write_hparams(self) -> None:
+        """What SummaryWriter.add_hparams writes, but into this run's own log directory (one
+        run = one HParams session) instead of a new timestamped subdirectory."""
+        from torch.utils.tensorboard.summary import hparams
+
+        from trainspeed.sinks.hparams import flatten_hparams
+
+        metrics = self._finals.metrics()
+        step = self._finals.steps
+        exp, ssi, sei = hparams(flatten_hparams(self._hparams), metrics)
+        file_writer = self._writer._get_file_writer()
+        for summary in (exp, ssi, sei):
+            file_writer.add_summary(summary, step)
+        for tag, value in metrics.items():
+            self._writer.add_scalar(tag, value, global_step=step)

@@ -38,11 +38,15 @@ class WandbSink:
             kwargs["dir"] = str(dir)
         self._run: Any = wandb.init(**{k: v for k, v in kwargs.items() if v is not None})
         self._last_step = -1
+        from trainspeed.sinks.hparams import FinalMetrics
+
+        self._finals = FinalMetrics()  # final loss / step time / throughput for the run summary
 
     def write_steps(self, records: list[dict[str, Any]]) -> None:
         if self._run is None:
             return
         for record in records:
+            self._finals.add(record)
             step = record.get("step")
             scalars = step_scalars(record)
             if not scalars:
@@ -74,5 +78,9 @@ class WandbSink:
 
     def close(self) -> None:
         if self._run is not None:
+            from trainspeed.sinks.hparams import METRIC_PREFIX
+
+            for key, value in self._finals.metrics().items():
+                self._run.summary[f"final/{key.removeprefix(METRIC_PREFIX)}"] = value
             self._run.finish()
             self._run = None

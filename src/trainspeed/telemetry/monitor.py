@@ -69,6 +69,7 @@ class Monitor:
         kind: str = "train",
         write_env: bool = True,
         reduce_losses: Any = None,
+        profile_steps: str | tuple[int, int] | None = None,
     ) -> None:
         if log_every < 1:
             raise ConfigError(f"logging.every must be >= 1, got {log_every}")
@@ -116,12 +117,13 @@ class Monitor:
 
         if self.run_dir is not None:
             self.run_dir.mkdir(parents=True, exist_ok=True)
-        self.writer = self._make_writer(sinks)
+        self.writer = self._make_writer(sinks, config)
         self._sampler = self._make_sampler(system_sampler)
         self._start_run(config, command, write_env)
+        self._profile = self._make_profile_window(profile_steps)
 
     # ---------------------------------------------------------------- setup
-    def _make_writer(self, sinks: Sequence[Any]):
+    def _make_writer(self, sinks: Sequence[Any], config: dict[str, Any] | None):
         from trainspeed.sinks.factory import make_sinks
         from trainspeed.sinks.writer import AsyncWriter
 
@@ -134,7 +136,8 @@ class Monitor:
                     f"sinks {file_sinks} write files, but the Monitor has no run_dir. "
                     "Pass Monitor(run_dir=...) or use sinks=('console',) / sinks=()."
                 )
-        built = make_sinks(self.run_dir, names, total_steps=self.total_steps) if names else []
+        # The config reaches the sinks too: W&B project/mode/run config, TensorBoard hparams.
+        built = make_sinks(self.run_dir, names, total_steps=self.total_steps, config=config) if names else []
         return AsyncWriter([*built, *objects])
 
     def _make_sampler(self, enabled: bool):
@@ -150,6 +153,16 @@ class Monitor:
         sampler = SystemSampler(interval_s=1.0, gpu_index=gpu_index)
         sampler.start()
         return sampler
+
+    def _make_profile_window(self, steps: Any):
+        """A torch.profiler window over `steps` ('START-END'); rank 0 only (ranks are alike)."""
+        if steps is None or self.rank != 0:
+            return None
+        if self.run_dir is None:
+            raise ConfigError("profile.steps needs a run directory for the trace; pass Monitor(run_dir=...)")
+        from trainspeed.telemetry.profiling import ProfileWindow
+
+        return ProfileWindow(self.run_dir, steps, device=self.device).attach(self)
 
     def _start_run(self, config, command, write_env) -> None:
         if self.run_dir is not None and self.rank == 0:
@@ -255,6 +268,8 @@ class Monitor:
         self._n += 1
         if self._n >= self._cap:
             self.flush()
+        if self._profile is not None:
+            self._profile.after_step(self.steps_done)
 
     def _store_loss(self, i: int, loss: Any) -> None:
         if loss is None:
@@ -371,6 +386,8 @@ class Monitor:
             return self._summary
         self._closed = True
         self._failing = error is not None
+        if self._profile is not None:
+            self._profile.finish()  # a run that ends inside the window still gets its trace
         self.flush()
         trace = None
         if error is not None:

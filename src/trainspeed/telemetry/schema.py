@@ -74,6 +74,7 @@ EVENT_TYPES: tuple[str, ...] = (
     "crash",
     "dropped_records",
     "thinned_records",  # dashboards (TensorBoard, W&B) sent fewer records to keep up
+    "profile",  # a torch.profiler trace of a step window: data.path (in the run dir), data.captured
 )
 
 
