@@ -21,10 +21,11 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from harness import write_result  # noqa: E402
+from harness import RESULTS, machine_name, write_result  # noqa: E402
 
 
 DEFAULT_STEPS = {"gpt": 40, "convnext": 30, "seqvae": 12, "hf": 30}
@@ -68,10 +69,20 @@ def main() -> None:
                 print(f"  [{recipe}] round {r + 1}: {variant} {t['rate']:.1f} {t['unit']}", flush=True)
         naive = statistics.median(t["rate"] for t in trials["naive"])
         fast = statistics.median(t["rate"] for t in trials["fast"])
+        # per-round ratios: the two runs of a round are adjacent in time, so they share the
+        # machine's load; their median is robust when the load drifts between rounds
+        by_round = [f["rate"] / n["rate"] for n, f in zip(trials["naive"], trials["fast"])]
         results[recipe] = {"naive": naive, "fast": fast, "speedup": fast / naive, "steps": steps,
-                           "unit": trials["fast"][0]["unit"], "trials": trials}
+                           "speedup_of_rounds": statistics.median(by_round), "round_speedups": by_round,
+                           "unit": trials["fast"][0]["unit"], "threads": args.threads or "default",
+                           "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "trials": trials}
         print(f"{recipe}: naive {naive:.1f} -> fast {fast:.1f} {results[recipe]['unit']}: "
               f"{fast / naive:.2f}x")
+    # Measuring a subset of recipes keeps the other recipes' earlier entries (each has its date).
+    previous = RESULTS / f"recipes-{machine_name()}.json"
+    if previous.exists():
+        old = json.loads(previous.read_text()).get("results", {})
+        results = {**{k: v for k, v in old.items() if not k.startswith("_")}, **results}
     results["_conditions"] = {"torch_threads": args.threads or "default",
                               "load_average_1m_at_end": os.getloadavg()[0]}
     label = ", ".join(f"{r} {v['speedup']:.2f}x" for r, v in results.items() if not r.startswith("_"))
