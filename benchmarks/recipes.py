@@ -4,28 +4,39 @@ Each trial is `trainspeed train RECIPE [--naive]` in a fresh subprocess (clean t
 caches, memory); naive and fast alternate (ABAB...) to cancel machine drift; the figure is
 the steady-state tokens/s (samples/s when a recipe has no tokens) from each run's
 report.json, warm-up excluded. Speedup = median(fast) / median(naive), whatever it is.
+Tokens are real (non-pad) tokens, so padding never makes a run look fast. Evaluation is
+switched off in the trials (it is not training throughput).
 
-    python benchmarks/recipes.py [--recipes gpt] [--rounds 3] [--steps 60]
+    python benchmarks/recipes.py [--recipes gpt,convnext,seqvae,hf] [--rounds 3] [--steps N]
+
+Default steps per recipe keep each trial well under a minute on a 2-core CPU.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from harness import write_result  # noqa: E402
+from harness import RESULTS, machine_name, write_result  # noqa: E402
 
 
-def trial(recipe: str, variant: str, steps: int, out: Path, name: str) -> dict:
+DEFAULT_STEPS = {"gpt": 40, "convnext": 30, "seqvae": 12, "hf": 30}
+
+
+def trial(recipe: str, variant: str, steps: int, out: Path, name: str, threads: int | None) -> dict:
     cmd = [sys.executable, "-m", "trainspeed", "train", recipe, f"--variant={variant}", "--no-report",
            f"run.max_steps={steps}", f"run.out_dir={out}", f"run.name={name}",
-           "logging.progress=false", "eval.at_end=false"]
+           "logging.progress=false", "eval.at_end=false", "eval.every_steps=null"]
+    if threads:
+        cmd.append(f"run.torch_threads={threads}")
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
     summary = json.loads((out / name / "report.json").read_text())["summary"]
     rate = summary.get("tokens_per_s") or summary.get("samples_per_s")
@@ -37,29 +48,46 @@ def trial(recipe: str, variant: str, steps: int, out: Path, name: str) -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--recipes", default="gpt")
+    ap.add_argument("--recipes", default=",".join(DEFAULT_STEPS))
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--steps", type=int, default=60)
+    ap.add_argument("--steps", type=int, default=None, help="steps per trial (default: per recipe)")
+    ap.add_argument("--threads", type=int, default=None,
+                    help="run.torch_threads for both variants (default: PyTorch's). On a CPU shared "
+                         "with other jobs, intra-op threads spin-wait for busy cores and small steps "
+                         "become erratic; --threads 1 keeps the comparison about the configs")
     args = ap.parse_args()
     out = Path(tempfile.mkdtemp(prefix="ts-recipes-"))
     results: dict[str, dict] = {}
     for recipe in args.recipes.split(","):
+        steps = args.steps or DEFAULT_STEPS.get(recipe, 40)
         trials: dict[str, list[dict]] = {"naive": [], "fast": []}
         for r in range(args.rounds):
             order = ("naive", "fast") if r % 2 == 0 else ("fast", "naive")
             for variant in order:
-                t = trial(recipe, variant, args.steps, out, f"{recipe}-{variant}-{r}")
+                t = trial(recipe, variant, steps, out, f"{recipe}-{variant}-{r}", args.threads)
                 trials[variant].append(t)
                 print(f"  [{recipe}] round {r + 1}: {variant} {t['rate']:.1f} {t['unit']}", flush=True)
         naive = statistics.median(t["rate"] for t in trials["naive"])
         fast = statistics.median(t["rate"] for t in trials["fast"])
-        results[recipe] = {"naive": naive, "fast": fast, "speedup": fast / naive,
-                           "unit": trials["fast"][0]["unit"], "trials": trials}
+        # per-round ratios: the two runs of a round are adjacent in time, so they share the
+        # machine's load; their median is robust when the load drifts between rounds
+        by_round = [f["rate"] / n["rate"] for n, f in zip(trials["naive"], trials["fast"])]
+        results[recipe] = {"naive": naive, "fast": fast, "speedup": fast / naive, "steps": steps,
+                           "speedup_of_rounds": statistics.median(by_round), "round_speedups": by_round,
+                           "unit": trials["fast"][0]["unit"], "threads": args.threads or "default",
+                           "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "trials": trials}
         print(f"{recipe}: naive {naive:.1f} -> fast {fast:.1f} {results[recipe]['unit']}: "
               f"{fast / naive:.2f}x")
-    label = ", ".join(f"{r} {v['speedup']:.2f}x" for r, v in results.items())
+    # Measuring a subset of recipes keeps the other recipes' earlier entries (each has its date).
+    previous = RESULTS / f"recipes-{machine_name()}.json"
+    if previous.exists():
+        old = json.loads(previous.read_text()).get("results", {})
+        results = {**{k: v for k, v in old.items() if not k.startswith("_")}, **results}
+    results["_conditions"] = {"torch_threads": args.threads or "default",
+                              "load_average_1m_at_end": os.getloadavg()[0]}
+    label = ", ".join(f"{r} {v['speedup']:.2f}x" for r, v in results.items() if not r.startswith("_"))
     write_result("recipes", results, headline={
-        "label": f"naive -> fast config speedup ({args.steps} steps, median of {args.rounds})",
+        "label": f"naive -> fast config speedup (median of {args.rounds} alternated runs each)",
         "value": label, "goal": "measured, reported as is", "passed": None})
 
 

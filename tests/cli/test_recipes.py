@@ -12,10 +12,11 @@ pytestmark = pytest.mark.timeout(60)
 
 def test_recipes_lists_gpt_with_existing_config_paths(capsys):
     assert main(["recipes"]) == 0
-    out = capsys.readouterr().out
-    assert out.startswith("gpt: GPT decoder")
-    paths = [line.split()[1] for line in out.splitlines() if line.startswith("  ")]
-    assert [Path(p).name for p in paths[:2]] == ["naive.yaml", "fast.yaml"]
+    lines = capsys.readouterr().out.splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith("gpt: GPT decoder"))
+    assert lines[0].startswith("convnext: ")  # sorted by name
+    paths = [line.split()[1] for line in lines if line.startswith("  ")]
+    assert [Path(line.split()[1]).name for line in lines[at + 1 : at + 3]] == ["naive.yaml", "fast.yaml"]
     assert all(Path(p).is_file() for p in paths)
 
 
@@ -25,3 +26,43 @@ def test_recipes_json(capsys):
     gpt = next(r for r in rows if r["name"] == "gpt")
     assert set(gpt) == {"name", "description", "naive", "fast"}
     assert Path(gpt["fast"]).is_file()
+
+
+def test_recipes_lists_every_built_in_recipe(capsys):
+    assert main(["recipes", "--json"]) == 0
+    rows = {r["name"]: r for r in json.loads(capsys.readouterr().out)}
+    expected = {"gpt", "convnext", "seqvae"}
+    try:
+        import transformers  # noqa: F401
+
+        expected.add("hf")
+    except ImportError:
+        pass
+    assert expected <= set(rows)
+    for name in expected:
+        assert Path(rows[name]["naive"]).is_file() and Path(rows[name]["fast"]).is_file()
+
+
+def test_train_seqvae_fast_end_to_end(tmp_path, monkeypatch, capsys):
+    import torch
+
+    monkeypatch.setenv("TRAINSPEED_CACHE", str(tmp_path / "cache"))
+    threads = torch.get_num_threads()
+    try:
+        code = main(["train", "seqvae", "--variant", "fast", "--no-report", "run.max_steps=6",
+                     f"run.out_dir={tmp_path}", "run.name=cli-sv", "run.torch_threads=1",
+                     "logging.progress=false", "eval.every_steps=null", "eval.limit_val_batches=1",
+                     "recipe.options.samples=96", "recipe.options.val_samples=8",
+                     "recipe.options.max_len=120", "recipe.options.median_len=40",
+                     "recipe.options.channels=16", "data.max_seq_len=120"])
+    finally:
+        torch.set_num_threads(threads)
+    assert code == 0
+    assert "training seqvae" in capsys.readouterr().out
+    run = tmp_path / "cli-sv"
+    steps = [json.loads(line) for line in (run / "steps.jsonl").read_text().splitlines()]
+    assert [s["step"] for s in steps] == list(range(1, 7))
+    assert all(s["pad_share"] < 0.5 for s in steps)  # bucketing + dynamic padding
+    evals = [e for e in map(json.loads, (run / "events.jsonl").read_text().splitlines()) if e["type"] == "eval"]
+    assert len(evals) == 1 and "active_units" in evals[0]["data"]  # eval.at_end with collapse metrics
+    assert json.loads((run / "report.json").read_text())["summary"]["tokens_per_s"] > 0

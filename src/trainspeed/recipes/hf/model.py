@@ -82,65 +82,88 @@ def import_transformers():
 
 def build_config(o: HFOptions) -> Any:
     """The transformers config: from config_path or model_type, with the size options applied.
-    Generic names (hidden_size, ...) are mapped by each config class's attribute_map."""
+
+    The config is constructed once from keyword arguments (not patched afterwards), so fields
+    derived from the sizes (e.g. Qwen2's per-layer `layer_types`) agree with them. Generic
+    names (hidden_size, ...) are translated by each config class's attribute_map (GPT-2: n_embd).
+    """
     tf = import_transformers()
     p = HFOptions._prefix
     if o.config_path:
-        path = Path(o.config_path).expanduser()
-        if not (path.is_dir() and (path / "config.json").is_file()) and not (path.is_file() and path.suffix == ".json"):
-            raise ConfigError(f"{p}config_path={o.config_path!r} is neither a directory with config.json "
-                              "nor a .json file; give a local model directory (nothing is downloaded)")
-        try:
-            if path.is_file():
-                config = tf.AutoConfig.for_model(**_read_json(path))
-            else:
-                config = tf.AutoConfig.from_pretrained(str(path), local_files_only=True)
-        except (ValueError, OSError, KeyError) as exc:
-            raise ConfigError(f"{p}config_path={o.config_path!r} could not be read as a transformers config: {exc}") from exc
+        base = _read_config_dict(o.config_path)
+        model_type = base.get("model_type")
         defaults: dict[str, int] = {}
     else:
-        try:
-            config = tf.AutoConfig.for_model(o.model_type)
-        except ValueError as exc:
-            raise ConfigError(f"{p}model_type={o.model_type!r} is not a transformers model type "
-                              f"(e.g. qwen2, gpt2, llama): {exc}") from exc
+        base, model_type = {}, o.model_type
         defaults = {"hidden_size": 128, "num_layers": 2, "num_heads": 4, "vocab_size": BYTE_VOCAB}
-    sizes = {
+    if model_type not in tf.CONFIG_MAPPING:
+        where = f"config_path={o.config_path!r} names model_type={model_type!r}" if o.config_path else f"model_type={model_type!r}"
+        raise ConfigError(f"{p}{where}, which is not a transformers model type (e.g. qwen2, gpt2, llama)")
+    cls = tf.CONFIG_MAPPING[model_type]
+    alias = dict(getattr(cls, "attribute_map", {}) or {})
+
+    def current(generic: str) -> Any:
+        return base.get(alias.get(generic, generic))
+
+    changes: dict[str, Any] = {
         "hidden_size": o.hidden_size or defaults.get("hidden_size"),
         "num_hidden_layers": o.num_layers or defaults.get("num_layers"),
         "num_attention_heads": o.num_heads or defaults.get("num_heads"),
         "vocab_size": o.vocab_size or defaults.get("vocab_size"),
     }
-    for key, value in sizes.items():
-        if value is not None:
-            setattr(config, key, value)
-    hidden = config.hidden_size
-    inter = o.intermediate_size or (4 * hidden if not o.config_path else None)
+    changes = {k: v for k, v in changes.items() if v is not None}
+    hidden = changes.get("hidden_size") or current("hidden_size")
+    heads = changes.get("num_attention_heads") or current("num_attention_heads")
+    inter = o.intermediate_size or (4 * hidden if not o.config_path and hidden else None)
     if inter is not None:
-        setattr(config, "n_inner" if config.model_type == "gpt2" else "intermediate_size", inter)
-    if hasattr(config, "num_key_value_heads"):
-        config.num_key_value_heads = o.num_kv_heads or (config.num_attention_heads if not o.config_path
-                                                        else config.num_key_value_heads)
-    elif o.num_kv_heads:
-        raise ConfigError(f"{p}num_kv_heads is set but {config.model_type} has no grouped-query attention; set it to null")
-    if hasattr(config, "head_dim") and not o.config_path:
-        config.head_dim = hidden // config.num_attention_heads
+        changes["n_inner" if model_type == "gpt2" else "intermediate_size"] = inter
+    if o.num_kv_heads or not o.config_path:
+        changes["num_key_value_heads"] = o.num_kv_heads or heads
+    if not o.config_path and hidden and heads:
+        changes["head_dim"] = hidden // heads
+    kwargs = dict(base)
+    kwargs.pop("model_type", None)
+    if "num_hidden_layers" in changes and changes["num_hidden_layers"] != current("num_hidden_layers"):
+        kwargs.pop("layer_types", None)  # derived per layer: rebuilt for the new depth
+    kwargs.update({alias.get(k, k): v for k, v in changes.items()})
+    if not o.config_path:  # keys a model_type's config class does not know would stick as noise
+        known = set(getattr(cls, "__dataclass_fields__", {})) | set(cls().to_dict())
+        if o.num_kv_heads and "num_key_value_heads" not in known:
+            raise ConfigError(f"{p}num_kv_heads is set but {model_type} has no grouped-query attention; set it to null")
+        kwargs = {k: v for k, v in kwargs.items() if k in known or k in alias.values()}
+    try:
+        config = cls(**kwargs)
+    except (ValueError, TypeError) as exc:
+        raise ConfigError(f"the {model_type} config rejects these sizes ({', '.join(f'{k}={v}' for k, v in changes.items())}): {exc}") from exc
     if getattr(config, "max_position_embeddings", o.block_size) < o.block_size:
         config.max_position_embeddings = o.block_size
     if config.vocab_size < BYTE_VOCAB:
         raise ConfigError(f"the model's vocab_size is {config.vocab_size}, but the training text has "
                           f"{BYTE_VOCAB} byte values; set {p}vocab_size={BYTE_VOCAB}")
-    if hidden % config.num_attention_heads:
-        raise ConfigError(f"hidden_size={hidden} is not divisible by num_attention_heads="
+    if config.hidden_size % config.num_attention_heads:
+        raise ConfigError(f"hidden_size={config.hidden_size} is not divisible by num_attention_heads="
                           f"{config.num_attention_heads}; set {p}hidden_size / {p}num_heads")
     config.use_cache = False  # training: no KV cache
     return config
 
 
-def _read_json(path: Path) -> dict:
+def _read_config_dict(config_path: str) -> dict:
+    """config.json of a local model directory (or the .json file itself) as a dict."""
     import json
 
-    return json.loads(path.read_text())
+    p = HFOptions._prefix
+    path = Path(config_path).expanduser()
+    file = path / "config.json" if path.is_dir() else path
+    if not file.is_file() or file.suffix != ".json":
+        raise ConfigError(f"{p}config_path={config_path!r} is neither a directory with config.json "
+                          "nor a .json file; give a local model directory (nothing is downloaded)")
+    try:
+        data = json.loads(file.read_text())
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"{p}config_path={config_path!r}: {file} is not readable JSON: {exc}") from exc
+    if not isinstance(data, dict) or "model_type" not in data:
+        raise ConfigError(f"{p}config_path={config_path!r}: {file} has no 'model_type'; is it a transformers config.json?")
+    return data
 
 
 def build_model(o: HFOptions):
