@@ -157,3 +157,25 @@ def test_ablation_rounds_interleave_and_alternate_order(base_config, cpu, tmp_pa
     labels = [(c.label, c.repeat) for c in runner.calls]
     assert labels[:3] == [("baseline", 0), ("precision=bf16-mixed", 0), ("precision=fp16-mixed", 0)]
     assert labels[3:6] == [("precision=fp16-mixed", 1), ("precision=bf16-mixed", 1), ("baseline", 1)]
+
+
+def test_a_far_slower_setting_is_stopped_and_reads_slower(base_config, cpu, tmp_path):
+    from trainspeed.tune.search import MIN_CUTOFF_S
+    from trainspeed.tune.trials import SLOW_CUTOFF, TrialResult
+
+    class CutoffRunner(FakeRunner):
+        def __call__(self, req):
+            if FP16 in req.overrides:  # what SubprocessRunner reports when the cutoff stops it
+                self.calls.append(req)
+                return TrialResult(ok=False, key=req.key, label=req.label, repeat=req.repeat, wall_s=req.timeout_s,
+                                   error=f"far slower: stopped after {req.timeout_s:.0f} s")
+            return super().__call__(req)
+
+    runner = CutoffRunner(wall_s=20.0)
+    result = tuner(base_config, cpu, runner, tmp_path, knobs=["precision"]).run()
+    row = rows_by(result)[("precision", "fp16-mixed")]
+    assert row.verdict == stats.SLOWER and "far slower" in row.note
+    fp16 = [c for c in runner.calls if FP16 in c.overrides]
+    assert len(fp16) == 1 and fp16[0].timeout_s == max(MIN_CUTOFF_S, SLOW_CUTOFF * 20.0)
+    assert runner.calls[0].timeout_s is None  # the baseline has no reference yet
+    assert result.best_settings.get("precision.mode") != "fp16-mixed"

@@ -124,3 +124,17 @@ def test_a_trial_stopped_by_a_signal_interrupts_the_tune_instead_of_failing(tmp_
                               python=str(script))
     with pytest.raises(KeyboardInterrupt, match="stopped by a signal"):
         runner(REQ)
+
+
+def test_a_trial_far_slower_than_the_baseline_is_stopped_at_its_cutoff(tmp_path):
+    script = tmp_path / "fake_python"
+    script.write_text("#!/bin/sh\nsleep 30\n")
+    script.chmod(0o755)
+    runner = SubprocessRunner(base_config=tmp_path / "base.yaml", out_dir=tmp_path / "trials",
+                              python=str(script), timeout_s=600)
+    slow = TrialRequest(key="s", label="precision=fp16-mixed", overrides=(), repeat=0, timeout_s=0.5)
+    res = runner(slow)
+    assert not res.ok and res.error.startswith("far slower") and res.wall_s < 10
+    capped = TrialRequest(key="c", label="x", overrides=(), repeat=0)
+    runner.timeout_s = 0.5  # no per-trial cutoff: the runner's own cap, reported as a timeout
+    assert runner(capped).error == "timed out after 0 s"

@@ -24,7 +24,10 @@ from trainspeed.errors import TrainspeedError
 from trainspeed.tune import stats
 from trainspeed.tune.knobs import KNOBS, Candidate, DeviceInfo, KnobContext, Skip
 from trainspeed.tune.store import TrialStore
-from trainspeed.tune.trials import Runner, TrialRequest, TrialResult, overrides_of
+from trainspeed.tune.trials import FAR_SLOWER, SLOW_CUTOFF, Runner, TrialRequest, TrialResult, overrides_of
+
+MIN_CUTOFF_S = 30.0
+"""Never stop a trial before this: process start-up dominates a short baseline."""
 
 
 class TuneError(TrainspeedError):
@@ -154,7 +157,11 @@ class Tuner:
             return done
         if self._over_budget(key):
             return None
-        request = TrialRequest(key=key, label=label, overrides=overrides_of(settings), repeat=repeat)
+        cutoff = None
+        if self.base_wall:  # known after the baseline: a far slower trial is stopped early
+            cutoff = max(MIN_CUTOFF_S, SLOW_CUTOFF * self.base_wall * self.cost_factor.get(key, 1.0))
+        request = TrialRequest(key=key, label=label, overrides=overrides_of(settings), repeat=repeat,
+                               timeout_s=cutoff)
         self.say(f"  trial {label} (repeat {repeat + 1}) ...")
         result = self.runner(request)
         self.spent += result.wall_s
@@ -193,7 +200,9 @@ class Tuner:
         row = Row(knob=knob, setting=label, settings=settings, cost_factor=cost_factor)
         failed = [r for r in cand_all if not r.ok]
         if failed:
-            row.verdict, row.note = stats.FAILED, (failed[0].error or "failed")
+            error = failed[0].error or "failed"
+            row.verdict = stats.SLOWER if error.startswith(FAR_SLOWER) else stats.FAILED
+            row.note = error
             return row
         cand = [r for r in cand_all if r.ok]
         if not cand or not ref:

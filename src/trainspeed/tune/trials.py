@@ -21,6 +21,12 @@ from typing import Any, Callable
 import numpy as np
 
 STDERR_TAIL_LINES = 25
+SLOW_CUTOFF = 4.0
+"""A trial still running at this many times the baseline trial's wall time (scaled by its
+expected cost) is stopped: it is far slower, and finishing it would eat the tune's budget
+(fp16 autocast on a CPU without fp16 units ran 60x slower here)."""
+FAR_SLOWER = "far slower"
+
 INTERRUPTED = (-2, -15, 130, 143)
 """Exit statuses of a trial stopped by SIGINT/SIGTERM (killed directly, or via a shell)."""
 
@@ -37,6 +43,8 @@ class TrialRequest:
     """`section.key=value` overrides applied on top of the tune's base config."""
     repeat: int
     """0, 1, ...: which interleaved repeat of this config."""
+    timeout_s: float | None = None
+    """Stop the trial after this long as far slower than the baseline (None: the runner's cap)."""
 
     @property
     def name(self) -> str:
@@ -157,12 +165,16 @@ class SubprocessRunner:
         env = {**os.environ, **self.extra_env}
         t0 = time.perf_counter()
         base = dict(key=request.key, label=request.label, repeat=request.repeat, run_dir=str(run_dir))
+        limit = min(self.timeout_s, request.timeout_s) if request.timeout_s else self.timeout_s
         try:
             proc = subprocess.run(self.command(request), capture_output=True, text=True,
-                                  timeout=self.timeout_s, env=env)
+                                  timeout=limit, env=env)
         except subprocess.TimeoutExpired:
-            return TrialResult(ok=False, error=f"timed out after {self.timeout_s:.0f} s",
-                               wall_s=time.perf_counter() - t0, **base)
+            if request.timeout_s and limit == request.timeout_s:
+                error = f"{FAR_SLOWER}: stopped after {limit:.0f} s, over {SLOW_CUTOFF:g}x the baseline trial's time"
+            else:
+                error = f"timed out after {limit:.0f} s"
+            return TrialResult(ok=False, error=error, wall_s=time.perf_counter() - t0, **base)
         wall = time.perf_counter() - t0
         if proc.returncode in INTERRUPTED:
             # Stopped from outside (Ctrl-C, kill, a job scheduler), not by its setting: not a
