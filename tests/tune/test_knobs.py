@@ -46,10 +46,20 @@ def test_compile_modes_depend_on_device_and_compiler(base_config, cpu):
 
 
 def test_num_workers_is_searched_over_zero_to_cores(base_config):
-    eight = DeviceInfo(type="cpu", cores=8)
-    assert labels(KNOBS["num_workers"](ctx(base_config, eight))) == ["1", "2", "4", "8"]
-    six = apply_settings(base_config, {"data.num_workers": 2})
+    gpu = DeviceInfo(type="cuda", cores=8, cuda_capability=(9, 0))
+    assert labels(KNOBS["num_workers"](ctx(base_config, gpu))) == ["1", "2", "4", "8"]
+    six = apply_settings(base_config, {"data.num_workers": 2, "run.torch_threads": 4})
     assert labels(KNOBS["num_workers"](ctx(six, DeviceInfo(type="cpu", cores=6)))) == ["0", "1", "4", "6"]
+
+
+def test_on_a_cpu_workers_are_also_tried_with_the_cores_split(base_config):
+    """Workers and compute threads share a CPU's cores: each worker count is also tried with
+    the rest of the cores as compute threads (the pair neither knob finds alone)."""
+    items = KNOBS["num_workers"](ctx(base_config, DeviceInfo(type="cpu", cores=4)))
+    split = {c.label: c.settings for c in items if "compute threads" in c.label}
+    assert split == {"1 + 3 compute threads": {"data.num_workers": 1, "run.torch_threads": 3},
+                     "2 + 2 compute threads": {"data.num_workers": 2, "run.torch_threads": 2}}
+    assert {"data.num_workers": 4} in [c.settings for c in items]  # plain counts are still tried
 
 
 def test_worker_knobs_wait_for_workers(base_config, cpu):
