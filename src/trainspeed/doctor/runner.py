@@ -121,12 +121,9 @@ def parse_command(command: Sequence[str]) -> Target:
 def default_run_dir(target: Target) -> Path:
     stem = Path(target.name).stem if target.kind == "path" else target.name.rsplit(".", 1)[-1]
     stem = re.sub(r"[^A-Za-z0-9_.-]", "_", stem) or "script"
-    base = Path("runs") / f"doctor-{stem}-{time.strftime('%Y%m%d-%H%M%S')}"
-    path, n = base, 1
-    while path.exists():
-        n += 1
-        path = base.with_name(f"{base.name}-{n}")
-    return path
+    from trainspeed.telemetry.rundir import fresh_run_dir
+
+    return fresh_run_dir(Path("runs") / f"doctor-{stem}-{time.strftime('%Y%m%d-%H%M%S')}")
 
 
 def exit_code_of(exc: SystemExit) -> int:

@@ -88,12 +88,9 @@ def call_counter(fn: Callable[[Any], Any] | None, batch: Any) -> tuple[int, int,
 
 def default_run_dir(root: str | Path, framework: str) -> Path:
     """<root>/trainspeed/<framework>-<time>, never an existing directory."""
-    base = Path(root) / "trainspeed" / f"{framework}-{time.strftime('%Y%m%d-%H%M%S')}"
-    path, n = base, 1
-    while path.exists():
-        n += 1
-        path = base.with_name(f"{base.name}-{n}")
-    return path
+    from trainspeed.telemetry.rundir import fresh_run_dir
+
+    return fresh_run_dir(Path(root) / "trainspeed" / f"{framework}-{time.strftime('%Y%m%d-%H%M%S')}")
 
 
 def loss_value(outputs: Any) -> Any:

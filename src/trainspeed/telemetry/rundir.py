@@ -157,3 +157,13 @@ def read_run(path: str | Path) -> RunData:
 
 
 __all__ = ["RunData", "read_run", "write_json", "write_config", "write_env", "SchemaError"]
+
+
+def fresh_run_dir(base: Path) -> Path:
+    """`base`, or `base-2`, `base-3`... : the first that does not exist yet (timestamped
+    default run directories of two runs started within one second must not collide)."""
+    path, n = Path(base), 1
+    while path.exists():
+        n += 1
+        path = Path(base).with_name(f"{Path(base).name}-{n}")
+    return path
