@@ -21,7 +21,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from harness import write_result  # noqa: E402
+from harness import RESULTS, machine_name, write_result  # noqa: E402
 
 GOALS = {"seqvae": 2.0, "convnext": 1.5}
 ROOT = Path(__file__).resolve().parent.parent
@@ -86,6 +86,13 @@ def main() -> None:
                                         for r in tuned["ablation"]]}
         print(f"{recipe}: naive {naive:.2f} -> tuned {best:.2f} samples/s: {best / naive:.2f}x "
               f"(best: {tuned['best_settings']})")
+    # Tuning a subset of recipes keeps the other recipes' earlier entries (each with its command).
+    for recipe in results:
+        results[recipe]["command"] = "python " + " ".join(shlex.quote(a) for a in sys.argv)
+    previous = RESULTS / f"tune-{machine_name()}.json"
+    if previous.exists():
+        old = json.loads(previous.read_text()).get("results", {})
+        results = {**old, **results}
     goals = [(r, v) for r, v in results.items() if v["goal"]]
     passed = all(v["speedup"] >= v["goal"] for _, v in goals) if goals else None
     label = ", ".join(f"{r} {v['speedup']:.2f}x" for r, v in results.items())
