@@ -179,15 +179,9 @@ def record_peak(monitor: Any, observations: Iterable[dict[str, Any]], device: st
     Only a table lookup: measuring a matmul peak (what the engine does for unknown devices)
     would take seconds of the user's machine after their script, so CPUs and unlisted GPUs
     get no MFU from the doctor; `trainspeed train` measures it."""
-    from trainspeed.telemetry.peaks import peak_for
+    from trainspeed.telemetry.peaks import record_peak as record
 
-    try:
-        peak = peak_for(device, matmul_dtype(observations, device), measure_if_unknown=False)
-    except Exception as exc:  # noqa: BLE001 - MFU is optional; the diagnosis is not
-        monitor.event("warning", message=f"peak FLOP/s unknown: {exc}")
-        return
-    if peak is not None:
-        monitor.event("peak_flops", name=peak.name, dtype=peak.dtype, flops=peak.flops, source=peak.source)
+    record(monitor, device, matmul_dtype(observations, device), measure_if_unknown=False)
 
 
 def run_doctor(config: DoctorConfig) -> DoctorResult:

@@ -23,7 +23,7 @@ from torch import nn
 from trainspeed.config import TrainConfig, config_to_dict, load_config
 from trainspeed.engine.data.stats import batch_stats as default_batch_stats
 from trainspeed.engine.events import Callback, CallbackList, Event, TrainerState
-from trainspeed.engine.microbatch import MicroBatcher, Piece, free_after_oom, is_oom
+from trainspeed.engine.microbatch import MicroBatcher, free_after_oom, is_oom
 from trainspeed.engine.setup import (
     DataParts, build_loaders, prepare_model, resolve_device, run_dir_for, seed_everything,
     set_threads,
@@ -111,7 +111,8 @@ class Trainer:
         self.run_dir = Path(self.dist.broadcast_object(str(run_dir_for(self.cfg)), "run name broadcast"))
         self.monitor: Any = None
         self._nonfinite: torch.Tensor | None = None
-        self.microbatcher = self._microbatcher()
+        self.auto_microbatch = self._auto_microbatch()
+        self.microbatcher = MicroBatcher()  # split 1 until an out-of-memory step (auto_microbatch)
 
     # ------------------------------------------------------------------ fit
     def fit(self) -> dict[str, Any]:
@@ -260,7 +261,7 @@ class Trainer:
                 total_loss = self._forward_backward(host_batches, weights, mon)
                 break
             except Exception as exc:
-                if self.microbatcher is None or not is_oom(exc):
+                if not self.auto_microbatch or not is_oom(exc):
                     raise
                 info = self.microbatcher.grow(host_batches, exc)
             # Out of the except block, the traceback and the activations its frames held are
@@ -296,8 +297,7 @@ class Trainer:
 
         cfg, fire, st = self.cfg, self.callbacks.fire, self.state
         pieces = self.microbatcher.pieces(batches, weights, cfg.accumulation.normalize,
-                                          self.data.batch_stats or default_batch_stats) \
-            if self.microbatcher is not None else [Piece(b, w) for b, w in zip(batches, weights)]
+                                          self.data.batch_stats or default_batch_stats)
         total_loss: torch.Tensor | None = None
         for i, piece in enumerate(pieces):
             with mon.phase("h2d"):
@@ -419,16 +419,16 @@ class Trainer:
             ) from exc
         return per_epoch * (run.max_epochs or 1)
 
-    def _microbatcher(self) -> MicroBatcher | None:
+    def _auto_microbatch(self) -> bool:
         if not self.cfg.batch.auto_microbatch:
-            return None
+            return False
         if self.world_size > 1:
             raise ConfigError(
                 "batch.auto_microbatch works in a single process only: an out-of-memory retry on one "
                 "rank would leave the others waiting in the gradient all-reduce. Set "
                 "batch.auto_microbatch=false and pick data.batch_size with `trainspeed tune --knobs batch_size`."
             )
-        return MicroBatcher()
+        return True
 
     @staticmethod
     def _set_epoch(sampler: Any, epoch: int) -> None:
@@ -436,15 +436,9 @@ class Trainer:
             sampler.set_epoch(epoch)
 
     def _record_peak(self, mon) -> None:
-        try:
-            from trainspeed.telemetry.peaks import dtype_for_precision, peak_for
+        from trainspeed.telemetry.peaks import dtype_for_precision, record_peak
 
-            peak = peak_for(self.device, dtype_for_precision(self.cfg.precision.mode))
-        except Exception as exc:  # noqa: BLE001 - MFU is optional; training is not
-            mon.event("warning", message=f"peak FLOP/s unknown: {exc}")
-            return
-        if peak is not None:
-            mon.event("peak_flops", name=peak.name, dtype=peak.dtype, flops=peak.flops, source=peak.source)
+        record_peak(mon, self.device, dtype_for_precision(self.cfg.precision.mode))
 
     def _record_flops(self, mon, batch: Any, stats: Any) -> None:
         """FLOPs of one optimizer step, for MFU: analytic when the recipe knows them, else

@@ -13,7 +13,7 @@ import functools
 import re
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from trainspeed.errors import ConfigError
 
@@ -245,3 +245,16 @@ def peak_for(device: "torch.device | str", dtype: str, measure_if_unknown: bool 
     if not measure_if_unknown:
         return None
     return _measured(str(dev), d)
+
+
+def record_peak(monitor: Any, device: "torch.device | str", dtype: str, *,
+                measure_if_unknown: bool = True) -> None:
+    """Record the peak MFU is computed against as a `peak_flops` event of `monitor`; a
+    failure is a warning event, never an error (MFU is optional, the run is not)."""
+    try:
+        peak = peak_for(device, dtype, measure_if_unknown=measure_if_unknown)
+    except Exception as exc:  # noqa: BLE001 - MFU is optional
+        monitor.event("warning", message=f"peak FLOP/s unknown: {exc}")
+        return
+    if peak is not None:
+        monitor.event("peak_flops", name=peak.name, dtype=peak.dtype, flops=peak.flops, source=peak.source)
