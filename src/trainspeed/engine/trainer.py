@@ -21,6 +21,8 @@ import torch
 from torch import nn
 
 from trainspeed.config import TrainConfig, config_to_dict, load_config
+from trainspeed.engine.accumulation import micro_batch_weights
+from trainspeed.engine.data.prefetch import move_to_device
 from trainspeed.engine.data.stats import batch_stats as default_batch_stats
 from trainspeed.engine.events import Callback, CallbackList, Event, TrainerState
 from trainspeed.engine.microbatch import MicroBatcher, free_after_oom, is_oom
@@ -110,8 +112,14 @@ class Trainer:
         # rank 0 names the run (a timestamped name could differ by a second between ranks)
         self.run_dir = Path(self.dist.broadcast_object(str(run_dir_for(self.cfg)), "run name broadcast"))
         self.monitor: Any = None
-        self._nonfinite: torch.Tensor | None = None
+        self._nonfinite_seen = 0  # the Monitor's count of NaN/Inf losses already acted on
+        self._flops_done = False
+        self._fallback_reported = False
         self.auto_microbatch = self._auto_microbatch()
+        # Training on the CPU: loader batches are already where the model is, so the per-batch
+        # copy (a walk over the batch calling Tensor.to) is skipped, and h2d stays at zero.
+        self._copy_batches = self.device.type != "cpu"
+        self._has_no_sync = hasattr(self.model, "no_sync")
         self.microbatcher = MicroBatcher()  # split 1 until an out-of-memory step (auto_microbatch)
 
     # ------------------------------------------------------------------ fit
@@ -230,7 +238,7 @@ class Trainer:
                     self._evaluate(loaders.val, mon)
                 ckpt.step_end(st.step, make_state, st.metrics)  # periodic save, or signal exit
                 mon.step(samples=stats[0], tokens=stats[1], pad_tokens=stats[2], loss=loss, lr=st.lr)
-                self._check_nonfinite_at_interval(mon)
+                self._check_nonfinite(mon)
                 if st.step >= total_steps or st.should_stop:
                     break
             else:  # the epoch ran out of batches
@@ -244,13 +252,11 @@ class Trainer:
         fire(Event.FIT_END, st)
 
     def _train_step(self, micro_batches: list[tuple[Any, Any]], mon) -> tuple[torch.Tensor, tuple[int, int, int]]:
-        from trainspeed.engine.accumulation import micro_batch_weights
-
         cfg, fire, st = self.cfg, self.callbacks.fire, self.state
         stats = [s for _, s in micro_batches]
         weights = micro_batch_weights([s.tokens for s in stats], cfg.accumulation.normalize) \
             if len(micro_batches) > 1 else [1.0]
-        first_step = not getattr(self, "_flops_done", False)
+        first_step = not self._flops_done
         if first_step:
             self._flops_done = True
             self._record_flops(mon, micro_batches[0][0], stats[0])
@@ -282,29 +288,33 @@ class Trainer:
         if first_step and self.compiled:
             mon.mark_warmup()
             mon.event("compile", mode=cfg.compile.mode, first_step_s=time.perf_counter() - t0)
-        reason = getattr(self.model, "fallback_reason", None)
-        if reason and not getattr(self, "_fallback_reported", False):
-            self._fallback_reported = True
-            mon.event("warning", message=f"torch.compile failed; running eager: {reason}")
-        totals = (sum(s.samples for s in stats), sum(s.tokens for s in stats),
-                  sum(s.pad_tokens for s in stats))
-        return total_loss, totals
+        if self.compiled and not self._fallback_reported:
+            reason = getattr(self.model, "fallback_reason", None)
+            if reason:
+                self._fallback_reported = True
+                mon.event("warning", message=f"torch.compile failed; running eager: {reason}")
+        if len(stats) == 1:
+            s = stats[0]
+            return total_loss, (s.samples, s.tokens, s.pad_tokens)
+        return total_loss, (sum(s.samples for s in stats), sum(s.tokens for s in stats),
+                            sum(s.pad_tokens for s in stats))
 
     def _forward_backward(self, batches: list[Any], weights: Sequence[float], mon) -> torch.Tensor:
         """Forward and backward over the step's micro-batches (each cut into pieces after an
         out-of-memory step, see microbatch.py); returns the step's loss, still on the device."""
-        from trainspeed.engine.data.prefetch import move_to_device
-
         cfg, fire, st = self.cfg, self.callbacks.fire, self.state
         pieces = self.microbatcher.pieces(batches, weights, cfg.accumulation.normalize,
                                           self.data.batch_stats or default_batch_stats)
         total_loss: torch.Tensor | None = None
         for i, piece in enumerate(pieces):
-            with mon.phase("h2d"):
-                batch = move_to_device(piece.batch, self.device, cfg.data.non_blocking)
+            if self._copy_batches:
+                with mon.phase("h2d"):
+                    batch = move_to_device(piece.batch, self.device, cfg.data.non_blocking)
+            else:
+                batch = piece.batch
             last, weight = i == len(pieces) - 1, piece.weight
             # DDP: skip the gradient all-reduce on all but the last micro-batch.
-            no_sync = self.model.no_sync() if not last and hasattr(self.model, "no_sync") else nullcontext()
+            no_sync = self.model.no_sync() if not last and self._has_no_sync else nullcontext()
             with no_sync:
                 with mon.phase("forward"), self.precision.autocast():
                     loss = self._loss(self.model, batch)
@@ -349,15 +359,17 @@ class Trainer:
             mon.event("anomaly", kind="nonfinite_loss", action="skipped", at_step=self.state.step + 1)
             self.callbacks.fire(Event.ANOMALY, self.state)
             return True
-        # "stop": counted on the device, checked at the log interval (no per-step sync).
-        bad = (~torch.isfinite(loss)).to(torch.int32)
-        self._nonfinite = bad if self._nonfinite is None else self._nonfinite + bad
+        # "stop": nothing per step. The Monitor reads the losses back at the log interval (its
+        # one sync) and counts the non-finite ones; _check_nonfinite acts on that count.
         return False
 
-    def _check_nonfinite_at_interval(self, mon) -> None:
-        if self._nonfinite is None or self.state.step % self.cfg.logging.every:
+    def _check_nonfinite(self, mon) -> None:
+        """nan_policy=stop: raise once the Monitor has read back a NaN/Inf loss (at its log
+        interval). An int comparison per step; no device work."""
+        if mon.nonfinite_losses == self._nonfinite_seen or self.cfg.nan_policy != "stop":
             return
-        count = int(self._nonfinite.item())  # sync at the log interval only
+        count = mon.nonfinite_losses - self._nonfinite_seen
+        self._nonfinite_seen = mon.nonfinite_losses
         if count:
             mon.event("anomaly", kind="nonfinite_loss", action="stopped", count=count)
             self.callbacks.fire(Event.ANOMALY, self.state)
@@ -372,8 +384,6 @@ class Trainer:
         return bool(every) and self.data.val is not None and self.state.step % every == 0
 
     def _evaluate(self, val_loader: Iterable[Any] | None, mon) -> dict[str, float]:
-        from trainspeed.engine.data.prefetch import move_to_device
-
         if val_loader is None:
             return {}
         st, limit = self.state, self.cfg.eval.limit_val_batches
@@ -448,7 +458,6 @@ class Trainer:
             mon.set_flops_per_step(self.flops_per_token * stats.tokens * k)
             return
         try:
-            from trainspeed.engine.data.prefetch import move_to_device
             from trainspeed.telemetry.flops import count_train_step_flops
 
             on_device = move_to_device(batch, self.device, False)

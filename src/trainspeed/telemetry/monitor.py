@@ -91,6 +91,9 @@ class Monitor:
         self.steps_done = 0
         self._closed = False
         self._stack: list[int] = []
+        # True while something (a profiler window) shadows begin/end on this instance: the
+        # inlined `with mon.phase(...)` fast path must then call them.
+        self._hooked_phases = False
 
         self._timeline: CpuTimeline | CudaTimeline = (
             CudaTimeline(device) if _is_cuda(device) else CpuTimeline()
@@ -98,16 +101,16 @@ class Monitor:
         self._cap = min(log_every, _MAX_PENDING)
         self._n = 0  # pending steps
         self._pending_times: list[Any] = []
-        self._samples = np.zeros(self._cap, dtype=np.int64)
-        self._tokens = np.zeros(self._cap, dtype=np.int64)
-        self._pad = np.zeros(self._cap, dtype=np.int64)
-        self._lr = np.full(self._cap, np.nan)
-        self._syncs = np.zeros(self._cap, dtype=np.int64)
-        self._warm = np.zeros(self._cap, dtype=bool)
-        self._t_wall = np.zeros(self._cap)
-        self._loss_host = np.full(self._cap, np.nan)
+        # One tuple per pending step (samples, tokens, pad, lr, syncs, warmup, t_wall): building
+        # a tuple is cheaper on the training thread than writing seven numpy slots.
+        self._rows: list[tuple] = []
+        self._loss_host: list[float] = [math.nan] * self._cap
+        self._loss_given = [False] * self._cap
         self._loss_dev: Any = None  # lazily allocated on the loss's device
-        self._loss_on_dev = np.zeros(self._cap, dtype=bool)
+        self._loss_on_dev = [False] * self._cap
+        # Non-finite losses seen so far, counted when losses are read back at the log interval
+        # (the Trainer's nan_policy=stop reads this instead of checking every step).
+        self.nonfinite_losses = 0
         self._cur_syncs = 0
         self._cur_warmup = False
         self._proc: Any = None
@@ -217,14 +220,13 @@ class Monitor:
     def loader(self, iterable: Iterable[Any]) -> Iterator[Any]:
         """Wrap a data iterable: the time spent waiting in `next()` is the "data" phase."""
         iterator = iter(iterable)
+        data = self.phase("data")
         while True:
-            self.begin("data")
-            try:
-                batch = next(iterator)
-            except StopIteration:
-                self.end("data")
-                return
-            self.end("data")
+            with data:
+                try:
+                    batch = next(iterator)
+                except StopIteration:
+                    return
             yield batch
 
     def count_sync(self, n: int = 1) -> None:
@@ -254,35 +256,27 @@ class Monitor:
         buffer (no sync) and read back at the log interval."""
         i = self._n
         self._pending_times.append(self._timeline.end_step())
-        self._samples[i] = samples
-        self._tokens[i] = tokens
-        self._pad[i] = pad_tokens
-        self._lr[i] = np.nan if lr is None else lr
-        self._syncs[i] = self._cur_syncs
-        self._warm[i] = warmup or self._cur_warmup or self.steps_done < self.warmup_steps
-        self._t_wall[i] = time.time()
-        self._store_loss(i, loss)
+        self._rows.append((samples, tokens, pad_tokens, lr, self._cur_syncs,
+                           warmup or self._cur_warmup or self.steps_done < self.warmup_steps,
+                           time.time()))
+        if loss is not None:
+            self._store_loss(i, loss)
         self._cur_syncs = 0
         self._cur_warmup = False
         self.steps_done += 1
-        self._n += 1
+        self._n = i + 1
         if self._n >= self._cap:
             self.flush()
         if self._profile is not None:
             self._profile.after_step(self.steps_done)
 
     def _store_loss(self, i: int, loss: Any) -> None:
-        if loss is None:
-            self._loss_on_dev[i] = False
-            self._loss_host[i] = np.nan
-        elif isinstance(loss, (int, float)):
-            self._loss_on_dev[i] = False
+        self._loss_given[i] = True
+        if isinstance(loss, (int, float)):
             self._loss_host[i] = float(loss)
-        elif loss.device.type == "cpu":
+        elif loss.is_cpu:
             # On CPU reading a scalar is not a sync, and is 20x cheaper than a buffer copy.
-            self._loss_on_dev[i] = False
-            value = loss.detach()
-            self._loss_host[i] = float(value) if value.numel() == 1 else float(value.float().mean())
+            self._loss_host[i] = loss.item() if loss.numel() == 1 else float(loss.detach().float().mean())
         else:
             value = loss.detach()
             if value.numel() != 1:
@@ -302,49 +296,52 @@ class Monitor:
         if n == 0:
             return
         resolved = self._timeline.resolve(self._pending_times)
-        losses = self._loss_host[:n].copy()
-        if self._loss_on_dev[:n].any():
+        losses = self._loss_host[:n]
+        if any(self._loss_on_dev[:n]):
             # Deliberate sync point, once per log interval: read the losses back.
             device_losses = self._loss_dev[:n].tolist()
-            losses = np.where(self._loss_on_dev[:n], device_losses, losses)
+            losses = [d if on else h for d, h, on in zip(device_losses, losses, self._loss_on_dev)]
+        loss_list = [x if g else math.nan for x, g in zip(losses, self._loss_given)]
         if self.reduce_losses is not None and not self._failing:
             # A collective: skipped when closing on an error (the other ranks may be gone).
-            losses = np.asarray(self.reduce_losses(losses), dtype=np.float64)
+            loss_list = np.asarray(self.reduce_losses(np.asarray(loss_list, dtype=np.float64)),
+                                   dtype=np.float64).tolist()
+        self.nonfinite_losses += sum(1 for x, g in zip(loss_list, self._loss_given) if g and not math.isfinite(x))
         mem = self._memory()
         first_step = self.steps_done - n
-        # Whole columns to Python lists in C (tolist), then one dict per step: this runs on
-        # the training thread at every log interval, so it is kept to plain list/zip work.
-        t_steps = [float(t) for t, _ in resolved]
-        phase_rows = np.asarray([ph for _, ph in resolved], dtype=np.float64).reshape(n, -1).tolist()
-        samples, tokens, pads = self._samples[:n].tolist(), self._tokens[:n].tolist(), self._pad[:n].tolist()
-        lrs, syncs = self._lr[:n].tolist(), self._syncs[:n].tolist()
-        warm, t_walls, loss_list = self._warm[:n].tolist(), self._t_wall[:n].tolist(), losses.tolist()
+        rows = self._rows
         version, rank, n_measured = schema.SCHEMA_VERSION, self.rank, len(MEASURED_PHASES)
         records = []
         for i in range(n):
-            t_step, row = t_steps[i], phase_rows[i][:n_measured]  # the rest is "other"
+            t_step, phases = resolved[i]
+            t_step = float(t_step)
+            row = [float(x) for x in phases[:n_measured]]  # the rest is "other"
             phase_map = dict(zip(MEASURED_PHASES, row))
             phase_map["other"] = max(0.0, t_step - sum(row))
-            tok, pad = int(tokens[i]), int(pads[i])
+            samples, tokens, pad, lr, syncs, warm, t_wall = rows[i]
+            tok, pad = int(tokens), int(pad)
             records.append(
                 {
                     "schema": version,
                     "step": first_step + i + 1,
-                    "t_wall": t_walls[i],
+                    "t_wall": t_wall,
                     "t_step": t_step,
                     "phases": phase_map,
-                    "samples": int(samples[i]),
+                    "samples": int(samples),
                     "tokens": tok,
                     # tokens counts real tokens; padding is on top of them
                     "pad_share": pad / (tok + pad) if tok or pad else None,
                     "loss": _finite(loss_list[i]),
-                    "lr": _finite(lrs[i]),
+                    "lr": None if lr is None else _finite(lr),
                     "mem": mem,
-                    "syncs": int(syncs[i]),
-                    "warmup": bool(warm[i]),
+                    "syncs": int(syncs),
+                    "warmup": bool(warm),
                     "rank": rank,
                 }
             )
+        self._rows = []
+        self._loss_given = [False] * self._cap
+        self._loss_on_dev = [False] * self._cap
         self._pending_times = []
         self._n = 0
         self.recent.extend(records)
@@ -435,16 +432,29 @@ class Monitor:
 
 
 class _Phase:
-    __slots__ = ("_mon", "_name")
+    """Context object for `mon.phase(name)`: begin/end inlined (this runs ~10 times a step)."""
+
+    __slots__ = ("_mon", "_name", "_idx")
 
     def __init__(self, mon: Monitor, name: str) -> None:
-        self._mon, self._name = mon, name
+        self._mon, self._name, self._idx = mon, name, _PHASE_INDEX[name]
 
     def __enter__(self) -> None:
-        self._mon.begin(self._name)
+        mon = self._mon
+        if mon._hooked_phases:
+            mon.begin(self._name)
+            return
+        mon._stack.append(self._idx)
+        mon._timeline.transition(self._idx)
 
     def __exit__(self, *exc: Any) -> None:
-        self._mon.end(self._name)
+        mon = self._mon
+        stack = mon._stack
+        if stack and stack[-1] == self._idx and not mon._hooked_phases:
+            stack.pop()
+            mon._timeline.transition(stack[-1] if stack else OTHER)
+        else:  # unbalanced (an exception between a begin and its end): Monitor.end unwinds
+            mon.end(self._name)
 
 
 def _finite(x: float) -> float | None:

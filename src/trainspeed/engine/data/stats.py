@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+import torch
+
 from trainspeed.recipes.base import BatchStats
 
 __all__ = ["BatchStats", "batch_stats", "find_mask", "pad_share"]
@@ -23,8 +25,6 @@ def find_mask(batch: Any) -> Any:
     Dict batches carry it under "attention_mask"; tuple batches end with
     (..., attention_mask, lengths) and a bare-tensor sample becomes (ids, attention_mask, lengths).
     """
-    import torch
-
     if isinstance(batch, Mapping):
         mask = batch.get(MASK_KEY)
         return mask if isinstance(mask, torch.Tensor) else None
@@ -36,8 +36,6 @@ def find_mask(batch: Any) -> Any:
 
 
 def _first_tensor(batch: Any) -> Any:
-    import torch
-
     if isinstance(batch, torch.Tensor):
         return batch
     values = batch.values() if isinstance(batch, Mapping) else batch
