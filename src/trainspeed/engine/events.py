@@ -32,6 +32,10 @@ class Event(enum.Enum):
     ANOMALY = "anomaly"
     FIT_END = "fit_end"
 
+    # Members are singletons: identity hashing is valid and skips Enum's Python-level
+    # __hash__ (a dict lookup per fired event, several events every step).
+    __hash__ = object.__hash__
+
 
 @dataclass
 class TrainerState:
