@@ -46,6 +46,7 @@ from trainspeed.engine.checkpoint.sharded import (
     SUFFIX as SHARDED_SUFFIX,
     ShardedIO,
     ShardedState,
+    dcp_reason,
     is_sharded_checkpoint,
     publish,
     read_marker,
@@ -321,13 +322,13 @@ class CheckpointManager:
             # Async: `then` runs in the background, after every rank's write; it reads
             # blocking_s (set below) only once the shards are written, long after this returns.
             io.start_save(state.tensors, tmp, async_save=self.async_save, then=then)
-        except CheckpointError:
+        except (CheckpointError, KeyboardInterrupt, SystemExit):
             raise
-        except Exception as exc:
+        except BaseException as exc:  # DCP's CheckpointException is a BaseException
             self._emit({"type": "warning", "kind": "checkpoint_failed", "ckpt_step": step,
-                        "path": str(path), "error": repr(exc)})
+                        "path": str(path), "error": dcp_reason(exc)})
             self.poll()
-            raise CheckpointError(f"saving sharded checkpoint {path} failed: {exc!r}") from exc
+            raise CheckpointError(f"saving sharded checkpoint {path} failed: {dcp_reason(exc)}") from exc
         blocking_s = time.perf_counter() - t0
         self.poll()
         return SaveResult(path=path, step=step, blocking_s=blocking_s,

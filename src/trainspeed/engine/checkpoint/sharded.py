@@ -71,6 +71,17 @@ def temp_tag() -> str:
     return f"{os.getpid()}-{secrets.token_hex(4)}"
 
 
+def dcp_reason(exc: BaseException) -> str:
+    """One line saying why a DCP call failed: DCP's CheckpointException (a BaseException)
+    wraps each rank's own exception; the first of those is the informative part."""
+    failures = getattr(exc, "failures", None)
+    if isinstance(failures, dict) and failures:
+        rank, (inner, _) = next(iter(sorted(failures.items())))
+        return f"rank {rank}: {dcp_reason(inner)}"
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text.splitlines()[0] if text else 'no message'}"
+
+
 def read_marker(path: str | Path) -> dict[str, Any]:
     path = Path(path)
     marker = path / MARKER
@@ -210,10 +221,10 @@ class ShardedIO:
             return None
         try:
             return future.result()
-        except CheckpointError:
+        except (CheckpointError, KeyboardInterrupt, SystemExit):
             raise
-        except Exception as exc:  # noqa: BLE001 - DCP wraps rank failures in its own errors
-            raise CheckpointError(f"sharded checkpoint save failed: {exc!r}") from exc
+        except BaseException as exc:  # DCP's CheckpointException is a BaseException
+            raise CheckpointError(f"sharded checkpoint save failed: {dcp_reason(exc)}") from exc
 
     def close(self) -> None:
         try:
@@ -245,11 +256,12 @@ class ShardedIO:
                      no_dist=not distributed)
             set_state_dict(self.model, self.optimizer, model_state_dict=tensors["model"],
                            optim_state_dict=tensors["optimizer"])
-        except Exception as exc:  # noqa: BLE001 - DCP raises CheckpointException, RuntimeError, KeyError
+        except (KeyboardInterrupt, SystemExit):
+            raise
+        except BaseException as exc:  # DCP's CheckpointException is a BaseException
             raise CheckpointError(
                 f"{path}: could not load the sharded checkpoint saved by {saved_ws} rank(s) into "
-                f"this run of {self.world_size} rank(s): {type(exc).__name__}: "
-                f"{str(exc).strip().splitlines()[0] if str(exc).strip() else 'no message'}. "
+                f"this run of {self.world_size} rank(s): {dcp_reason(exc)}. "
                 "DCP reshards model and optimizer across world sizes, so this usually means "
                 "the model or optimizer differs from the one that saved it.") from exc
         return rest
