@@ -3,7 +3,8 @@
     torchrun --nproc_per_node 2 fsdp_script.py OUT_DIR NAME [key=value ...]
 
 TRAINSPEED_TEST_CRASH_AT=N and TRAINSPEED_TEST_CRASH_RANKS=0,1 make loss_fn raise on its N-th
-call on those ranks: a user error inside the training step."""
+call on those ranks: a user error inside the training step. TRAINSPEED_TEST_COUNT_RS=PATH writes
+how many gradient reduce-scatters this rank issued to PATH.<rank>."""
 
 from __future__ import annotations
 
@@ -42,7 +43,26 @@ def loss_fn(model: nn.Module, batch) -> torch.Tensor:
     return nn.functional.mse_loss(model(x), y)
 
 
+def count_reduce_scatters(path: str) -> None:
+    """Count FSDP2's gradient reduce-scatters (it calls dist.reduce_scatter_single in torch
+    2.13); the count is written at exit."""
+    import atexit
+
+    import torch.distributed as dist
+
+    original, calls = dist.reduce_scatter_single, [0]
+
+    def counted(*args, **kwargs):
+        calls[0] += 1
+        return original(*args, **kwargs)
+
+    dist.reduce_scatter_single = counted
+    atexit.register(lambda: open(f"{path}.{os.environ.get('RANK', '0')}", "w").write(str(calls[0])))
+
+
 def main() -> None:
+    if os.environ.get("TRAINSPEED_TEST_COUNT_RS"):
+        count_reduce_scatters(os.environ["TRAINSPEED_TEST_COUNT_RS"])
     out_dir, name, *overrides = sys.argv[1:]
     g = torch.Generator().manual_seed(0)
     x = torch.randn(256, 8, generator=g)

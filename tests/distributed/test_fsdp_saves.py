@@ -1,5 +1,6 @@
-"""FSDP signal and crash saves with 2 CPU processes (gloo) under torchrun, on a tiny Trainer
-script (fsdp_script.py): which saves all ranks can join, and which they cannot."""
+"""FSDP with 2 CPU processes (gloo) under torchrun, on a tiny Trainer script (fsdp_script.py):
+signal and crash saves (which ones all ranks can join, and which they cannot), and gradient
+accumulation without a reduce-scatter on the non-final micro-batches."""
 
 from __future__ import annotations
 
@@ -107,3 +108,13 @@ def test_sigterm_from_torchrun_saves_with_every_rank(tmp_path):
     for rank in (0, 1):
         exits = [e["data"] for e in _events(run, rank) if e["data"].get("kind") == "signal_exit"]
         assert exits == [{"kind": "signal_exit", "signal": "SIGTERM", "at_step": step}]
+
+
+def test_accumulation_reduce_scatters_only_on_the_last_micro_batch(tmp_path):
+    """3 FSDP units (2 blocks + the root's head) x 4 steps x 2 micro-batches: 12 gradient
+    reduce-scatters instead of 24, plus 3 from the one-off FLOP-counting backward."""
+    counts = tmp_path / "rs"
+    proc = subprocess.run(_cmd(tmp_path, "accum", "run.max_steps=4", "accumulation.steps=2"),
+                          capture_output=True, text=True, timeout=100, env=_env(TRAINSPEED_TEST_COUNT_RS=str(counts)))
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
+    assert [int(counts.with_name(f"rs.{r}").read_text()) for r in (0, 1)] == [4 * 3 + 3] * 2
