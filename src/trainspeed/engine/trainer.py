@@ -164,8 +164,8 @@ class Trainer:
             raise
         if self.dist.active:  # host time in the collectives issued outside forward/backward
             mon.event("collectives", ops=self.dist.collective_summary(),
-                      note="host seconds per kind of collective; gradient all-reduce / "
-                           "reduce-scatter inside backward is not separable and counts as backward")
+                      note="host seconds per kind of collective issued by trainspeed; DDP's and "
+                           "FSDP's own collectives overlap forward/backward and count there")
         summary = self.dist.close_monitor(mon)
         self.dist.teardown()
         return summary
@@ -174,7 +174,6 @@ class Trainer:
         """Checkpoints: resume (explicit or newest intact), then periodic/signal/crash/final
         saves. Restores counters and the data order so a resume continues mid-epoch."""
         from trainspeed.engine.checkpoint.session import CheckpointSession
-
         from trainspeed.engine.checkpoint.sharded import ShardedIO
         from trainspeed.engine.distributed import OptimizerLoader, crash_agreement, signal_agreement
 
