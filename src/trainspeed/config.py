@@ -346,10 +346,14 @@ class DistributedConfig(_Section):
     """Process-group backend; auto = nccl with CUDA, else gloo."""
     timeout_s: float = 1800.0
     """Collective timeout in seconds."""
+    signal_check_every: int = 10
+    """FSDP: every N steps the ranks agree (one CPU all-reduce of one integer) whether one got
+    SIGTERM/SIGINT; the signal checkpoint is saved at the first such step after the signal."""
 
     def __post_init__(self) -> None:
         self._check()
         self._positive("timeout_s")
+        self._min("signal_check_every", 1)
 
 
 @dataclass(kw_only=True, slots=True)

@@ -137,18 +137,76 @@ def test_ddp_run_dir_has_per_rank_files_and_report_table(ddp):
 
 @pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
 def test_resume_continues_the_same_curve(ws, single, ddp, fsdp, strategy):
-    source = {"ddp": ddp, "fsdp": fsdp}[strategy]
+    source = {"ddp": ddp / "checkpoints" / "step-00000003.pt",
+              "fsdp": fsdp / "checkpoints" / "step-00000003.dcp"}[strategy]
     resumed = train(ws, f"{strategy}-resumed", f"distributed.strategy={strategy}", "data.batch_size=4",
-                    "--resume", str(source / "checkpoints" / "step-00000003.pt"))
+                    "--resume", str(source))
     assert_close(losses(resumed), {s: v for s, v in losses(single).items() if s > 3})
+
+
+def test_fsdp_checkpoint_is_one_sharded_directory_per_save(fsdp):
+    from trainspeed.engine.checkpoint import find_resumable, list_checkpoints
+    from trainspeed.engine.checkpoint.sharded import verify_dir
+
+    ckpts = fsdp / "checkpoints"
+    assert sorted(p.name for p in ckpts.iterdir()) == ["latest", "step-00000003.dcp", "step-00000006.dcp"]
+    d = ckpts / "step-00000006.dcp"
+    names = {p.name for p in d.iterdir()}
+    # each rank wrote its own shards; rank 0 the DCP index, the non-tensor state and the marker
+    assert {"__0_0.distcp", "__1_0.distcp", ".metadata", "trainer_state.pt", "trainspeed.json"} <= names
+    marker = verify_dir(d)
+    assert marker["world_size"] == 2 and marker["step"] == 6 and marker["reason"] == "periodic"
+    assert [i.step for i in list_checkpoints(ckpts)] == [3, 6] and find_resumable(ckpts) == d
+    assert (ckpts / "latest").read_text().strip() == "step-00000006.dcp"
+    events = [json.loads(x) for x in (fsdp / "events.jsonl").read_text().splitlines()]
+    saves = [e["data"] for e in events if e["type"] == "checkpoint"]
+    assert [(s["ckpt_step"], s["sharded"], s["async"]) for s in saves] == [(3, True, True), (6, True, True)]
+    ops = next(e["data"]["ops"] for e in events if e["type"] == "collectives")
+    assert ops["loss all-reduce"]["calls"] == 6 and ops["loss all-reduce"]["seconds"] > 0
 
 
 def test_fsdp_checkpoint_resumes_on_one_process(ws, single, fsdp):
-    """Another world size: the full state dict loads into an unsharded model and optimizer,
-    and the sampler maps 2 ranks x 12 samples to 24 samples of one process."""
+    """Another world size (2 -> 1): DCP reshards the saved shards into the unsharded model and
+    optimizer, and the sampler maps 2 ranks x 12 samples to 24 samples of one process."""
     resumed = train(ws, "fsdp-to-one", "data.batch_size=8", "--resume",
-                    str(fsdp / "checkpoints" / "step-00000003.pt"), nproc=1)
+                    str(fsdp / "checkpoints" / "step-00000003.dcp"), nproc=1)
     assert_close(losses(resumed), {s: v for s, v in losses(single).items() if s > 3})
+
+
+def test_one_process_checkpoint_resumes_on_two_fsdp_ranks(ws, single):
+    """1 -> 2: a single-file checkpoint loads into the sharded model (each rank keeps its shard)."""
+    resumed = train(ws, "one-to-fsdp", "distributed.strategy=fsdp", "data.batch_size=4", "--resume",
+                    str(single / "checkpoints" / "step-00000003.pt"))
+    assert_close(losses(resumed), {s: v for s, v in losses(single).items() if s > 3})
+
+
+def _dcp_model(directory: Path, tmp: Path) -> dict:
+    """A sharded checkpoint's model weights as one state dict (DCP's own converter)."""
+    import torch
+    from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
+
+    out = tmp / f"{directory.parent.parent.name}.pt"
+    dcp_to_torch_save(directory, out)
+    return torch.load(out, weights_only=True)["model"]
+
+
+def test_fsdp_accumulation_without_sync_matches_the_synced_run(ws, single, fsdp, tmp_path):
+    """2 ranks x 2 micro-batches of 2, reduce-scatter skipped on the first micro-batch
+    (set_requires_gradient_sync(False)): the same losses as one process with batch 8, and the
+    same final weights as the FSDP run that syncs its one micro-batch of 4."""
+    run = train(ws, "fsdp-accum", "distributed.strategy=fsdp", "data.batch_size=2", "accumulation.steps=2")
+    assert_close(losses(run), losses(single))
+    mine = _dcp_model(run / "checkpoints" / "step-00000006.dcp", tmp_path)
+    synced = _dcp_model(fsdp / "checkpoints" / "step-00000006.dcp", tmp_path)
+    assert mine.keys() == synced.keys() and len(mine) > 4
+    for key in mine:
+        assert torch_allclose(mine[key], synced[key]), key
+
+
+def torch_allclose(a, b) -> bool:
+    import torch
+
+    return bool(torch.allclose(a.float(), b.float(), rtol=1e-4, atol=1e-6))
 
 
 def _wait_for(path: Path, proc: subprocess.Popen, limit: float = 90.0) -> None:

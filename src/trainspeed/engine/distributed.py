@@ -13,14 +13,21 @@ What lives here and why:
 - `wrap_model` applies DDP or FSDP2 (`fully_shard`) before the optimizer is built (FSDP2
   replaces parameters by sharded DTensors, and the optimizer must hold those).
 - Losses are all-reduced at the log interval only (`Dist.reduce_mean_`), never per step.
-- Checkpoints: DDP state is identical on every rank, so rank 0 writes it. FSDP state is
-  gathered into one full state dict with torch.distributed.checkpoint's state-dict API and
-  written by rank 0 in the usual format, so it resumes on any world size (see FsdpState).
+  Every collective issued here is timed on the host (`Dist.collective_times`), reported once
+  at the end of the run.
+- Checkpoints: DDP state is identical on every rank, so rank 0 writes it. FSDP checkpoints
+  are sharded: every rank writes its shards with torch.distributed.checkpoint (see
+  checkpoint/sharded.py), and DCP reshards them when the world size changes. A single-file
+  checkpoint still loads into an FSDP model (FsdpState.load_views).
+- Signal and crash saves under FSDP need every rank: `signal_agreement` and
+  `crash_agreement` are the small CPU collectives by which the ranks agree on them.
 """
 
 from __future__ import annotations
 
 import os
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -68,6 +75,9 @@ class Dist:
     backend: str | None = None
     timeout_s: float = 1800.0
     notes: list[str] = field(default_factory=list)
+    collective_times: dict[str, list[float]] = field(default_factory=dict)
+    """what -> [calls, seconds]: host time in each kind of collective issued through this
+    object (a handful of names, so it does not grow with the steps)."""
 
     @property
     def active(self) -> bool:
@@ -81,12 +91,35 @@ class Dist:
     def _guard(self, what: str, fn, *args, **kwargs):
         """Run one collective; a failure (dead peer, timeout) becomes a DistributedError that
         says which rank saw it and what to look at."""
+        t0 = time.perf_counter()
         try:
             return fn(*args, **kwargs)
         except TrainspeedError:
             raise
         except Exception as exc:  # noqa: BLE001 - gloo/nccl raise RuntimeError subclasses
             raise collective_error(self, what, exc) from exc
+        finally:
+            entry = self.collective_times.setdefault(what, [0, 0.0])
+            entry[0] += 1
+            entry[1] += time.perf_counter() - t0
+
+    def collective_summary(self) -> dict[str, dict[str, float]]:
+        """{what: {"calls", "seconds"}} for the run's `collectives` event. Host time: on gloo
+        the whole collective (it blocks); on nccl the launch plus the copy of the result to
+        the host that follows it (the reductions here end in .cpu()/.item())."""
+        return {what: {"calls": int(n), "seconds": round(sec, 6)}
+                for what, (n, sec) in sorted(self.collective_times.items())}
+
+    def new_cpu_group(self, what: str) -> Any:
+        """A new gloo process group over all ranks (a collective: every rank calls it in the
+        same order). For collectives that must not share a group with training's own: DCP's
+        async save runs its collectives from a background thread."""
+        if not self.active:
+            return None
+        import torch.distributed as dist
+
+        return self._guard(what, dist.new_group, backend="gloo",
+                           timeout=timedelta(seconds=self.timeout_s))
 
     def barrier(self, what: str = "barrier") -> None:
         if self.active:
@@ -135,6 +168,27 @@ class Dist:
         summary = mon.close() if self.rank != 0 else None
         self.barrier("end-of-run barrier")
         return mon.close() if self.rank == 0 else summary
+
+    def agree(self, values: list[int], op: str, group: Any, what: str,
+              timeout_s: float | None = None) -> list[int]:
+        """Element-wise MIN or MAX of small integers over ranks, on a CPU (gloo) group. A
+        collective: every rank calls it at the same point. `timeout_s` bounds this one wait."""
+        if not self.active:
+            return list(values)
+        import torch.distributed as dist
+
+        t = torch.tensor(values, dtype=torch.int64)
+        reduce_op = dist.ReduceOp.MIN if op == "min" else dist.ReduceOp.MAX
+
+        def run() -> None:
+            work = dist.all_reduce(t, op=reduce_op, group=group, async_op=True)
+            if timeout_s is None:
+                work.wait()
+            else:
+                work.wait(timeout=timedelta(seconds=timeout_s))
+
+        self._guard(what, run)
+        return [int(v) for v in t.tolist()]
 
     def broadcast_object(self, obj: Any, what: str = "broadcast") -> Any:
         """Rank 0's `obj` on every rank (used for the run directory name)."""
@@ -259,16 +313,6 @@ def rank_run_dir(run_dir: Path, rank: int) -> Path:
 
 
 # ------------------------------------------------------------------ FSDP state
-class _Snapshot:
-    """A state dict computed already, passed where build_checkpoint expects an object."""
-
-    def __init__(self, sd: dict[str, Any]) -> None:
-        self._sd = sd
-
-    def state_dict(self) -> dict[str, Any]:
-        return self._sd
-
-
 class _FsdpModelLoader(nn.Module):
     """What restore_checkpoint loads into under FSDP: its key/shape checks see the sharded
     model's state dict (DTensors report global shapes); loading distributes the full tensors."""
@@ -350,21 +394,13 @@ class OptimizerLoader:
 
 
 class FsdpState:
-    """Model/optimizer views for checkpointing a sharded model as one full state dict.
-
-    Saving gathers every shard (a collective: all ranks must call `save_views` at the same
-    step) onto rank 0's CPU; only rank 0 writes. Loading reads the full file on every rank and
-    keeps each rank's shard, so a checkpoint from N ranks resumes on M ranks."""
+    """Model/optimizer views for loading a single-file checkpoint (full state dict, from one
+    process or DDP) into a sharded model: every rank reads the whole file and keeps its shard,
+    so a one-process checkpoint resumes on N FSDP ranks. (FSDP saves are sharded DCP
+    directories; see checkpoint/sharded.py.)"""
 
     def __init__(self, model: nn.Module, optimizer: Any) -> None:
         self.model, self.optimizer = model, optimizer
-
-    def save_views(self) -> tuple[_Snapshot, _Snapshot]:
-        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict
-
-        opts = StateDictOptions(full_state_dict=True, cpu_offload=True)
-        model_sd, optim_sd = get_state_dict(self.model, self.optimizer, options=opts)
-        return _Snapshot(model_sd), _Snapshot(optim_sd)
 
     def load_views(self) -> tuple[_FsdpModelLoader, OptimizerLoader]:
         return _FsdpModelLoader(self.model), OptimizerLoader(self.model, self.optimizer, sharded=True)
@@ -389,3 +425,45 @@ def clear_error(d: Dist, exc: BaseException) -> DistributedError | None:
             and _is_collective_failure(exc):
         return collective_error(d, "training step's collective", exc)
     return None
+
+
+# ------------------------------------------------------------------ save agreements (FSDP)
+def signal_agreement(d: Dist, group: Any, every: int) -> Callable[[bool, int], bool]:
+    """For CheckpointSession(agree_signal=...): every `every` steps the ranks take the MAX of
+    "this rank got SIGTERM/SIGINT" (one all-reduce of one integer on a CPU group, no device
+    sync), so all of them save and exit at the same step boundary. torchrun signals every
+    rank, but not at the same instant: without agreeing, one rank would enter the save while
+    another starts the next step, and both would wait for each other until the timeout."""
+
+    def agree(requested: bool, step: int) -> bool:
+        if step % every:
+            return False
+        return bool(d.agree([int(requested)], "max", group, "signal agreement")[0])
+
+    return agree
+
+
+def crash_agreement(d: Dist, group: Any, timeout_s: float,
+                    step_fn: Callable[[], int]) -> Callable[[BaseException], str | None]:
+    """For CheckpointSession(agree_crash=...): a crash save under FSDP needs every rank's
+    shards, so it runs only when every rank raised a training error (not a failed
+    collective) at the same step, e.g. an exception in loss_fn raised on all ranks. A rank
+    that died, or that still waits inside a training collective, never joins: after
+    `timeout_s` this rank gives up and reports why instead of saving a partial checkpoint."""
+
+    def agree(exc: BaseException) -> str | None:
+        failed_collective = isinstance(exc, DistributedError) or _is_collective_failure(exc)
+        step = int(step_fn())
+        mine = [0 if failed_collective else 1, step, -step]
+        try:
+            ok, low, neg_high = d.agree(mine, "min", group, "crash agreement", timeout_s=timeout_s)
+        except DistributedError as err:
+            return (f"not every rank joined the crash save within {timeout_s:g} s ({err}); a rank "
+                    "that died or still waits in a training collective cannot write its shards")
+        if not ok:
+            return "another rank failed in a collective (it lost a peer), so not every rank can write its shards"
+        if low != -neg_high:
+            return f"the ranks crashed at different steps ({low} to {-neg_high})"
+        return None
+
+    return agree

@@ -99,9 +99,16 @@ class Trainer:
             self.notes.append(f"optimizer: {info}")
         self.optimizer = optimizer
         if self.dist.fsdp:
+            from trainspeed.engine.checkpoint.sharded import temp_tag
             from trainspeed.engine.distributed import FsdpState
 
-            self._fsdp_state = FsdpState(self.eager, optimizer)
+            self._fsdp_state = FsdpState(self.eager, optimizer)  # loads single-file checkpoints
+            # Own gloo groups: DCP's async save runs collectives from a background thread, and
+            # the save agreements must not queue behind them.
+            self._ckpt_group = self.dist.new_cpu_group("checkpoint group creation")
+            self._agree_group = self.dist.new_cpu_group("agreement group creation")
+            # rank 0's pid names the temp directories, so it alone can tell a stale one
+            self._ckpt_tag = self.dist.broadcast_object(temp_tag(), "checkpoint tag broadcast")
         self.scheduler = scheduler
         self.data = DataParts(train=train_data, val=val_data, collate_fn=collate_fn,
                               batch_stats=batch_stats, lengths=lengths)
@@ -150,7 +157,7 @@ class Trainer:
         # shift the random stream that dropout and augmentation see. A resume then restores
         # the checkpoint's RNG states on top.
         seed_everything(cfg.run.seed)
-        ckpt = self._checkpoint_session(mon, loaders)
+        ckpt = self._ckpt_session = self._checkpoint_session(mon, loaders)
         make_state = self._state_fn(loaders)
         try:
             with ckpt:
@@ -163,6 +170,10 @@ class Trainer:
             if clear is not None:
                 raise clear from exc
             raise
+        if self.dist.active:  # host time in the collectives issued outside forward/backward
+            mon.event("collectives", ops=self.dist.collective_summary(),
+                      note="host seconds per kind of collective issued by trainspeed; DDP's and "
+                           "FSDP's own collectives overlap forward/backward and count there")
         summary = self.dist.close_monitor(mon)
         self.dist.teardown()
         return summary
@@ -171,18 +182,32 @@ class Trainer:
         """Checkpoints: resume (explicit or newest intact), then periodic/signal/crash/final
         saves. Restores counters and the data order so a resume continues mid-epoch."""
         from trainspeed.engine.checkpoint.session import CheckpointSession
+        from trainspeed.engine.checkpoint.sharded import ShardedIO
+        from trainspeed.engine.distributed import OptimizerLoader, crash_agreement, signal_agreement
 
         st = self.state
         fsdp = self.dist.fsdp
-        # Rank 0 writes; under FSDP every rank joins each save (gathering shards is a
-        # collective), so saves that only one rank would start (signal, crash) are off.
+        if fsdp:
+            # Every rank writes its shards of every save (sharded.py). Signal and crash saves
+            # need all ranks, so the ranks agree on them first (distributed.py).
+            timeout = min(self.dist.timeout_s, 30.0)
+            extra = dict(
+                sharded=ShardedIO(self.eager, self.optimizer, process_group=self._ckpt_group,
+                                  world_size=self.world_size, tag=self._ckpt_tag),
+                agree_signal=signal_agreement(self.dist, self._agree_group,
+                                              self.cfg.distributed.signal_check_every),
+                agree_crash=crash_agreement(self.dist, self._agree_group, timeout, lambda: st.step))
+        else:
+            # Loads a sharded checkpoint into this unsharded model (another world size: DCP
+            # reshards); DDP and single-process runs save single files.
+            extra = dict(sharded=ShardedIO(self.eager, self.optimizer, world_size=self.world_size))
+        # Rank 0 writes single-file checkpoints; under DDP only rank 0 handles signals (its
+        # state is everyone's), under FSDP every rank does and they agree (see above).
         ckpt = CheckpointSession.from_config(
             self.cfg.checkpoint, self.run_dir, monitor=mon,
-            handle_signals=self.rank == 0 and not fsdp, writer=self.rank == 0,
-            on_checkpoint=lambda info: self.callbacks.fire(Event.CHECKPOINT, _with_info(st, info)))
-        if fsdp:
-            ckpt.save_on_crash = False
-        from trainspeed.engine.distributed import OptimizerLoader
+            handle_signals=self.rank == 0 or fsdp, writer=self.rank == 0,
+            on_checkpoint=lambda info: self.callbacks.fire(Event.CHECKPOINT, _with_info(st, info)),
+            **extra)
 
         model, optimizer = (self._fsdp_state.load_views() if fsdp else (
             self.eager, OptimizerLoader(self.eager, self.optimizer, sharded=False)))
@@ -199,6 +224,7 @@ class Trainer:
 
     def _state_fn(self, loaders):
         from trainspeed.config import config_hash
+        from trainspeed.engine.checkpoint.sharded import ShardedState
         from trainspeed.engine.checkpoint.state import TrainState, build_checkpoint
 
         def make_state() -> dict[str, Any]:
@@ -206,10 +232,13 @@ class Trainer:
             counters = TrainState(step=st.step, epoch=st.epoch, samples=st.samples,
                                   tokens=st.tokens, batch_in_epoch=st.batch_in_epoch)
             sampler = loaders.train_bundle.state_dict() if loaders.train_bundle is not None else None
-            # FSDP: gather the shards into one full state dict (a collective on every rank)
-            model, optimizer = (self._fsdp_state.save_views() if self.dist.fsdp
-                                else (self.eager, self.optimizer))
-            return build_checkpoint(model, optimizer, self.scheduler, self.precision,
+            if self.dist.fsdp:  # each rank's shards go to DCP; rank 0 writes the rest
+                rest = build_checkpoint(None, None, self.scheduler, self.precision, counters,
+                                        sampler, config_to_dict(self.cfg),
+                                        {"world_size": self.world_size, "strategy": "fsdp"},
+                                        config_digest=config_hash(self.cfg))
+                return ShardedState(tensors=self._ckpt_session.manager.sharded.state_dicts(), rest=rest)
+            return build_checkpoint(self.eager, self.optimizer, self.scheduler, self.precision,
                                     counters, sampler, config_to_dict(self.cfg),
                                     None, config_digest=config_hash(self.cfg))
         return make_state
@@ -313,8 +342,11 @@ class Trainer:
             else:
                 batch = piece.batch
             last, weight = i == len(pieces) - 1, piece.weight
-            # DDP: skip the gradient all-reduce on all but the last micro-batch.
+            # DDP: skip the gradient all-reduce on all but the last micro-batch. FSDP2: skip the
+            # reduce-scatter likewise (gradients accumulate unsharded until the last one).
             no_sync = self.model.no_sync() if not last and self._has_no_sync else nullcontext()
+            if self.dist.fsdp and len(pieces) > 1:
+                self.eager.set_requires_gradient_sync(last)
             with no_sync:
                 with mon.phase("forward"), self.precision.autocast():
                     loss = self._loss(self.model, batch)

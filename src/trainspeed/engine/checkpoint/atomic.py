@@ -225,7 +225,12 @@ def cleanup_stale_temps(directory: str | Path) -> list[Path]:
         pid = int(m.group("pid"))
         if pid == os.getpid() or _pid_alive(pid):
             continue
-        entry.unlink(missing_ok=True)
+        if entry.is_dir():  # a sharded checkpoint's temp directory
+            import shutil
+
+            shutil.rmtree(entry, ignore_errors=True)
+        else:
+            entry.unlink(missing_ok=True)
         removed.append(entry)
     return removed
 

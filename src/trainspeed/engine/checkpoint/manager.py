@@ -5,7 +5,12 @@ Directory layout:
     checkpoints/
       step-00001200.pt        payload (torch.save of the state dict)
       step-00001200.pt.json   manifest: sha256, bytes, step, metrics (written after the payload)
+      step-00001500.dcp/      a sharded (FSDP) checkpoint: one DCP directory, every rank's
+                              shards plus rank 0's trainspeed.json marker (see sharded.py)
       latest                  name of the newest complete checkpoint (moved only after a write)
+
+Both kinds live side by side: listing, keep-N pruning and "newest intact" resume treat a
+checkpoint directory like a checkpoint file (its marker plays the manifest's part).
 
 Events (dicts with a "type" key plus flat fields; the checkpoint's step is "ckpt_step", since
 the Monitor stamps its own "step" on every event record) go to `on_event`, always on the
@@ -28,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from trainspeed.engine.checkpoint.async_save import AsyncSaver
+from trainspeed.engine.checkpoint.async_save import to_host
 from trainspeed.engine.checkpoint.atomic import (
     atomic_save,
     atomic_write_bytes,
@@ -36,15 +42,41 @@ from trainspeed.engine.checkpoint.atomic import (
     manifest_path,
     verify,
 )
+from trainspeed.engine.checkpoint.sharded import (
+    SUFFIX as SHARDED_SUFFIX,
+    ShardedIO,
+    ShardedState,
+    dcp_reason,
+    is_sharded_checkpoint,
+    publish,
+    read_marker,
+    remove_tree,
+    verify_dir,
+)
 from trainspeed.errors import CheckpointError, ConfigError
 
 EventFn = Callable[[dict[str, Any]], None]
-_NAME_RE = re.compile(r"^step-(\d{8,})\.pt$")
+_NAME_RE = re.compile(r"^step-(\d{8,})\.(?:pt|dcp)$")
 LATEST = "latest"
 
 
-def checkpoint_name(step: int) -> str:
-    return f"step-{step:08d}.pt"
+def checkpoint_name(step: int, *, sharded: bool = False) -> str:
+    return f"step-{step:08d}" + (SHARDED_SUFFIX if sharded else ".pt")
+
+
+def verify_checkpoint(path: str | Path) -> dict[str, Any]:
+    """verify() for a checkpoint file, verify_dir() for a sharded checkpoint directory."""
+    return verify_dir(path) if Path(path).is_dir() else verify(path)
+
+
+def _read_manifest(entry: Path) -> dict[str, Any] | None:
+    try:
+        if entry.is_dir():
+            return read_marker(entry)
+        manifest = json.loads(manifest_path(entry).read_text())
+        return manifest if isinstance(manifest, dict) else None
+    except (OSError, ValueError, CheckpointError):
+        return None
 
 
 @dataclass(slots=True)
@@ -81,12 +113,7 @@ def list_checkpoints(directory: str | Path) -> list[CheckpointInfo]:
         m = _NAME_RE.match(entry.name)
         if not m:
             continue
-        try:
-            manifest = json.loads(manifest_path(entry).read_text())
-            if not isinstance(manifest, dict):
-                manifest = None
-        except (OSError, ValueError):
-            manifest = None
+        manifest = _read_manifest(entry)
         metrics = (manifest or {}).get("metrics") or {}
         out.append(CheckpointInfo(path=entry, step=int(m.group(1)), manifest=manifest,
                                   metrics=metrics if isinstance(metrics, dict) else {}))
@@ -96,10 +123,11 @@ def list_checkpoints(directory: str | Path) -> list[CheckpointInfo]:
 
 def find_resumable(directory: str | Path,
                    on_skip: Callable[[Path, str], None] | None = None) -> Path | None:
-    """Newest checkpoint in `directory` whose checksum verifies; corrupt ones go to `on_skip`."""
+    """Newest checkpoint in `directory` whose checksum verifies (a file) or whose files match
+    its marker (a sharded directory); corrupt ones go to `on_skip`."""
     for info in reversed(list_checkpoints(directory)):
         try:
-            verify(info.path)
+            verify_checkpoint(info.path)
         except CheckpointError as exc:
             if on_skip is not None:
                 on_skip(info.path, str(exc))
@@ -134,6 +162,7 @@ class CheckpointManager:
         mirror: str | None = None,
         clock: Callable[[], float] = time.monotonic,
         on_event: EventFn | None = None,
+        writer: bool = True,
     ):
         if keep_last is not None and (not isinstance(keep_last, int) or keep_last < 0):
             raise ConfigError(f"checkpoint.keep_last must be an int >= 0 (0: keep all), got {keep_last!r}")
@@ -163,18 +192,24 @@ class CheckpointManager:
         self.skipped: list[str] = []
         """Human-readable notes about corrupt checkpoints that find_resumable passed over."""
         self.corrupt: set[Path] = set()
+        self.writer = writer
+        """False on data-parallel ranks > 0: they write only their shards of sharded saves and
+        never touch pointers, retention or other processes' temp files."""
+        self.sharded: ShardedIO | None = None
+        """Set (on every rank) to save and load sharded checkpoints (save_sharded)."""
         self.mirror = None
-        if mirror:
+        if mirror and writer:
             from trainspeed.engine.checkpoint.mirror import Mirror
 
             self.mirror = Mirror(mirror, emit=self._pending.append)
-        for stale in cleanup_stale_temps(self.directory):
+        for stale in (cleanup_stale_temps(self.directory) if writer else []):
             self._emit({"type": "warning", "kind": "checkpoint_temp_removed", "path": str(stale)})
 
     @classmethod
     def from_config(cls, cfg: Any, run_dir: str | Path | None = None, *,
                     on_event: EventFn | None = None,
-                    clock: Callable[[], float] = time.monotonic) -> CheckpointManager:
+                    clock: Callable[[], float] = time.monotonic,
+                    writer: bool = True) -> CheckpointManager:
         """Build from a CheckpointConfig (or any object with its attributes)."""
         directory = getattr(cfg, "dir", None)
         if directory is None:
@@ -185,7 +220,8 @@ class CheckpointManager:
                    best_metric=cfg.best_metric, best_mode=cfg.best_mode,
                    every_steps=cfg.every_steps, every_minutes=cfg.every_minutes,
                    save_final=cfg.save_final, async_save=cfg.async_save,
-                   mirror=getattr(cfg, "mirror", None), clock=clock, on_event=on_event)
+                   mirror=getattr(cfg, "mirror", None), clock=clock, on_event=on_event,
+                   writer=writer)
 
     # -- events ---------------------------------------------------------------------------------
     def _emit(self, event: dict[str, Any]) -> None:
@@ -249,6 +285,77 @@ class CheckpointManager:
         self.poll()
         return SaveResult(path=path, step=step, blocking_s=blocking_s, write_s=write_s, async_save=False)
 
+    def save_sharded(self, state: ShardedState, step: int, metrics: dict[str, Any] | None = None,
+                     *, reason: str = "periodic") -> SaveResult:
+        """Save a sharded checkpoint directory of `step`. A collective: every rank calls it at
+        the same step. Each rank writes its shards; rank 0 (the writer) then writes the
+        marker, renames the directory into place, moves `latest` and prunes. Async: returns
+        once this rank's shards are copied to CPU memory."""
+        io = self.sharded
+        if io is None:
+            raise CheckpointError("save_sharded needs manager.sharded (a ShardedIO) to be set")
+        path = self.directory / checkpoint_name(step, sharded=True)
+        if step == self._last_step:
+            self.poll()
+            return SaveResult(path=path, step=step, blocking_s=0.0, write_s=0.0,
+                              async_save=self.async_save, skipped=True)
+        clean = {k: _metric_value(v) for k, v in (metrics or {}).items()}
+        self._last_save_t = self._clock()
+        self._last_step = step
+        t0 = time.perf_counter()
+        io.wait()  # the previous save (all of it, on this rank) finishes before the next starts
+        waited_s = time.perf_counter() - t0
+        tmp = self.directory / f".{path.name}.tmp-{io.tag}"
+        then = None
+        if self.writer:
+            rest = to_host(state.rest)  # the training thread keeps mutating the live RNG/sampler
+            meta = {"step": step, "metrics": clean, "reason": reason, "world_size": io.world_size}
+
+            def then() -> None:
+                write_s, event = self._publish_sharded(rest, tmp, path, meta, t0)
+                blocked = blocking_s if self.async_save else time.perf_counter() - t0
+                self._emit({**event, "async": self.async_save, "blocking_s": blocked,
+                            "waited_s": waited_s})
+
+        blocking_s = 0.0
+        try:
+            # Async: `then` runs in the background, after every rank's write; it reads
+            # blocking_s (set below) only once the shards are written, long after this returns.
+            io.start_save(state.tensors, tmp, async_save=self.async_save, then=then)
+        except (CheckpointError, KeyboardInterrupt, SystemExit):
+            raise
+        except BaseException as exc:  # DCP's CheckpointException is a BaseException
+            self._emit({"type": "warning", "kind": "checkpoint_failed", "ckpt_step": step,
+                        "path": str(path), "error": dcp_reason(exc)})
+            self.poll()
+            raise CheckpointError(f"saving sharded checkpoint {path} failed: {dcp_reason(exc)}") from exc
+        blocking_s = time.perf_counter() - t0
+        self.poll()
+        return SaveResult(path=path, step=step, blocking_s=blocking_s,
+                          write_s=None if self.async_save else blocking_s, async_save=self.async_save)
+
+    def _publish_sharded(self, rest: dict[str, Any], tmp: Path, path: Path, meta: dict[str, Any],
+                         t0: float) -> tuple[float, dict[str, Any]]:
+        try:
+            marker = publish(tmp, path, rest, meta)
+            with self._lock:
+                self.corrupt.discard(path)
+                atomic_write_bytes((path.name + "\n").encode(), self.directory / LATEST)
+                write_s = time.perf_counter() - t0
+                pruned = self._prune()
+        except BaseException as exc:
+            self._emit({"type": "warning", "kind": "checkpoint_failed", "ckpt_step": meta["step"],
+                        "path": str(path), "error": repr(exc)})
+            raise
+        if self.mirror is not None:
+            self._emit({"type": "warning", "kind": "mirror_skipped", "path": str(path),
+                        "error": "checkpoint.mirror copies single-file checkpoints only"})
+        return write_s, {"type": "checkpoint", "kind": "save", "ckpt_step": meta["step"],
+                         "reason": meta["reason"], "path": str(path), "write_s": write_s,
+                         "bytes": marker["bytes"], "sharded": True,
+                         "world_size": meta["world_size"], "metrics": meta["metrics"],
+                         "pruned": [p.name for p in pruned]}
+
     def _write(self, state: Any, step: int, metrics: dict[str, float | None],
                *, is_async: bool, reason: str) -> tuple[float, dict[str, Any]]:
         """Write payload + manifest, move `latest`, prune, queue the mirror copy.
@@ -293,9 +400,12 @@ class CheckpointManager:
         for info in infos:
             if info.path in keep:
                 continue
-            # Payload first: an orphan manifest is ignored, an orphan payload looks corrupt.
-            info.path.unlink(missing_ok=True)
-            manifest_path(info.path).unlink(missing_ok=True)
+            if info.path.is_dir():
+                remove_tree(info.path)
+            else:
+                # Payload first: an orphan manifest is ignored, an orphan payload looks corrupt.
+                info.path.unlink(missing_ok=True)
+                manifest_path(info.path).unlink(missing_ok=True)
             pruned.append(info.path)
         return pruned
 
@@ -352,6 +462,9 @@ class CheckpointManager:
                 raise CheckpointError(f"checkpoint.resume='latest' but {self.directory} holds no intact checkpoint")
             return found
         path = Path(resume)
+        if is_sharded_checkpoint(path):
+            verify_dir(path)  # a clear error now rather than a failed load on every rank
+            return path
         if path.is_dir():
             found = find_resumable(path, on_skip=lambda p, why: self.skipped.append(why))
             if found is None:
@@ -367,12 +480,19 @@ class CheckpointManager:
             path = self.find_resumable()
             if path is None:
                 raise CheckpointError(f"no intact checkpoint in {self.directory}")
+        if Path(path).is_dir():
+            raise CheckpointError(
+                f"{path} is a sharded (DCP) checkpoint: load it with ShardedIO.load (the Trainer "
+                "does), or convert it to one file with torch.distributed.checkpoint.format_utils."
+                "dcp_to_torch_save")
         return load_verified(path, map_location=map_location)
 
     # -- lifecycle ------------------------------------------------------------------------------
     def wait(self) -> None:
         """Block until the background write (and mirror copies) finished; raise write errors."""
         try:
+            if self.sharded is not None:
+                self.sharded.wait()
             if self._saver is not None:
                 self._saver.wait()
             if self.mirror is not None:
@@ -384,6 +504,8 @@ class CheckpointManager:
         try:
             self.wait()
         finally:
+            if self.sharded is not None:
+                self.sharded.close()
             if self.mirror is not None:
                 self.mirror.close()
                 self.mirror = None

@@ -15,6 +15,12 @@
 
 `make_state` is called only when a checkpoint is actually written, so steps without a save
 cost one integer comparison. Save time is charged to the Monitor's "ckpt" phase.
+
+Sharded (FSDP) runs: `make_state` returns a ShardedState and every rank saves its shards
+(manager.save_sharded). Saves that a rank would decide alone (signal, crash) must then be
+agreed on by all ranks first, or some ranks would wait in the save's collectives for ranks
+that never come: `agree_signal(requested, step)` and `agree_crash(exc)` are those agreements
+(collectives the Trainer provides); without them signal and crash saves are rank 0's alone.
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ from typing import Any
 
 from trainspeed.engine.checkpoint.emergency import EmergencySaver, is_oom
 from trainspeed.engine.checkpoint.manager import CheckpointManager, SaveResult
+from trainspeed.engine.checkpoint.sharded import ShardedIO, ShardedState, is_sharded_checkpoint
 from trainspeed.engine.checkpoint.state import TrainState, restore_checkpoint
 from trainspeed.errors import CheckpointError
 
@@ -49,8 +56,17 @@ class CheckpointSession:
                  resume: str | None = None, auto_resume: bool = False,
                  save_on_crash: bool = True, handle_signals: bool = True,
                  on_checkpoint: Callable[[dict[str, Any]], None] | None = None,
-                 writer: bool = True):
+                 writer: bool = True, sharded: ShardedIO | None = None,
+                 agree_signal: Callable[[bool, int], bool] | None = None,
+                 agree_crash: Callable[[BaseException], str | None] | None = None):
         self.manager = manager
+        manager.sharded = sharded
+        self.agree_signal = agree_signal
+        """(signal seen on this rank, step) -> whether every rank saves and exits now; the same
+        answer on every rank (a collective), called at every step boundary."""
+        self.agree_crash = agree_crash
+        """exception -> None when every rank crashed in the same way and the crash save may
+        run, else the reason it may not (a collective)."""
         # Data parallel: only rank 0 writes; the other ranks still call make_state at every
         # save (under FSDP gathering the state is a collective they must join).
         self.writer = writer
@@ -65,12 +81,13 @@ class CheckpointSession:
     def from_config(cls, cfg: Any, run_dir: str | Path | None, *, monitor: Any = None,
                     handle_signals: bool = True,
                     on_checkpoint: Callable[[dict[str, Any]], None] | None = None,
-                    writer: bool = True) -> CheckpointSession:
-        """From a CheckpointConfig (or any object with its attributes)."""
-        manager = CheckpointManager.from_config(cfg, run_dir)
+                    writer: bool = True, **kwargs: Any) -> CheckpointSession:
+        """From a CheckpointConfig (or any object with its attributes); `kwargs`: sharded,
+        agree_signal, agree_crash."""
+        manager = CheckpointManager.from_config(cfg, run_dir, writer=writer)
         return cls(manager, monitor=monitor, resume=cfg.resume, auto_resume=cfg.auto_resume,
                    save_on_crash=cfg.save_on_crash, handle_signals=handle_signals,
-                   on_checkpoint=on_checkpoint, writer=writer)
+                   on_checkpoint=on_checkpoint, writer=writer, **kwargs)
 
     # -- events ---------------------------------------------------------------------------------
     def _route(self, event: dict[str, Any]) -> None:
@@ -90,8 +107,16 @@ class CheckpointSession:
         path = self.manager.resolve_resume(self.resume_spec, auto_resume=self.auto_resume)
         if path is None:
             return None
-        ckpt = self.manager.load(path, map_location=map_location)
-        counters = restore_checkpoint(ckpt, model, optimizer, scheduler, scaler)
+        if is_sharded_checkpoint(path):
+            sharded = self.manager.sharded
+            if sharded is None:
+                raise CheckpointError(f"{path} is a sharded (DCP) checkpoint; resuming it needs "
+                                      "the Trainer (or a CheckpointSession given sharded=ShardedIO)")
+            ckpt = sharded.load(path)  # model and optimizer, into the live objects
+            counters = restore_checkpoint(ckpt, None, None, scheduler, scaler)
+        else:
+            ckpt = self.manager.load(path, map_location=map_location)
+            counters = restore_checkpoint(ckpt, model, optimizer, scheduler, scaler)
         self._route({"type": "restart", "path": str(path), "from_step": counters.step,
                      "skipped_corrupt": list(self.manager.skipped)})
         return Resumed(path=Path(path), counters=counters, sampler=ckpt.get("sampler"), checkpoint=ckpt)
@@ -101,6 +126,11 @@ class CheckpointSession:
               reason: str, *, wait: bool) -> SaveResult:
         with self._phase():
             state = make_state()
+            if isinstance(state, ShardedState):  # every rank writes its shards
+                result = self.manager.save_sharded(state, step, metrics, reason=reason)
+                if wait:
+                    self.manager.wait()
+                return result
             if not self.writer:
                 # keep the schedule in step with rank 0's (which updates these in save())
                 self.manager._last_step, self.manager._last_save_t = step, self.manager._clock()
@@ -115,12 +145,17 @@ class CheckpointSession:
                  metrics: dict[str, Any] | None = None) -> SaveResult | None:
         """Call at every step boundary. Saves when due; after SIGTERM/SIGINT saves, waits for
         the write and leaves via SystemExit(143) / KeyboardInterrupt."""
-        if self.emergency.requested:
+        requested = self.emergency.requested
+        if self.agree_signal is not None:
+            requested = self.agree_signal(requested, step)
+        if requested:
             self._save(step, make_state, metrics, "signal", wait=True)
-            self._route({"type": "warning", "kind": "signal_exit", "signal": self.emergency.signal_name,
+            self._route({"type": "warning", "kind": "signal_exit",
+                         "signal": self.emergency.signal_name or "SIGTERM (another rank's)",
                          "at_step": step})
             self.manager.close()
             self.emergency.exit()
+            raise SystemExit(143)  # agreed because another rank got SIGTERM; leave with it
         if self.manager.should_save(step):
             return self._save(step, make_state, metrics, "periodic", wait=False)
         return None
@@ -131,6 +166,12 @@ class CheckpointSession:
         if not self.save_on_crash or is_oom(exc) or isinstance(exc, (KeyboardInterrupt, SystemExit)):
             self._close_quietly()
             return None
+        if self.agree_crash is not None:
+            why_not = self.agree_crash(exc)
+            if why_not is not None:
+                self._route({"type": "warning", "kind": "crash_save_skipped", "error": why_not})
+                self._close_quietly()
+                return None
         try:
             try:
                 self.manager.wait()  # a pending periodic write first

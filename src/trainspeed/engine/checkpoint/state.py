@@ -234,7 +234,8 @@ def build_checkpoint(
     return {
         "format": FORMAT,
         "format_version": FORMAT_VERSION,
-        "model": model_state_dict(model),
+        # None: saved elsewhere (a sharded checkpoint keeps model and optimizer in DCP shards)
+        "model": model_state_dict(model) if model is not None else None,
         "optimizer": optimizer.state_dict() if optimizer is not None else None,
         "scheduler": scheduler.state_dict() if scheduler is not None else None,
         "scaler": scaler.state_dict() if scaler is not None else None,
@@ -334,7 +335,8 @@ def restore_checkpoint(
 ) -> TrainState:
     """Put a checkpoint back into live objects; returns the counters.
 
-    Parts passed as None are skipped. Structure is checked before anything is loaded, and
+    Parts passed as None are skipped (model=None: the model was loaded another way, e.g. from
+    a sharded checkpoint's DCP shards). Structure is checked before anything is loaded, and
     every mismatch is a CheckpointError naming the keys/shapes/groups involved.
     The sampler state is `ckpt["sampler"]` (the data layer restores it).
     """
@@ -346,7 +348,8 @@ def restore_checkpoint(
         check_scheduler_state(scheduler, ckpt.get("scheduler"))
     if scaler is not None and ckpt.get("scaler") is None:
         raise CheckpointError("checkpoint has no GradScaler state; pass scaler=None to skip it")
-    load_model_state(model, ckpt["model"])
+    if model is not None:
+        load_model_state(model, ckpt["model"])
     if optimizer is not None:
         load_optimizer_state(optimizer, ckpt.get("optimizer"))
     if scheduler is not None:
