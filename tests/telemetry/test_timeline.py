@@ -48,14 +48,47 @@ def test_cpu_timeline_charges_innermost_phase_and_sums_to_step():
     time.sleep(0.01)
     tl.transition(OTHER)
     time.sleep(0.005)
-    t_step, phases = tl.end_step()
+    tl.end_step()
+    [(t_step, phases)] = tl.resolve([None])
     assert phases[IDX["data"]] == pytest.approx(0.02, abs=0.01)
     assert phases[IDX["forward"]] == pytest.approx(0.04, abs=0.015)
     assert phases[IDX["eval"]] == pytest.approx(0.01, abs=0.01)
     assert sum(phases) == pytest.approx(t_step, rel=1e-9)
     # the next step starts at the end of this one and begins empty
-    t2, p2 = tl.end_step()
+    tl.end_step()
+    [(t2, p2)] = tl.resolve([None])
     assert t2 < 0.005 and sum(p2) == pytest.approx(t2)
+
+
+def test_cpu_timeline_keeps_the_step_in_progress_for_the_next_resolve():
+    tl = CpuTimeline()
+    tl.transition(IDX["forward"])
+    time.sleep(0.01)
+    tl.end_step()
+    tl.transition(IDX["data"])  # the next step has begun when the interval is resolved
+    time.sleep(0.02)
+    [(t1, p1)] = tl.resolve([None])
+    assert p1[IDX["forward"]] == pytest.approx(0.01, abs=0.008) and p1[IDX["data"]] == 0.0
+    tl.transition(OTHER)
+    tl.end_step()
+    tl.end_step()
+    (t2, p2), (t3, p3) = tl.resolve([None, None])
+    assert p2[IDX["data"]] == pytest.approx(0.02, abs=0.01)
+    assert sum(p2) == pytest.approx(t2) and t3 < 0.005 and p3[IDX["data"]] == 0.0
+
+
+def test_cpu_timeline_caps_transitions_per_step():
+    from trainspeed.telemetry.timeline import MAX_TRANSITIONS
+
+    tl = CpuTimeline()
+    tl.transition(IDX["log"])
+    for _ in range(5 * MAX_TRANSITIONS):  # a script printing in a tight loop
+        tl.transition(OTHER)
+        tl.transition(IDX["log"])
+    assert len(tl.marks) == MAX_TRANSITIONS
+    tl.end_step()
+    [(t_step, phases)] = tl.resolve([None])
+    assert sum(phases) == pytest.approx(t_step) and tl.marks == []
 
 
 def test_cuda_timeline_resolves_lazily_with_one_sync():

@@ -30,6 +30,9 @@ MODES = ("fp32", "tf32", "bf16-mixed", "fp16-mixed")
 _AUTOCAST_DTYPES = {"bf16-mixed": torch.bfloat16, "fp16-mixed": torch.float16}
 
 
+_NO_AUTOCAST = contextlib.nullcontext()  # reusable and stateless: one instance for every step
+
+
 @dataclass(kw_only=True, slots=True)
 class Precision:
     """The resolved precision of a run. Build it with `setup_precision`."""
@@ -50,7 +53,7 @@ class Precision:
     def autocast(self) -> contextlib.AbstractContextManager:
         """The forward-pass region: torch.autocast for mixed modes, a no-op otherwise."""
         if self.dtype is None:
-            return contextlib.nullcontext()
+            return _NO_AUTOCAST
         return torch.autocast(device_type=self.device_type, dtype=self.dtype)
 
     def backward(self, loss: torch.Tensor, *, retain_graph: bool = False) -> None:

@@ -98,6 +98,7 @@ class Monitor:
         self._timeline: CpuTimeline | CudaTimeline = (
             CudaTimeline(device) if _is_cuda(device) else CpuTimeline()
         )
+        self._transition = self._timeline.transition  # bound once: the phase hot path
         self._cap = min(log_every, _MAX_PENDING)
         self._n = 0  # pending steps
         self._pending_times: list[Any] = []
@@ -445,14 +446,14 @@ class _Phase:
             mon.begin(self._name)
             return
         mon._stack.append(self._idx)
-        mon._timeline.transition(self._idx)
+        mon._transition(self._idx)
 
     def __exit__(self, *exc: Any) -> None:
         mon = self._mon
         stack = mon._stack
         if stack and stack[-1] == self._idx and not mon._hooked_phases:
             stack.pop()
-            mon._timeline.transition(stack[-1] if stack else OTHER)
+            mon._transition(stack[-1] if stack else OTHER)
         else:  # unbalanced (an exception between a begin and its end): Monitor.end unwinds
             mon.end(self._name)
 

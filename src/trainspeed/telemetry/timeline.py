@@ -29,50 +29,69 @@ OTHER = PHASES.index("other")
 MAX_TRANSITIONS = 256
 
 
+_STEP_END = -1  # mark code: a step boundary (the active phase carries over)
+
+
 class CpuTimeline:
     """Wall-clock phase accounting for CPU training (and for CPU-side waits).
 
-    Plain Python floats in a list, not a numpy array: a transition runs twice per phase on
-    the training thread, and a numpy scalar read-modify-write costs ~10x a list slot's."""
+    A transition appends one (perf_counter, new phase) pair and does nothing else; the
+    per-phase sums are made in `resolve()`, at the log interval. Measured in a training loop,
+    Python code that runs right after a torch op runs with cold caches and costs ~10x its
+    tight-loop time, so the hot path is kept to the fewest calls and objects possible.
+    """
 
     def __init__(self) -> None:
-        self._acc = [0.0] * N_PHASES
-        self._active = OTHER
-        self._last: float | None = None
+        self.marks: list[tuple[float, int]] = []
+        self._active = OTHER  # phase active after the last resolved mark
+        self._last: float | None = None  # time of the last resolved mark
         self._step_start: float | None = None
+        self._since_step = 0  # transitions recorded in the current step (capped)
 
     @property
     def started(self) -> bool:
-        return self._step_start is not None
+        return self._step_start is not None or bool(self.marks)
 
     def start(self) -> None:
-        now = time.perf_counter()
-        self._last = self._step_start = now
+        self.marks.append((time.perf_counter(), OTHER))
 
     def transition(self, new_active: int) -> None:
-        now = time.perf_counter()
-        last = self._last
-        if last is None:  # first activity starts the first step
-            self._step_start = now
-        else:
-            self._acc[self._active] += now - last
-        self._last = now
-        self._active = new_active
+        if self._since_step >= MAX_TRANSITIONS:
+            return  # the rest of this step is charged to the phase active at the cap
+        self._since_step += 1
+        self.marks.append((time.perf_counter(), new_active))
 
-    def end_step(self) -> tuple[float, list[float]]:
-        """Close the current step; return (t_step, phase seconds). Starts the next step now."""
-        now = time.perf_counter()
-        if self._last is None:
-            self._last = self._step_start = now
-        acc = self._acc
-        acc[self._active] += now - self._last
-        t_step = now - self._step_start  # type: ignore[operator]
-        self._acc = [0.0] * N_PHASES
-        self._last = self._step_start = now
-        return t_step, acc
+    def end_step(self) -> None:
+        """Close the current step at now; resolve() returns its (t_step, phase seconds)."""
+        self._since_step = 0
+        self.marks.append((time.perf_counter(), _STEP_END))
 
     def resolve(self, pending: list[Any]) -> list[tuple[float, list[float]]]:
-        return pending  # already resolved at end_step
+        """(t_step, per-phase seconds) for every step closed since the last call. Marks after
+        the last step end belong to the step in progress and stay for the next call."""
+        marks = self.marks
+        end = len(marks)
+        while end and marks[end - 1][1] != _STEP_END:
+            end -= 1
+        if not end:
+            return []
+        done, self.marks = marks[:end], marks[end:]
+        out: list[tuple[float, list[float]]] = []
+        active, last, start = self._active, self._last, self._step_start
+        acc = [0.0] * N_PHASES
+        for t, code in done:
+            if last is None:  # the first activity starts the first step
+                last = start = t
+            acc[active] += t - last
+            last = t
+            if code == _STEP_END:
+                out.append((t - start, acc))  # type: ignore[operator]
+                acc = [0.0] * N_PHASES
+                start = t
+            else:
+                active = code
+        self._active, self._last, self._step_start = active, last, start
+        return out
 
 
 class CudaTimeline:
