@@ -177,3 +177,48 @@ def compare_many(
         out[f"ratio_of_rounds_{label}"] = median(round_ratios[label])
     out["rounds"] = rounds
     return out
+
+
+def paired_summary(a: Sequence[float], b: Sequence[float], labels: tuple[str, str]) -> dict[str, Any]:
+    """Medians of two step-interleaved series (a[i] and b[i] ran back to back) and their ratio.
+
+    Why steps, not rounds: on a small shared VM the machine's speed switches between states
+    for seconds at a time (rounds of identical work differ by up to 1.4x), so a 1-2 % goal is
+    unresolvable by alternating whole rounds. Two steps run back to back see the same state;
+    the median of the per-pair differences is reported next to the ratio of medians."""
+    a_med, b_med = median(a), median(b)
+    return {
+        labels[0]: {"median_step_s": a_med, "steps": len(a)},
+        labels[1]: {"median_step_s": b_med, "steps": len(b)},
+        "ratio": b_med / a_med,
+        "median_paired_diff_us": median([y - x for x, y in zip(a, b)]) * 1e6,
+        "interleaved": "step",
+    }
+
+
+def interleave_steps(
+    a_step: Callable[[], None],
+    b_step: Callable[[], None],
+    steps: int,
+    *,
+    warmup: int = 20,
+    seed: int = 0,
+) -> tuple[list[float], list[float]]:
+    """Run a_step and b_step alternately, `steps` times each, in a seeded random order per pair
+    (so work one side leaves behind, such as a background flush, lands on either side alike).
+    Returns the per-step wall times of each side, warm-up pairs dropped."""
+    import random
+
+    rng = random.Random(seed)
+    a_times: list[float] = []
+    b_times: list[float] = []
+    for i in range(warmup + steps):
+        first_a = rng.random() < 0.5
+        for fn, out in (((a_step, a_times), (b_step, b_times)) if first_a
+                        else ((b_step, b_times), (a_step, a_times))):
+            t0 = time.perf_counter()
+            fn()
+            dt = time.perf_counter() - t0
+            if i >= warmup:
+                out.append(dt)
+    return a_times, b_times

@@ -57,6 +57,10 @@ def batch_stats(batch: Any) -> BatchStats:
     on a CUDA tensor `.item()` is a CPU-GPU sync point. DevicePrefetcher(stats_fn=batch_stats)
     does exactly that.
     """
+    if type(batch) in (tuple, list) and len(batch) < 3 and batch and type(batch[0]) is torch.Tensor:
+        # (inputs, targets): the common batch, answered without the generic walk (per step)
+        first = batch[0]
+        return BatchStats(samples=int(first.shape[0]) if first.dim() else 1)
     mask = find_mask(batch)
     if mask is not None:
         real = int(mask.sum().item())  # sync point if the mask lives on a GPU (see docstring)
