@@ -122,3 +122,30 @@ def test_crash_is_recorded_with_traceback(tmp_path):
     report = json.loads((tmp_path / "run" / "report.json").read_text())
     assert "RuntimeError: boom" in report["traceback"]
     assert report["summary"]["steps"] == 3  # what was measured before the crash is kept
+
+
+def test_failed_loss_reduction_keeps_the_interval_for_close(tmp_path):
+    """A dead rank makes the loss all-reduce raise inside flush(); close(error=...) must still
+    write every pending step (the reduction is skipped then), not fail on half-consumed state."""
+    calls = {"n": 0}
+
+    def reduce(losses):
+        calls["n"] += 1
+        raise RuntimeError("Connection closed by peer")
+
+    mon = Monitor(tmp_path, log_every=4, warmup_steps=0, system_sampler=False, reduce_losses=reduce)
+    for i in range(3):
+        with mon.phase("forward"):
+            pass
+        mon.step(samples=2, loss=torch.tensor(float(i)))
+    with pytest.raises(RuntimeError, match="closed by peer"):
+        with mon.phase("forward"):
+            pass
+        mon.step(samples=2, loss=torch.tensor(3.0))
+    err = RuntimeError("collective failed")
+    mon.close(error=err)
+    run = read_run(tmp_path)
+    assert calls["n"] == 1
+    assert [s["step"] for s in run.steps] == [1, 2, 3, 4]
+    assert [s["loss"] for s in run.steps] == [0.0, 1.0, 2.0, 3.0]
+    assert all(sum(s["phases"].values()) == pytest.approx(s["t_step"]) for s in run.steps)

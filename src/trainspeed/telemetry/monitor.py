@@ -296,7 +296,6 @@ class Monitor:
         n = self._n
         if n == 0:
             return
-        resolved = self._timeline.resolve(self._pending_times)
         losses = self._loss_host[:n]
         if any(self._loss_on_dev[:n]):
             # Deliberate sync point, once per log interval: read the losses back.
@@ -308,6 +307,9 @@ class Monitor:
             loss_list = np.asarray(self.reduce_losses(np.asarray(loss_list, dtype=np.float64)),
                                    dtype=np.float64).tolist()
         self.nonfinite_losses += sum(1 for x, g in zip(loss_list, self._loss_given) if g and not math.isfinite(x))
+        # The timeline is consumed only after the loss reduction, a collective that can fail
+        # (a dead rank): close() then flushes again, with every pending step still in place.
+        resolved = self._timeline.resolve(self._pending_times)
         mem = self._memory()
         first_step = self.steps_done - n
         rows = self._rows
