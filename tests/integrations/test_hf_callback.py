@@ -4,6 +4,7 @@ by the model hooks, interval work (log/eval/save) attributed, findings and a pro
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -104,3 +105,69 @@ def test_missing_transformers_names_the_extra(monkeypatch):
     monkeypatch.delitem(sys.modules, "trainspeed.integrations.hf")
     with pytest.raises(MissingDependencyError, match=r"trainspeed\[hf\]"):
         importlib.import_module("trainspeed.integrations.hf")
+
+
+class _Boom(RuntimeError):
+    pass
+
+
+def _crashing_model(at_call: int):
+    """A model whose `at_call`-th forward raises (a pre-hook: the signature stays intact)."""
+    model = _model()
+    calls = {"n": 0}
+
+    def boom(module, args):
+        calls["n"] += 1
+        if calls["n"] == at_call:
+            raise _Boom("planted failure in forward")
+
+    model.register_forward_pre_hook(boom)
+    return model
+
+
+def test_crash_in_train_is_recorded_by_close(tmp_path):
+    """transformers has no exception callback: close(error=...) writes report.json with the
+    traceback and keeps the steps measured before the crash."""
+    cb = TrainspeedCallback(tmp_path / "run", log_every=2, warmup_steps=0, report=False)
+    args = transformers.TrainingArguments(output_dir=str(tmp_path / "out"), max_steps=8,
+                                          per_device_train_batch_size=4, report_to=[], save_strategy="no",
+                                          use_cpu=True, disable_tqdm=True, seed=0)
+    trainer = transformers.Trainer(model=_crashing_model(5), args=args, train_dataset=_data(),
+                                   callbacks=[cb])
+    with pytest.raises(_Boom) as info:
+        trainer.train()
+    cb.close(error=info.value)
+    report = json.loads((tmp_path / "run" / "report.json").read_text())
+    assert "_Boom: planted failure in forward" in report["traceback"]
+    run = read_run(tmp_path / "run")
+    assert [r["step"] for r in run.steps] == [1, 2, 3, 4]
+    assert [e["type"] for e in run.events].count("crash") == 1
+    cb.close(error=info.value)  # idempotent
+    assert [e["type"] for e in read_run(tmp_path / "run").events].count("crash") == 1
+
+
+def test_uncaught_crash_is_recorded_at_exit(tmp_path):
+    """A script that dies on the exception still leaves report.json with its traceback."""
+    import subprocess
+    import sys
+    import textwrap
+
+    script = tmp_path / "train.py"
+    script.write_text(textwrap.dedent(f"""
+        import sys
+        sys.path.insert(0, {str(Path(__file__).parent)!r})
+        import transformers
+        from test_hf_callback import _crashing_model, _data
+        from trainspeed.integrations.hf import TrainspeedCallback
+        cb = TrainspeedCallback({str(tmp_path / "run")!r}, log_every=2, warmup_steps=0, report=False)
+        args = transformers.TrainingArguments(output_dir={str(tmp_path / "out")!r}, max_steps=8,
+            per_device_train_batch_size=4, report_to=[], save_strategy="no", use_cpu=True,
+            disable_tqdm=True, seed=0)
+        transformers.Trainer(model=_crashing_model(3), args=args, train_dataset=_data(),
+                             callbacks=[cb]).train()
+    """))
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=150)
+    assert proc.returncode == 1 and "planted failure" in proc.stderr
+    report = json.loads((tmp_path / "run" / "report.json").read_text())
+    assert "planted failure in forward" in report["traceback"]
+    assert [r["step"] for r in read_run(tmp_path / "run").steps] == [1, 2]

@@ -38,6 +38,9 @@ def _with_info(state: TrainerState, info: dict[str, Any]) -> TrainerState:
     return state
 
 
+_NO_CONTEXT = nullcontext()  # reusable: the no-op stand-in for no_sync on every micro-batch
+
+
 class NonFiniteLossError(TrainspeedError):
     """The loss became NaN/Inf and nan_policy is "stop"."""
 
@@ -128,6 +131,10 @@ class Trainer:
         # copy (a walk over the batch calling Tensor.to) is skipped, and h2d stays at zero.
         self._copy_batches = self.device.type != "cpu"
         self._has_no_sync = hasattr(self.model, "no_sync")
+        self._fsdp = self.dist.fsdp
+        # nan_policy=skip needs the answer before optimizer.step (a per-step sync); "stop" acts
+        # on the Monitor's log-interval count, "ignore" on nothing.
+        self._skip_nonfinite = self.cfg.nan_policy == "skip"
         self.microbatcher = MicroBatcher()  # split 1 until an out-of-memory step (auto_microbatch)
 
     # ------------------------------------------------------------------ fit
@@ -273,7 +280,8 @@ class Trainer:
                     self._evaluate(loaders.val, mon)
                 ckpt.step_end(st.step, make_state, st.metrics)  # periodic save, or signal exit
                 mon.step(samples=stats[0], tokens=stats[1], pad_tokens=stats[2], loss=loss, lr=st.lr)
-                self._check_nonfinite(mon)
+                if mon.nonfinite_losses != self._nonfinite_seen:  # read back at the log interval
+                    self._check_nonfinite(mon)
                 if st.step >= total_steps or st.should_stop:
                     break
             else:  # the epoch ran out of batches
@@ -310,7 +318,7 @@ class Trainer:
             free_after_oom(self.eager, self.optimizer, self.device)
             mon.event("auto_microbatch", at_step=st.step + 1, **info)
         with mon.phase("optimizer"):
-            if self._should_skip(total_loss, mon):
+            if self._skip_nonfinite and self._should_skip(total_loss, mon):
                 self.optimizer.zero_grad(set_to_none=True)
             else:
                 if cfg.optim.grad_clip:
@@ -351,8 +359,8 @@ class Trainer:
             last, weight = i == len(pieces) - 1, piece.weight
             # DDP: skip the gradient all-reduce on all but the last micro-batch. FSDP2: skip the
             # reduce-scatter likewise (gradients accumulate unsharded until the last one).
-            no_sync = self.model.no_sync() if not last and self._has_no_sync else nullcontext()
-            if self.dist.fsdp and len(pieces) > 1:
+            no_sync = self.model.no_sync() if not last and self._has_no_sync else _NO_CONTEXT
+            if self._fsdp and len(pieces) > 1:
                 self.eager.set_requires_gradient_sync(last)
             with no_sync:
                 with mon.phase("forward"), self.precision.autocast():
@@ -388,19 +396,14 @@ class Trainer:
             yield batch, stats_fn(batch)
 
     def _should_skip(self, loss: torch.Tensor, mon) -> bool:
-        policy = self.cfg.nan_policy
-        if policy == "ignore":
+        """nan_policy=skip: drop this step's update when its loss is NaN/Inf. A deliberate
+        per-step sync, since the answer is needed before optimizer.step(). ("stop" is handled
+        by _check_nonfinite at the log interval; "ignore" does nothing.)"""
+        if bool(torch.isfinite(loss).item()):
             return False
-        if policy == "skip":
-            # Deliberate per-step sync: skipping needs the answer before optimizer.step().
-            if bool(torch.isfinite(loss).item()):
-                return False
-            mon.event("anomaly", kind="nonfinite_loss", action="skipped", at_step=self.state.step + 1)
-            self.callbacks.fire(Event.ANOMALY, self.state)
-            return True
-        # "stop": nothing per step. The Monitor reads the losses back at the log interval (its
-        # one sync) and counts the non-finite ones; _check_nonfinite acts on that count.
-        return False
+        mon.event("anomaly", kind="nonfinite_loss", action="skipped", at_step=self.state.step + 1)
+        self.callbacks.fire(Event.ANOMALY, self.state)
+        return True
 
     def _check_nonfinite(self, mon) -> None:
         """nan_policy=stop: raise once the Monitor has read back a NaN/Inf loss (at its log

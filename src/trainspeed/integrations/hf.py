@@ -28,7 +28,9 @@ to itself), None in between.
 
 from __future__ import annotations
 
+import atexit
 import enum
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -58,6 +60,7 @@ class TrainspeedCallback(_tf.TrainerCallback):
         report.html when `html`) at the end of training."""
         self.run_dir = Path(run_dir) if run_dir is not None else None
         self._auto_dir = False  # True: a fresh default directory for every train()
+        self._exit_hook = False  # atexit hook registered (closes a run a crash left open)
         self.log_every, self.warmup_steps, self.sinks = log_every, warmup_steps, tuple(sinks)
         self.profile_steps, self.flops_per_step = profile_steps, flops_per_step
         self.report, self.html = report, html
@@ -76,6 +79,11 @@ class TrainspeedCallback(_tf.TrainerCallback):
     def on_train_begin(self, args: Any, state: Any, control: Any, model: Any = None, **kwargs: Any) -> None:
         from trainspeed.telemetry.monitor import Monitor
 
+        if self.monitor is not None and self.summary is None:  # the last train() raised
+            self.close(error=RuntimeError("a new train() began before the previous one finished"))
+        if not self._exit_hook:
+            atexit.register(self._close_at_exit)
+            self._exit_hook = True
         self.summary, self.findings = None, []  # a second train() is a new run
         self._in_step, self._post, self._counts, self._loss, self._lr = False, [], [0, 0, 0], None, None
         if self.run_dir is None or self._auto_dir:
@@ -107,11 +115,27 @@ class TrainspeedCallback(_tf.TrainerCallback):
             ]
 
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self.close()
+
+    def close(self, error: BaseException | None = None) -> None:
+        """Finish the run directory (report.json, findings, report) if it is still open.
+
+        transformers has no exception callback: when `trainer.train()` raises, call
+        `callback.close(error=exc)` to record the traceback. A process that ends on the
+        uncaught exception is covered without it: an exit hook closes the run with it."""
         if self.monitor is None or self.summary is not None:
             return
-        self._close_step()
+        if error is None:
+            self._close_step()
         self._remove_hooks()
-        self.summary, self.findings = finish(self.monitor, report=self.report, html=self.html)
+        self.summary, self.findings = finish(self.monitor, error=error, report=self.report, html=self.html)
+
+    def _close_at_exit(self) -> None:
+        if self.monitor is not None and self.summary is None:
+            # The interpreter stores an uncaught exception in sys.last_value before exit hooks run.
+            error = getattr(sys, "last_value", None) or RuntimeError(
+                "the process ended before Trainer.train() finished")
+            self.close(error=error)
 
     def _remove_hooks(self) -> None:
         for handle in self._handles:
