@@ -38,21 +38,23 @@ class FakeEvent:
 
 def test_cpu_timeline_charges_innermost_phase_and_sums_to_step():
     tl = CpuTimeline()
-    tl.transition(IDX["data"])
+    tl.begin(IDX["data"])
     time.sleep(0.02)
-    tl.transition(IDX["forward"])
+    tl.end(IDX["data"])
+    tl.begin(IDX["forward"])
     time.sleep(0.03)
-    tl.transition(IDX["eval"])  # nested inside forward: charged exclusively
+    tl.begin(IDX["eval"])  # nested inside forward: charged exclusively
     time.sleep(0.01)
-    tl.transition(IDX["forward"])
+    tl.end(IDX["eval"])
     time.sleep(0.01)
-    tl.transition(OTHER)
+    tl.end(IDX["forward"])
     time.sleep(0.005)
     tl.end_step()
     [(t_step, phases)] = tl.resolve([None])
     assert phases[IDX["data"]] == pytest.approx(0.02, abs=0.01)
     assert phases[IDX["forward"]] == pytest.approx(0.04, abs=0.015)
     assert phases[IDX["eval"]] == pytest.approx(0.01, abs=0.01)
+    assert phases[OTHER] == pytest.approx(0.005, abs=0.005)
     assert sum(phases) == pytest.approx(t_step, rel=1e-9)
     # the next step starts at the end of this one and begins empty
     tl.end_step()
@@ -62,14 +64,15 @@ def test_cpu_timeline_charges_innermost_phase_and_sums_to_step():
 
 def test_cpu_timeline_keeps_the_step_in_progress_for_the_next_resolve():
     tl = CpuTimeline()
-    tl.transition(IDX["forward"])
+    tl.begin(IDX["forward"])
     time.sleep(0.01)
+    tl.end(IDX["forward"])
     tl.end_step()
-    tl.transition(IDX["data"])  # the next step has begun when the interval is resolved
+    tl.begin(IDX["data"])  # the next step has begun when the interval is resolved
     time.sleep(0.02)
     [(t1, p1)] = tl.resolve([None])
     assert p1[IDX["forward"]] == pytest.approx(0.01, abs=0.008) and p1[IDX["data"]] == 0.0
-    tl.transition(OTHER)
+    tl.end(IDX["data"])
     tl.end_step()
     tl.end_step()
     (t2, p2), (t3, p3) = tl.resolve([None, None])
@@ -77,18 +80,34 @@ def test_cpu_timeline_keeps_the_step_in_progress_for_the_next_resolve():
     assert sum(p2) == pytest.approx(t2) and t3 < 0.005 and p3[IDX["data"]] == 0.0
 
 
+def test_cpu_timeline_unwinds_unbalanced_phases():
+    """An exception between begin and end leaves inner phases open: ending the outer one
+    closes them too, and an end without its begin is ignored."""
+    tl = CpuTimeline()
+    tl.begin(IDX["forward"])
+    tl.begin(IDX["log"])  # never ended
+    tl.end(IDX["forward"])
+    tl.end(IDX["eval"])  # never begun
+    time.sleep(0.01)
+    tl.end_step()
+    [(t_step, phases)] = tl.resolve([None])
+    assert phases[OTHER] == pytest.approx(0.01, abs=0.008)
+    assert tl._stack == []
+
+
 def test_cpu_timeline_caps_transitions_per_step():
     from trainspeed.telemetry.timeline import MAX_TRANSITIONS
 
     tl = CpuTimeline()
-    tl.transition(IDX["log"])
+    tl.begin(IDX["forward"])
     for _ in range(5 * MAX_TRANSITIONS):  # a script printing in a tight loop
-        tl.transition(OTHER)
-        tl.transition(IDX["log"])
-    assert len(tl.marks) == MAX_TRANSITIONS
+        tl.begin(IDX["log"])
+        tl.end(IDX["log"])
+    tl.end(IDX["forward"])  # recorded: the nesting stays balanced past the cap
+    assert len(tl.marks) == MAX_TRANSITIONS + 2  # the cap, the open log phase's end, forward's end
     tl.end_step()
     [(t_step, phases)] = tl.resolve([None])
-    assert sum(phases) == pytest.approx(t_step) and tl.marks == []
+    assert sum(phases) == pytest.approx(t_step) and tl.marks == [] and tl._stack == []
 
 
 def test_cuda_timeline_resolves_lazily_with_one_sync():

@@ -34,7 +34,9 @@ import numpy as np
 from trainspeed.errors import ConfigError
 from trainspeed.telemetry import schema
 from trainspeed.telemetry.schema import MEASURED_PHASES, PHASES
-from trainspeed.telemetry.timeline import OTHER, CpuTimeline, CudaTimeline
+from trainspeed.telemetry.timeline import OTHER, CpuTimeline, CudaTimeline, end_code
+
+_perf_counter = time.perf_counter
 
 _PHASE_INDEX = {name: i for i, name in enumerate(PHASES)}
 # Upper bound on steps held between flushes, whatever log_every is: bounds memory and the
@@ -90,15 +92,13 @@ class Monitor:
         self.total_steps = total_steps
         self.steps_done = 0
         self._closed = False
-        self._stack: list[int] = []
-        # True while something (a profiler window) shadows begin/end on this instance: the
-        # inlined `with mon.phase(...)` fast path must then call them.
+        # True while something (a profiler window) shadows begin/end on this instance: phase
+        # contexts must then go through them instead of appending marks directly.
         self._hooked_phases = False
 
         self._timeline: CpuTimeline | CudaTimeline = (
             CudaTimeline(device) if _is_cuda(device) else CpuTimeline()
         )
-        self._transition = self._timeline.transition  # bound once: the phase hot path
         self._cap = min(log_every, _MAX_PENDING)
         self._n = 0  # pending steps
         self._pending_times: list[Any] = []
@@ -196,17 +196,14 @@ class Monitor:
             raise ConfigError(
                 f"unknown phase {name!r}; phases are {', '.join(MEASURED_PHASES)}"
             )
-        self._stack.append(idx)
-        self._timeline.transition(idx)
+        self._timeline.begin(idx)
 
     def end(self, name: str) -> None:
-        """Leave a phase; the enclosing phase (or "other") becomes active again."""
+        """Leave a phase; the enclosing phase (or "other") becomes active again. Unbalanced
+        hooks (an exception between begin and end) unwind to `name`."""
         idx = _PHASE_INDEX.get(name)
-        # Tolerate unbalanced hooks (an exception between begin and end): unwind to `name`.
-        if idx in self._stack:
-            while self._stack and self._stack.pop() != idx:
-                pass
-        self._timeline.transition(self._stack[-1] if self._stack else OTHER)
+        if idx is not None and idx != OTHER:
+            self._timeline.end(idx)
 
     def phase(self, name: str) -> "_Phase":
         """`with mon.phase("forward"):` — a reusable context object per name (a generator-based
@@ -215,15 +212,17 @@ class Monitor:
         if ctx is None:
             if _PHASE_INDEX.get(name) in (None, OTHER):
                 self.begin(name)  # raises the ConfigError naming the valid phases
-            ctx = self._phase_ctx[name] = _Phase(self, name)
+            fast = isinstance(self._timeline, CpuTimeline)
+            ctx = self._phase_ctx[name] = (_MarkPhase if fast else _Phase)(self, name)
+        if self._hooked_phases:
+            return _Phase(self, name)
         return ctx
 
     def loader(self, iterable: Iterable[Any]) -> Iterator[Any]:
         """Wrap a data iterable: the time spent waiting in `next()` is the "data" phase."""
         iterator = iter(iterable)
-        data = self.phase("data")
         while True:
-            with data:
+            with self.phase("data"):
                 try:
                     batch = next(iterator)
                 except StopIteration:
@@ -435,29 +434,37 @@ class Monitor:
 
 
 class _Phase:
-    """Context object for `mon.phase(name)`: begin/end inlined (this runs ~10 times a step)."""
+    """Context object for `mon.phase(name)` through Monitor.begin/end (CUDA timelines, or
+    while a profiler window shadows begin/end)."""
 
-    __slots__ = ("_mon", "_name", "_idx")
+    __slots__ = ("_mon", "_name")
 
     def __init__(self, mon: Monitor, name: str) -> None:
-        self._mon, self._name, self._idx = mon, name, _PHASE_INDEX[name]
+        self._mon, self._name = mon, name
 
     def __enter__(self) -> None:
-        mon = self._mon
-        if mon._hooked_phases:
-            mon.begin(self._name)
-            return
-        mon._stack.append(self._idx)
-        mon._transition(self._idx)
+        self._mon.begin(self._name)
 
     def __exit__(self, *exc: Any) -> None:
-        mon = self._mon
-        stack = mon._stack
-        if stack and stack[-1] == self._idx and not mon._hooked_phases:
-            stack.pop()
-            mon._transition(stack[-1] if stack else OTHER)
-        else:  # unbalanced (an exception between a begin and its end): Monitor.end unwinds
-            mon.end(self._name)
+        self._mon.end(self._name)
+
+
+class _MarkPhase:
+    """Context object for `mon.phase(name)` on the CPU timeline: entering and leaving append
+    one (time, code) mark each, nothing else (see CpuTimeline). ~10 of these run every step,
+    each right after a torch op, where Python code runs with cold caches."""
+
+    __slots__ = ("_append", "_idx", "_end")
+
+    def __init__(self, mon: Monitor, name: str) -> None:
+        idx = _PHASE_INDEX[name]
+        self._append, self._idx, self._end = mon._timeline.marks.append, idx, end_code(idx)
+
+    def __enter__(self) -> None:
+        self._append((_perf_counter(), self._idx))
+
+    def __exit__(self, *exc: Any) -> None:
+        self._append((_perf_counter(), self._end))
 
 
 def _finite(x: float) -> float | None:
