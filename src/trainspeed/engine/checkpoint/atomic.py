@@ -137,18 +137,22 @@ def read_manifest(path: str | Path) -> dict[str, Any]:
             "(the save was interrupted, or the file was copied without its manifest). "
             "Copy the manifest too, or load it unverified with torch.load(weights_only=True)."
         )
+    return read_json_record(mpath, "manifest", key="sha256", key_type=str, schema=MANIFEST_SCHEMA)
+
+
+def read_json_record(path: Path, what: str, *, key: str, key_type: type, schema: int) -> dict[str, Any]:
+    """A small JSON file we wrote (a manifest, a marker): valid JSON, a dict holding `key` of
+    `key_type`, and a schema this version reads; else CheckpointError saying which."""
     try:
-        manifest = json.loads(mpath.read_text())
+        data = json.loads(path.read_text())
     except (OSError, ValueError) as exc:
-        raise CheckpointError(f"{mpath}: manifest is not valid JSON ({exc})") from exc
-    if not isinstance(manifest, dict) or not isinstance(manifest.get("sha256"), str):
-        raise CheckpointError(f"{mpath}: manifest has no 'sha256' field; got {manifest!r:.200}")
-    if int(manifest.get("schema", 1)) > MANIFEST_SCHEMA:
-        raise CheckpointError(
-            f"{mpath}: manifest schema {manifest['schema']} is newer than this trainspeed reads "
-            f"({MANIFEST_SCHEMA}); upgrade trainspeed."
-        )
-    return manifest
+        raise CheckpointError(f"{path}: {what} is not valid JSON ({exc})") from exc
+    if not isinstance(data, dict) or not isinstance(data.get(key), key_type):
+        raise CheckpointError(f"{path}: {what} has no '{key}' field; got {data!r:.200}")
+    if int(data.get("schema", 1)) > schema:
+        raise CheckpointError(f"{path}: {what} schema {data['schema']} is newer than this "
+                              f"trainspeed reads ({schema}); upgrade trainspeed.")
+    return data
 
 
 def sha256_file(path: str | Path) -> tuple[str, int]:

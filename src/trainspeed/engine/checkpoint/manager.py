@@ -258,13 +258,9 @@ class CheckpointManager:
         the event. A second save of the same step is skipped (SaveResult.skipped).
         """
         path = self.path_for(step)
-        if step == self._last_step:
-            self.poll()
-            return SaveResult(path=path, step=step, blocking_s=0.0, write_s=0.0,
-                              async_save=self.async_save, skipped=True)
-        clean = {k: _metric_value(v) for k, v in (metrics or {}).items()}
-        self._last_save_t = self._clock()
-        self._last_step = step
+        clean = self._start_save(step, metrics)
+        if clean is None:
+            return self._skipped(path, step)
         if self._saver is not None:
             def job(host: Any, timing: Any) -> None:
                 write_s, event = self._write(host, step, clean, is_async=True, reason=reason)
@@ -285,6 +281,20 @@ class CheckpointManager:
         self.poll()
         return SaveResult(path=path, step=step, blocking_s=blocking_s, write_s=write_s, async_save=False)
 
+    def _start_save(self, step: int, metrics: dict[str, Any] | None) -> dict[str, Any] | None:
+        """Record a save of `step` as started and return its JSON-safe metrics, or None when
+        this step was saved already (a final save right after a periodic one)."""
+        if step == self._last_step:
+            return None
+        self._last_save_t = self._clock()
+        self._last_step = step
+        return {k: _metric_value(v) for k, v in (metrics or {}).items()}
+
+    def _skipped(self, path: Path, step: int) -> SaveResult:
+        self.poll()
+        return SaveResult(path=path, step=step, blocking_s=0.0, write_s=0.0,
+                          async_save=self.async_save, skipped=True)
+
     def save_sharded(self, state: ShardedState, step: int, metrics: dict[str, Any] | None = None,
                      *, reason: str = "periodic") -> SaveResult:
         """Save a sharded checkpoint directory of `step`. A collective: every rank calls it at
@@ -295,13 +305,9 @@ class CheckpointManager:
         if io is None:
             raise CheckpointError("save_sharded needs manager.sharded (a ShardedIO) to be set")
         path = self.directory / checkpoint_name(step, sharded=True)
-        if step == self._last_step:
-            self.poll()
-            return SaveResult(path=path, step=step, blocking_s=0.0, write_s=0.0,
-                              async_save=self.async_save, skipped=True)
-        clean = {k: _metric_value(v) for k, v in (metrics or {}).items()}
-        self._last_save_t = self._clock()
-        self._last_step = step
+        clean = self._start_save(step, metrics)
+        if clean is None:
+            return self._skipped(path, step)
         t0 = time.perf_counter()
         io.wait()  # the previous save (all of it, on this rank) finishes before the next starts
         waited_s = time.perf_counter() - t0

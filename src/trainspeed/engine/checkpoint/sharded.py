@@ -48,6 +48,7 @@ from trainspeed.engine.checkpoint.atomic import (
     fsync_dir,
     is_temp_name,
     load_verified,
+    read_json_record,
     verify,
 )
 from trainspeed.errors import CheckpointError
@@ -89,16 +90,7 @@ def read_marker(path: str | Path) -> dict[str, Any]:
         raise CheckpointError(
             f"{path}: sharded checkpoint has no {MARKER} marker, so it is incomplete (rank 0 "
             "writes the marker last, after every rank's shards). Use an earlier checkpoint.")
-    try:
-        data = json.loads(marker.read_text())
-    except (OSError, ValueError) as exc:
-        raise CheckpointError(f"{marker}: marker is not valid JSON ({exc})") from exc
-    if not isinstance(data, dict) or not isinstance(data.get("files"), dict):
-        raise CheckpointError(f"{marker}: marker has no 'files' table; got {data!r:.200}")
-    if int(data.get("schema", 1)) > MARKER_SCHEMA:
-        raise CheckpointError(f"{marker}: marker schema {data['schema']} is newer than this "
-                              f"trainspeed reads ({MARKER_SCHEMA}); upgrade trainspeed.")
-    return data
+    return read_json_record(marker, "marker", key="files", key_type=dict, schema=MARKER_SCHEMA)
 
 
 def verify_dir(path: str | Path) -> dict[str, Any]:
