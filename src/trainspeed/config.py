@@ -439,7 +439,9 @@ class TrainConfig(_Section):
     activation_checkpointing: list[str] = field(default_factory=list)
     """Class names of modules whose activations are recomputed in backward (e.g. ['Block'])."""
     nan_policy: Literal["skip", "stop", "ignore"] = "stop"
-    """On a NaN/Inf loss: skip the optimizer step, stop the run, or ignore it."""
+    """On a NaN/Inf loss: skip that optimizer step (a host sync every step), stop the run (checked
+    on the losses the Monitor reads back at each logging interval: no per-step cost, and the run
+    stops within logging.every steps), or ignore it."""
 
     def __post_init__(self) -> None:
         self._check()
