@@ -20,7 +20,8 @@ from pathlib import Path
 from typing import Any, ClassVar, Literal, Sequence
 
 from trainspeed import config_io
-from trainspeed.config_io import apply_overrides, check_fields
+from trainspeed.config_io import Section as _Section
+from trainspeed.config_io import apply_overrides
 from trainspeed.errors import ConfigError
 
 __all__ = [
@@ -31,35 +32,6 @@ __all__ = [
 ]
 
 SINKS = ("jsonl", "csv", "tensorboard", "console", "wandb")
-
-
-class _Section:
-    """Shared validation helpers; `_key` is the section's name in YAML ("data")."""
-
-    __slots__ = ()
-    _key: ClassVar[str] = ""
-
-    def _check(self) -> None:
-        check_fields(self, f"{self._key}." if self._key else "")
-
-    def _fail(self, name: str, rule: str) -> None:
-        value = getattr(self, name)
-        shown = config_io._show(value)
-        raise ConfigError(f"{self._key}.{name} must be {rule}, got {shown}")
-
-    def _min(self, name: str, low: float, *, optional: bool = False) -> None:
-        value = getattr(self, name)
-        if value is None and optional:
-            return
-        if value < low:
-            self._fail(name, f">= {low}")
-
-    def _positive(self, name: str, *, optional: bool = False) -> None:
-        value = getattr(self, name)
-        if value is None and optional:
-            return
-        if not value > 0:
-            self._fail(name, "> 0")
 
 
 @dataclass(kw_only=True, slots=True)
@@ -439,9 +411,8 @@ class TrainConfig(_Section):
     activation_checkpointing: list[str] = field(default_factory=list)
     """Class names of modules whose activations are recomputed in backward (e.g. ['Block'])."""
     nan_policy: Literal["skip", "stop", "ignore"] = "stop"
-    """On a NaN/Inf loss: skip that optimizer step (a host sync every step), stop the run (checked
-    on the losses the Monitor reads back at each logging interval: no per-step cost, and the run
-    stops within logging.every steps), or ignore it."""
+    """On a NaN/Inf loss: skip that step (a host sync every step), stop the run (no per-step cost;
+    within logging.every steps), or ignore it. See engine/nonfinite.py."""
 
     def __post_init__(self) -> None:
         self._check()

@@ -16,7 +16,7 @@ import re
 import types
 import typing
 from pathlib import Path
-from typing import Any, Literal, Sequence
+from typing import Any, ClassVar, Literal, Sequence
 
 import yaml
 
@@ -341,3 +341,33 @@ def read_yaml(path: str | os.PathLike) -> dict[str, Any]:
 def write_yaml_atomic(path: str | os.PathLike, data: dict[str, Any]) -> None:
     """Write YAML via temp file + rename, so a crash never leaves a half-written config."""
     atomic_write_text(path, yaml.safe_dump(data, sort_keys=False, default_flow_style=False))
+
+
+class Section:
+    """Base of the config sections: shared validation helpers; `_key` is the section's name in
+    YAML ("data"). Subclasses call `self._check()` and the range helpers in __post_init__."""
+
+    __slots__ = ()
+    _key: ClassVar[str] = ""
+
+    def _check(self) -> None:
+        check_fields(self, f"{self._key}." if self._key else "")
+
+    def _fail(self, name: str, rule: str) -> None:
+        value = getattr(self, name)
+        shown = _show(value)
+        raise ConfigError(f"{self._key}.{name} must be {rule}, got {shown}")
+
+    def _min(self, name: str, low: float, *, optional: bool = False) -> None:
+        value = getattr(self, name)
+        if value is None and optional:
+            return
+        if value < low:
+            self._fail(name, f">= {low}")
+
+    def _positive(self, name: str, *, optional: bool = False) -> None:
+        value = getattr(self, name)
+        if value is None and optional:
+            return
+        if not value > 0:
+            self._fail(name, "> 0")

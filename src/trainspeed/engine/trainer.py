@@ -26,6 +26,7 @@ from trainspeed.engine.data.prefetch import move_to_device
 from trainspeed.engine.data.stats import batch_stats as default_batch_stats
 from trainspeed.engine.events import Callback, CallbackList, Event, TrainerState
 from trainspeed.engine.microbatch import MicroBatcher, free_after_oom, is_oom
+from trainspeed.engine.nonfinite import NonFiniteGuard, NonFiniteLossError  # noqa: F401 - re-exported
 from trainspeed.engine.setup import (
     DataParts, build_loaders, prepare_model, resolve_device, run_dir_for, seed_everything,
     set_threads,
@@ -39,10 +40,6 @@ def _with_info(state: TrainerState, info: dict[str, Any]) -> TrainerState:
 
 
 _NO_CONTEXT = nullcontext()  # reusable: the no-op stand-in for no_sync on every micro-batch
-
-
-class NonFiniteLossError(TrainspeedError):
-    """The loss became NaN/Inf and nan_policy is "stop"."""
 
 
 def _groups(batches: Iterable[Any], k: int) -> Iterator[list[Any]]:
@@ -122,7 +119,6 @@ class Trainer:
         # rank 0 names the run (a timestamped name could differ by a second between ranks)
         self.run_dir = Path(self.dist.broadcast_object(str(run_dir_for(self.cfg)), "run name broadcast"))
         self.monitor: Any = None
-        self._nonfinite_seen = 0  # the Monitor's count of NaN/Inf losses already acted on
         self._flops_done = False
         self._lr_static = False  # set in fit() when our own schedule is a constant lr
         self._fallback_reported = False
@@ -132,9 +128,8 @@ class Trainer:
         self._copy_batches = self.device.type != "cpu"
         self._has_no_sync = hasattr(self.model, "no_sync")
         self._fsdp = self.dist.fsdp
-        # nan_policy=skip needs the answer before optimizer.step (a per-step sync); "stop" acts
-        # on the Monitor's log-interval count, "ignore" on nothing.
-        self._skip_nonfinite = self.cfg.nan_policy == "skip"
+        self.nan_guard = NonFiniteGuard(self.cfg.nan_policy, self.cfg.logging.every,
+                                        self.callbacks, self.state)
         self.microbatcher = MicroBatcher()  # split 1 until an out-of-memory step (auto_microbatch)
 
     # ------------------------------------------------------------------ fit
@@ -280,8 +275,8 @@ class Trainer:
                     self._evaluate(loaders.val, mon)
                 ckpt.step_end(st.step, make_state, st.metrics)  # periodic save, or signal exit
                 mon.step(samples=stats[0], tokens=stats[1], pad_tokens=stats[2], loss=loss, lr=st.lr)
-                if mon.nonfinite_losses != self._nonfinite_seen:  # read back at the log interval
-                    self._check_nonfinite(mon)
+                if mon.nonfinite_losses != self.nan_guard.seen:  # read back at the log interval
+                    self.nan_guard.check(mon)
                 if st.step >= total_steps or st.should_stop:
                     break
             else:  # the epoch ran out of batches
@@ -318,7 +313,7 @@ class Trainer:
             free_after_oom(self.eager, self.optimizer, self.device)
             mon.event("auto_microbatch", at_step=st.step + 1, **info)
         with mon.phase("optimizer"):
-            if self._skip_nonfinite and self._should_skip(total_loss, mon):
+            if self.nan_guard.per_step and self.nan_guard.should_skip(total_loss, mon):
                 self.optimizer.zero_grad(set_to_none=True)
             else:
                 if cfg.optim.grad_clip:
@@ -394,32 +389,6 @@ class Trainer:
             return
         for batch in mon.loader(loader):
             yield batch, stats_fn(batch)
-
-    def _should_skip(self, loss: torch.Tensor, mon) -> bool:
-        """nan_policy=skip: drop this step's update when its loss is NaN/Inf. A deliberate
-        per-step sync, since the answer is needed before optimizer.step(). ("stop" is handled
-        by _check_nonfinite at the log interval; "ignore" does nothing.)"""
-        if bool(torch.isfinite(loss).item()):
-            return False
-        mon.event("anomaly", kind="nonfinite_loss", action="skipped", at_step=self.state.step + 1)
-        self.callbacks.fire(Event.ANOMALY, self.state)
-        return True
-
-    def _check_nonfinite(self, mon) -> None:
-        """nan_policy=stop: raise once the Monitor has read back a NaN/Inf loss (at its log
-        interval). An int comparison per step; no device work."""
-        if mon.nonfinite_losses == self._nonfinite_seen or self.cfg.nan_policy != "stop":
-            return
-        count = mon.nonfinite_losses - self._nonfinite_seen
-        self._nonfinite_seen = mon.nonfinite_losses
-        if count:
-            mon.event("anomaly", kind="nonfinite_loss", action="stopped", count=count)
-            self.callbacks.fire(Event.ANOMALY, self.state)
-            raise NonFiniteLossError(
-                f"the loss was NaN/Inf in {count} of the last {self.cfg.logging.every} steps "
-                f"(up to step {self.state.step}). Lower optim.lr, enable optim.grad_clip, use "
-                "precision.mode=bf16-mixed instead of fp16, or set nan_policy=skip."
-            )
 
     def _eval_due(self) -> bool:
         every = self.cfg.eval.every_steps

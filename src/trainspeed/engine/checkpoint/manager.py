@@ -21,14 +21,12 @@ writer or mirror are queued and delivered at the next should_save/save/poll/wait
 from __future__ import annotations
 
 import collections
-import json
 import math
-import re
 import threading
 import time
 import warnings
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -40,43 +38,28 @@ from trainspeed.engine.checkpoint.atomic import (
     cleanup_stale_temps,
     load_verified,
     manifest_path,
-    verify,
 )
 from trainspeed.engine.checkpoint.sharded import (
-    SUFFIX as SHARDED_SUFFIX,
     ShardedIO,
     ShardedState,
     dcp_reason,
     is_sharded_checkpoint,
     publish,
-    read_marker,
     remove_tree,
     verify_dir,
+)
+from trainspeed.engine.checkpoint.listing import (  # noqa: F401 - re-exported (public names)
+    NAME_RE,
+    CheckpointInfo,
+    checkpoint_name,
+    find_resumable,
+    list_checkpoints,
+    verify_checkpoint,
 )
 from trainspeed.errors import CheckpointError, ConfigError
 
 EventFn = Callable[[dict[str, Any]], None]
-_NAME_RE = re.compile(r"^step-(\d{8,})\.(?:pt|dcp)$")
 LATEST = "latest"
-
-
-def checkpoint_name(step: int, *, sharded: bool = False) -> str:
-    return f"step-{step:08d}" + (SHARDED_SUFFIX if sharded else ".pt")
-
-
-def verify_checkpoint(path: str | Path) -> dict[str, Any]:
-    """verify() for a checkpoint file, verify_dir() for a sharded checkpoint directory."""
-    return verify_dir(path) if Path(path).is_dir() else verify(path)
-
-
-def _read_manifest(entry: Path) -> dict[str, Any] | None:
-    try:
-        if entry.is_dir():
-            return read_marker(entry)
-        manifest = json.loads(manifest_path(entry).read_text())
-        return manifest if isinstance(manifest, dict) else None
-    except (OSError, ValueError, CheckpointError):
-        return None
 
 
 @dataclass(slots=True)
@@ -92,48 +75,6 @@ class SaveResult:
     async_save: bool
     skipped: bool = False
     """True when this step was already saved and nothing was written."""
-
-
-@dataclass(slots=True)
-class CheckpointInfo:
-    path: Path
-    step: int
-    manifest: dict[str, Any] | None
-    """Parsed manifest, or None when missing/unreadable (the checkpoint cannot be trusted)."""
-    metrics: dict[str, Any] = field(default_factory=dict)
-
-
-def list_checkpoints(directory: str | Path) -> list[CheckpointInfo]:
-    """Checkpoints under their final names in `directory`, oldest step first (no verification)."""
-    directory = Path(directory)
-    if not directory.is_dir():
-        return []
-    out = []
-    for entry in directory.iterdir():
-        m = _NAME_RE.match(entry.name)
-        if not m:
-            continue
-        manifest = _read_manifest(entry)
-        metrics = (manifest or {}).get("metrics") or {}
-        out.append(CheckpointInfo(path=entry, step=int(m.group(1)), manifest=manifest,
-                                  metrics=metrics if isinstance(metrics, dict) else {}))
-    out.sort(key=lambda info: info.step)
-    return out
-
-
-def find_resumable(directory: str | Path,
-                   on_skip: Callable[[Path, str], None] | None = None) -> Path | None:
-    """Newest checkpoint in `directory` whose checksum verifies (a file) or whose files match
-    its marker (a sharded directory); corrupt ones go to `on_skip`."""
-    for info in reversed(list_checkpoints(directory)):
-        try:
-            verify_checkpoint(info.path)
-        except CheckpointError as exc:
-            if on_skip is not None:
-                on_skip(info.path, str(exc))
-            continue
-        return info.path
-    return None
 
 
 def _metric_value(value: Any) -> float | None:
@@ -436,7 +377,7 @@ class CheckpointManager:
         except OSError:
             return None
         path = self.directory / name
-        return path if _NAME_RE.match(name) and path.exists() else None
+        return path if NAME_RE.match(name) and path.exists() else None
 
     def find_resumable(self, on_skip: Callable[[Path, str], None] | None = None) -> Path | None:
         """Newest intact checkpoint (checksum verified); corrupt ones are noted and skipped."""
