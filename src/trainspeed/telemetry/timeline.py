@@ -57,10 +57,6 @@ class CpuTimeline:
         self._since_step = 0  # begin/end marks recorded in the current step
         self._suppressed: list[int] = []  # phases opened past the cap: their ends are dropped too
 
-    @property
-    def started(self) -> bool:
-        return self._step_start is not None or bool(self.marks)
-
     def begin(self, idx: int) -> None:
         if self._since_step >= MAX_TRANSITIONS:
             # a script printing in a tight loop: the rest of the step is charged to the phase
@@ -143,17 +139,10 @@ class CudaTimeline:
         self._stack: list[int] = []  # open phases, innermost last
         self._boundary: Any = None  # event that opened the current step
 
-    @property
-    def started(self) -> bool:
-        return self._boundary is not None
-
     def _record(self) -> Any:
         event = self._pool.pop() if self._pool else self._new_event()
         event.record()  # enqueued on the current stream: no host-device sync
         return event
-
-    def start(self) -> None:
-        self._boundary = self._record()
 
     def begin(self, idx: int) -> None:
         self._stack.append(idx)
