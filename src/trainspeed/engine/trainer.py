@@ -42,18 +42,6 @@ def _with_info(state: TrainerState, info: dict[str, Any]) -> TrainerState:
 _NO_CONTEXT = nullcontext()  # reusable: the no-op stand-in for no_sync on every micro-batch
 
 
-def _groups(batches: Iterable[Any], k: int) -> Iterator[list[Any]]:
-    """k consecutive batches per optimizer step; a shorter last group is kept."""
-    group: list[Any] = []
-    for batch in batches:
-        group.append(batch)
-        if len(group) == k:
-            yield group
-            group = []
-    if group:
-        yield group
-
-
 class Trainer:
     def __init__(
         self,
@@ -258,7 +246,7 @@ class Trainer:
         while st.step < total_steps and not st.should_stop:
             self._set_epoch(loaders.train_sampler, st.epoch)
             fire(Event.EPOCH_START, st)
-            for micro_batches in _groups(self._batches(loaders.train, mon), cfg.accumulation.steps):
+            for micro_batches in self._step_batches(loaders.train, mon, cfg.accumulation.steps):
                 fire(Event.BATCH_START, st)
                 loss, stats = self._train_step(micro_batches, mon)
                 st.step += 1
@@ -366,17 +354,19 @@ class Trainer:
                 fire(Event.AFTER_BACKWARD, st)
             part = loss.detach() if weight == 1.0 else loss.detach() * weight
             total_loss = part if total_loss is None else total_loss + part
-        return typing.cast(torch.Tensor, total_loss)  # _groups never yields an empty group
+        return typing.cast(torch.Tensor, total_loss)  # _step_batches never yields an empty group
 
     # ------------------------------------------------------------------ pieces
     def _loss(self, model: nn.Module, batch: Any) -> torch.Tensor:
         out = self.loss_fn(model, batch)
         return out[0] if isinstance(out, tuple) else out
 
-    def _batches(self, loader: Iterable[Any], mon) -> Iterator[tuple[Any, Any]]:
-        """(batch, stats) pairs; stats are computed on the host batch, before any copy, so
-        counting tokens never forces a device sync."""
+    def _step_batches(self, loader: Iterable[Any], mon, k: int) -> Iterator[list[tuple[Any, Any]]]:
+        """The (batch, stats) pairs of each optimizer step: k consecutive batches, a shorter
+        last group kept. Stats are computed on the host batch, before any copy, so counting
+        tokens never forces a device sync."""
         stats_fn = self.data.batch_stats or default_batch_stats
+        prefetcher = None
         if self.cfg.data.device_prefetch and self.device.type == "cuda":
             from trainspeed.engine.data.prefetch import DevicePrefetcher
 
@@ -384,11 +374,14 @@ class Trainer:
             # host batch inside the prefetcher, before its copy.
             prefetcher = DevicePrefetcher(loader, self.device, non_blocking=self.cfg.data.non_blocking,
                                           stats_fn=stats_fn)
-            for batch in mon.loader(prefetcher):
-                yield batch, prefetcher.last_stats
-            return
-        for batch in mon.loader(loader):
-            yield batch, stats_fn(batch)
+        group: list[tuple[Any, Any]] = []
+        for batch in mon.loader(loader if prefetcher is None else prefetcher):
+            group.append((batch, stats_fn(batch) if prefetcher is None else prefetcher.last_stats))
+            if len(group) == k:
+                yield group
+                group = []
+        if group:
+            yield group
 
     def _eval_due(self) -> bool:
         every = self.cfg.eval.every_steps
