@@ -13,10 +13,9 @@ The headline is the ratio of median step times. Goal: B/A <= 1.03.
 from __future__ import annotations
 
 import argparse
-import random
+import contextlib
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -25,7 +24,7 @@ import torch  # noqa: E402
 from torch import nn  # noqa: E402
 from torch.utils.data import BatchSampler, DataLoader, RandomSampler, TensorDataset  # noqa: E402
 
-from harness import paired_summary, write_result  # noqa: E402
+from harness import interleave_steps, paired_summary, write_result  # noqa: E402
 
 GOAL = 1.03
 WARMUP = 20  # pairs dropped: allocator warm-up, the hooks' first calls
@@ -71,29 +70,19 @@ def measure(args, run_root: Path) -> tuple[list[float], list[float]]:
     mon = Monitor(run_root, log_every=20, warmup_steps=0, system_sampler=False, kind="doctor",
                   config={"command": ["benchmark"]})
     session = Session(mon, max_steps=None)
-    rng = random.Random(0)
-    a: list[float] = []
-    b: list[float] = []
+
+    @contextlib.contextmanager
+    def hooks_installed():
+        handle = install(session)
+        try:
+            yield
+        finally:
+            handle.uninstall()
+
     try:
-        for i in range(WARMUP + args.steps):
-            for side in (("a", "b") if rng.random() < 0.5 else ("b", "a")):
-                if side == "a":
-                    t0 = time.perf_counter()
-                    plain()
-                    dt, out = time.perf_counter() - t0, a
-                else:
-                    handle = install(session)
-                    try:
-                        t0 = time.perf_counter()
-                        doctored()
-                        dt, out = time.perf_counter() - t0, b
-                    finally:
-                        handle.uninstall()
-                if i >= WARMUP:
-                    out.append(dt)
+        return interleave_steps(plain, doctored, args.steps, warmup=WARMUP, b_around=hooks_installed)
     finally:
         mon.close()
-    return a, b
 
 
 def main() -> None:

@@ -203,22 +203,26 @@ def interleave_steps(
     *,
     warmup: int = 20,
     seed: int = 0,
+    b_around: Callable[[], Any] | None = None,
 ) -> tuple[list[float], list[float]]:
     """Run a_step and b_step alternately, `steps` times each, in a seeded random order per pair
     (so work one side leaves behind, such as a background flush, lands on either side alike).
+    `b_around`, when given, returns a context manager entered before and left after each B step,
+    outside its timing (e.g. installing hooks whose one-time cost is not what is measured).
     Returns the per-step wall times of each side, warm-up pairs dropped."""
+    import contextlib
     import random
 
     rng = random.Random(seed)
     a_times: list[float] = []
     b_times: list[float] = []
+    sides = ((a_step, a_times, contextlib.nullcontext), (b_step, b_times, b_around or contextlib.nullcontext))
     for i in range(warmup + steps):
-        first_a = rng.random() < 0.5
-        for fn, out in (((a_step, a_times), (b_step, b_times)) if first_a
-                        else ((b_step, b_times), (a_step, a_times))):
-            t0 = time.perf_counter()
-            fn()
-            dt = time.perf_counter() - t0
+        for fn, out, around in (sides if rng.random() < 0.5 else sides[::-1]):
+            with around():
+                t0 = time.perf_counter()
+                fn()
+                dt = time.perf_counter() - t0
             if i >= warmup:
                 out.append(dt)
     return a_times, b_times
