@@ -100,7 +100,6 @@ class Monitor:
             CudaTimeline(device) if _is_cuda(device) else CpuTimeline()
         )
         self._cap = min(log_every, _MAX_PENDING)
-        self._n = 0  # pending steps
         self._pending_times: list[Any] = []
         # One tuple per pending step (samples, tokens, pad, lr, syncs, warmup, t_wall): building
         # a tuple is cheaper on the training thread than writing seven numpy slots.
@@ -254,7 +253,7 @@ class Monitor:
     ) -> None:
         """Close the current step. `loss` may be a device tensor: it is copied into a device
         buffer (no sync) and read back at the log interval."""
-        i = self._n
+        i = len(self._rows)  # pending steps before this one
         self._pending_times.append(self._timeline.end_step())
         self._rows.append((samples, tokens, pad_tokens, lr, self._cur_syncs,
                            warmup or self._cur_warmup or self.steps_done < self.warmup_steps,
@@ -264,8 +263,7 @@ class Monitor:
         self._cur_syncs = 0
         self._cur_warmup = False
         self.steps_done += 1
-        self._n = i + 1
-        if self._n >= self._cap:
+        if i + 1 >= self._cap:
             self.flush()
         if self._profile is not None:
             self._profile.after_step(self.steps_done)
@@ -292,7 +290,7 @@ class Monitor:
 
     def flush(self) -> None:
         """Resolve pending steps into records and hand them to the writer."""
-        n = self._n
+        n = len(self._rows)
         if n == 0:
             return
         losses = self._loss_host[:n]
@@ -345,7 +343,6 @@ class Monitor:
         self._loss_given = [False] * self._cap
         self._loss_on_dev = [False] * self._cap
         self._pending_times = []
-        self._n = 0
         self.recent.extend(records)
         self.writer.submit_steps(records)
 
