@@ -50,7 +50,7 @@ def test_cpu_timeline_charges_innermost_phase_and_sums_to_step():
     tl.end(IDX["forward"])
     time.sleep(0.005)
     tl.end_step()
-    [(t_step, phases)] = tl.resolve([None])
+    [(t_step, phases)] = tl.resolve()
     assert phases[IDX["data"]] == pytest.approx(0.02, abs=0.01)
     assert phases[IDX["forward"]] == pytest.approx(0.04, abs=0.015)
     assert phases[IDX["eval"]] == pytest.approx(0.01, abs=0.01)
@@ -58,7 +58,7 @@ def test_cpu_timeline_charges_innermost_phase_and_sums_to_step():
     assert sum(phases) == pytest.approx(t_step, rel=1e-9)
     # the next step starts at the end of this one and begins empty
     tl.end_step()
-    [(t2, p2)] = tl.resolve([None])
+    [(t2, p2)] = tl.resolve()
     assert t2 < 0.005 and sum(p2) == pytest.approx(t2)
 
 
@@ -70,12 +70,12 @@ def test_cpu_timeline_keeps_the_step_in_progress_for_the_next_resolve():
     tl.end_step()
     tl.begin(IDX["data"])  # the next step has begun when the interval is resolved
     time.sleep(0.02)
-    [(t1, p1)] = tl.resolve([None])
+    [(t1, p1)] = tl.resolve()
     assert p1[IDX["forward"]] == pytest.approx(0.01, abs=0.008) and p1[IDX["data"]] == 0.0
     tl.end(IDX["data"])
     tl.end_step()
     tl.end_step()
-    (t2, p2), (t3, p3) = tl.resolve([None, None])
+    (t2, p2), (t3, p3) = tl.resolve()
     assert p2[IDX["data"]] == pytest.approx(0.02, abs=0.01)
     assert sum(p2) == pytest.approx(t2) and t3 < 0.005 and p3[IDX["data"]] == 0.0
 
@@ -90,7 +90,7 @@ def test_cpu_timeline_unwinds_unbalanced_phases():
     tl.end(IDX["eval"])  # never begun
     time.sleep(0.01)
     tl.end_step()
-    [(t_step, phases)] = tl.resolve([None])
+    [(t_step, phases)] = tl.resolve()
     assert phases[OTHER] == pytest.approx(0.01, abs=0.008)
     assert tl._stack == []
 
@@ -106,7 +106,7 @@ def test_cpu_timeline_caps_transitions_per_step():
     tl.end(IDX["forward"])  # recorded: the nesting stays balanced past the cap
     assert len(tl.marks) == MAX_TRANSITIONS + 2  # the cap, the open log phase's end, forward's end
     tl.end_step()
-    [(t_step, phases)] = tl.resolve([None])
+    [(t_step, phases)] = tl.resolve()
     assert sum(phases) == pytest.approx(t_step) and tl.marks == [] and tl._stack == []
 
 
@@ -114,7 +114,6 @@ def test_cuda_timeline_resolves_lazily_with_one_sync():
     clock = FakeClock()
     tl = CudaTimeline("cuda:0", pool_size=4, event_factory=lambda: FakeEvent(clock))
     FakeEvent.syncs = 0
-    handles = []
     for step in range(3):
         tl.transition(IDX["data"])
         clock.now += 0.010
@@ -124,9 +123,9 @@ def test_cuda_timeline_resolves_lazily_with_one_sync():
         clock.now += 0.040
         tl.transition(OTHER)
         clock.now += 0.005
-        handles.append(tl.end_step())
+        tl.end_step()
     assert FakeEvent.syncs == 0  # nothing synchronized while stepping
-    resolved = tl.resolve(handles)
+    resolved = tl.resolve()
     assert FakeEvent.syncs == 1
     for step, (t_step, phases) in enumerate(resolved):
         assert phases[IDX["data"]] == pytest.approx(0.010)
@@ -147,12 +146,11 @@ def test_cuda_timeline_event_pool_does_not_grow():
 
     tl = CudaTimeline("cuda:0", pool_size=16, event_factory=factory)
     for _ in range(50):  # 50 flushes of 4 steps: the pool is refilled after each resolve
-        handles = []
         for _ in range(4):
             tl.transition(IDX["forward"])
             clock.now += 0.001
             tl.transition(OTHER)
-            handles.append(tl.end_step())
-        tl.resolve(handles)
+            tl.end_step()
+        assert len(tl.resolve()) == 4
     assert len(made) <= 16 + 2
     assert np.isfinite(clock.now)

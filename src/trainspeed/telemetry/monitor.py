@@ -99,8 +99,9 @@ class Monitor:
         self._timeline: CpuTimeline | CudaTimeline = (
             CudaTimeline(device) if _is_cuda(device) else CpuTimeline()
         )
+        # Closing a step is one bound call; each timeline keeps its closed steps until flush.
+        self._end_step = self._timeline.end_step
         self._cap = min(log_every, _MAX_PENDING)
-        self._pending_times: list[Any] = []
         # One tuple per pending step (samples, tokens, pad, lr, syncs, warmup, t_wall): building
         # a tuple is cheaper on the training thread than writing seven numpy slots.
         self._rows: list[tuple] = []
@@ -114,7 +115,7 @@ class Monitor:
         self._cur_syncs = 0
         self._cur_warmup = False
         self._proc: Any = None
-        self._phase_ctx: dict[str, _Phase] = {}
+        self._phase_ctx: dict[str, _Phase | _MarkPhase] = {}
         # The most recent records, for an in-memory summary when there is no run directory.
         self.recent: deque[dict[str, Any]] = deque(maxlen=4096)
 
@@ -204,8 +205,9 @@ class Monitor:
         if idx is not None and idx != OTHER:
             self._timeline.end(idx)
 
-    def phase(self, name: str) -> "_Phase":
-        """`with mon.phase("forward"):` — a reusable context object per name (a generator-based
+    def phase(self, name: str) -> "_Phase | _MarkPhase":
+        """`with mon.phase("forward"):` — one reusable context object per name, valid for the
+        Monitor's lifetime, so a loop may fetch it once and keep it (a generator-based
         contextmanager costs several microseconds per use; this is on the hot path)."""
         ctx = self._phase_ctx.get(name)
         if ctx is None:
@@ -213,19 +215,38 @@ class Monitor:
                 self.begin(name)  # raises the ConfigError naming the valid phases
             fast = isinstance(self._timeline, CpuTimeline)
             ctx = self._phase_ctx[name] = (_MarkPhase if fast else _Phase)(self, name)
-        if self._hooked_phases:
-            return _Phase(self, name)
         return ctx
 
     def loader(self, iterable: Iterable[Any]) -> Iterator[Any]:
         """Wrap a data iterable: the time spent waiting in `next()` is the "data" phase."""
         iterator = iter(iterable)
+        if not isinstance(self._timeline, CpuTimeline):
+            data = self.phase("data")
+            while True:
+                with data:
+                    try:
+                        batch = next(iterator)
+                    except StopIteration:
+                        return
+                yield batch
+        # CPU: `with self.phase("data")` written out as its two marks; this runs once a step,
+        # right after the optimizer's last op (see _MarkPhase for why calls cost there).
+        append, begin, end = self._timeline.marks.append, _PHASE_INDEX["data"], end_code(_PHASE_INDEX["data"])
         while True:
-            with self.phase("data"):
-                try:
-                    batch = next(iterator)
-                except StopIteration:
-                    return
+            hooked = self._hooked_phases  # a profiler window: go through begin/end
+            if hooked:
+                self.begin("data")
+            else:
+                append((_perf_counter(), begin))
+            try:
+                batch = next(iterator)
+            except StopIteration:
+                return
+            finally:
+                if hooked:
+                    self.end("data")
+                else:
+                    append((_perf_counter(), end))
             yield batch
 
     def count_sync(self, n: int = 1) -> None:
@@ -253,13 +274,21 @@ class Monitor:
     ) -> None:
         """Close the current step. `loss` may be a device tensor: it is copied into a device
         buffer (no sync) and read back at the log interval."""
-        i = len(self._rows)  # pending steps before this one
-        self._pending_times.append(self._timeline.end_step())
-        self._rows.append((samples, tokens, pad_tokens, lr, self._cur_syncs,
-                           warmup or self._cur_warmup or self.steps_done < self.warmup_steps,
-                           time.time()))
+        rows = self._rows
+        i = len(rows)  # pending steps before this one
+        self._end_step()
+        rows.append((samples, tokens, pad_tokens, lr, self._cur_syncs,
+                     warmup or self._cur_warmup or self.steps_done < self.warmup_steps, time.time()))
         if loss is not None:
-            self._store_loss(i, loss)
+            if isinstance(loss, (int, float)):
+                self._loss_host[i] = float(loss)
+                self._loss_given[i] = True
+            elif loss.is_cpu and loss.numel() == 1:
+                # On CPU reading a scalar is not a sync, and is 20x cheaper than a buffer copy.
+                self._loss_host[i] = loss.item()
+                self._loss_given[i] = True
+            else:
+                self._store_loss(i, loss)
         self._cur_syncs = 0
         self._cur_warmup = False
         self.steps_done += 1
@@ -269,12 +298,10 @@ class Monitor:
             self._profile.after_step(self.steps_done)
 
     def _store_loss(self, i: int, loss: Any) -> None:
+        """A loss tensor that is not a CPU scalar (step() reads those itself)."""
         self._loss_given[i] = True
-        if isinstance(loss, (int, float)):
-            self._loss_host[i] = float(loss)
-        elif loss.is_cpu:
-            # On CPU reading a scalar is not a sync, and is 20x cheaper than a buffer copy.
-            self._loss_host[i] = loss.item() if loss.numel() == 1 else float(loss.detach().float().mean())
+        if loss.is_cpu:
+            self._loss_host[i] = float(loss.detach().float().mean())
         else:
             value = loss.detach()
             if value.numel() != 1:
@@ -306,7 +333,7 @@ class Monitor:
         self.nonfinite_losses += sum(1 for x, g in zip(loss_list, self._loss_given) if g and not math.isfinite(x))
         # The timeline is consumed only after the loss reduction, a collective that can fail
         # (a dead rank): close() then flushes again, with every pending step still in place.
-        resolved = self._timeline.resolve(self._pending_times)
+        resolved = self._timeline.resolve()
         mem = self._memory()
         first_step = self.steps_done - n
         rows = self._rows
@@ -342,7 +369,6 @@ class Monitor:
         self._rows = []
         self._loss_given = [False] * self._cap
         self._loss_on_dev = [False] * self._cap
-        self._pending_times = []
         self.recent.extend(records)
         self.writer.submit_steps(records)
 
@@ -449,19 +475,28 @@ class _Phase:
 class _MarkPhase:
     """Context object for `mon.phase(name)` on the CPU timeline: entering and leaving append
     one (time, code) mark each, nothing else (see CpuTimeline). ~10 of these run every step,
-    each right after a torch op, where Python code runs with cold caches."""
+    each right after a torch op, where Python code runs with cold caches. While a profiler
+    window shadows begin/end (`_hooked_phases`), they go through those instead, so a loop may
+    hold on to these objects across the window."""
 
-    __slots__ = ("_append", "_idx", "_end")
+    __slots__ = ("_mon", "_name", "_append", "_idx", "_end")
 
     def __init__(self, mon: Monitor, name: str) -> None:
         idx = _PHASE_INDEX[name]
+        self._mon, self._name = mon, name
         self._append, self._idx, self._end = mon._timeline.marks.append, idx, end_code(idx)
 
     def __enter__(self) -> None:
-        self._append((_perf_counter(), self._idx))
+        if self._mon._hooked_phases:
+            self._mon.begin(self._name)
+        else:
+            self._append((_perf_counter(), self._idx))
 
     def __exit__(self, *exc: Any) -> None:
-        self._append((_perf_counter(), self._end))
+        if self._mon._hooked_phases:
+            self._mon.end(self._name)
+        else:
+            self._append((_perf_counter(), self._end))
 
 
 def _finite(x: float) -> float | None:

@@ -9,7 +9,8 @@ Two clocks share one interface:
   GPU. It measures the GPU stream's timeline: the gap between "data begins" and "data ends"
   events is the time the GPU sat idle waiting for the loader, which is what matters.
 
-The CPU timeline hands each step one small list of floats; the CUDA timeline draws events
+Both keep the steps closed since the last `resolve()` themselves (the CPU timeline as marks,
+the CUDA one as event handles), so closing a step is one call; the CUDA timeline draws events
 from a pool that is refilled when steps are resolved.
 """
 
@@ -78,7 +79,7 @@ class CpuTimeline:
         self._since_step = 0
         self.marks.append((time.perf_counter(), _STEP_END))
 
-    def resolve(self, pending: list[Any]) -> list[tuple[float, list[float]]]:
+    def resolve(self) -> list[tuple[float, list[float]]]:
         """(t_step, per-phase seconds) for every step closed since the last call; time goes to
         the innermost open phase. Marks after the last step end belong to the step in progress
         and stay for the next call."""
@@ -116,9 +117,9 @@ class CpuTimeline:
 class CudaTimeline:
     """GPU-stream phase accounting with lazily resolved CUDA events.
 
-    `end_step()` returns a handle (the step's events and the phase active after each);
-    `resolve(handles)` turns handles into (t_step, phases). Resolution synchronizes on the
-    last event only: it is the one deliberate sync point, and the Monitor calls it at the
+    `end_step()` keeps a handle (the step's events and the phase active after each);
+    `resolve()` turns the handles kept so far into (t_step, phases). Resolution synchronizes
+    on the last event only: it is the one deliberate sync point, and the Monitor calls it at the
     log interval, never per step.
     """
 
@@ -138,6 +139,7 @@ class CudaTimeline:
         self._active = OTHER
         self._stack: list[int] = []  # open phases, innermost last
         self._boundary: Any = None  # event that opened the current step
+        self._closed: list[Any] = []  # handles of the steps closed since the last resolve()
 
     def _record(self) -> Any:
         event = self._pool.pop() if self._pool else self._new_event()
@@ -163,18 +165,19 @@ class CudaTimeline:
             self._phases.append(self._active)
         self._active = new_active
 
-    def end_step(self) -> tuple[Any, list[Any], list[int], Any]:
+    def end_step(self) -> None:
         if self._boundary is None:
             self._boundary = self._record()
         end = self._record()
-        handle = (self._boundary, self._events, self._phases + [self._active], end)
+        self._closed.append((self._boundary, self._events, self._phases + [self._active], end))
         self._events, self._phases = [], []
         self._boundary = end  # the next step starts where this one ended (shared event)
-        return handle
 
-    def resolve(self, pending: list[Any]) -> list[tuple[float, np.ndarray]]:
+    def resolve(self) -> list[tuple[float, np.ndarray]]:
+        pending = self._closed
         if not pending:
             return []
+        self._closed = []
         # Deliberate sync point (once per log interval): wait for the newest event so that
         # every older one has completed too (events on one stream complete in order).
         pending[-1][3].synchronize()
