@@ -145,3 +145,46 @@ def test_nan_policy_skip_and_stop(tmp_path):
         Trainer(_model(), flaky, _data(), config=cfg).fit()
     report = read_run(tmp_path / "stop").report
     assert "NonFiniteLossError" in report["traceback"]
+
+
+def test_only_listened_events_are_fired_and_generic_callbacks_hear_all(tmp_path):
+    from trainspeed.engine.events import CallbackList
+
+    class BatchEnd(Callback):
+        def on_batch_end(self, state):
+            pass
+
+    class Everything(Callback):
+        def __init__(self):
+            self.seen = set()
+
+        def on_event(self, event, state):
+            self.seen.add(event)
+
+    assert CallbackList([BatchEnd()]).listening == {Event.BATCH_END}
+    assert CallbackList([]).listening == frozenset()
+    every = Everything()
+    Trainer(_model(), mse, _data(), config=_config(tmp_path), callbacks=[every]).fit()
+    assert {Event.BATCH_START, Event.AFTER_FORWARD, Event.AFTER_BACKWARD,
+            Event.OPTIMIZER_STEP, Event.BATCH_END} <= every.seen
+
+
+def test_constant_lr_drops_the_scheduler_step_wrapper_but_keeps_a_users(tmp_path):
+    model = _model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    Trainer(model, mse, _data(), optimizer=opt, config=_config(tmp_path)).fit()
+    assert "step" not in opt.__dict__  # our never-stepped LambdaLR's wrapper was removed
+    # a scheduler the user made on the optimizer keeps its wrapper (and its order warning)
+    model = _model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    torch.optim.lr_scheduler.StepLR(opt, step_size=5)
+    Trainer(model, mse, _data(), optimizer=opt, config=_config(tmp_path, run={"name": "u"})).fit()
+    assert getattr(opt.__dict__.get("step"), "_wrapped_by_lr_sched", False)
+    # a warm-up schedule is stepped, so its wrapper stays too
+    model = _model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    tr = Trainer(model, mse, _data(), optimizer=opt,
+                 config=_config(tmp_path, run={"name": "w"}, optim={"warmup_steps": 4}))
+    tr.fit()
+    assert getattr(opt.__dict__.get("step"), "_wrapped_by_lr_sched", False)
+    assert opt.param_groups[0]["lr"] == pytest.approx(0.05)

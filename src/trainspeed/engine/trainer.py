@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import time
 import typing
-from contextlib import nullcontext
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
@@ -39,7 +38,9 @@ def _with_info(state: TrainerState, info: dict[str, Any]) -> TrainerState:
     return state
 
 
-_NO_CONTEXT = nullcontext()  # reusable: the no-op stand-in for no_sync on every micro-batch
+def _lr_sched_wrapped(optimizer: Any) -> bool:
+    """Whether an LRScheduler has already wrapped this optimizer's step (see fit())."""
+    return bool(getattr(optimizer.__dict__.get("step"), "_wrapped_by_lr_sched", False))
 
 
 class Trainer:
@@ -131,10 +132,16 @@ class Trainer:
         loaders = build_loaders(self.data, cfg, self.device, self.rank, self.world_size)
         total = self._total_steps(loaders.train)
         if self.scheduler is None:
+            wrapped_before = _lr_sched_wrapped(self.optimizer)
             self.scheduler = build_scheduler(self.optimizer, cfg.optim, total)
             # A constant lr without warm-up never changes: skip LambdaLR.step() (~15 µs a step
             # in a loop); checkpoints still record the step count (see _state_fn).
             self._lr_static = cfg.optim.schedule == "constant" and cfg.optim.warmup_steps == 0
+            if self._lr_static and not wrapped_before:
+                # LRScheduler wraps optimizer.step to warn when scheduler.step() comes first;
+                # a scheduler that is never stepped needs no warning, and the wrapper costs
+                # Python calls every step. Only the wrapper our scheduler added is removed.
+                self.optimizer.__dict__.pop("step", None)
         sinks = tuple(cfg.logging.sinks) + (("console",) if cfg.logging.progress and "console" not in cfg.logging.sinks else ())
         self.monitor = mon = Monitor(
             rank_run_dir(self.run_dir, self.rank), device=self.device, log_every=cfg.logging.every,
@@ -247,7 +254,8 @@ class Trainer:
             self._set_epoch(loaders.train_sampler, st.epoch)
             fire(Event.EPOCH_START, st)
             for micro_batches in self._step_batches(loaders.train, mon, cfg.accumulation.steps):
-                fire(Event.BATCH_START, st)
+                if Event.BATCH_START in self.callbacks.listening:
+                    fire(Event.BATCH_START, st)
                 loss, stats = self._train_step(micro_batches, mon)
                 st.step += 1
                 st.batch_in_epoch += len(micro_batches)
@@ -256,7 +264,8 @@ class Trainer:
                 if loaders.train_bundle is not None:  # what was trained, not what was prefetched
                     loaders.train_bundle.advance(stats[0], batches=len(micro_batches))
                 st.loss, st.lr = loss, self.optimizer.param_groups[0]["lr"]
-                fire(Event.BATCH_END, st)
+                if Event.BATCH_END in self.callbacks.listening:
+                    fire(Event.BATCH_END, st)
                 # Interval work (eval, checkpoints) belongs to the step that triggers it, so the
                 # step record shows its cost: close the Monitor's step only after it.
                 if self._eval_due():
@@ -307,11 +316,15 @@ class Trainer:
                 if cfg.optim.grad_clip:
                     self.precision.unscale_(self.optimizer)
                     torch.nn.utils.clip_grad_norm_(self.eager.parameters(), cfg.optim.grad_clip)
-                self.precision.step(self.optimizer)
+                if self.precision.scaler is None:
+                    self.optimizer.step()
+                else:
+                    self.precision.step(self.optimizer)
                 self.optimizer.zero_grad(set_to_none=True)
                 if not self._lr_static:
                     self.scheduler.step()
-            fire(Event.OPTIMIZER_STEP, st)
+            if Event.OPTIMIZER_STEP in self.callbacks.listening:
+                fire(Event.OPTIMIZER_STEP, st)
         if first_step and self.compiled:
             mon.mark_warmup()
             mon.event("compile", mode=cfg.compile.mode, first_step_s=time.perf_counter() - t0)
@@ -329,32 +342,52 @@ class Trainer:
     def _forward_backward(self, batches: list[Any], weights: Sequence[float], mon) -> torch.Tensor:
         """Forward and backward over the step's micro-batches (each cut into pieces after an
         out-of-memory step, see microbatch.py); returns the step's loss, still on the device."""
-        cfg, fire, st = self.cfg, self.callbacks.fire, self.state
-        pieces = self.microbatcher.pieces(batches, weights, cfg.accumulation.normalize,
-                                          self.data.batch_stats or default_batch_stats)
+        cfg = self.cfg
+        if self.microbatcher.split == 1:
+            pieces = list(zip(batches, weights))
+        else:
+            pieces = [(p.batch, p.weight) for p in self.microbatcher.pieces(
+                batches, weights, cfg.accumulation.normalize, self.data.batch_stats or default_batch_stats)]
         total_loss: torch.Tensor | None = None
-        for i, piece in enumerate(pieces):
+        for i, (batch, weight) in enumerate(pieces):
             if self._copy_batches:
                 with mon.phase("h2d"):
-                    batch = move_to_device(piece.batch, self.device, cfg.data.non_blocking)
-            else:
-                batch = piece.batch
-            last, weight = i == len(pieces) - 1, piece.weight
-            # DDP: skip the gradient all-reduce on all but the last micro-batch. FSDP2: skip the
-            # reduce-scatter likewise (gradients accumulate unsharded until the last one).
-            no_sync = self.model.no_sync() if not last and self._has_no_sync else _NO_CONTEXT
+                    batch = move_to_device(batch, self.device, cfg.data.non_blocking)
+            last = i == len(pieces) - 1
             if self._fsdp and len(pieces) > 1:
                 self.eager.set_requires_gradient_sync(last)
-            with no_sync:
-                with mon.phase("forward"), self.precision.autocast():
-                    loss = self._loss(self.model, batch)
-                fire(Event.AFTER_FORWARD, st)
-                with mon.phase("backward"):
-                    self.precision.backward(loss if weight == 1.0 else loss * weight)
-                fire(Event.AFTER_BACKWARD, st)
+            if not last and self._has_no_sync:
+                # DDP: skip the gradient all-reduce on all but the last micro-batch. FSDP2 skips
+                # the reduce-scatter likewise (above: gradients accumulate unsharded).
+                with self.model.no_sync():
+                    loss = self._piece_step(batch, weight, mon)
+            else:
+                loss = self._piece_step(batch, weight, mon)
             part = loss.detach() if weight == 1.0 else loss.detach() * weight
             total_loss = part if total_loss is None else total_loss + part
         return typing.cast(torch.Tensor, total_loss)  # _step_batches never yields an empty group
+
+    def _piece_step(self, batch: Any, weight: float, mon) -> torch.Tensor:
+        """Forward and backward of one micro-batch. fp32/tf32 runs skip the autocast region and
+        the loss-scaling call: both are no-ops there, and each costs calls every step."""
+        prec, listening, st = self.precision, self.callbacks.listening, self.state
+        with mon.phase("forward"):
+            if prec.dtype is None:
+                loss = self._loss(self.model, batch)
+            else:
+                with prec.autocast():
+                    loss = self._loss(self.model, batch)
+        if Event.AFTER_FORWARD in listening:
+            self.callbacks.fire(Event.AFTER_FORWARD, st)
+        with mon.phase("backward"):
+            scaled = loss if weight == 1.0 else loss * weight
+            if prec.scaler is None:
+                scaled.backward()
+            else:
+                prec.backward(scaled)
+        if Event.AFTER_BACKWARD in listening:
+            self.callbacks.fire(Event.AFTER_BACKWARD, st)
+        return loss
 
     # ------------------------------------------------------------------ pieces
     def _loss(self, model: nn.Module, batch: Any) -> torch.Tensor:
