@@ -205,24 +205,60 @@ def interleave_steps(
     seed: int = 0,
     b_around: Callable[[], Any] | None = None,
 ) -> tuple[list[float], list[float]]:
-    """Run a_step and b_step alternately, `steps` times each, in a seeded random order per pair
-    (so work one side leaves behind, such as a background flush, lands on either side alike).
-    `b_around`, when given, returns a context manager entered before and left after each B step,
-    outside its timing (e.g. installing hooks whose one-time cost is not what is measured).
-    Returns the per-step wall times of each side, warm-up pairs dropped."""
+    """Two sides of interleave_sides: (A times, B times)."""
+    times = interleave_sides({"a": a_step, "b": b_step}, steps, warmup=warmup, seed=seed,
+                             around={"b": b_around} if b_around else None)
+    return times["a"], times["b"]
+
+
+def interleave_sides(
+    sides: dict[str, Callable[[], None]],
+    steps: int,
+    *,
+    warmup: int = 20,
+    seed: int = 0,
+    around: dict[str, Callable[[], Any]] | None = None,
+) -> dict[str, list[float]]:
+    """Run one step of every side per round, `steps` rounds, in a seeded random order per round
+    (so work one side leaves behind, such as a background flush, lands on any side alike).
+    `around[name]`, when given, returns a context manager entered before and left after each
+    step of that side, outside its timing (e.g. installing hooks whose one-time cost is not
+    what is measured). Returns each side's per-step wall times, warm-up rounds dropped."""
     import contextlib
     import random
 
     rng = random.Random(seed)
-    a_times: list[float] = []
-    b_times: list[float] = []
-    sides = ((a_step, a_times, contextlib.nullcontext), (b_step, b_times, b_around or contextlib.nullcontext))
+    around = around or {}
+    order = [(name, fn, around.get(name) or contextlib.nullcontext) for name, fn in sides.items()]
+    times: dict[str, list[float]] = {name: [] for name in sides}
     for i in range(warmup + steps):
-        for fn, out, around in (sides if rng.random() < 0.5 else sides[::-1]):
-            with around():
+        rng.shuffle(order)
+        for name, fn, ctx in order:
+            with ctx():
                 t0 = time.perf_counter()
                 fn()
                 dt = time.perf_counter() - t0
             if i >= warmup:
-                out.append(dt)
-    return a_times, b_times
+                times[name].append(dt)
+    return times
+
+
+def trials_summary(trials: list[dict[str, list[float]]], base: str, control: str | None = None) -> dict[str, Any]:
+    """Several trials of step-interleaved sides (each trial with fresh models, so a fresh memory
+    layout): per trial the ratio of each side's median to the base side's, and the median of
+    those ratios over trials (the headline figure). `control`, when given, is a second copy of
+    the base side: its ratios (A/A) are the noise floor of this measurement on this machine."""
+    sides = [name for name in trials[0] if name != base]
+    out: dict[str, Any] = {"trials": len(trials), "interleaved": "step",
+                           base: {"median_step_s": median([median(t[base]) for t in trials]),
+                                  "steps": sum(len(t[base]) for t in trials)}}
+    for name in sides:
+        ratios = [median(t[name]) / median(t[base]) for t in trials]
+        diffs = [median([y - x for x, y in zip(t[base], t[name])]) * 1e6 for t in trials]
+        out[name] = {"median_step_s": median([median(t[name]) for t in trials]),
+                     "ratio": median(ratios), "trial_ratios": [round(r, 5) for r in ratios],
+                     "median_paired_diff_us": median(diffs),
+                     "trial_paired_diff_us": [round(d, 1) for d in diffs]}
+    if control is not None:
+        out["noise_floor"] = max(abs(r - 1.0) for r in out[control]["trial_ratios"])
+    return out
