@@ -149,3 +149,30 @@ def test_failed_loss_reduction_keeps_the_interval_for_close(tmp_path):
     assert [s["step"] for s in run.steps] == [1, 2, 3, 4]
     assert [s["loss"] for s in run.steps] == [0.0, 1.0, 2.0, 3.0]
     assert all(sum(s["phases"].values()) == pytest.approx(s["t_step"]) for s in run.steps)
+
+
+def test_losses_of_every_kind_in_one_interval_are_read_right():
+    """step() reads a CPU scalar tensor directly once it has seen one; a float, a per-sample
+    vector or a 1-element tensor of another shape that follow must still be read right."""
+    mon = Monitor(None, sinks=(), log_every=100, warmup_steps=0, system_sampler=False)
+    given = [torch.tensor(1.5), torch.tensor(2.5), 3.5, torch.tensor([1.0, 3.0]),
+             torch.tensor([[4.5]]), torch.tensor(5.5, dtype=torch.float64), None, 7]
+    for loss in given:
+        mon.step(samples=1, loss=loss)
+    mon.close()
+    assert [r["loss"] for r in mon.recent] == [1.5, 2.5, 3.5, 2.0, 4.5, 5.5, None, 7.0]
+
+
+def test_wall_times_are_the_step_ends_on_the_wall_clock():
+    mon = Monitor(None, sinks=(), log_every=3, warmup_steps=0, system_sampler=False)
+    before = time.time()
+    for _ in range(5):
+        time.sleep(0.01)
+        mon.step(samples=1)
+    after = time.time()
+    mon.close()
+    walls = [r["t_wall"] for r in mon.recent]
+    assert before < walls[0] and walls[-1] <= after + 1e-3
+    gaps = [b - a for a, b in zip(walls, walls[1:])]
+    assert all(0.009 < g < 0.5 for g in gaps)  # increasing, one sleep apart
+    assert [r["t_step"] for r in mon.recent][1:] == pytest.approx(gaps, abs=2e-4)

@@ -102,7 +102,7 @@ class Monitor:
         # Closing a step is one bound call; each timeline keeps its closed steps until flush.
         self._end_step = self._timeline.end_step
         self._cap = min(log_every, _MAX_PENDING)
-        # One tuple per pending step (samples, tokens, pad, lr, syncs, warmup, t_wall): building
+        # One tuple per pending step (samples, tokens, pad, lr, syncs, warmup, t_end): building
         # a tuple is cheaper on the training thread than writing seven numpy slots.
         self._rows: list[tuple] = []
         self._loss_host: list[float] = [math.nan] * self._cap
@@ -114,6 +114,9 @@ class Monitor:
         self.nonfinite_losses = 0
         self._cur_syncs = 0
         self._cur_warmup = False
+        # The class of the last loss found to be a CPU scalar tensor; reset at every flush, so a
+        # loss that moves to a GPU or grows a dimension is re-examined within one interval.
+        self._item_class: Any = None
         self._proc: Any = None
         self._phase_ctx: dict[str, _Phase | _MarkPhase] = {}
         # The most recent records, for an in-memory summary when there is no run directory.
@@ -276,17 +279,20 @@ class Monitor:
         buffer (no sync) and read back at the log interval."""
         rows = self._rows
         i = len(rows)  # pending steps before this one
-        self._end_step()
+        # The step's end on the host clock becomes its wall time at flush (one time.time()
+        # per interval instead of one per step).
         rows.append((samples, tokens, pad_tokens, lr, self._cur_syncs,
-                     warmup or self._cur_warmup or self.steps_done < self.warmup_steps, time.time()))
+                     warmup or self._cur_warmup or self.steps_done < self.warmup_steps, self._end_step()))
         if loss is not None:
-            if isinstance(loss, (int, float)):
-                self._loss_host[i] = float(loss)
-                self._loss_given[i] = True
-            elif loss.is_cpu and loss.numel() == 1:
-                # On CPU reading a scalar is not a sync, and is 20x cheaper than a buffer copy.
-                self._loss_host[i] = loss.item()
-                self._loss_given[i] = True
+            if loss.__class__ is self._item_class:
+                # A CPU scalar, as the last checked loss was (rechecked every interval): reading
+                # it is not a sync, and is 20x cheaper than a buffer copy. Each torch call costs
+                # microseconds right after the optimizer's ops, so is_cpu/numel are not asked.
+                try:
+                    self._loss_host[i] = loss.item()
+                    self._loss_given[i] = True
+                except RuntimeError:  # not one element any more: a per-sample loss vector
+                    self._store_loss(i, loss)
             else:
                 self._store_loss(i, loss)
         self._cur_syncs = 0
@@ -298,8 +304,16 @@ class Monitor:
             self._profile.after_step(self.steps_done)
 
     def _store_loss(self, i: int, loss: Any) -> None:
-        """A loss tensor that is not a CPU scalar (step() reads those itself)."""
+        """A loss not yet known to be a CPU scalar tensor (step() reads those itself)."""
         self._loss_given[i] = True
+        if isinstance(loss, (int, float)):
+            self._loss_host[i] = float(loss)
+            return
+        if loss.is_cpu and loss.numel() == 1:
+            self._item_class = loss.__class__  # step() reads the next ones directly
+            self._loss_host[i] = loss.item()
+            return
+        self._item_class = None
         if loss.is_cpu:
             self._loss_host[i] = float(loss.detach().float().mean())
         else:
@@ -334,6 +348,8 @@ class Monitor:
         # The timeline is consumed only after the loss reduction, a collective that can fail
         # (a dead rank): close() then flushes again, with every pending step still in place.
         resolved = self._timeline.resolve()
+        self._item_class = None
+        wall_offset = time.time() - _perf_counter()  # rows hold perf_counter times
         mem = self._memory()
         first_step = self.steps_done - n
         rows = self._rows
@@ -345,13 +361,13 @@ class Monitor:
             row = [float(x) for x in phases[:n_measured]]  # the rest is "other"
             phase_map = dict(zip(MEASURED_PHASES, row))
             phase_map["other"] = max(0.0, t_step - sum(row))
-            samples, tokens, pad, lr, syncs, warm, t_wall = rows[i]
+            samples, tokens, pad, lr, syncs, warm, t_end = rows[i]
             tok, pad = int(tokens), int(pad)
             records.append(
                 {
                     "schema": version,
                     "step": first_step + i + 1,
-                    "t_wall": t_wall,
+                    "t_wall": t_end + wall_offset,
                     "t_step": t_step,
                     "phases": phase_map,
                     "samples": int(samples),

@@ -74,10 +74,13 @@ class CpuTimeline:
         self._since_step += 1
         self.marks.append((time.perf_counter(), end_code(idx)))
 
-    def end_step(self) -> None:
-        """Close the current step at now; resolve() returns its (t_step, phase seconds)."""
+    def end_step(self) -> float:
+        """Close the current step at now (returned, perf_counter seconds); resolve() returns
+        its (t_step, phase seconds)."""
         self._since_step = 0
-        self.marks.append((time.perf_counter(), _STEP_END))
+        t = time.perf_counter()
+        self.marks.append((t, _STEP_END))
+        return t
 
     def resolve(self) -> list[tuple[float, list[float]]]:
         """(t_step, per-phase seconds) for every step closed since the last call; time goes to
@@ -165,13 +168,16 @@ class CudaTimeline:
             self._phases.append(self._active)
         self._active = new_active
 
-    def end_step(self) -> None:
+    def end_step(self) -> float:
+        """Close the current step; returns the host's perf_counter at the call (the GPU's end
+        of the step comes later, through resolve())."""
         if self._boundary is None:
             self._boundary = self._record()
         end = self._record()
         self._closed.append((self._boundary, self._events, self._phases + [self._active], end))
         self._events, self._phases = [], []
         self._boundary = end  # the next step starts where this one ended (shared event)
+        return time.perf_counter()
 
     def resolve(self) -> list[tuple[float, np.ndarray]]:
         pending = self._closed
