@@ -110,6 +110,7 @@ class Trainer:
         self.monitor: Any = None
         self._flops_done = False
         self._lr_static = False  # set in fit() when our own schedule is a constant lr
+        self._plain_pass = False  # set in fit(): see _train_step
         self._fallback_reported = False
         self.auto_microbatch = self._auto_microbatch()
         # Training on the CPU: loader batches are already where the model is, so the per-batch
@@ -158,6 +159,9 @@ class Trainer:
         # shift the random stream that dropout and augmentation see. A resume then restores
         # the checkpoint's RNG states on top.
         seed_everything(cfg.run.seed)
+        # The written-out single-batch pass in _train_step applies (see _piece_step for the rest).
+        self._plain_pass = (not self._copy_batches and self.precision.dtype is None and self.precision.scaler is None
+                            and not {Event.AFTER_FORWARD, Event.AFTER_BACKWARD} & self.callbacks.listening)
         ckpt = self._ckpt_session = self._checkpoint_session(mon, loaders)
         make_state = self._state_fn(loaders)
         try:
@@ -248,6 +252,7 @@ class Trainer:
 
     def _loop(self, loaders, mon, total_steps: int, ckpt, make_state) -> None:
         cfg, st, fire = self.cfg, self.state, self.callbacks.fire
+        advance = loaders.train_bundle.advancer() if loaders.train_bundle is not None else None
         self.model.train()
         fire(Event.FIT_START, st)
         while st.step < total_steps and not st.should_stop:
@@ -261,8 +266,8 @@ class Trainer:
                 st.batch_in_epoch += len(micro_batches)
                 st.samples += stats[0]
                 st.tokens += stats[1]
-                if loaders.train_bundle is not None:  # what was trained, not what was prefetched
-                    loaders.train_bundle.advance(stats[0], batches=len(micro_batches))
+                if advance is not None:  # what was trained, not what was prefetched
+                    advance(stats[0], len(micro_batches))
                 st.loss, st.lr = loss, self.optimizer.param_groups[0]["lr"]
                 if Event.BATCH_END in self.callbacks.listening:
                     fire(Event.BATCH_END, st)
@@ -289,8 +294,6 @@ class Trainer:
     def _train_step(self, micro_batches: list[tuple[Any, Any]], mon) -> tuple[torch.Tensor, tuple[int, int, int]]:
         cfg, fire, st = self.cfg, self.callbacks.fire, self.state
         stats = [s for _, s in micro_batches]
-        weights = micro_batch_weights([s.tokens for s in stats], cfg.accumulation.normalize) \
-            if len(micro_batches) > 1 else [1.0]
         first_step = not self._flops_done
         if first_step:
             self._flops_done = True
@@ -299,7 +302,21 @@ class Trainer:
         host_batches = [b for b, _ in micro_batches]
         while True:
             try:
-                total_loss = self._forward_backward(host_batches, weights, mon)
+                if len(host_batches) == 1 and self._plain_pass and self.microbatcher.split == 1:
+                    # One batch, on the CPU, fp32/tf32, no per-pass listeners: the forward and
+                    # backward of _piece_step written out here, since every Python frame costs
+                    # microseconds right after the previous step's ops.
+                    with mon.phase("forward"):
+                        loss = self.loss_fn(self.model, host_batches[0])
+                        if isinstance(loss, tuple):
+                            loss = loss[0]
+                    with mon.phase("backward"):
+                        loss.backward()
+                    total_loss = loss.detach()
+                else:
+                    weights = micro_batch_weights([s.tokens for s in stats], cfg.accumulation.normalize) \
+                        if len(micro_batches) > 1 else [1.0]
+                    total_loss = self._forward_backward(host_batches, weights, mon)
                 break
             except Exception as exc:
                 if not self.auto_microbatch or not is_oom(exc):

@@ -55,7 +55,8 @@ def build(cfg, data, **kw):
 
 @pytest.mark.parametrize("workers", [0, 2])
 @pytest.mark.parametrize("bucketing", [False, True])
-def test_resume_mid_epoch_same_remaining_batches(workers, bucketing):
+@pytest.mark.parametrize("via", ["advance", "advancer"])
+def test_resume_mid_epoch_same_remaining_batches(workers, bucketing, via):
     data = SeqData()
     cfg = DataConfig(batch_size=8, num_workers=workers, bucketing=bucketing, bucket_max_tokens=200 if bucketing else None)
     ref = build(cfg, data)
@@ -65,9 +66,10 @@ def test_resume_mid_epoch_same_remaining_batches(workers, bucketing):
     live = build(cfg, data)
     live.set_epoch(1)
     k, got = 5, []
+    advance = live.advancer() if via == "advancer" else (lambda samples, batches: live.advance(samples, batches=batches))
     for batch in live.loader:  # workers run ahead; only trained batches are advanced
         got.append(ids_of(batch))
-        live.advance(batch_stats(batch).samples)
+        advance(batch_stats(batch).samples, 1)
         if len(got) == k:
             break
     state = live.state_dict()

@@ -117,6 +117,14 @@ class LoaderBundle:
         else:
             self.sampler.advance(samples)
 
+    def advancer(self) -> Callable[[int, int], None]:
+        """`advance` as (samples, batches) -> None with the bucketed/sampled choice made once,
+        for a loop that calls it every step."""
+        advance = self.sampler.advance
+        if self.bucketed:
+            return lambda samples, batches: advance(batches)
+        return lambda samples, batches: advance(samples)
+
     def state_dict(self) -> dict[str, Any]:
         return {"kind": "bucket" if self.bucketed else "sample", **self.sampler.state_dict()}
 
