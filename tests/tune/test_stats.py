@@ -67,6 +67,22 @@ def test_run_to_run_noise_of_the_baseline_raises_the_bar():
     assert stats.speed_verdict(stats.compare(base, arm(0.053, seed=3))) == stats.FASTER
 
 
+def test_one_drifted_repeat_among_many_does_not_set_the_noise():
+    """Four baseline repeats over a tune session, one of them taken while the machine was 25 %
+    slower: noise is the typical pair's spread, not the range, which only grows with repeats.
+    A 1.21x gain then counts; it would not against the 25 % range."""
+    base = arm(0.10, rel_noise=0.002, repeats=4, shift=[1.0, 1.08, 1.25, 1.07], seed=1)
+    assert stats.run_to_run_noise(base) == pytest.approx(0.125, abs=0.02)  # median of six pairs
+    cand = arm(0.1075 / 1.21, rel_noise=0.002, repeats=4, shift=[1.0, 1.02, 1.0, 1.03], seed=2)
+    c = stats.compare(base, cand)
+    assert c.speedup == pytest.approx(1.21, abs=0.03)
+    assert c.noise < 0.2
+    assert stats.speed_verdict(c) == stats.FASTER
+    # the same candidate inside the noise stays "no measurable change"
+    near = arm(0.1075 / 1.08, rel_noise=0.002, repeats=4, shift=[1.0, 1.02, 1.0, 1.03], seed=3)
+    assert stats.speed_verdict(stats.compare(base, near)) == stats.NO_CHANGE
+
+
 def test_cost_is_per_sample_so_bigger_batches_compare_fairly():
     # Double the samples per step at 1.5x the step time: 1.33x faster per sample.
     base = arm(0.10, samples=16, seed=1)
