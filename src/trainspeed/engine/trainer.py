@@ -253,6 +253,7 @@ class Trainer:
     def _loop(self, loaders, mon, total_steps: int, ckpt, make_state) -> None:
         cfg, st, fire = self.cfg, self.state, self.callbacks.fire
         advance = loaders.train_bundle.advancer() if loaders.train_bundle is not None else None
+        eval_every = (cfg.eval.every_steps or 0) if self.data.val is not None else 0
         self.model.train()
         fire(Event.FIT_START, st)
         while st.step < total_steps and not st.should_stop:
@@ -273,7 +274,7 @@ class Trainer:
                     fire(Event.BATCH_END, st)
                 # Interval work (eval, checkpoints) belongs to the step that triggers it, so the
                 # step record shows its cost: close the Monitor's step only after it.
-                if self._eval_due():
+                if eval_every and st.step % eval_every == 0:
                     self._evaluate(loaders.val, mon)
                 ckpt.step_end(st.step, make_state, st.metrics)  # periodic save, or signal exit
                 mon.step(samples=stats[0], tokens=stats[1], pad_tokens=stats[2], loss=loss, lr=st.lr)
@@ -432,10 +433,6 @@ class Trainer:
                 group = []
         if group:
             yield group
-
-    def _eval_due(self) -> bool:
-        every = self.cfg.eval.every_steps
-        return bool(every) and self.data.val is not None and self.state.step % every == 0
 
     def _evaluate(self, val_loader: Iterable[Any] | None, mon) -> dict[str, float]:
         if val_loader is None:
