@@ -179,3 +179,38 @@ def test_a_far_slower_setting_is_stopped_and_reads_slower(base_config, cpu, tmp_
     assert len(fp16) == 1 and fp16[0].timeout_s == max(MIN_CUTOFF_S, SLOW_CUTOFF * 20.0)
     assert runner.calls[0].timeout_s is None  # the baseline has no reference yet
     assert result.best_settings.get("precision.mode") != "fp16-mixed"
+
+
+def test_small_gains_below_the_noise_alone_are_tried_together(base_config, cpu, tmp_path):
+    """fused and channels_last each save 2 %: under the 3 % floor alone ("no measurable
+    change"), 4 % together, which clears it. A slower setting never joins the bundle."""
+    runner = FakeRunner({FUSED: 0.98, "channels_last=true": 0.98, FOREACH: 1.0, BF16: 1.3})
+    result = tuner(base_config, cpu, runner, tmp_path,
+                   knobs=["precision", "fused_optimizer", "channels_last"]).run()
+    rows = rows_by(result)
+    assert rows[("fused_optimizer", "fused")].verdict == stats.NO_CHANGE
+    assert rows[("channels_last", "true")].verdict == stats.NO_CHANGE
+    together = [r for r in result.combination if r.knob == "together"]
+    assert len(together) == 1 and together[0].verdict == stats.FASTER
+    assert together[0].speedup == pytest.approx(1 / 0.98 ** 2, rel=0.01)
+    assert result.best_settings == {"optim.implementation": "fused", "channels_last": True}
+    assert result.final.verdict == stats.FASTER
+
+
+def test_a_bundle_that_does_not_help_together_is_not_crowned(base_config, cpu, tmp_path):
+    """Each setting alone measures 1.5 % faster (inside its trials, under the 3 % floor), but
+    together they bring nothing: the bundle's own comparison reads no change, best stays empty."""
+    class Cancelling(FakeRunner):
+        def __call__(self, req):
+            res = super().__call__(req)
+            if FUSED in req.overrides and "channels_last=true" in req.overrides:
+                res.step_times = [t / (0.985 * 0.985) for t in res.step_times]
+            return res
+
+    runner = Cancelling({FUSED: 0.985, "channels_last=true": 0.985})
+    result = tuner(base_config, cpu, runner, tmp_path, knobs=["fused_optimizer", "channels_last"]).run()
+    rows = rows_by(result)
+    assert rows[("fused_optimizer", "fused")].ci[0] > 1.0  # a hopeful: faster inside its trials
+    together = [r for r in result.combination if r.knob == "together"]
+    assert len(together) == 1 and together[0].verdict == stats.NO_CHANGE
+    assert result.best_settings == {}
