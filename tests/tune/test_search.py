@@ -214,3 +214,24 @@ def test_a_bundle_that_does_not_help_together_is_not_crowned(base_config, cpu, t
     together = [r for r in result.combination if r.knob == "together"]
     assert len(together) == 1 and together[0].verdict == stats.NO_CHANGE
     assert result.best_settings == {}
+
+
+def test_each_comparison_on_top_gets_its_own_fresh_reference_repeats(base_config, cpu, tmp_path):
+    """The machine slows 4 % with every trial. persistent_workers and two prefetch depths are
+    each compared on top of num_workers=2; each comparison must run and use its own repeats
+    of that reference, interleaved with it, or the later candidates read slower than the
+    reference's early repeats although they change nothing."""
+    class Drifting(FakeRunner):
+        def __call__(self, req):
+            res = super().__call__(req)
+            res.step_times = [t * 1.04 ** len(self.calls) for t in res.step_times]
+            return res
+
+    runner = Drifting({"data.num_workers=2": 0.6, "data.num_workers=1": 0.8})
+    result = tuner(base_config, cpu, runner, tmp_path,
+                   knobs=["num_workers", "persistent_workers", "prefetch_factor"]).run()
+    on_top = [r for r in result.combination if r.knob in ("persistent_workers", "prefetch_factor")]
+    assert len(on_top) == 3
+    assert all(r.verdict == stats.NO_CHANGE for r in on_top), [(r.setting, r.speedup) for r in on_top]
+    reference = [c.repeat for c in runner.calls if c.label == "current"]
+    assert len(reference) == len(set(reference)) == 3 * 2  # R = 2 fresh repeats per comparison

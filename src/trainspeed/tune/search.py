@@ -136,8 +136,11 @@ class Tuner:
         self.reused = 0
         self.base_wall = 0.0  # wall time of the first baseline trial: the price of a trial
         self.cost_factor: dict[str, float] = {}  # config key -> expected cost vs the baseline
-        self.remeasured: set[str] = set()
-        self.ran: set[tuple[str, int]] = set()  # (key, repeat) run or reused in this tune  # configs that got fresh repeats R..2R-1 as `current`
+        # config key -> next unused repeat number: every on-top comparison runs fresh repeats of
+        # its reference, interleaved with the candidate's (the ablation used 0..R-1). Assigned
+        # in the search's own order, so a resumed tune finds the same numbers in its store.
+        self.next_repeat: dict[str, int] = {}
+        self.ran: set[tuple[str, int]] = set()  # (key, repeat) run or reused in this tune
 
     # ------------------------------------------------------------------ trials
     def _over_budget(self, key: str | None = None) -> bool:
@@ -194,8 +197,10 @@ class Tuner:
 
     # ------------------------------------------------------------------ comparison
     def row(self, knob: str, label: str, settings: dict[str, Any], reference: dict[str, Any],
-            *, cost_factor: float = 1.0) -> Row:
-        ref = [r for r in self.results(reference) if r.ok]
+            *, cost_factor: float = 1.0, ref_repeats: range | None = None) -> Row:
+        """Candidate vs reference. `ref_repeats`: only those repeats of the reference (the ones
+        interleaved with the candidate's; others ran minutes away, on another machine state)."""
+        ref = [r for r in self.results(reference) if r.ok and (ref_repeats is None or r.repeat in ref_repeats)]
         cand_all = self.results(settings)
         row = Row(knob=knob, setting=label, settings=settings, cost_factor=cost_factor)
         failed = [r for r in cand_all if not r.ok]
@@ -289,15 +294,17 @@ class Tuner:
 
     def _compare_on_top(self, knob: str, label: str, current: dict[str, Any], new: dict[str, Any],
                         cost_factor: float) -> Row:
-        """Measure `new` against `current` with fresh, interleaved repeats of both: `current`'s
-        repeats R..2R-1 (its first R ran earlier, in another round), `new`'s 0..R-1."""
+        """Measure `new` against `current` with fresh, interleaved repeats of both: R new
+        repeats of `current` (numbers from next_repeat) and `new`'s 0..R-1; only those repeats
+        of `current` are compared, since earlier ones ran at another time."""
         R = self.opt.repeats
-        self.cost_factor[config_key(self.base_hash, new)] = max(
-            cost_factor, self.cost_factor.get(config_key(self.base_hash, current), 1.0))
-        self.remeasured.add(config_key(self.base_hash, current))
+        key = config_key(self.base_hash, current)
+        self.cost_factor[config_key(self.base_hash, new)] = max(cost_factor, self.cost_factor.get(key, 1.0))
+        start = self.next_repeat.get(key, R)
+        self.next_repeat[key] = start + R
         for r in range(R):
-            self._round([(current, "current", R + r), (new, f"+{knob}={label}", r)], reverse=bool(r % 2))
-        return self.row(knob, label, new, current, cost_factor=cost_factor)
+            self._round([(current, "current", start + r), (new, f"+{knob}={label}", r)], reverse=bool(r % 2))
+        return self.row(knob, label, new, current, cost_factor=cost_factor, ref_repeats=range(start, start + R))
 
     def _greedy(self, ablation: list[Row], deferred: list[str]) -> tuple[list[Row], dict[str, Any]]:
         winners: dict[str, Row] = {}
@@ -388,9 +395,11 @@ class Tuner:
         earlier ones: the speedup the user gets from best.yaml."""
         self.say("verifying the combination against the baseline")
         R = self.opt.repeats
-        n_best = 2 * R if config_key(self.base_hash, best) in self.remeasured else R
-        for v in range(self.opt.verify_repeats):
-            self._round([({}, "baseline", R + v), (best, "best", n_best + v)], reverse=bool(v % 2))
+        V = self.opt.verify_repeats
+        base_key, best_key = config_key(self.base_hash, {}), config_key(self.base_hash, best)
+        n_base, n_best = self.next_repeat.get(base_key, R), self.next_repeat.get(best_key, R)
+        for v in range(V):
+            self._round([({}, "baseline", n_base + v), (best, "best", n_best + v)], reverse=bool(v % 2))
         label = ", ".join(f"{k}={v}" for k, v in sorted(best.items()))
         return self.row("combined", label, best, {})
 
