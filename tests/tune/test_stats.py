@@ -20,10 +20,17 @@ def arm(mean, rel_noise=0.01, repeats=2, steps=25, samples=16, seed=0, shift=Non
     return Arm.of(times, smp)
 
 
-def test_cost_is_median_step_time_per_sample_and_ignores_a_stolen_step():
+def test_cost_is_step_time_per_sample_and_ignores_a_stolen_step():
     t = np.array([0.1, 0.1, 0.1, 5.0, 0.1])  # one step a neighbour's process stole
     assert stats.cost_per_sample(t, np.full(5, 10.0)) == pytest.approx(0.01)
     assert math.isnan(stats.cost_per_sample(np.array([]), np.array([])))
+
+
+def test_cost_counts_the_periodic_waits_of_a_loader_that_falls_behind():
+    """Every third step waits 0.2 s for a slow worker: a third of the time is waiting, and a
+    median step time (0.1) would report the loader as free."""
+    t = np.array([0.1, 0.1, 0.3] * 40)
+    assert stats.cost_per_sample(t, np.full(len(t), 10.0)) == pytest.approx((0.1 * 80 + 0.3 * 34) / 114 / 10)
 
 
 def test_fast_knob_is_faster_with_interval_above_one():

@@ -28,7 +28,7 @@ class TrialLength:
     warmup_steps: int = 5
     """Steps excluded from timing (allocator warm-up, compilation)."""
     measure_steps: int = 25
-    """Measured steps per trial; their median step time is the trial's figure."""
+    """Measured steps per trial; their mean step time (slowest 5 % left out) is the trial's figure."""
     eval_batches: int = 4
     """Validation batches at the end of each trial (the loss-parity figure)."""
 

@@ -4,9 +4,10 @@ interval, and the verdict a knob setting earns.
 Nothing here runs a trial or reads a file; every function maps numbers to numbers, so the
 verdict rules are unit-tested on synthetic samples (a fast knob, a slow one, a noisy one).
 
-The cost of a trial is *seconds per sample*: the median step time (robust to the odd step a
-neighbouring process steals) divided by the mean samples per step. Per sample, not per step,
-because knobs such as batch size and length bucketing change how many samples a step holds.
+The cost of a trial is *seconds per sample*: the mean step time without the slowest 5 % of
+steps (robust to the odd step a neighbouring process steals, yet it counts the periodic waits
+of a loader that falls behind, which a median hides) divided by the mean samples per step.
+Per sample, not per step, because knobs such as batch size and length bucketing change how many samples a step holds.
 """
 
 from __future__ import annotations
@@ -53,12 +54,28 @@ class Arm:
         return np.concatenate(self.step_times), np.concatenate(self.samples)
 
 
+# Share of the slowest steps left out of a trial's mean step time.
+SLOW_TRIM = 0.05
+
+
+def trimmed_step_time(step_times: np.ndarray) -> float:
+    """Mean step time without the slowest SLOW_TRIM share of steps.
+
+    Not the median: a loader worker that falls behind makes every few steps wait, and the
+    median hides exactly those waits (a tuned num_workers=1 read 1.63x by the median and 1.23x
+    by samples/s). Trimming only the slowest 5 % still keeps one step stolen by another process
+    from deciding a trial."""
+    t = np.sort(step_times)
+    drop = max(1, round(len(t) * SLOW_TRIM)) if len(t) > 1 else 0
+    return float(np.mean(t[:len(t) - drop]))
+
+
 def cost_per_sample(step_times: np.ndarray, samples: np.ndarray) -> float:
-    """Seconds per sample: median step time / mean samples per step (NaN when empty)."""
+    """Seconds per sample: trimmed mean step time / mean samples per step (NaN when empty)."""
     ok = np.isfinite(step_times) & np.isfinite(samples) & (samples > 0)
     if not ok.any():
         return math.nan
-    return float(np.median(step_times[ok]) / np.mean(samples[ok]))
+    return float(trimmed_step_time(step_times[ok]) / np.mean(samples[ok]))
 
 
 def arm_cost(arm: Arm) -> float:

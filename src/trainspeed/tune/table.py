@@ -105,7 +105,7 @@ def write_html(result: TuneResult, path: str | Path, *, title: str, subtitle: st
                  + "".join(f"<p class='note'>{_e(n)}</p>" for n in result.notes) +
                  f"<p class='note'>{result.trials_run} trials run, {result.trials_reused} reused; "
                  f"{result.elapsed_s:.0f} s. Speedup = baseline seconds per sample / candidate's "
-                 "(median step time / mean samples per step, warm-up excluded); a change inside "
+                 "(mean step time without the slowest 5 % / mean samples per step, warm-up excluded); a change inside "
                  "the measured run-to-run noise reads 'no measurable change'.</p></section>")
     return atomic_write_text(path, _page(title, subtitle, "".join(parts)))
 
