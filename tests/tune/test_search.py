@@ -235,3 +235,18 @@ def test_each_comparison_on_top_gets_its_own_fresh_reference_repeats(base_config
     assert all(r.verdict == stats.NO_CHANGE for r in on_top), [(r.setting, r.speedup) for r in on_top]
     reference = [c.repeat for c in runner.calls if c.label == "current"]
     assert len(reference) == len(set(reference)) == 3 * 2  # R = 2 fresh repeats per comparison
+
+
+def test_a_bundle_that_brings_in_workers_opens_the_deferred_worker_knobs(base_config, cpu, tmp_path):
+    """num_workers=1 and fused each save 2 % (no change alone, a win together); once workers
+    are in, persistent_workers (deferred until then) is tried on top and kept."""
+    runner = FakeRunner({"data.num_workers=1": 0.98, "data.num_workers=2": 1.1, FUSED: 0.98,
+                         "data.persistent_workers=true": 0.8})
+    result = tuner(base_config, cpu, runner, tmp_path,
+                   knobs=["num_workers", "fused_optimizer", "persistent_workers"]).run()
+    steps = [(r.knob, r.verdict) for r in result.combination]
+    assert ("together", stats.FASTER) in steps
+    assert steps.index(("persistent_workers", stats.FASTER)) > steps.index(("together", stats.FASTER))
+    best = result.best_settings  # may also split the cores ("1 + 1 compute threads" ties)
+    assert {k: best.get(k) for k in ("data.num_workers", "optim.implementation", "data.persistent_workers")} \
+        == {"data.num_workers": 1, "optim.implementation": "fused", "data.persistent_workers": True}

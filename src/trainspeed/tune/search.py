@@ -335,7 +335,10 @@ class Tuner:
                 if step.verdict == stats.FASTER:
                     current = new
             current, pending_deferred = self._try_deferred(current, pending_deferred, combination)
+        before = current
         current = self._try_together(ablation + combination, winners, current, combination)
+        if current is not before:  # the bundle may bring in a prerequisite (workers for prefetch)
+            current, pending_deferred = self._try_deferred(current, pending_deferred, combination)
         return combination, current
 
     def _try_together(self, rows: list[Row], winners: dict[str, Row], current: dict[str, Any],
