@@ -250,3 +250,23 @@ def test_a_bundle_that_brings_in_workers_opens_the_deferred_worker_knobs(base_co
     best = result.best_settings  # may also split the cores ("1 + 1 compute threads" ties)
     assert {k: best.get(k) for k in ("data.num_workers", "optim.implementation", "data.persistent_workers")} \
         == {"data.num_workers": 1, "optim.implementation": "fused", "data.persistent_workers": True}
+
+
+def test_a_resumed_tune_reads_the_same_table_although_later_repeats_exist(base_config, cpu, tmp_path):
+    """The machine slows 4 % per trial. The first run computes the ablation before its
+    verification repeats of the baseline exist; a resumed run finds them in the store. Each
+    comparison uses only the repeats that ran interleaved, so both read the same table."""
+    class Drifting(FakeRunner):
+        def __call__(self, req):
+            res = super().__call__(req)
+            res.step_times = [t * 1.04 ** len(self.calls) for t in res.step_times]
+            return res
+
+    first = tuner(base_config, cpu, Drifting({BF16: 0.5, FUSED: 0.9}), tmp_path,
+                  knobs=["precision", "fused_optimizer"]).run()
+    again_runner = Drifting({BF16: 0.5, FUSED: 0.9})
+    again = tuner(base_config, cpu, again_runner, tmp_path, knobs=["precision", "fused_optimizer"]).run()
+    assert not again_runner.calls  # everything reused
+    table = lambda res: [(r.knob, r.setting, r.speedup, r.verdict) for r in res.ablation + res.combination]  # noqa: E731
+    assert table(again) == table(first)
+    assert again.final.speedup == pytest.approx(first.final.speedup)

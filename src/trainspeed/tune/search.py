@@ -197,11 +197,13 @@ class Tuner:
 
     # ------------------------------------------------------------------ comparison
     def row(self, knob: str, label: str, settings: dict[str, Any], reference: dict[str, Any],
-            *, cost_factor: float = 1.0, ref_repeats: range | None = None) -> Row:
-        """Candidate vs reference. `ref_repeats`: only those repeats of the reference (the ones
-        interleaved with the candidate's; others ran minutes away, on another machine state)."""
-        ref = [r for r in self.results(reference) if r.ok and (ref_repeats is None or r.repeat in ref_repeats)]
-        cand_all = self.results(settings)
+            *, cost_factor: float = 1.0, ref_repeats: range, cand_repeats: range) -> Row:
+        """Candidate vs reference on the given repeats of each: the ones that ran interleaved
+        with each other. A config's other repeats ran minutes away, in another phase of the
+        search (a baseline's verification repeats, a winner's repeats as the reference of a
+        later comparison), on another machine state; pooling them moved verdicts."""
+        ref = [r for r in self.results(reference) if r.ok and r.repeat in ref_repeats]
+        cand_all = [r for r in self.results(settings) if r.repeat in cand_repeats]
         row = Row(knob=knob, setting=label, settings=settings, cost_factor=cost_factor)
         failed = [r for r in cand_all if not r.ok]
         if failed:
@@ -244,7 +246,9 @@ class Tuner:
         for r in range(self.opt.repeats if candidates else 0):  # nothing to compare: no more baselines
             self.say(f"ablation round {r + 1}/{self.opt.repeats}")
             self._round([(s, label, r) for s, label in arms], reverse=bool(r % 2))
-        ablation = [self.row(c.knob, c.label, c.settings, {}, cost_factor=c.cost_factor)
+        R = self.opt.repeats
+        ablation = [self.row(c.knob, c.label, c.settings, {}, cost_factor=c.cost_factor,
+                             ref_repeats=range(R), cand_repeats=range(R))
                     for c in candidates]
         ablation += [Row(knob=s.knob, setting=s.label, note=s.reason) for s in skipped]
         combination, best = self._greedy(ablation, deferred)
@@ -304,7 +308,8 @@ class Tuner:
         self.next_repeat[key] = start + R
         for r in range(R):
             self._round([(current, "current", start + r), (new, f"+{knob}={label}", r)], reverse=bool(r % 2))
-        return self.row(knob, label, new, current, cost_factor=cost_factor, ref_repeats=range(start, start + R))
+        return self.row(knob, label, new, current, cost_factor=cost_factor,
+                        ref_repeats=range(start, start + R), cand_repeats=range(R))
 
     def _greedy(self, ablation: list[Row], deferred: list[str]) -> tuple[list[Row], dict[str, Any]]:
         winners: dict[str, Row] = {}
@@ -394,8 +399,8 @@ class Tuner:
         return current, still
 
     def _verify(self, best: dict[str, Any]) -> Row:
-        """Fresh interleaved repeats of the baseline and the best config, pooled with the
-        earlier ones: the speedup the user gets from best.yaml."""
+        """Fresh interleaved repeats of the baseline and the best config, compared with each
+        other only: the speedup the user gets from best.yaml."""
         self.say("verifying the combination against the baseline")
         R = self.opt.repeats
         V = self.opt.verify_repeats
@@ -404,7 +409,8 @@ class Tuner:
         for v in range(V):
             self._round([({}, "baseline", n_base + v), (best, "best", n_best + v)], reverse=bool(v % 2))
         label = ", ".join(f"{k}={v}" for k, v in sorted(best.items()))
-        return self.row("combined", label, best, {})
+        return self.row("combined", label, best, {}, ref_repeats=range(n_base, n_base + V),
+                        cand_repeats=range(n_best, n_best + V))
 
 
 # ---------------------------------------------------------------------- helpers
