@@ -112,10 +112,7 @@ class LoaderBundle:
 
     def advance(self, samples: int, *, batches: int = 1) -> None:
         """Record that `batches` batches holding `samples` samples were trained on."""
-        if self.bucketed:
-            self.sampler.advance(batches)
-        else:
-            self.sampler.advance(samples)
+        self.advancer()(samples, batches)
 
     def advancer(self) -> Callable[[int, int], None]:
         """`advance` as (samples, batches) -> None with the bucketed/sampled choice made once,
