@@ -23,7 +23,7 @@ from typing import Any, Callable, Sequence
 import torch
 
 from trainspeed.engine.accumulation import batch_size, split_batch
-from trainspeed.errors import TrainspeedError
+from trainspeed.errors import ConfigError, TrainspeedError
 
 # Messages of allocators that raise a plain RuntimeError instead of torch.OutOfMemoryError
 # (older CUDA builds, MPS, the CPU allocator, cuDNN/cuBLAS workspace allocation).
@@ -43,6 +43,19 @@ def is_oom(exc: BaseException) -> bool:
         text = str(exc).lower()
         return any(m in text for m in _OOM_MESSAGES)
     return False
+
+
+def auto_microbatch_enabled(requested: bool, world_size: int) -> bool:
+    """Whether batch.auto_microbatch applies; ConfigError when it cannot (several ranks)."""
+    if not requested:
+        return False
+    if world_size > 1:
+        raise ConfigError(
+            "batch.auto_microbatch works in a single process only: an out-of-memory retry on one "
+            "rank would leave the others waiting in the gradient all-reduce. Set "
+            "batch.auto_microbatch=false and pick data.batch_size with `trainspeed tune --knobs batch_size`."
+        )
+    return True
 
 
 class MicroBatchTooLargeError(TrainspeedError):

@@ -20,7 +20,7 @@ import torch
 
 from trainspeed.errors import ConfigError
 
-__all__ = ["lr_factor", "build_scheduler", "SCHEDULES"]
+__all__ = ["lr_factor", "build_scheduler", "build_loop_scheduler", "SCHEDULES"]
 
 SCHEDULES = ("constant", "cosine", "linear")
 Kind = Literal["constant", "cosine", "linear"]
@@ -71,3 +71,21 @@ def build_scheduler(optimizer: torch.optim.Optimizer, cfg: Any,
         return lr_factor(step, warmup, total_steps, kind, min_ratio)
 
     return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+
+
+def build_loop_scheduler(optimizer: torch.optim.Optimizer, cfg: Any,
+                         total_steps: int | None) -> tuple[torch.optim.lr_scheduler.LambdaLR, bool]:
+    """`build_scheduler` for a training loop, and whether the loop may skip `scheduler.step()`.
+
+    A constant lr without warm-up never changes, so stepping LambdaLR is pure cost (~15 µs a
+    step in a loop; the caller records the step count in checkpoints instead). Such a scheduler
+    is never stepped, so the wrapper LRScheduler puts on `optimizer.step` (to warn when
+    scheduler.step() comes first) is removed too: it costs Python calls every step. Only a
+    wrapper this scheduler added is removed; one a user's own scheduler put there stays.
+    """
+    wrapped_before = bool(getattr(optimizer.__dict__.get("step"), "_wrapped_by_lr_sched", False))
+    scheduler = build_scheduler(optimizer, cfg, total_steps)
+    static = getattr(cfg, "schedule", "constant") == "constant" and int(getattr(cfg, "warmup_steps", 0)) == 0
+    if static and not wrapped_before:
+        optimizer.__dict__.pop("step", None)
+    return scheduler, static

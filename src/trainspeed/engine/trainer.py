@@ -24,7 +24,7 @@ from trainspeed.engine.accumulation import micro_batch_weights
 from trainspeed.engine.data.prefetch import move_to_device
 from trainspeed.engine.data.stats import batch_stats as default_batch_stats
 from trainspeed.engine.events import Callback, CallbackList, Event, TrainerState
-from trainspeed.engine.microbatch import MicroBatcher, free_after_oom, is_oom
+from trainspeed.engine.microbatch import MicroBatcher, auto_microbatch_enabled, free_after_oom, is_oom
 from trainspeed.engine.nonfinite import NonFiniteGuard, NonFiniteLossError  # noqa: F401 - re-exported
 from trainspeed.engine.setup import (
     DataParts, build_loaders, prepare_model, resolve_device, run_dir_for, seed_everything,
@@ -36,11 +36,6 @@ from trainspeed.errors import ConfigError, TrainspeedError
 def _with_info(state: TrainerState, info: dict[str, Any]) -> TrainerState:
     state.info = dict(info)
     return state
-
-
-def _lr_sched_wrapped(optimizer: Any) -> bool:
-    """Whether an LRScheduler has already wrapped this optimizer's step (see fit())."""
-    return bool(getattr(optimizer.__dict__.get("step"), "_wrapped_by_lr_sched", False))
 
 
 class Trainer:
@@ -112,7 +107,7 @@ class Trainer:
         self._lr_static = False  # set in fit() when our own schedule is a constant lr
         self._plain_pass = False  # set in fit(): see _train_step
         self._fallback_reported = False
-        self.auto_microbatch = self._auto_microbatch()
+        self.auto_microbatch = auto_microbatch_enabled(self.cfg.batch.auto_microbatch, self.world_size)
         # Training on the CPU: loader batches are already where the model is, so the per-batch
         # copy (a walk over the batch calling Tensor.to) is skipped, and h2d stays at zero.
         self._copy_batches = self.device.type != "cpu"
@@ -126,23 +121,15 @@ class Trainer:
     def fit(self) -> dict[str, Any]:
         """Train until run.max_steps (or run.max_epochs); return the run summary."""
         from trainspeed.engine.distributed import clear_error, rank_run_dir
-        from trainspeed.engine.schedule import build_scheduler
+        from trainspeed.engine.schedule import build_loop_scheduler
         from trainspeed.telemetry.monitor import Monitor
 
         cfg = self.cfg
         loaders = build_loaders(self.data, cfg, self.device, self.rank, self.world_size)
         total = self._total_steps(loaders.train)
         if self.scheduler is None:
-            wrapped_before = _lr_sched_wrapped(self.optimizer)
-            self.scheduler = build_scheduler(self.optimizer, cfg.optim, total)
-            # A constant lr without warm-up never changes: skip LambdaLR.step() (~15 µs a step
-            # in a loop); checkpoints still record the step count (see _state_fn).
-            self._lr_static = cfg.optim.schedule == "constant" and cfg.optim.warmup_steps == 0
-            if self._lr_static and not wrapped_before:
-                # LRScheduler wraps optimizer.step to warn when scheduler.step() comes first;
-                # a scheduler that is never stepped needs no warning, and the wrapper costs
-                # Python calls every step. Only the wrapper our scheduler added is removed.
-                self.optimizer.__dict__.pop("step", None)
+            # a constant lr is never stepped; checkpoints still record the step (see _state_fn)
+            self.scheduler, self._lr_static = build_loop_scheduler(self.optimizer, cfg.optim, total)
         sinks = tuple(cfg.logging.sinks) + (("console",) if cfg.logging.progress and "console" not in cfg.logging.sinks else ())
         self.monitor = mon = Monitor(
             rank_run_dir(self.run_dir, self.rank), device=self.device, log_every=cfg.logging.every,
@@ -479,17 +466,6 @@ class Trainer:
                 "IterableDataset?), so the number of steps is unknown. Set run.max_steps."
             ) from exc
         return per_epoch * (run.max_epochs or 1)
-
-    def _auto_microbatch(self) -> bool:
-        if not self.cfg.batch.auto_microbatch:
-            return False
-        if self.world_size > 1:
-            raise ConfigError(
-                "batch.auto_microbatch works in a single process only: an out-of-memory retry on one "
-                "rank would leave the others waiting in the gradient all-reduce. Set "
-                "batch.auto_microbatch=false and pick data.batch_size with `trainspeed tune --knobs batch_size`."
-            )
-        return True
 
     @staticmethod
     def _set_epoch(sampler: Any, epoch: int) -> None:
