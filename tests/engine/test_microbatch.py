@@ -7,7 +7,7 @@ import torch
 from torch import nn
 from torch.utils.data import TensorDataset
 
-from trainspeed.engine.microbatch import MicroBatcher, MicroBatchTooLargeError, is_oom
+from trainspeed.engine.microbatch import MicroBatcher, MicroBatchTooLargeError, auto_microbatch_enabled, is_oom
 from trainspeed.engine.trainer import Trainer
 from trainspeed.errors import ConfigError
 from trainspeed.recipes.base import BatchStats
@@ -138,3 +138,10 @@ def test_distributed_runs_refuse_the_switch(tmp_path, monkeypatch):
     with pytest.raises(ConfigError, match="single process"):
         Trainer(MemoryLimited(None), mse, _data(),
                 config={"run": {"out_dir": str(tmp_path)}, "batch": {"auto_microbatch": True}})
+
+
+def test_auto_microbatch_is_refused_with_several_ranks():
+    assert auto_microbatch_enabled(True, 1) is True
+    assert auto_microbatch_enabled(False, 4) is False
+    with pytest.raises(ConfigError, match="single process only"):
+        auto_microbatch_enabled(True, 2)
