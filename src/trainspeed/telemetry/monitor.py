@@ -33,12 +33,12 @@ import numpy as np
 
 from trainspeed.errors import ConfigError
 from trainspeed.telemetry import schema
-from trainspeed.telemetry.schema import MEASURED_PHASES, PHASES
+from trainspeed.telemetry.phase_context import PHASE_INDEX, MarkPhase, Phase
+from trainspeed.telemetry.schema import MEASURED_PHASES
 from trainspeed.telemetry.timeline import OTHER, CpuTimeline, CudaTimeline, end_code
 
 _perf_counter = time.perf_counter
 
-_PHASE_INDEX = {name: i for i, name in enumerate(PHASES)}
 # Upper bound on steps held between flushes, whatever log_every is: bounds memory and the
 # delay before records reach disk.
 _MAX_PENDING = 1000
@@ -118,7 +118,7 @@ class Monitor:
         # loss that moves to a GPU or grows a dimension is re-examined within one interval.
         self._item_class: Any = None
         self._proc: Any = None
-        self._phase_ctx: dict[str, _Phase | _MarkPhase] = {}
+        self._phase_ctx: dict[str, Phase | MarkPhase] = {}
         # The most recent records, for an in-memory summary when there is no run directory.
         self.recent: deque[dict[str, Any]] = deque(maxlen=4096)
 
@@ -194,7 +194,7 @@ class Monitor:
     # ---------------------------------------------------------------- phases
     def begin(self, name: str) -> None:
         """Enter a phase. Time until the next transition is charged to it."""
-        idx = _PHASE_INDEX.get(name)
+        idx = PHASE_INDEX.get(name)
         if idx is None or idx == OTHER:
             raise ConfigError(
                 f"unknown phase {name!r}; phases are {', '.join(MEASURED_PHASES)}"
@@ -204,20 +204,20 @@ class Monitor:
     def end(self, name: str) -> None:
         """Leave a phase; the enclosing phase (or "other") becomes active again. Unbalanced
         hooks (an exception between begin and end) unwind to `name`."""
-        idx = _PHASE_INDEX.get(name)
+        idx = PHASE_INDEX.get(name)
         if idx is not None and idx != OTHER:
             self._timeline.end(idx)
 
-    def phase(self, name: str) -> "_Phase | _MarkPhase":
+    def phase(self, name: str) -> Phase | MarkPhase:
         """`with mon.phase("forward"):` — one reusable context object per name, valid for the
         Monitor's lifetime, so a loop may fetch it once and keep it (a generator-based
         contextmanager costs several microseconds per use; this is on the hot path)."""
         ctx = self._phase_ctx.get(name)
         if ctx is None:
-            if _PHASE_INDEX.get(name) in (None, OTHER):
+            if PHASE_INDEX.get(name) in (None, OTHER):
                 self.begin(name)  # raises the ConfigError naming the valid phases
             fast = isinstance(self._timeline, CpuTimeline)
-            ctx = self._phase_ctx[name] = (_MarkPhase if fast else _Phase)(self, name)
+            ctx = self._phase_ctx[name] = (MarkPhase if fast else Phase)(self, name)
         return ctx
 
     def loader(self, iterable: Iterable[Any]) -> Iterator[Any]:
@@ -233,8 +233,8 @@ class Monitor:
                         return
                 yield batch
         # CPU: `with self.phase("data")` written out as its two marks; this runs once a step,
-        # right after the optimizer's last op (see _MarkPhase for why calls cost there).
-        append, begin, end = self._timeline.marks.append, _PHASE_INDEX["data"], end_code(_PHASE_INDEX["data"])
+        # right after the optimizer's last op (see MarkPhase for why calls cost there).
+        append, begin, end = self._timeline.marks.append, PHASE_INDEX["data"], end_code(PHASE_INDEX["data"])
         while True:
             hooked = self._hooked_phases  # a profiler window: go through begin/end
             if hooked:
@@ -470,49 +470,6 @@ class Monitor:
 
     def __exit__(self, exc_type, exc, tb) -> None:
         self.close(error=exc if exc_type is not None and exc_type is not GeneratorExit else None)
-
-
-class _Phase:
-    """Context object for `mon.phase(name)` through Monitor.begin/end (CUDA timelines, or
-    while a profiler window shadows begin/end)."""
-
-    __slots__ = ("_mon", "_name")
-
-    def __init__(self, mon: Monitor, name: str) -> None:
-        self._mon, self._name = mon, name
-
-    def __enter__(self) -> None:
-        self._mon.begin(self._name)
-
-    def __exit__(self, *exc: Any) -> None:
-        self._mon.end(self._name)
-
-
-class _MarkPhase:
-    """Context object for `mon.phase(name)` on the CPU timeline: entering and leaving append
-    one (time, code) mark each, nothing else (see CpuTimeline). ~10 of these run every step,
-    each right after a torch op, where Python code runs with cold caches. While a profiler
-    window shadows begin/end (`_hooked_phases`), they go through those instead, so a loop may
-    hold on to these objects across the window."""
-
-    __slots__ = ("_mon", "_name", "_append", "_idx", "_end")
-
-    def __init__(self, mon: Monitor, name: str) -> None:
-        idx = _PHASE_INDEX[name]
-        self._mon, self._name = mon, name
-        self._append, self._idx, self._end = mon._timeline.marks.append, idx, end_code(idx)
-
-    def __enter__(self) -> None:
-        if self._mon._hooked_phases:
-            self._mon.begin(self._name)
-        else:
-            self._append((_perf_counter(), self._idx))
-
-    def __exit__(self, *exc: Any) -> None:
-        if self._mon._hooked_phases:
-            self._mon.end(self._name)
-        else:
-            self._append((_perf_counter(), self._end))
 
 
 def _finite(x: float) -> float | None:

@@ -1,0 +1,66 @@
+"""The context objects `Monitor.phase(name)` returns: `with mon.phase("forward"):`.
+
+One object per phase name lives as long as its Monitor, so a loop may fetch it once and keep
+it. They run on the hot path, around every torch op of a step, so each does the least it can:
+on the CPU timeline one (perf_counter, code) append per transition (MarkPhase), otherwise a
+call to Monitor.begin/end (Phase).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any
+
+from trainspeed.telemetry.schema import PHASES
+from trainspeed.telemetry.timeline import end_code
+
+if TYPE_CHECKING:
+    from trainspeed.telemetry.monitor import Monitor
+
+__all__ = ["PHASE_INDEX", "Phase", "MarkPhase"]
+
+PHASE_INDEX = {name: i for i, name in enumerate(PHASES)}
+_perf_counter = time.perf_counter
+
+
+class Phase:
+    """Context object for `mon.phase(name)` through Monitor.begin/end (CUDA timelines, or
+    while a profiler window shadows begin/end)."""
+
+    __slots__ = ("_mon", "_name")
+
+    def __init__(self, mon: "Monitor", name: str) -> None:
+        self._mon, self._name = mon, name
+
+    def __enter__(self) -> None:
+        self._mon.begin(self._name)
+
+    def __exit__(self, *exc: Any) -> None:
+        self._mon.end(self._name)
+
+
+class MarkPhase:
+    """Context object for `mon.phase(name)` on the CPU timeline: entering and leaving append
+    one (time, code) mark each, nothing else (see CpuTimeline). ~10 of these run every step,
+    each right after a torch op, where Python code runs with cold caches. While a profiler
+    window shadows begin/end (`_hooked_phases`), they go through those instead, so a loop may
+    hold on to these objects across the window."""
+
+    __slots__ = ("_mon", "_name", "_append", "_idx", "_end")
+
+    def __init__(self, mon: "Monitor", name: str) -> None:
+        idx = PHASE_INDEX[name]
+        self._mon, self._name = mon, name
+        self._append, self._idx, self._end = mon._timeline.marks.append, idx, end_code(idx)
+
+    def __enter__(self) -> None:
+        if self._mon._hooked_phases:
+            self._mon.begin(self._name)
+        else:
+            self._append((_perf_counter(), self._idx))
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._mon._hooked_phases:
+            self._mon.end(self._name)
+        else:
+            self._append((_perf_counter(), self._end))
