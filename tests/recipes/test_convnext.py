@@ -12,7 +12,8 @@ from trainspeed.errors import ConfigError
 from trainspeed.recipes import get_recipe, parse_options
 from trainspeed.recipes.convnext import data as cdata
 from trainspeed.recipes.convnext import synth
-from trainspeed.recipes.convnext.model import ConvNeXt, ConvNeXtOptions, classification_loss, drop_path
+from trainspeed.recipes.convnext.model import (Block, ConvNeXt, ConvNeXtOptions, classification_loss,
+                                               depthwise_kernel, drop_path)
 
 from recipe_helpers import step_losses
 
@@ -142,6 +143,36 @@ def test_transforms_shape_range_and_seeded_augmentation(tmp_path):
 # ----------------------------------------------------------------- model
 
 
+def test_depthwise_kernel_is_clamped_to_the_live_taps():
+    assert [depthwise_kernel(side) for side in (1, 2, 3, 4, 8, 56)] == [1, 3, 5, 7, 7, 7]
+    model = ConvNeXt(ConvNeXtOptions(image_size=32), num_classes=10)  # maps 8, 4, 2, 1
+    assert [stage[0].dwconv.kernel_size for stage in model.stages] == [(7, 7), (7, 7), (3, 3), (1, 1)]
+    assert ConvNeXt(ConvNeXtOptions(image_size=224), num_classes=10).stages[-1][0].dwconv.kernel_size == (7, 7)
+
+
+@pytest.mark.parametrize("side", [1, 2])
+def test_clamped_kernel_computes_what_the_full_kernel_does(side):
+    # A 7x7 kernel on a small map: taps beyond side-1 only ever see padding. The clamped block,
+    # given the full block's live centre, must match its output and its gradients.
+    torch.manual_seed(0)
+    full = Block(8, 0.0, 1.0, kernel_size=7)
+    clamped = Block(8, 0.0, 1.0, kernel_size=depthwise_kernel(side))
+    clamped.load_state_dict({k: v for k, v in full.state_dict().items() if k != "dwconv.weight"}, strict=False)
+    lo = 3 - (depthwise_kernel(side) // 2)
+    centre = slice(lo, 7 - lo)
+    with torch.no_grad():
+        clamped.dwconv.weight.copy_(full.dwconv.weight[:, :, centre, centre])
+    x = torch.randn(4, 8, side, side)
+    out_full, out_clamped = full(x), clamped(x)
+    torch.testing.assert_close(out_clamped, out_full, rtol=1e-5, atol=1e-6)
+    out_full.square().sum().backward()
+    out_clamped.square().sum().backward()
+    g = full.dwconv.weight.grad
+    torch.testing.assert_close(clamped.dwconv.weight.grad, g[:, :, centre, centre], rtol=1e-4, atol=1e-5)
+    assert g.abs().sum().item() == pytest.approx(g[:, :, centre, centre].abs().sum().item())  # dead taps: no gradient
+    torch.testing.assert_close(clamped.pwconv1.weight.grad, full.pwconv1.weight.grad, rtol=1e-4, atol=1e-5)
+
+
 def test_model_shapes_and_stochastic_depth():
     o = ConvNeXtOptions(depths=[1, 1, 1, 1], dims=[8, 16, 16, 32], drop_path=0.5)
     torch.manual_seed(0)
@@ -175,11 +206,11 @@ def small_config(tmp_path, steps: int, variant: str = "naive"):
 
 
 def test_loss_falls_through_the_trainer(tmp_path, cache):
-    cfg = small_config(tmp_path, steps=30)
+    cfg = small_config(tmp_path, steps=45)
     trainer = build_trainer(cfg)
     summary = trainer.fit()
     losses = step_losses(trainer.run_dir)
-    assert len(losses) == 30
+    assert len(losses) == 45
     first, last = sum(losses[:6]) / 6, sum(losses[-6:]) / 6
     assert first > 1.2 and last < 0.85 * first, (first, last)  # 4 classes: ln 4 = 1.39 at the start
     assert 0.0 <= trainer.state.metrics["val_accuracy"] <= 1.0
