@@ -122,6 +122,14 @@ def test_override_syntaxes_all_work():
     assert cfg.data.shuffle is False
 
 
+def test_yaml_bool_words_map_back_to_the_allowed_word():
+    # Unquoted `off` is YAML 1.1 for false; `compile.mode=off` must still mean 'off'.
+    assert load_config({}, ["compile.mode=off"]).compile.mode == "off"
+    assert load_config(yaml.safe_load("compile: {mode: off}")).compile.mode == "off"
+    # A bool that cannot be one of the words is still refused, with the allowed values named.
+    assert "compile.mode must be one of 'off', 'default'" in error_of({"compile": {"mode": True}})
+
+
 def test_override_values_are_yaml_scalars():
     out = apply_overrides(
         {"a": {"x": 1}}, ["a.n=null", "a.l=[jsonl,csv]", "a.b=true", "a.s=hello", "a.f=1.0e3", "new.k=2"]

@@ -84,6 +84,7 @@ def _typename(value: Any) -> str:
 
 
 _NO = object()  # "does not match" marker for coerce()
+_YAML_BOOL_WORDS = {True: {"on", "yes", "y", "true"}, False: {"off", "no", "n", "false"}}
 
 
 def coerce(value: Any, tp: Any) -> Any:
@@ -102,6 +103,12 @@ def coerce(value: Any, tp: Any) -> Any:
             # `1 == True` in Python, so compare the types as well as the values.
             if value == allowed and type(value) is type(allowed):
                 return allowed
+        if isinstance(value, bool):
+            # YAML 1.1 reads an unquoted `off`/`on`/`no`/`yes` as a bool, so `compile.mode=off`
+            # arrives as False: take it back to the one allowed word it can have been.
+            words = [a for a in typing.get_args(tp) if isinstance(a, str) and a.lower() in _YAML_BOOL_WORDS[value]]
+            if len(words) == 1:
+                return words[0]
         return _NO
     if origin in (typing.Union, types.UnionType):
         for arg in typing.get_args(tp):
