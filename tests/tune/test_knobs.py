@@ -140,3 +140,6 @@ def test_block_classes_are_the_models_own_repeated_blocks():
     classes = find_block_classes(cfg)
     assert classes[0] == "Block"
     assert not {"Sequential", "ModuleList", "ModuleDict"} & set(classes)
+    from trainspeed.tune.session import probe_recipe
+
+    assert probe_recipe(cfg).steps_per_epoch == -(-64 // cfg.data.batch_size)  # 64 samples per epoch

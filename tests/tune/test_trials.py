@@ -57,6 +57,42 @@ def test_a_run_with_only_warmup_steps_is_a_failure_that_says_what_to_do(tmp_path
     assert not res.ok and "raise the trial's step count" in res.error
 
 
+def test_epoch_starts_come_from_a_real_runs_epoch_events(tmp_path):
+    # 40 samples in batches of 8: 5 steps per epoch; 12 steps, 2 of warm-up. Steps 6 and 11
+    # begin epochs 2 and 3 (the run's first epoch start, step 1, is warm-up and not marked).
+    import torch
+
+    from trainspeed import Trainer
+
+    data = torch.utils.data.TensorDataset(torch.randn(40, 4), torch.randn(40, 1))
+    cfg = load_config({"run": {"max_steps": 12, "out_dir": str(tmp_path), "name": "r"},
+                       "data": {"batch_size": 8}, "logging": {"sinks": ["jsonl"], "warmup_steps": 2,
+                                                             "progress": False}})
+    model = torch.nn.Linear(4, 1)
+    trainer = Trainer(model, lambda m, b: torch.nn.functional.mse_loss(m(b[0]), b[1]), data, config=cfg)
+    trainer.fit()
+    res = result_from_run_dir(REQ, trainer.run_dir, 1.0)
+    assert res.steps_per_epoch == 5
+    assert [i + 3 for i, start in enumerate(res.epoch_starts) if start] == [6, 11]
+    assert len(res.epoch_starts) == len(res.step_times) == 10
+
+
+def test_a_run_within_one_epoch_marks_no_epoch_start(tmp_path):
+    res = result_from_run_dir(REQ, write_run(tmp_path / "r", [3.0, 2.0, 1.0, 1.0]), 1.0)
+    assert res.epoch_starts == [] and res.steps_per_epoch is None
+
+
+def test_trial_length_reaches_one_epoch_start_when_epochs_are_short():
+    length = TrialLength(warmup_steps=5, measure_steps=25)
+    assert length.steps(None) == 30
+    assert length.steps(50) == 55  # first start at step 51, then 4 steps of loader refill
+    assert length.steps(10) == 30  # steps 11, 21 already start epochs inside the 30
+    assert length.steps(3) == 30   # starts at 7, 10, ...: after the warm-up, inside
+    assert length.steps(200) == 30  # 205 steps would be 7x the trial: its start weighs 1/200
+    cfg = load_config({"recipe": {"name": "gpt"}})
+    assert trial_config(cfg, length, steps_per_epoch=50)["run"]["max_steps"] == 55
+
+
 def test_overrides_round_trip_through_the_config_loader():
     values = {"precision.mode": "bf16-mixed", "compile.mode": "off", "data.pin_memory": True,
               "data.prefetch_factor": None, "activation_checkpointing": ["Block"],

@@ -18,9 +18,9 @@ from typing import Any, Literal
 
 import torch
 
-from trainspeed.errors import ConfigError
+from trainspeed.errors import ConfigError, TrainspeedError
 
-__all__ = ["lr_factor", "build_scheduler", "build_loop_scheduler", "SCHEDULES"]
+__all__ = ["lr_factor", "build_scheduler", "build_loop_scheduler", "steps_per_epoch", "loop_length", "SCHEDULES"]
 
 SCHEDULES = ("constant", "cosine", "linear")
 Kind = Literal["constant", "cosine", "linear"]
@@ -89,3 +89,22 @@ def build_loop_scheduler(optimizer: torch.optim.Optimizer, cfg: Any,
     if static and not wrapped_before:
         optimizer.__dict__.pop("step", None)
     return scheduler, static
+
+
+def steps_per_epoch(loader: Any, accumulation_steps: int = 1) -> int | None:
+    """Optimizer steps in one epoch of `loader` (None: the loader has no length)."""
+    try:
+        return -(-len(loader) // accumulation_steps)
+    except TypeError:
+        return None
+
+
+def loop_length(loader: Any, run: Any, accumulation_steps: int = 1) -> int:
+    """Optimizer steps the loop runs: run.max_steps, else run.max_epochs (default 1) epochs."""
+    if run.max_steps:
+        return run.max_steps
+    per_epoch = steps_per_epoch(loader, accumulation_steps)
+    if per_epoch is None:
+        raise TrainspeedError("run.max_steps is not set and the training data has no length (an "
+                              "IterableDataset?), so the number of steps is unknown. Set run.max_steps.")
+    return per_epoch * (run.max_epochs or 1)

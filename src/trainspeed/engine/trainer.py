@@ -26,11 +26,12 @@ from trainspeed.engine.data.stats import batch_stats as default_batch_stats
 from trainspeed.engine.events import Callback, CallbackList, Event, TrainerState
 from trainspeed.engine.microbatch import MicroBatcher, auto_microbatch_enabled, free_after_oom, is_oom
 from trainspeed.engine.nonfinite import NonFiniteGuard, NonFiniteLossError  # noqa: F401 - re-exported
+from trainspeed.engine.schedule import build_loop_scheduler, loop_length, steps_per_epoch
 from trainspeed.engine.setup import (
     DataParts, build_loaders, prepare_model, resolve_device, run_dir_for, seed_everything,
     set_threads,
 )
-from trainspeed.errors import ConfigError, TrainspeedError
+from trainspeed.errors import ConfigError
 
 
 def _with_info(state: TrainerState, info: dict[str, Any]) -> TrainerState:
@@ -121,12 +122,11 @@ class Trainer:
     def fit(self) -> dict[str, Any]:
         """Train until run.max_steps (or run.max_epochs); return the run summary."""
         from trainspeed.engine.distributed import clear_error, rank_run_dir
-        from trainspeed.engine.schedule import build_loop_scheduler
         from trainspeed.telemetry.monitor import Monitor
 
         cfg = self.cfg
         loaders = build_loaders(self.data, cfg, self.device, self.rank, self.world_size)
-        total = self._total_steps(loaders.train)
+        total = loop_length(loaders.train, cfg.run, cfg.accumulation.steps)
         if self.scheduler is None:
             # a constant lr is never stepped; checkpoints still record the step (see _state_fn)
             self.scheduler, self._lr_static = build_loop_scheduler(self.optimizer, cfg.optim, total)
@@ -243,8 +243,12 @@ class Trainer:
         eval_every = (cfg.eval.every_steps or 0) if self.data.val is not None else 0
         self.model.train()
         fire(Event.FIT_START, st)
+        per_epoch = steps_per_epoch(loaders.train, cfg.accumulation.steps)
         while st.step < total_steps and not st.should_stop:
             self._set_epoch(loaders.train_sampler, st.epoch)
+            # The next step pays the epoch's start (new iterator, workers restarted unless
+            # persistent): the tuner amortizes it over per_epoch steps.
+            mon.event("epoch", epoch=st.epoch, steps_per_epoch=per_epoch, batch_in_epoch=st.batch_in_epoch)
             fire(Event.EPOCH_START, st)
             for micro_batches in self._step_batches(loaders.train, mon, cfg.accumulation.steps):
                 if Event.BATCH_START in self.callbacks.listening:
@@ -453,19 +457,6 @@ class Trainer:
         mon.event("eval", seconds=time.perf_counter() - t0, **metrics)
         self.callbacks.fire(Event.EVAL_END, st)
         return metrics
-
-    def _total_steps(self, loader: Any) -> int:
-        run = self.cfg.run
-        if run.max_steps:
-            return run.max_steps
-        try:
-            per_epoch = -(-len(loader) // self.cfg.accumulation.steps)
-        except TypeError as exc:
-            raise TrainspeedError(
-                "run.max_steps is not set and the training data has no length (an "
-                "IterableDataset?), so the number of steps is unknown. Set run.max_steps."
-            ) from exc
-        return per_epoch * (run.max_epochs or 1)
 
     @staticmethod
     def _set_epoch(sampler: Any, epoch: int) -> None:

@@ -21,6 +21,9 @@ from trainspeed.errors import ConfigError
 from trainspeed.sinks.tensorboard import event_text, finite_float
 from trainspeed.telemetry import schema
 
+QUIET_EVENTS = frozenset({"epoch"})
+"""Event types not printed: routine markers the status line already covers."""
+
 SHORT_PHASE = {
     "data": "data",
     "h2d": "h2d",
@@ -183,7 +186,7 @@ class ConsoleSink:
             self._unprinted = False
 
     def write_event(self, event: dict[str, Any]) -> None:
-        if self._closed:
+        if self._closed or event.get("type") in QUIET_EVENTS:
             return
         line = f"[trainspeed] {event_text(event)}"
         if self._live is not None:

@@ -75,6 +75,7 @@ EVENT_TYPES: tuple[str, ...] = (
     "dropped_records",
     "thinned_records",  # dashboards (TensorBoard, W&B) sent fewer records to keep up
     "profile",  # a torch.profiler trace of a step window: data.path (in the run dir), data.captured
+    "epoch",  # an epoch's first batch is next: data.epoch, data.steps_per_epoch (null: unknown)
 )
 
 

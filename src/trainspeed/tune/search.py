@@ -421,11 +421,15 @@ _UNSET = object()
 def _arrays(result: TrialResult):
     import numpy as np
 
-    return np.asarray(result.step_times, dtype=float), np.asarray(result.samples, dtype=float)
+    starts = np.asarray(result.epoch_starts, dtype=bool) if result.epoch_starts else None
+    return (np.asarray(result.step_times, dtype=float), np.asarray(result.samples, dtype=float),
+            starts, result.steps_per_epoch)
 
 
 def _arm(results: list[TrialResult]) -> stats.Arm:
-    return stats.Arm.of([r.step_times for r in results], [r.samples for r in results])
+    per_epoch = next((r.steps_per_epoch for r in results if r.steps_per_epoch), None)
+    return stats.Arm.of([r.step_times for r in results], [r.samples for r in results],
+                        [r.epoch_starts for r in results], per_epoch)
 
 
 def _mean_loss(results: list[TrialResult]) -> float | None:

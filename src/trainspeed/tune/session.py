@@ -31,12 +31,33 @@ class TrialLength:
     """Measured steps per trial; their mean step time (slowest 5 % left out) is the trial's figure."""
     eval_batches: int = 4
     """Validation batches at the end of each trial (the loss-parity figure)."""
+    epoch_span: float = 3.0
+    """A trial runs on past its epoch's end, to measure one epoch start (worker restarts: what
+    persistent_workers saves), when that keeps it within this many times its plain length.
+    Longer epochs start too rarely for their start to weigh."""
+
+    def steps(self, steps_per_epoch: int | None = None) -> int:
+        """Steps per trial: warm-up + measured, extended to the first epoch start after the
+        warm-up (plus EPOCH_TAIL steps) when that fits in epoch_span x the plain length."""
+        plain = self.warmup_steps + self.measure_steps
+        if not steps_per_epoch:
+            return plain
+        k = max(1, -(-self.warmup_steps // steps_per_epoch))  # first k with k*E + 1 > warm-up
+        first_start = k * steps_per_epoch + 1  # 1-based step number
+        if first_start <= plain:
+            return plain
+        extended = first_start + EPOCH_TAIL
+        return extended if extended <= self.epoch_span * plain else plain
 
 
-def trial_config(cfg: TrainConfig, length: TrialLength) -> dict[str, Any]:
+EPOCH_TAIL = 4
+"""Steps measured after an epoch start: the loader's refill shows in them too."""
+
+
+def trial_config(cfg: TrainConfig, length: TrialLength, steps_per_epoch: int | None = None) -> dict[str, Any]:
     """The user's config, shortened into a trial: same model, data and speed settings."""
     d = config_to_dict(cfg)
-    d["run"].update(name=None, max_steps=length.warmup_steps + length.measure_steps, max_epochs=None)
+    d["run"].update(name=None, max_steps=length.steps(steps_per_epoch), max_epochs=None)
     d["logging"].update(warmup_steps=length.warmup_steps, progress=False, wandb_mode="disabled")
     d["checkpoint"].update(save_final=False, resume=None, auto_resume=False, mirror=None)
     limit = d["eval"].get("limit_val_batches")
@@ -46,22 +67,48 @@ def trial_config(cfg: TrainConfig, length: TrialLength) -> dict[str, Any]:
     return d
 
 
-def find_block_classes(cfg: TrainConfig) -> list[str]:
+@dataclass
+class RecipeFacts:
+    """What the tuner reads from the recipe itself before any trial."""
+
+    block_classes: list[str]
     """Repeated module classes with parameters (transformer blocks, conv stages), most
-    repeated first: what activation checkpointing would wrap. Builds the recipe's model."""
+    repeated first: what activation checkpointing would wrap."""
+    steps_per_epoch: int | None
+    """Optimizer steps per epoch of the config's training loader (None: unknown)."""
+
+
+def probe_recipe(cfg: TrainConfig) -> RecipeFacts:
+    """Build the recipe (model and loaders, no worker started) and read its facts. Best
+    effort: what cannot be read is empty, and the knobs and trial length say so or do without."""
+    blocks: list[str] = []
+    per_epoch = None
     try:
         from collections import Counter
 
+        import torch
+
+        from trainspeed.engine.schedule import steps_per_epoch
+        from trainspeed.engine.setup import DataParts, build_loaders
         from trainspeed.recipes.registry import get_recipe
 
-        model = get_recipe(cfg.recipe.name).build(cfg).model
+        parts = get_recipe(cfg.recipe.name).build(cfg)
+        model = parts.model
         # The model's own classes only: torch containers (Sequential, ModuleList) are not blocks.
         counts = Counter(type(m).__name__ for m in model.modules()
                          if m is not model and not type(m).__module__.startswith("torch.")
                          and any(True for _ in m.parameters()) and len(list(m.children())) > 1)
-        return [name for name, n in counts.most_common() if n >= 2]
-    except Exception:  # noqa: BLE001 - best effort: the knob then says why it is skipped
-        return []
+        blocks = [name for name, n in counts.most_common() if n >= 2]
+        data = DataParts(train=parts.train_data, collate_fn=parts.collate_fn, lengths=parts.lengths)
+        per_epoch = steps_per_epoch(build_loaders(data, cfg, torch.device("cpu")).train, cfg.accumulation.steps)
+    except Exception:  # noqa: BLE001 - best effort, see above
+        pass
+    return RecipeFacts(block_classes=blocks, steps_per_epoch=per_epoch)
+
+
+def find_block_classes(cfg: TrainConfig) -> list[str]:
+    """Repeated module classes of the recipe's model (see RecipeFacts.block_classes)."""
+    return probe_recipe(cfg).block_classes
 
 
 def run_tune(cfg: TrainConfig, out_dir: str | Path, options: TuneOptions, *,
@@ -79,7 +126,12 @@ def run_tune(cfg: TrainConfig, out_dir: str | Path, options: TuneOptions, *,
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     length = length or TrialLength()
-    base = trial_config(cfg, length)
+    facts = probe_recipe(cfg)
+    steps = length.steps(facts.steps_per_epoch)
+    if steps > length.warmup_steps + length.measure_steps:
+        say(f"epochs of {facts.steps_per_epoch} steps: each trial runs {steps} steps, to measure one "
+            "epoch start (its extra time counts once per epoch)")
+    base = trial_config(cfg, length, facts.steps_per_epoch)
     base_cfg = load_config(base)
     base_cfg.run.name = None  # type: ignore[assignment] - dumped as null: each trial names itself
     base_path = out / "base.yaml"
@@ -91,7 +143,7 @@ def run_tune(cfg: TrainConfig, out_dir: str | Path, options: TuneOptions, *,
     store = TrialStore(out)
     if len(store):
         say(f"resuming: {len(store)} finished trials in {store.path}")
-    blocks = find_block_classes(cfg) if "activation_checkpointing" in options.knobs else []
+    blocks = facts.block_classes if "activation_checkpointing" in options.knobs else []
     tuner = Tuner(base_config=config_to_dict(base_cfg), base_hash=base_hash, device=device,
                   runner=runner, store=store, options=options, block_classes=blocks, say=say)
     result = tuner.run()

@@ -8,6 +8,12 @@ The cost of a trial is *seconds per sample*: the mean step time without the slow
 steps (robust to the odd step a neighbouring process steals, yet it counts the periodic waits
 of a loader that falls behind, which a median hides) divided by the mean samples per step.
 Per sample, not per step, because knobs such as batch size and length bucketing change how many samples a step holds.
+
+An epoch's first step pays for the epoch's start (a new loader iterator; worker processes
+started again unless persistent_workers), once per epoch. A trial that saw such a step counts
+its extra time (over the trial's regular steps) once per `steps_per_epoch` steps, as a whole
+run does: not as one of 25 steps (it would weigh 2x for a 50-step epoch), and not trimmed
+away as a stolen step (persistent_workers would never show).
 """
 
 from __future__ import annotations
@@ -35,23 +41,39 @@ class Arm:
     """Per repeat: step times (s) of the measured (post-warm-up) steps."""
     samples: tuple[np.ndarray, ...]
     """Per repeat: samples per measured step, aligned with step_times."""
+    epoch_starts: tuple[np.ndarray, ...] = ()
+    """Per repeat: True where a measured step was an epoch's first (empty: none known)."""
+    steps_per_epoch: float | None = None
+    """Steps per epoch of this setting (None: unknown, epoch starts are not amortized)."""
 
     @classmethod
-    def of(cls, step_times: Sequence[Sequence[float]], samples: Sequence[Sequence[float]]) -> "Arm":
+    def of(cls, step_times: Sequence[Sequence[float]], samples: Sequence[Sequence[float]],
+           epoch_starts: Sequence[Sequence[bool]] | None = None, steps_per_epoch: float | None = None) -> "Arm":
         t = tuple(np.asarray(x, dtype=np.float64) for x in step_times)
         s = tuple(np.asarray(x, dtype=np.float64) for x in samples)
         if len(t) != len(s) or any(a.shape != b.shape for a, b in zip(t, s)):
             raise ValueError("step_times and samples must have the same shape per repeat")
-        return cls(step_times=t, samples=s)
+        e: tuple[np.ndarray, ...] = ()
+        if epoch_starts is not None and any(len(x) for x in epoch_starts):
+            e = tuple(np.asarray(x, dtype=bool).reshape(-1) if len(x) else np.zeros(len(a), bool)
+                      for x, a in zip(epoch_starts, t))
+            if len(e) != len(t) or any(a.shape != b.shape for a, b in zip(t, e)):
+                raise ValueError("epoch_starts must have the same shape as step_times per repeat")
+        return cls(step_times=t, samples=s, epoch_starts=e, steps_per_epoch=steps_per_epoch)
 
     @property
     def repeats(self) -> int:
         return len(self.step_times)
 
-    def pooled(self) -> tuple[np.ndarray, np.ndarray]:
+    def starts(self, i: int) -> np.ndarray | None:
+        """Repeat i's epoch-start mask, or None when there is nothing to amortize."""
+        return self.epoch_starts[i] if self.epoch_starts and self.steps_per_epoch else None
+
+    def pooled(self) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
         if not self.step_times:
-            return np.array([]), np.array([])
-        return np.concatenate(self.step_times), np.concatenate(self.samples)
+            return np.array([]), np.array([]), None
+        starts = np.concatenate(self.epoch_starts) if self.epoch_starts and self.steps_per_epoch else None
+        return np.concatenate(self.step_times), np.concatenate(self.samples), starts
 
 
 # Share of the slowest steps left out of a trial's mean step time.
@@ -70,21 +92,31 @@ def trimmed_step_time(step_times: np.ndarray) -> float:
     return float(np.mean(t[:len(t) - drop]))
 
 
-def cost_per_sample(step_times: np.ndarray, samples: np.ndarray) -> float:
-    """Seconds per sample: trimmed mean step time / mean samples per step (NaN when empty)."""
+def cost_per_sample(step_times: np.ndarray, samples: np.ndarray, epoch_starts: np.ndarray | None = None,
+                    steps_per_epoch: float | None = None) -> float:
+    """Seconds per sample: trimmed mean step time / mean samples per step (NaN when empty).
+
+    With `epoch_starts` (a mask of epoch-first steps) and `steps_per_epoch`, those steps are
+    left out of the mean and their extra time over it is added once per epoch instead."""
     ok = np.isfinite(step_times) & np.isfinite(samples) & (samples > 0)
-    if not ok.any():
+    if epoch_starts is None or not steps_per_epoch or not (ok & epoch_starts).any():
+        return float(trimmed_step_time(step_times[ok]) / np.mean(samples[ok])) if ok.any() else math.nan
+    regular = ok & ~epoch_starts
+    if not regular.any():
         return math.nan
-    return float(trimmed_step_time(step_times[ok]) / np.mean(samples[ok]))
+    step = trimmed_step_time(step_times[regular])
+    extra = float(np.mean(step_times[ok & epoch_starts])) - step
+    return float((step + extra / steps_per_epoch) / np.mean(samples[regular]))
 
 
 def arm_cost(arm: Arm) -> float:
-    return cost_per_sample(*arm.pooled())
+    return cost_per_sample(*arm.pooled(), arm.steps_per_epoch)
 
 
 def repeat_costs(arm: Arm) -> list[float]:
     """The cost of each repeat on its own (their spread is the run-to-run noise)."""
-    return [cost_per_sample(t, s) for t, s in zip(arm.step_times, arm.samples)]
+    return [cost_per_sample(t, s, arm.starts(i), arm.steps_per_epoch)
+            for i, (t, s) in enumerate(zip(arm.step_times, arm.samples))]
 
 
 def run_to_run_noise(arm: Arm) -> float:
@@ -125,15 +157,26 @@ class Comparison:
 
 def _bootstrap_costs(arm: Arm, rng: np.random.Generator, n: int) -> np.ndarray:
     """`n` bootstrap replicates of the arm's cost, resampling steps within each repeat
-    (so an arm with one slow repeat keeps that structure instead of smearing it)."""
+    (so an arm with one slow repeat keeps that structure instead of smearing it), and epoch
+    starts only among epoch starts (each replicate keeps as many as the trial had)."""
     out = np.empty(n)
+    strata = []
+    for i, t in enumerate(arm.step_times):
+        starts = arm.starts(i)
+        strata.append([np.flatnonzero(~starts), np.flatnonzero(starts)] if starts is not None
+                      else [np.arange(len(t))])
     for b in range(n):
-        times, samples = [], []
-        for t, s in zip(arm.step_times, arm.samples):
-            idx = rng.integers(0, len(t), len(t))
-            times.append(t[idx])
-            samples.append(s[idx])
-        out[b] = cost_per_sample(np.concatenate(times), np.concatenate(samples))
+        times, samples, marks = [], [], []
+        for t, s, groups in zip(arm.step_times, arm.samples, strata):
+            for g, members in enumerate(groups):
+                if not len(members):
+                    continue
+                idx = members[rng.integers(0, len(members), len(members))]
+                times.append(t[idx])
+                samples.append(s[idx])
+                marks.append(np.full(len(idx), g == 1))
+        out[b] = cost_per_sample(np.concatenate(times), np.concatenate(samples),
+                                 np.concatenate(marks) if marks else None, arm.steps_per_epoch)
     return out
 
 

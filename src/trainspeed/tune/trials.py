@@ -66,6 +66,11 @@ class TrialResult:
     """Step times (s) of the measured steps (warm-up and compile steps excluded)."""
     samples: list[float] = field(default_factory=list)
     """Samples of each measured step."""
+    epoch_starts: list[bool] = field(default_factory=list)
+    """Per measured step: True when it began an epoch after the run's first (it paid for a
+    new loader iterator); empty when none did."""
+    steps_per_epoch: int | None = None
+    """Optimizer steps per epoch, from the run's epoch events (None: unknown)."""
     loss: float | None = None
     """Parity loss: validation loss at the end when the run evaluated, else the mean
     training loss over the last quarter of its steps."""
@@ -109,8 +114,21 @@ def result_from_run_dir(request: TrialRequest, run_dir: Path, wall_s: float) -> 
     mem = _finite(run.array("mem.cuda_alloc_peak"))
     if not mem.size:
         mem = _finite(run.array("mem.rss"))
+    starts, per_epoch = _epoch_starts(run, run.array("step"))
     return TrialResult(ok=True, step_times=t[keep].tolist(), samples=samples[keep].tolist(),
-                       loss=loss, memory_peak=float(mem.max()) if mem.size else None, **base)
+                       epoch_starts=starts[keep].tolist() if starts[keep].any() else [],
+                       steps_per_epoch=per_epoch, loss=loss,
+                       memory_peak=float(mem.max()) if mem.size else None, **base)
+
+
+def _epoch_starts(run: Any, steps: np.ndarray) -> tuple[np.ndarray, int | None]:
+    """(mask over the run's step records: the first step of every epoch but the run's first,
+    steps per epoch) from the trainer's "epoch" events (an event at step s: step s+1 starts it)."""
+    events = run.events_of("epoch")
+    first = {int(e["step"]) + 1 for e in events[1:] if isinstance(e.get("step"), int)}
+    per_epoch = next((int(v) for e in events if isinstance(v := (e.get("data") or {}).get("steps_per_epoch"), int)
+                      and v > 0), None)
+    return np.isin(steps, sorted(first)), per_epoch
 
 
 def _parity_loss(run: Any) -> float | None:
