@@ -270,3 +270,19 @@ def test_a_resumed_tune_reads_the_same_table_although_later_repeats_exist(base_c
     table = lambda res: [(r.knob, r.setting, r.speedup, r.verdict) for r in res.ablation + res.combination]  # noqa: E731
     assert table(again) == table(first)
     assert again.final.speedup == pytest.approx(first.final.speedup)
+
+
+def test_a_resumed_tune_with_a_new_best_verifies_it_beside_fresh_baseline_repeats(base_config, cpu, tmp_path):
+    """The first tune verified bf16 against baseline repeats that ran beside it; resumed with
+    one more knob, the best becomes bf16 + fused, and its verification must run the baseline
+    again beside it instead of reusing those repeats (taken minutes earlier, elsewhere)."""
+    effects = {BF16: 0.5, FUSED: 0.9}
+    first = tuner(base_config, cpu, FakeRunner(effects), tmp_path, knobs=["precision"]).run()
+    assert first.best_settings == {"precision.mode": "bf16-mixed"}
+    old_verify = {c for c in range(10) if TrialStore(tmp_path).get(config_key("h", {}), c)}
+    runner = FakeRunner(effects)
+    again = tuner(base_config, cpu, runner, tmp_path, knobs=["precision", "fused_optimizer"]).run()
+    assert again.best_settings == {"precision.mode": "bf16-mixed", "optim.implementation": "fused"}
+    fresh = [c.repeat for c in runner.calls if c.key == config_key("h", {})]
+    assert len(fresh) == TuneOptions().verify_repeats and not set(fresh) & old_verify
+    assert again.final.verdict == stats.FASTER

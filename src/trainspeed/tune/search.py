@@ -406,6 +406,10 @@ class Tuner:
         V = self.opt.verify_repeats
         base_key, best_key = config_key(self.base_hash, {}), config_key(self.base_hash, best)
         n_base, n_best = self.next_repeat.get(base_key, R), self.next_repeat.get(best_key, R)
+        if V and self.store.get(best_key, n_best) is None:
+            # Not verified before. A resumed tune whose winners changed finds the baseline's
+            # repeats at n_base.. already stored, run beside the old best: take the next ones.
+            n_base = max(n_base, len(self.results({})))
         for v in range(V):
             self._round([({}, "baseline", n_base + v), (best, "best", n_best + v)], reverse=bool(v % 2))
         label = ", ".join(f"{k}={v}" for k, v in sorted(best.items()))
