@@ -97,8 +97,11 @@ def main() -> None:
     passed = all(v["speedup"] >= v["goal"] for _, v in goals) if goals else None
     label = ", ".join(f"{r} {v['speedup']:.2f}x" for r, v in results.items())
     goal = ", ".join(f"{r} >= {v['goal']}x" for r, v in goals) or "-"
-    write_result("tune", results, headline={"label": "tuned vs naive (trainspeed tune)", "value": label,
-                                            "goal": goal, "passed": passed})
+    # The file holds recipes tuned by different commands: name each one.
+    command = "; ".join(dict.fromkeys(v["command"] for v in results.values() if v.get("command")))
+    write_result("tune", results, command=command or None,
+                 headline={"label": "tuned vs naive (trainspeed tune)", "value": label,
+                           "goal": goal, "passed": passed})
 
 
 if __name__ == "__main__":
