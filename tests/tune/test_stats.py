@@ -106,6 +106,23 @@ def test_run_to_run_noise_of_the_baseline_raises_the_bar():
     assert stats.speed_verdict(stats.compare(base, arm(0.053, seed=3))) == stats.FASTER
 
 
+def test_drift_between_rounds_that_moves_both_arms_is_not_noise():
+    """The machine runs 40 % slower in round 2 for both arms (interleaving puts them side by
+    side): a steady 1.15x gain in each round is a result. The arms' own spread (40 %) would
+    have called it noise; the rounds' ratios agree."""
+    base = arm(0.10, rel_noise=0.002, shift=[1.0, 1.4], seed=1)
+    cand = arm(0.10 / 1.15, rel_noise=0.002, shift=[1.0, 1.4], seed=2)
+    assert stats.run_to_run_noise(base) == pytest.approx(0.4, abs=0.01)
+    c = stats.compare(base, cand)
+    assert stats.paired_noise(base, cand) < 0.01 and c.noise == pytest.approx(0.03)  # min_effect
+    assert c.speedup == pytest.approx(1.15, abs=0.01)
+    assert stats.speed_verdict(c) == stats.FASTER
+    # Drift inside a round (only the candidate's repeat 2 ran slow) is noise of the ratio.
+    jolted = arm(0.10 / 1.15, rel_noise=0.002, shift=[1.0, 1.4 * 1.2], seed=2)
+    assert stats.paired_noise(base, jolted) == pytest.approx(0.2, abs=0.01)
+    assert stats.speed_verdict(stats.compare(base, jolted)) == stats.NO_CHANGE
+
+
 def test_one_drifted_repeat_among_many_does_not_set_the_noise():
     """Four baseline repeats over a tune session, one of them taken while the machine was 25 %
     slower: noise is the typical pair's spread, not the range, which only grows with repeats.

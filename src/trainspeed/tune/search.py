@@ -212,10 +212,16 @@ class Tuner:
             row.note = error
             return row
         cand = [r for r in cand_all if r.ok]
-        if not cand or not ref:
+        # Round i ran ref_repeats[i] beside cand_repeats[i]: compare those pairs only (the
+        # noise is the spread of their ratios), so a round the budget cut short drops out whole.
+        ref_at = {r.repeat - ref_repeats.start: r for r in ref}
+        cand_at = {r.repeat - cand_repeats.start: r for r in cand}
+        rounds = sorted(set(ref_at) & set(cand_at))
+        if not rounds:
             row.verdict, row.note = stats.SKIPPED, "budget ran out before this trial"
             return row
-        comp = stats.compare(_arm(ref), _arm(cand), min_effect=self.opt.min_effect)
+        comp = stats.compare(_arm([ref_at[i] for i in rounds]), _arm([cand_at[i] for i in rounds]),
+                             min_effect=self.opt.min_effect)
         base_loss = _mean_loss(self.results({}))
         row.loss_delta = stats.loss_delta(base_loss, _mean_loss(cand))
         row.verdict = stats.verdict(comp, row.loss_delta, tolerance=self.opt.loss_tolerance)

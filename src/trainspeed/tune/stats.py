@@ -121,7 +121,8 @@ def repeat_costs(arm: Arm) -> list[float]:
 
 def run_to_run_noise(arm: Arm) -> float:
     """Typical relative difference between two repeats of the arm: the median over pairs of
-    max/min - 1 (0 with fewer than 2 repeats; with 2, their ratio - 1).
+    max/min - 1 (0 with fewer than 2 repeats; with 2, their ratio - 1). How much this
+    machine drifts; verdicts use the ratio's own spread instead (`paired_noise`).
 
     Repeats of the *same* config differ only by machine noise (other processes, clocks,
     memory layout), so this is how big a difference noise alone produces on this machine.
@@ -134,6 +135,26 @@ def run_to_run_noise(arm: Arm) -> float:
     if len(costs) < 2:
         return 0.0
     spreads = [max(a, b) / min(a, b) - 1.0 for i, a in enumerate(costs) for b in costs[i + 1:]]
+    return float(np.median(spreads))
+
+
+def paired_noise(reference: Arm, candidate: Arm) -> float:
+    """Typical relative difference between two rounds' speedups: the median over pairs of
+    rounds of max/min - 1 of q_r = cost(reference_r) / cost(candidate_r) (0 with one round).
+
+    Repeat r of both arms ran in round r, minutes from the other rounds, side by side with each
+    other. A machine that drifts between rounds moves both arms alike, and interleaving cancels
+    that, so the spread of one arm's repeats overstates the noise of the *ratio*. On a 2-core VM
+    whose repeats drifted 26-59 % between rounds, a loader worker + 1 compute thread read
+    1.18-1.41x in every round: 2-8 % paired noise, yet "no measurable change" against the arms'
+    spread. The ratio's own spread still catches drift *within* a round: a round where the
+    baseline ran slow and its candidate fast reads as a different q, and the noise grows.
+    """
+    qs = [r / c for r, c in zip(repeat_costs(reference), repeat_costs(candidate))
+          if math.isfinite(r) and math.isfinite(c) and r > 0 and c > 0]
+    if len(qs) < 2:
+        return 0.0
+    spreads = [max(a, b) / min(a, b) - 1.0 for i, a in enumerate(qs) for b in qs[i + 1:]]
     return float(np.median(spreads))
 
 
@@ -184,9 +205,9 @@ def compare(reference: Arm, candidate: Arm, *, min_effect: float = 0.03, n_boot:
             level: float = 0.95, seed: int = 0) -> Comparison:
     """Speedup of `candidate` over `reference` with a bootstrap confidence interval.
 
-    The noise threshold is the larger of `min_effect` and the run-to-run spread measured on
-    either arm's repeats: a speedup smaller than what two runs of the same config show is
-    not a result.
+    The noise threshold is the larger of `min_effect` and the spread of the speedup between
+    rounds (`paired_noise`: repeat r of each arm ran interleaved in round r): a speedup smaller
+    than what the rounds disagree by is not a result.
     """
     ref_cost, cand_cost = arm_cost(reference), arm_cost(candidate)
     speedup = ref_cost / cand_cost if cand_cost > 0 else math.nan
@@ -196,7 +217,7 @@ def compare(reference: Arm, candidate: Arm, *, min_effect: float = 0.03, n_boot:
     alpha = (1.0 - level) / 2
     lo, hi = ((float(np.quantile(ratios, alpha)), float(np.quantile(ratios, 1 - alpha)))
               if ratios.size else (math.nan, math.nan))
-    noise = max(min_effect, run_to_run_noise(reference), run_to_run_noise(candidate))
+    noise = max(min_effect, paired_noise(reference, candidate))
     return Comparison(speedup=speedup, ci_low=lo, ci_high=hi, noise=noise,
                       reference_cost=ref_cost, candidate_cost=cand_cost)
 
