@@ -286,3 +286,11 @@ def test_a_resumed_tune_with_a_new_best_verifies_it_beside_fresh_baseline_repeat
     fresh = [c.repeat for c in runner.calls if c.key == config_key("h", {})]
     assert len(fresh) == TuneOptions().verify_repeats and not set(fresh) & old_verify
     assert again.final.verdict == stats.FASTER
+
+
+def test_verification_runs_its_own_number_of_rounds_and_says_so_only_when_cut(base_config, cpu, tmp_path):
+    runner = FakeRunner({BF16: 0.5})
+    result = tuner(base_config, cpu, runner, tmp_path, knobs=["precision"], repeats=4, verify_repeats=2).run()
+    assert result.final.verdict == stats.FASTER
+    assert result.final.note == ""  # 2 planned rounds ran: not "2 of 4 repeats (budget)"
+    assert TuneOptions().verify_repeats == 3

@@ -24,7 +24,8 @@ def _add_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--variant", default="fast", choices=("naive", "fast"),
                    help="which config of a recipe to start from")
     p.add_argument("--repeats", type=int, default=2, help="interleaved repeats per setting")
-    p.add_argument("--verify-repeats", type=int, default=2, help="repeats of the final check")
+    p.add_argument("--verify-repeats", type=int, default=None,
+                   help="interleaved rounds of the final check, baseline vs best (default 3)")
     p.add_argument("--warmup-steps", type=int, default=5, help="untimed steps per trial")
     p.add_argument("--steps", type=int, default=25, help="measured steps per trial")
     p.add_argument("--loss-tolerance", type=float, default=0.05,
@@ -67,9 +68,10 @@ def run(args) -> int:
         raise ConfigError(f"--steps must be >= 3 and --warmup-steps >= 0, got {args.steps} and {args.warmup_steps}")
     overrides = _split_rest(args)
     cfg = load_target(args.target, overrides, args.variant)
+    verify = {} if args.verify_repeats is None else {"verify_repeats": args.verify_repeats}
     options = TuneOptions(knobs=parse_knobs(args.knobs), budget_s=parse_budget(args.budget),
-                          repeats=args.repeats, verify_repeats=args.verify_repeats,
-                          loss_tolerance=args.loss_tolerance, min_effect=args.min_effect)
+                          repeats=args.repeats, loss_tolerance=args.loss_tolerance,
+                          min_effect=args.min_effect, **verify)
     out = Path(args.out or f"runs/tune-{cfg.recipe.name or Path(args.target).stem}")
     print(f"trainspeed: tuning {cfg.recipe.name or args.target} -> {out} "
           f"(budget {options.budget_s:.0f} s, knobs: {', '.join(options.knobs)})")

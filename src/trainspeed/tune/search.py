@@ -42,8 +42,11 @@ class TuneOptions:
     """Wall-clock budget for all trials; knobs whose estimated cost does not fit are skipped."""
     repeats: int = 2
     """Interleaved repeats of every setting in the ablation (>= 2 measures run-to-run noise)."""
-    verify_repeats: int = 2
-    """Extra interleaved repeats of baseline and best config in the final verification."""
+    verify_repeats: int = 3
+    """Interleaved rounds of baseline and best config in the final verification, which decides
+    best.yaml. Three, not two: the noise is the spread of the speedup between rounds, and two
+    rounds give one spread, a noisy estimate of it (a VM read 1.05x and 1.17x in two rounds and
+    refused a combination each step of which had been faster)."""
     loss_tolerance: float = 0.05
     """A setting whose parity loss is worse than the baseline's by more than this share fails."""
     min_effect: float = 0.03
@@ -198,6 +201,7 @@ class Tuner:
     # ------------------------------------------------------------------ comparison
     def row(self, knob: str, label: str, settings: dict[str, Any], reference: dict[str, Any],
             *, cost_factor: float = 1.0, ref_repeats: range, cand_repeats: range) -> Row:
+        planned = len(cand_repeats)
         """Candidate vs reference on the given repeats of each: the ones that ran interleaved
         with each other. A config's other repeats ran minutes away, in another phase of the
         search (a baseline's verification repeats, a winner's repeats as the reference of a
@@ -232,8 +236,8 @@ class Tuner:
         if row.verdict == stats.LOSS_MISMATCH:
             row.note = (f"loss {_fmt(_mean_loss(cand))} vs baseline {_fmt(base_loss)} "
                         f"(tolerance {self.opt.loss_tolerance:.0%})")
-        if len(cand) < self.opt.repeats:
-            row.note = (row.note + "; " if row.note else "") + f"{len(cand)} of {self.opt.repeats} repeats (budget)"
+        if len(rounds) < planned:
+            row.note = (row.note + "; " if row.note else "") + f"{len(rounds)} of {planned} repeats (budget)"
         return row
 
     # ------------------------------------------------------------------ phases
