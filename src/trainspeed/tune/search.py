@@ -175,7 +175,7 @@ class Tuner:
         self.store.add(result)
         self.ran.add((key, repeat))
         if result.ok:
-            cost = stats.cost_per_sample(*_arrays(result))
+            cost = stats.arm_cost(_arm([result]))
             self.say(f"    {1e3 * cost:.3f} ms/sample, loss {_fmt(result.loss)}, {result.wall_s:.1f} s")
         else:
             self.say(f"    failed: {(result.error or '').splitlines()[0] if result.error else ''}")
@@ -201,11 +201,11 @@ class Tuner:
     # ------------------------------------------------------------------ comparison
     def row(self, knob: str, label: str, settings: dict[str, Any], reference: dict[str, Any],
             *, cost_factor: float = 1.0, ref_repeats: range, cand_repeats: range) -> Row:
-        planned = len(cand_repeats)
         """Candidate vs reference on the given repeats of each: the ones that ran interleaved
         with each other. A config's other repeats ran minutes away, in another phase of the
         search (a baseline's verification repeats, a winner's repeats as the reference of a
         later comparison), on another machine state; pooling them moved verdicts."""
+        planned = len(cand_repeats)
         ref = [r for r in self.results(reference) if r.ok and r.repeat in ref_repeats]
         cand_all = [r for r in self.results(settings) if r.repeat in cand_repeats]
         row = Row(knob=knob, setting=label, settings=settings, cost_factor=cost_factor)
@@ -430,14 +430,6 @@ class Tuner:
 # ---------------------------------------------------------------------- helpers
 
 _UNSET = object()
-
-
-def _arrays(result: TrialResult):
-    import numpy as np
-
-    starts = np.asarray(result.epoch_starts, dtype=bool) if result.epoch_starts else None
-    return (np.asarray(result.step_times, dtype=float), np.asarray(result.samples, dtype=float),
-            starts, result.steps_per_epoch)
 
 
 def _arm(results: list[TrialResult]) -> stats.Arm:
