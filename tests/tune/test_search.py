@@ -155,8 +155,70 @@ def test_ablation_rounds_interleave_and_alternate_order(base_config, cpu, tmp_pa
     runner = FakeRunner()
     tuner(base_config, cpu, runner, tmp_path, knobs=["precision"], repeats=2, verify_repeats=0).run()
     labels = [(c.label, c.repeat) for c in runner.calls]
-    assert labels[:3] == [("baseline", 0), ("precision=bf16-mixed", 0), ("precision=fp16-mixed", 0)]
-    assert labels[3:6] == [("precision=fp16-mixed", 1), ("precision=bf16-mixed", 1), ("baseline", 1)]
+    # Round 1: the baseline before and after the pair of candidates (brackets 0 and 1 are
+    # repeats 0 and 2); round 2 with repeats 3 and 1 (groups in reverse, a group in order).
+    assert labels[:4] == [("baseline", 0), ("precision=bf16-mixed", 0), ("precision=fp16-mixed", 0),
+                          ("baseline", 2)]
+    assert labels[4:8] == [("baseline", 3), ("precision=bf16-mixed", 1), ("precision=fp16-mixed", 1),
+                           ("baseline", 1)]
+
+
+def test_odd_rounds_reverse_the_groups_and_each_candidate_meets_both_brackets():
+    from trainspeed.tune.knobs import Candidate
+    from trainspeed.tune.search import ablation_round
+
+    cands = [Candidate(knob="k", label=str(i), settings={"k": i}) for i in range(5)]
+    show = lambda arms: [a[1] if a[1] == "baseline" else a[1][2:] for a in arms]  # noqa: E731
+    reps = lambda arms: [a[2] for a in arms if a[1] == "baseline"]  # noqa: E731
+    first, second = ablation_round(cands, 0, 2, 2), ablation_round(cands, 1, 2, 2)
+    assert show(first) == ["baseline", "0", "1", "baseline", "2", "3", "baseline", "4", "baseline"]
+    assert reps(first) == [0, 2, 4, 6]
+    assert show(second) == ["baseline", "4", "baseline", "2", "3", "baseline", "0", "1", "baseline"]
+    assert reps(second) == [7, 5, 3, 1]  # each group between the same brackets as in round 1
+
+
+class HumpDrift(FakeRunner):
+    """The machine runs up to 30 % slower in the middle of every ablation round (a neighbour's
+    job that comes and goes) than at its edges. A round is `length` trials; the drift ends
+    with the ablation (`length` * 2 trials)."""
+
+    def __init__(self, length: int, **kw):
+        super().__init__(**kw)
+        self.length = length
+
+    def __call__(self, req):
+        res = super().__call__(req)
+        n = len(self.calls) - 1
+        if n < 2 * self.length:
+            phase = n % self.length / (self.length - 1)
+            res.step_times = [t * (1 + 0.3 * (1 - abs(2 * phase - 1))) for t in res.step_times]
+        return res
+
+
+NULL_KNOBS = ["fused_optimizer", "channels_last", "log_every", "torch_threads"]
+
+
+@pytest.mark.parametrize("every", [2, 100])
+def test_knobs_that_change_nothing_read_no_change_when_the_machine_slows_mid_round(
+        base_config, cpu, tmp_path, every):
+    """Settings that change nothing, on a machine slower mid-round. With the baseline only at
+    the round's edges (every=100, the old order) they read slower in both rounds alike, which
+    the spread between rounds cannot reveal; with the baseline between every two candidates
+    each is compared with the trials that ran next to it."""
+    k = 4
+    brackets = 1 + -(-k // every)
+    runner = HumpDrift(k + brackets)
+    result = tuner(base_config, cpu, runner, tmp_path, knobs=NULL_KNOBS,
+                   baseline_every=every, verify_repeats=0).run()
+    measured = [r for r in result.ablation if r.speedup is not None]
+    assert len(measured) == k, [(r.knob, r.setting) for r in measured]
+    speedups = [(r.setting, round(r.speedup, 3), r.verdict) for r in measured]
+    if every == 100:  # the flaw the brackets fix: this branch fails if they stop mattering
+        assert sum(r.speedup < 0.9 for r in measured) >= 2, speedups
+    else:
+        assert all(0.95 < r.speedup < 1.05 for r in measured), speedups
+        assert all(r.verdict == stats.NO_CHANGE for r in measured), speedups
+        assert result.best_settings == {}
 
 
 def test_a_far_slower_setting_is_stopped_and_reads_slower(base_config, cpu, tmp_path):

@@ -6,7 +6,7 @@ import argparse
 
 HELP = """Measure every speed switch on your model and machine, and write the fastest config.
 Each setting runs as short isolated trials (fresh processes, warm-up excluded, interleaved
-repeats); a difference inside the measured noise reads 'no measurable change'.
+repeats, the baseline run again between candidates); a difference inside the measured noise reads 'no measurable change'.
 Examples:
   trainspeed tune gpt --budget 10m
   trainspeed tune my.yaml --knobs precision,compile,num_workers --out tune-out
@@ -24,6 +24,9 @@ def _add_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--variant", default="fast", choices=("naive", "fast"),
                    help="which config of a recipe to start from")
     p.add_argument("--repeats", type=int, default=2, help="interleaved repeats per setting")
+    p.add_argument("--baseline-every", type=int, default=None,
+                   help="in the ablation, run the baseline again after this many candidates, "
+                        "so each is compared with the baseline trials next to it (default 2)")
     p.add_argument("--verify-repeats", type=int, default=None,
                    help="interleaved rounds of the final check, baseline vs best (default 3)")
     p.add_argument("--warmup-steps", type=int, default=5, help="untimed steps per trial")
@@ -69,6 +72,8 @@ def run(args) -> int:
     overrides = _split_rest(args)
     cfg = load_target(args.target, overrides, args.variant)
     verify = {} if args.verify_repeats is None else {"verify_repeats": args.verify_repeats}
+    if args.baseline_every is not None:
+        verify["baseline_every"] = args.baseline_every
     options = TuneOptions(knobs=parse_knobs(args.knobs), budget_s=parse_budget(args.budget),
                           repeats=args.repeats, loss_tolerance=args.loss_tolerance,
                           min_effect=args.min_effect, **verify)

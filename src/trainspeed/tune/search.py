@@ -5,9 +5,13 @@ combined greedily, then the combination verified against the baseline.
                   store=TrialStore(out), options=TuneOptions(knobs=["precision", ...]))
     result = tuner.run()
 
-Trials of competing settings are interleaved: repeat r of the baseline and of every
-candidate run in one round, and odd rounds run in reverse order, so a machine that slows
-down (thermal, a neighbour's job) slows every arm alike instead of favouring the first.
+Trials of competing settings are interleaved: repeat r of every candidate runs in round r,
+odd rounds in reverse order, and the baseline runs again after every `baseline_every`
+candidates of a round: B C1 C2 B C3 C4 B. Each candidate is compared with the two baseline
+trials around it, so a machine that slows down (thermal, a neighbour's job) within a round
+moves a candidate and its reference alike. With one baseline per round, at the round's edge,
+a 2-core VM that ran slower mid-round read every knob slower than the baseline (a knob that
+changed nothing, 0.80x), in both rounds alike, which no spread between rounds can show.
 """
 
 from __future__ import annotations
@@ -42,6 +46,10 @@ class TuneOptions:
     """Wall-clock budget for all trials; knobs whose estimated cost does not fit are skipped."""
     repeats: int = 2
     """Interleaved repeats of every setting in the ablation (>= 2 measures run-to-run noise)."""
+    baseline_every: int = 2
+    """In each ablation round the baseline runs again after this many candidates, so each
+    candidate has a baseline trial at most this many trials away on both sides (1: next to
+    every candidate, twice the trials; larger: fewer trials, more drift between them)."""
     verify_repeats: int = 3
     """Interleaved rounds of baseline and best config in the final verification, which decides
     best.yaml. Three, not two: the noise is the spread of the speedup between rounds, and two
@@ -55,9 +63,9 @@ class TuneOptions:
     def __post_init__(self) -> None:
         from trainspeed.errors import ConfigError
 
-        if self.repeats < 1 or self.verify_repeats < 0:
-            raise ConfigError(f"tune: repeats must be >= 1 and verify_repeats >= 0, got "
-                              f"{self.repeats} and {self.verify_repeats}")
+        if self.repeats < 1 or self.verify_repeats < 0 or self.baseline_every < 1:
+            raise ConfigError(f"tune: repeats and baseline_every must be >= 1 and verify_repeats >= 0, "
+                              f"got {self.repeats}, {self.baseline_every} and {self.verify_repeats}")
         if self.budget_s <= 0:
             raise ConfigError(f"tune: budget must be > 0 seconds, got {self.budget_s}")
 
@@ -183,31 +191,29 @@ class Tuner:
 
     def results(self, settings: dict[str, Any]) -> list[TrialResult]:
         """Every stored repeat of base+settings, in repeat order."""
-        key = config_key(self.base_hash, settings)
-        out, r = [], 0
-        while (res := self.store.get(key, r)) is not None:
-            out.append(res)
-            r += 1
-        return out
+        return self.store.of_key(config_key(self.base_hash, settings))
 
     def _round(self, arms: list[tuple[dict[str, Any], str, int]], reverse: bool) -> None:
         """One interleaved round: each arm's given repeat, in order (or reversed)."""
         for settings, label, repeat in (list(reversed(arms)) if reverse else arms):
-            previous = self.results(settings)[:repeat]
-            if any(not r.ok for r in previous):
+            if any(not r.ok for r in self.results(settings) if r.repeat < repeat):
                 continue  # a setting that crashed once is not run again
             self.trial(settings, label, repeat)
 
     # ------------------------------------------------------------------ comparison
     def row(self, knob: str, label: str, settings: dict[str, Any], reference: dict[str, Any],
-            *, cost_factor: float = 1.0, ref_repeats: range, cand_repeats: range) -> Row:
-        """Candidate vs reference on the given repeats of each: the ones that ran interleaved
-        with each other. A config's other repeats ran minutes away, in another phase of the
+            *, cost_factor: float = 1.0, pairs: list[tuple[tuple[int, ...], int]]) -> Row:
+        """Candidate vs reference on the repeats that ran next to each other: `pairs` holds,
+        per round, the reference's repeats around the candidate's (pooled as one) and the
+        candidate's repeat. A config's other repeats ran minutes away, in another phase of the
         search (a baseline's verification repeats, a winner's repeats as the reference of a
         later comparison), on another machine state; pooling them moved verdicts."""
-        planned = len(cand_repeats)
-        ref = [r for r in self.results(reference) if r.ok and r.repeat in ref_repeats]
-        cand_all = [r for r in self.results(settings) if r.repeat in cand_repeats]
+        planned = len(pairs)
+        wanted = {rep for refs, _ in pairs for rep in refs}
+        ref_by = {r.repeat: r for r in self.results(reference) if r.ok and r.repeat in wanted}
+        cand_by = {r.repeat: r for r in self.results(settings) if r.repeat in {c for _, c in pairs}}
+        ref = list(ref_by.values())
+        cand_all = list(cand_by.values())
         row = Row(knob=knob, setting=label, settings=settings, cost_factor=cost_factor)
         failed = [r for r in cand_all if not r.ok]
         if failed:
@@ -216,15 +222,14 @@ class Tuner:
             row.note = error
             return row
         cand = [r for r in cand_all if r.ok]
-        # Round i ran ref_repeats[i] beside cand_repeats[i]: compare those pairs only (the
-        # noise is the spread of their ratios), so a round the budget cut short drops out whole.
-        ref_at = {r.repeat - ref_repeats.start: r for r in ref}
-        cand_at = {r.repeat - cand_repeats.start: r for r in cand}
-        rounds = sorted(set(ref_at) & set(cand_at))
+        # Compare round by round (the noise is the spread of the rounds' ratios); a round the
+        # budget cut short keeps the reference trials that ran, or drops out whole.
+        rounds = [([ref_by[i] for i in refs if i in ref_by], cand_by[c]) for refs, c in pairs
+                  if c in cand_by and cand_by[c].ok and any(i in ref_by for i in refs)]
         if not rounds:
             row.verdict, row.note = stats.SKIPPED, "budget ran out before this trial"
             return row
-        comp = stats.compare(_arm([ref_at[i] for i in rounds]), _arm([cand_at[i] for i in rounds]),
+        comp = stats.compare(_arm([refs for refs, _ in rounds]), _arm([[c] for _, c in rounds]),
                              min_effect=self.opt.min_effect)
         base_loss = _mean_loss(self.results({}))
         row.loss_delta = stats.loss_delta(base_loss, _mean_loss(cand))
@@ -252,14 +257,14 @@ class Tuner:
         ctx = KnobContext(config=self.base_config, device=self.device,
                           baseline_memory=base.memory_peak, block_classes=self.block_classes)
         candidates, skipped, deferred = self._candidates(ctx, base.wall_s)
-        arms = [({}, "baseline")] + [(c.settings, f"{c.knob}={c.label}") for c in candidates]
-        for r in range(self.opt.repeats if candidates else 0):  # nothing to compare: no more baselines
-            self.say(f"ablation round {r + 1}/{self.opt.repeats}")
-            self._round([(s, label, r) for s, label in arms], reverse=bool(r % 2))
-        R = self.opt.repeats
+        R, every = self.opt.repeats, self.opt.baseline_every
+        for r in range(R if candidates else 0):  # nothing to compare: no more baselines
+            self.say(f"ablation round {r + 1}/{R}")
+            self._round(ablation_round(candidates, r, R, every), reverse=False)
+        self.next_repeat[config_key(self.base_hash, {})] = R * n_brackets(len(candidates), every)
         ablation = [self.row(c.knob, c.label, c.settings, {}, cost_factor=c.cost_factor,
-                             ref_repeats=range(R), cand_repeats=range(R))
-                    for c in candidates]
+                             pairs=[(bracket_repeats(i, r, R, every), r) for r in range(R)])
+                    for i, c in enumerate(candidates)]
         ablation += [Row(knob=s.knob, setting=s.label, note=s.reason) for s in skipped]
         combination, best = self._greedy(ablation, deferred)
         final = self._verify(best) if best else None
@@ -285,7 +290,7 @@ class Tuner:
         # Reserve room for the final verification (baseline + best, each verify_repeats times);
         # greedy steps use what the ablation leaves and stop at the budget like any trial.
         reserve = base_wall * 2 * self.opt.verify_repeats
-        planned = base_wall * self.opt.repeats  # the baseline's own repeats
+        planned = base_wall * self.opt.repeats  # the baseline's first bracket in every round
         for name in self.opt.knobs:
             for item in KNOBS[name](ctx):
                 if isinstance(item, Skip):
@@ -297,6 +302,8 @@ class Tuner:
                 self.cost_factor[config_key(self.base_hash, settings)] = item.cost_factor
                 already = self.results(settings)
                 cost = base_wall * item.cost_factor * max(0, self.opt.repeats - len(already))
+                if len(candidates) % self.opt.baseline_every == 0 and candidates:
+                    cost += base_wall * self.opt.repeats  # opens a group: one more baseline per round
                 # A setting with finished trials (a resumed tune) is always reported.
                 if not already and planned + cost + reserve > self.opt.budget_s:
                     skipped.append(Skip(name, item.label, f"does not fit the budget (~{cost:.0f} s "
@@ -319,7 +326,7 @@ class Tuner:
         for r in range(R):
             self._round([(current, "current", start + r), (new, f"+{knob}={label}", r)], reverse=bool(r % 2))
         return self.row(knob, label, new, current, cost_factor=cost_factor,
-                        ref_repeats=range(start, start + R), cand_repeats=range(R))
+                        pairs=[((start + r,), r) for r in range(R)])
 
     def _greedy(self, ablation: list[Row], deferred: list[str]) -> tuple[list[Row], dict[str, Any]]:
         winners: dict[str, Row] = {}
@@ -419,12 +426,12 @@ class Tuner:
         if V and self.store.get(best_key, n_best) is None:
             # Not verified before. A resumed tune whose winners changed finds the baseline's
             # repeats at n_base.. already stored, run beside the old best: take the next ones.
-            n_base = max(n_base, len(self.results({})))
+            n_base = max([n_base] + [r.repeat + 1 for r in self.results({})])
         for v in range(V):
             self._round([({}, "baseline", n_base + v), (best, "best", n_best + v)], reverse=bool(v % 2))
         label = ", ".join(f"{k}={v}" for k, v in sorted(best.items()))
-        return self.row("combined", label, best, {}, ref_repeats=range(n_base, n_base + V),
-                        cand_repeats=range(n_best, n_best + V))
+        return self.row("combined", label, best, {},
+                        pairs=[((n_base + v,), n_best + v) for v in range(V)])
 
 
 # ---------------------------------------------------------------------- helpers
@@ -432,10 +439,53 @@ class Tuner:
 _UNSET = object()
 
 
-def _arm(results: list[TrialResult]) -> stats.Arm:
-    per_epoch = next((r.steps_per_epoch for r in results if r.steps_per_epoch), None)
-    return stats.Arm.of([r.step_times for r in results], [r.samples for r in results],
-                        [r.epoch_starts for r in results], per_epoch)
+def n_brackets(n_candidates: int, every: int) -> int:
+    """Baseline trials per ablation round: one before each group of `every` candidates and
+    one after the last (1 with no candidates)."""
+    return -(-n_candidates // every) + 1
+
+
+def bracket_repeats(i: int, r: int, repeats: int, every: int) -> tuple[int, int]:
+    """The baseline repeats that run just before and after candidate i in round r. Bracket j
+    of round r is repeat j * repeats + r: bracket 0 keeps the numbers that one baseline per
+    round had, and a resumed tune with more candidates adds brackets without renumbering."""
+    g = i // every
+    return g * repeats + r, (g + 1) * repeats + r
+
+
+def ablation_round(candidates: list[Candidate], r: int, repeats: int, every: int
+                   ) -> list[tuple[dict[str, Any], str, int]]:
+    """Round r: B C1 C2 B C3 C4 B (every=2; repeat r of every candidate, bracket j of the
+    baseline is repeat j * repeats + r). Odd rounds run the groups in reverse order but keep
+    the order inside each group: B C3 C4 B C1 C2 B. A candidate then runs next to its left
+    bracket in one round and next to its right one in the other, so a drift that bends
+    between brackets errs one way in one round and the other way in the next, and shows as
+    the spread between rounds instead of a bias (reversing the whole round would keep every
+    candidate next to the same bracket)."""
+    groups = [list(range(g, min(g + every, len(candidates)))) for g in range(0, len(candidates), every)]
+    bracket = [(j, ({}, "baseline", j * repeats + r)) for j in range(len(groups) + 1)]
+    order = list(range(len(groups)))
+    if r % 2:
+        order.reverse()
+    arms = [bracket[order[0] + (1 if r % 2 else 0)][1]]
+    for g in order:
+        arms += [(candidates[i].settings, f"{candidates[i].knob}={candidates[i].label}", r) for i in groups[g]]
+        arms.append(bracket[g if r % 2 else g + 1][1])
+    return arms
+
+
+def _arm(groups: list[TrialResult] | list[list[TrialResult]]) -> stats.Arm:
+    """An arm with one repeat per trial, or per group of trials pooled (a bracket's baselines)."""
+    pooled = [g if isinstance(g, list) else [g] for g in groups]
+    flat = [r for g in pooled for r in g]
+    per_epoch = next((r.steps_per_epoch for r in flat if r.steps_per_epoch), None)
+
+    def cat(field: str) -> list[list[Any]]:
+        return [[x for r in g for x in getattr(r, field)] for g in pooled]
+
+    # A trial without epoch starts stores none: pad its mask so a pooled group stays aligned.
+    starts = [[x for r in g for x in (r.epoch_starts or [False] * len(r.step_times))] for g in pooled]
+    return stats.Arm.of(cat("step_times"), cat("samples"), starts, per_epoch)
 
 
 def _mean_loss(results: list[TrialResult]) -> float | None:

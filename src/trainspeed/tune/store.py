@@ -34,6 +34,11 @@ class TrialStore:
     def get(self, key: str, repeat: int) -> TrialResult | None:
         return self._results.get((key, repeat))
 
+    def of_key(self, key: str) -> list[TrialResult]:
+        """Every stored repeat of `key`, in repeat order (numbers may have gaps: a round the
+        budget cut short leaves some out)."""
+        return sorted((r for (k, _), r in self._results.items() if k == key), key=lambda r: r.repeat)
+
     def __len__(self) -> int:
         return len(self._results)
 
