@@ -177,3 +177,33 @@ def test_loss_delta_is_relative():
 def test_arm_rejects_misaligned_samples():
     with pytest.raises(ValueError):
         Arm.of([[0.1, 0.2]], [[1.0]])
+
+
+def test_pooled_round_noise_is_the_machines_spread_over_many_comparisons():
+    """Twelve comparisons of two rounds each, every round's log speedup off by N(0, 0.15):
+    the pooled spread recovers 0.15 although each comparison alone sees one difference."""
+    rng = np.random.default_rng(4)
+    comparisons = [list(np.log(1.1) + 0.15 * rng.standard_normal(2)) for _ in range(12)]
+    assert stats.pooled_round_sd(comparisons) == pytest.approx(0.15, rel=0.3)
+    assert stats.pooled_round_sd(comparisons[:2]) == 0.0  # 4 residuals: too few to trust
+    assert stats.pooled_round_sd([[0.1]] * 10) == 0.0  # one round each: no spread to see
+    # one wild comparison does not set it (a median, not a mean of squares)
+    wild = comparisons + [[-1.0, 1.0]]
+    assert stats.pooled_round_sd(wild) == pytest.approx(stats.pooled_round_sd(comparisons), rel=0.25)
+    # two standard errors of the mean of n rounds, as a relative speedup
+    assert stats.pooled_noise(0.15, 4) == pytest.approx(math.exp(0.15) - 1)
+    assert stats.pooled_noise(0.0, 4) == 0.0
+
+
+def test_two_rounds_that_agree_by_chance_are_judged_by_the_machines_noise():
+    """A 1.12x reading whose two rounds agree (1 % apart) passes on its own rounds' spread; on
+    a machine whose rounds scatter by 15 % (pooled over the tune) two rounds cannot tell 12 %
+    from noise, and four rounds of a 1.4x gain can."""
+    base = arm(0.112, rel_noise=0.002, shift=[1.0, 1.01], seed=1)
+    cand = arm(0.10, rel_noise=0.002, seed=2)
+    assert stats.speed_verdict(stats.compare(base, cand)) == stats.FASTER
+    c = stats.compare(base, cand, round_sd=0.15)
+    assert c.noise == pytest.approx(math.exp(2 * 0.15 / math.sqrt(2)) - 1)
+    assert stats.speed_verdict(c) == stats.NO_CHANGE
+    big = stats.compare(arm(0.14, repeats=4, seed=3), arm(0.10, repeats=4, seed=4), round_sd=0.15)
+    assert stats.speed_verdict(big) == stats.FASTER

@@ -30,6 +30,9 @@ from trainspeed.tune.knobs import KNOBS, Candidate, DeviceInfo, KnobContext, Ski
 from trainspeed.tune.store import TrialStore
 from trainspeed.tune.trials import FAR_SLOWER, SLOW_CUTOFF, Runner, TrialRequest, TrialResult, overrides_of
 
+STOP_BELOW = 0.5
+"""An ablation candidate measured below this speedup in one round is not repeated."""
+
 MIN_CUTOFF_S = 30.0
 """Never stop a trial before this: process start-up dominates a short baseline."""
 
@@ -152,6 +155,9 @@ class Tuner:
         # in the search's own order, so a resumed tune finds the same numbers in its store.
         self.next_repeat: dict[str, int] = {}
         self.ran: set[tuple[str, int]] = set()  # (key, repeat) run or reused in this tune
+        # Per comparison, its rounds' log speedups: together, the machine's noise per round.
+        self.round_logs: dict[tuple, list[float]] = {}
+        self.dropped: set[str] = set()  # config keys far slower in an ablation round
 
     # ------------------------------------------------------------------ trials
     def _over_budget(self, key: str | None = None) -> bool:
@@ -198,6 +204,8 @@ class Tuner:
         for settings, label, repeat in (list(reversed(arms)) if reverse else arms):
             if any(not r.ok for r in self.results(settings) if r.repeat < repeat):
                 continue  # a setting that crashed once is not run again
+            if config_key(self.base_hash, settings) in self.dropped:
+                continue  # far slower in an earlier round
             self.trial(settings, label, repeat)
 
     # ------------------------------------------------------------------ comparison
@@ -209,28 +217,22 @@ class Tuner:
         search (a baseline's verification repeats, a winner's repeats as the reference of a
         later comparison), on another machine state; pooling them moved verdicts."""
         planned = len(pairs)
-        wanted = {rep for refs, _ in pairs for rep in refs}
-        ref_by = {r.repeat: r for r in self.results(reference) if r.ok and r.repeat in wanted}
-        cand_by = {r.repeat: r for r in self.results(settings) if r.repeat in {c for _, c in pairs}}
-        ref = list(ref_by.values())
-        cand_all = list(cand_by.values())
         row = Row(knob=knob, setting=label, settings=settings, cost_factor=cost_factor)
-        failed = [r for r in cand_all if not r.ok]
+        rounds, failed = self._paired(settings, reference, pairs)
         if failed:
             error = failed[0].error or "failed"
             row.verdict = stats.SLOWER if error.startswith(FAR_SLOWER) else stats.FAILED
             row.note = error
             return row
-        cand = [r for r in cand_all if r.ok]
-        # Compare round by round (the noise is the spread of the rounds' ratios); a round the
-        # budget cut short keeps the reference trials that ran, or drops out whole.
-        rounds = [([ref_by[i] for i in refs if i in ref_by], cand_by[c]) for refs, c in pairs
-                  if c in cand_by and cand_by[c].ok and any(i in ref_by for i in refs)]
         if not rounds:
             row.verdict, row.note = stats.SKIPPED, "budget ran out before this trial"
             return row
-        comp = stats.compare(_arm([refs for refs, _ in rounds]), _arm([[c] for _, c in rounds]),
-                             min_effect=self.opt.min_effect)
+        ref = [r for refs, _ in rounds for r in refs]
+        cand = [c for _, c in rounds]
+        # This comparison's rounds join the machine's noise pool before it is judged by it.
+        ref_arm, cand_arm = self._pool(knob, label, settings, reference, pairs, rounds)
+        comp = stats.compare(ref_arm, cand_arm, min_effect=self.opt.min_effect,
+                             round_sd=stats.pooled_round_sd(list(self.round_logs.values())))
         base_loss = _mean_loss(self.results({}))
         row.loss_delta = stats.loss_delta(base_loss, _mean_loss(cand))
         row.verdict = stats.verdict(comp, row.loss_delta, tolerance=self.opt.loss_tolerance)
@@ -242,8 +244,50 @@ class Tuner:
             row.note = (f"loss {_fmt(_mean_loss(cand))} vs baseline {_fmt(base_loss)} "
                         f"(tolerance {self.opt.loss_tolerance:.0%})")
         if len(rounds) < planned:
-            row.note = (row.note + "; " if row.note else "") + f"{len(rounds)} of {planned} repeats (budget)"
+            why = "far slower, not repeated" if config_key(self.base_hash, settings) in self.dropped else "budget"
+            row.note = (row.note + "; " if row.note else "") + f"{len(rounds)} of {planned} repeats ({why})"
         return row
+
+    def _paired(self, settings: dict[str, Any], reference: dict[str, Any], pairs: list[tuple[tuple[int, ...], int]]
+                ) -> tuple[list[tuple[list[TrialResult], TrialResult]], list[TrialResult]]:
+        """The rounds that ran (reference trials around the candidate's, the candidate's trial)
+        and the candidate's failed trials. A round the budget cut short keeps the reference
+        trials that ran, or drops out whole."""
+        wanted = {rep for refs, _ in pairs for rep in refs}
+        ref_by = {r.repeat: r for r in self.results(reference) if r.ok and r.repeat in wanted}
+        cand_by = {r.repeat: r for r in self.results(settings) if r.repeat in {c for _, c in pairs}}
+        failed = [r for r in cand_by.values() if not r.ok]
+        rounds = [([ref_by[i] for i in refs if i in ref_by], cand_by[c]) for refs, c in pairs
+                  if c in cand_by and cand_by[c].ok and any(i in ref_by for i in refs)]
+        return rounds, failed
+
+    def _pool(self, knob: str, label: str, settings: dict[str, Any], reference: dict[str, Any],
+              pairs: list[tuple[tuple[int, ...], int]], rounds: list[tuple[list[TrialResult], TrialResult]]
+              ) -> tuple[stats.Arm, stats.Arm]:
+        """The comparison's two arms; its rounds' log speedups go into the noise pool (keyed,
+        so a comparison read twice counts once)."""
+        ref_arm, cand_arm = _arm([refs for refs, _ in rounds]), _arm([[c] for _, c in rounds])
+        key = (knob, label, config_key(self.base_hash, reference), config_key(self.base_hash, settings),
+               tuple(c for _, c in pairs))
+        if rounds:
+            self.round_logs[key] = stats.round_log_ratios(ref_arm, cand_arm)
+        return ref_arm, cand_arm
+
+    def _drop_far_slower(self, candidates: list[Candidate], r: int, every: int) -> None:
+        """After round r: a candidate that ran at under STOP_BELOW of the speed of the baseline
+        trials around it is not repeated (bf16 on a CPU without bf16 units, 0.25x, took three
+        baseline trials' time in every round). Against a few % of noise per round, one round
+        decides that much."""
+        R = self.opt.repeats
+        for i, c in enumerate(candidates):
+            key = config_key(self.base_hash, c.settings)
+            rounds, _ = self._paired(c.settings, {}, [(bracket_repeats(i, r, R, every), r)])
+            if key in self.dropped or not rounds:
+                continue
+            q = stats.arm_cost(_arm([rounds[0][0]])) / stats.arm_cost(_arm([rounds[0][1]]))
+            if q < STOP_BELOW:
+                self.dropped.add(key)
+                self.say(f"  {c.knob}={c.label}: {q:.2f}x the baseline's speed, not repeated")
 
     # ------------------------------------------------------------------ phases
     def run(self) -> TuneResult:
@@ -261,10 +305,15 @@ class Tuner:
         for r in range(R if candidates else 0):  # nothing to compare: no more baselines
             self.say(f"ablation round {r + 1}/{R}")
             self._round(ablation_round(candidates, r, R, every), reverse=False)
+            self._drop_far_slower(candidates, r, every)
         self.next_repeat[config_key(self.base_hash, {})] = R * n_brackets(len(candidates), every)
-        ablation = [self.row(c.knob, c.label, c.settings, {}, cost_factor=c.cost_factor,
-                             pairs=[(bracket_repeats(i, r, R, every), r) for r in range(R)])
-                    for i, c in enumerate(candidates)]
+        pairs = [[(bracket_repeats(i, r, R, every), r) for r in range(R)] for i in range(len(candidates))]
+        # Every ablation comparison's rounds join the noise pool first, so the first row is
+        # judged by the same machine noise as the last.
+        for c, p in zip(candidates, pairs):
+            self._pool(c.knob, c.label, c.settings, {}, p, self._paired(c.settings, {}, p)[0])
+        ablation = [self.row(c.knob, c.label, c.settings, {}, cost_factor=c.cost_factor, pairs=p)
+                    for c, p in zip(candidates, pairs)]
         ablation += [Row(knob=s.knob, setting=s.label, note=s.reason) for s in skipped]
         combination, best = self._greedy(ablation, deferred)
         final = self._verify(best) if best else None

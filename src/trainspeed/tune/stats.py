@@ -162,6 +162,51 @@ def paired_noise(reference: Arm, candidate: Arm) -> float:
     return 2.0 * float(np.median([abs(q / mid - 1.0) for q in qs]))
 
 
+def round_log_ratios(reference: Arm, candidate: Arm) -> list[float]:
+    """log q_r per round, q_r = cost(reference_r) / cost(candidate_r) (finite rounds only)."""
+    return [math.log(r / c) for r, c in zip(repeat_costs(reference), repeat_costs(candidate))
+            if math.isfinite(r) and math.isfinite(c) and r > 0 and c > 0]
+
+
+# Residuals needed before a pooled spread is trusted (three comparisons of two rounds).
+MIN_POOLED = 6
+# A comparison's speedup must clear this many standard errors of its mean over rounds.
+POOLED_Z = 2.0
+
+
+def pooled_round_sd(comparisons: Sequence[Sequence[float]]) -> float:
+    """The machine's noise on one round's log speedup, pooled over a tune's comparisons: a
+    robust standard deviation (median absolute residual / 0.6745) of each round's log q around
+    its own comparison's mean, residuals scaled by sqrt(n / (n - 1)) so two rounds count as
+    much as ten. 0 until MIN_POOLED residuals exist.
+
+    Two rounds of one comparison give one spread, itself a noisy estimate: on a 2-core VM
+    whose trials of one config differed by 15 % back to back, a step read q = 1.65 and 1.63
+    (1 % spread) and was crowned 1.64x; the same config then read 1.3x against itself as the
+    next step's reference. Every comparison of a tune runs on the same machine, so their
+    residuals together measure its noise with many degrees of freedom (15.5 % per round
+    there, from 22 residuals)."""
+    residuals: list[float] = []
+    for logs in comparisons:
+        n = len(logs)
+        if n < 2:
+            continue
+        mean = sum(logs) / n
+        scale = math.sqrt(n / (n - 1))
+        residuals += [abs(x - mean) * scale for x in logs]
+    if len(residuals) < MIN_POOLED:
+        return 0.0
+    return float(np.median(residuals)) / 0.6745
+
+
+def pooled_noise(round_sd: float, rounds: int) -> float:
+    """The relative speedup that noise of `round_sd` per round reaches over `rounds` rounds
+    (POOLED_Z standard errors of their mean log q)."""
+    if round_sd <= 0 or rounds < 1:
+        return 0.0
+    return math.exp(POOLED_Z * round_sd / math.sqrt(rounds)) - 1.0
+
+
 @dataclass(frozen=True, slots=True)
 class Comparison:
     """Candidate vs reference: speedup = reference cost / candidate cost (> 1 is faster)."""
@@ -206,12 +251,13 @@ def _bootstrap_costs(arm: Arm, rng: np.random.Generator, n: int) -> np.ndarray:
 
 
 def compare(reference: Arm, candidate: Arm, *, min_effect: float = 0.03, n_boot: int = 400,
-            level: float = 0.95, seed: int = 0) -> Comparison:
+            level: float = 0.95, seed: int = 0, round_sd: float = 0.0) -> Comparison:
     """Speedup of `candidate` over `reference` with a bootstrap confidence interval.
 
-    The noise threshold is the larger of `min_effect` and the spread of the speedup between
-    rounds (`paired_noise`: repeat r of each arm ran interleaved in round r): a speedup smaller
-    than what the rounds disagree by is not a result.
+    The noise threshold is the largest of `min_effect`, the spread of the speedup between
+    this comparison's rounds (`paired_noise`: repeat r of each arm ran interleaved in round r)
+    and what the machine's per-round noise `round_sd` (`pooled_round_sd`) reaches over that
+    many rounds: a speedup smaller than what the rounds disagree by is not a result.
     """
     ref_cost, cand_cost = arm_cost(reference), arm_cost(candidate)
     speedup = ref_cost / cand_cost if cand_cost > 0 else math.nan
@@ -221,7 +267,8 @@ def compare(reference: Arm, candidate: Arm, *, min_effect: float = 0.03, n_boot:
     alpha = (1.0 - level) / 2
     lo, hi = ((float(np.quantile(ratios, alpha)), float(np.quantile(ratios, 1 - alpha)))
               if ratios.size else (math.nan, math.nan))
-    noise = max(min_effect, paired_noise(reference, candidate))
+    rounds = min(reference.repeats, candidate.repeats)
+    noise = max(min_effect, paired_noise(reference, candidate), pooled_noise(round_sd, rounds))
     return Comparison(speedup=speedup, ci_low=lo, ci_high=hi, noise=noise,
                       reference_cost=ref_cost, candidate_cost=cand_cost)
 
