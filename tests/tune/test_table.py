@@ -46,3 +46,20 @@ def test_tune_json_round_trips_to_the_same_markdown():
     original = result()
     data = json.loads(json.dumps(original.as_dict(), default=str))
     assert markdown(result_from_json(data)) == markdown(original)
+
+
+def test_a_long_verified_combination_wraps_instead_of_squeezing_the_numbers():
+    from rich.console import Console
+
+    from trainspeed.tune.table import print_tables
+
+    res = result()
+    res.final = Row(knob="combined", verdict=stats.FASTER, speedup=1.48, ci=(1.44, 1.53), loss_delta=-0.029,
+                    setting="data.num_workers=1, data.persistent_workers=True, data.prefetch_factor=4, "
+                            "logging.every=50, optim.implementation=fused, run.torch_threads=1")
+    con = Console(width=120, record=True, force_terminal=False)
+    print_tables(res, console=con)
+    text = con.export_text()
+    verified = text[text.index("Verified"):]
+    assert "1.48x" in verified and "1.44–1.53" in verified and "faster" in verified
+    assert "torch_threads" in verified  # wrapped, not cut

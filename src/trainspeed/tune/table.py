@@ -62,8 +62,10 @@ def print_tables(result: TuneResult, console: Any = None) -> None:
         t = Table(title=title, title_justify="left")
         for col in COLUMNS:
             t.add_column(col, justify="right" if col in ("speedup", "memory", "loss delta") else "left",
-                         overflow="fold", max_width=60 if col == "note" else None,
-                         no_wrap=col not in ("note",))
+                         overflow="fold", max_width=60 if col in ("note", "setting") else None,
+                         # a verified combination names every setting: it wraps, or the number
+                         # columns would be squeezed to one character
+                         no_wrap=col not in ("note", "setting"))
         for row in rows:
             t.add_row(*cells(row), style=VERDICT_STYLE.get(row.verdict, ""))
         con.print(t)
