@@ -12,6 +12,9 @@ trials around it, so a machine that slows down (thermal, a neighbour's job) with
 moves a candidate and its reference alike. With one baseline per round, at the round's edge,
 a 2-core VM that ran slower mid-round read every knob slower than the baseline (a knob that
 changed nothing, 0.80x), in both rounds alike, which no spread between rounds can show.
+
+A verdict must beat the noise: the spread of the comparison's own rounds and the machine's
+noise per round pooled over every comparison of the tune (stats.pooled_round_sd).
 """
 
 from __future__ import annotations
