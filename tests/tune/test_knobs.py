@@ -143,3 +143,17 @@ def test_block_classes_are_the_models_own_repeated_blocks():
     from trainspeed.tune.session import probe_recipe
 
     assert probe_recipe(cfg).steps_per_epoch == -(-64 // cfg.data.batch_size)  # 64 samples per epoch
+
+
+def test_attention_tries_sdpa_for_an_eager_hugging_face_model(base_config, cpu):
+    from trainspeed.config import config_to_dict, load_config
+
+    hf = config_to_dict(load_config({"recipe": {"name": "hf", "options": {"attn_implementation": "eager"}}}))
+    (cand,) = KNOBS["attention"](ctx(hf, cpu))
+    assert isinstance(cand, Candidate) and cand.settings == {"recipe.options.attn_implementation": "sdpa"}
+    tuned = load_config(apply_settings(hf, cand.settings))
+    assert tuned.recipe.options["attn_implementation"] == "sdpa"
+    already = apply_settings(hf, cand.settings)
+    assert labels(KNOBS["attention"](ctx(already, cpu)), Skip) == ["sdpa"]
+    (skip,) = KNOBS["attention"](ctx(base_config, cpu))  # gpt: SDPA in its own code
+    assert isinstance(skip, Skip) and "attn_implementation" in skip.reason

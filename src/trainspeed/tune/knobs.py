@@ -146,6 +146,19 @@ def compile(ctx: KnobContext) -> list:  # noqa: A001 - the knob's name
     return out
 
 
+def attention(ctx: KnobContext) -> list:
+    """A Hugging Face model's attention kernel: eager matmul-softmax-matmul vs PyTorch's fused
+    scaled_dot_product_attention (the same function). Other models choose theirs in code."""
+    options = ctx.get("recipe.options")
+    current = options.get("attn_implementation") if isinstance(options, dict) else None
+    if current is None and ctx.get("recipe.name") != "hf":
+        return [Skip("attention", "sdpa", "the model has no attn_implementation option (a Hugging Face "
+                                          "model has); in your own model call F.scaled_dot_product_attention")]
+    if current in (None, "sdpa"):
+        return [Skip("attention", "sdpa", "already sdpa")]
+    return [Candidate("attention", "sdpa", {"recipe.options.attn_implementation": "sdpa"})]
+
+
 def fused_optimizer(ctx: KnobContext) -> list:
     current = ctx.get("optim.implementation")
     return [Candidate("fused_optimizer", impl, {"optim.implementation": impl})
@@ -289,6 +302,7 @@ KNOBS: dict[str, KnobFn] = {
     "dynamic_padding": dynamic_padding,
     "batch_size": batch_size,
     "fused_optimizer": fused_optimizer,
+    "attention": attention,
     "compile": compile,
     "channels_last": channels_last,
     "log_every": log_every,
