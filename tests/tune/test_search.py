@@ -102,13 +102,16 @@ def test_failed_setting_is_reported_and_never_crowned(base_config, cpu, tmp_path
 
 def test_budget_skips_knobs_that_do_not_fit_and_says_so(base_config, cpu, tmp_path):
     runner = FakeRunner({BF16: 0.5}, wall_s=10.0)
+    # bf16 alone: 2 rounds of baseline, bf16, baseline (60 s) + a 3-round verification (60 s).
     result = tuner(base_config, cpu, runner, tmp_path, knobs=["precision", "compile", "num_workers"],
-                   budget_s=110).run()
+                   budget_s=125).run()
     rows = rows_by(result)
     assert rows[("precision", "bf16-mixed")].verdict == stats.FASTER
+    assert "budget" in rows[("precision", "fp16-mixed")].note
     assert "budget" in rows[("num_workers", "1")].note and "budget" in rows[("compile", "default")].note
+    assert result.final.verdict == stats.FASTER
     spent = sum(runner.wall_s for _ in runner.calls)
-    assert spent <= 110 + runner.wall_s  # at most the trial that crossed the line
+    assert spent <= 125
 
 
 def test_rerun_with_the_same_store_resumes_without_new_trials(base_config, cpu, tmp_path):
@@ -405,3 +408,20 @@ def test_a_far_slower_setting_is_not_repeated_after_one_round(base_config, cpu, 
     row = rows_by(result)[("precision", "bf16-mixed")]
     assert row.verdict == stats.SLOWER and row.speedup == pytest.approx(0.25, rel=0.05)
     assert "1 of 3 repeats (far slower, not repeated)" in row.note
+
+
+def test_greedy_steps_leave_the_verification_its_budget(base_config, cpu, tmp_path):
+    """Ablation (14 trials) and verification (6) fit a 21 s budget, the greedy step on top
+    (4 more) does not: it is skipped whole, and the verification runs and crowns bf16.
+    Before, the step ran, the verification was cut, and best.yaml fell back to the baseline."""
+    runner = FakeRunner({BF16: 0.5, FUSED: 0.8})
+    result = tuner(base_config, cpu, runner, tmp_path, knobs=["precision", "fused_optimizer"], budget_s=21).run()
+    rows = rows_by(result)
+    assert rows[("precision", "bf16-mixed")].verdict == stats.FASTER  # every ablation row was measured
+    assert rows[("fused_optimizer", "fused")].verdict == stats.FASTER
+    step = [r for r in result.combination if r.knob == "fused_optimizer"]
+    assert step and step[0].verdict == stats.SKIPPED and "before the verification" in step[0].note
+    assert not any(c.label.startswith("+fused") for c in runner.calls)  # not half run either
+    assert result.final.verdict == stats.FASTER and result.final.note == ""
+    assert result.best_settings == {"precision.mode": "bf16-mixed"}
+    assert len(runner.calls) == 14 + 6

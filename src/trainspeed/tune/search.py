@@ -161,13 +161,22 @@ class Tuner:
         # Per comparison, its rounds' log speedups: together, the machine's noise per round.
         self.round_logs: dict[tuple, list[float]] = {}
         self.dropped: set[str] = set()  # config keys far slower in an ablation round
+        # Budget held back for the final verification while the greedy steps run: without it
+        # the steps spent it, the verification was cut, and best.yaml fell back to the baseline.
+        self.reserve_s = 0.0
 
     # ------------------------------------------------------------------ trials
     def _over_budget(self, key: str | None = None) -> bool:
         """True when the next trial (priced from the baseline's wall time) would end past the
         budget: a trial is never started that the budget cannot pay for."""
         cost = self.base_wall * self.cost_factor.get(key or "", 1.0)
-        return self.spent + cost > self.opt.budget_s
+        return self.spent + cost + self.reserve_s > self.opt.budget_s
+
+    def _unpaid(self, trials: list[tuple[dict[str, Any], int]]) -> float:
+        """Expected seconds of the trials (settings, repeat) not already in the store."""
+        keys = [config_key(self.base_hash, settings) for settings, _ in trials]
+        return sum(self.base_wall * self.cost_factor.get(key, 1.0)
+                   for key, (_, repeat) in zip(keys, trials) if self.store.get(key, repeat) is None)
 
     def trial(self, settings: dict[str, Any], label: str, repeat: int) -> TrialResult | None:
         """Run (or reuse) one repeat of base+settings; None when the budget is spent."""
@@ -318,7 +327,10 @@ class Tuner:
         ablation = [self.row(c.knob, c.label, c.settings, {}, cost_factor=c.cost_factor, pairs=p)
                     for c, p in zip(candidates, pairs)]
         ablation += [Row(knob=s.knob, setting=s.label, note=s.reason) for s in skipped]
+        # The greedy steps leave the verification its trials (baseline + best, V rounds each).
+        self.reserve_s = self.base_wall * 2 * self.opt.verify_repeats
         combination, best = self._greedy(ablation, deferred)
+        self.reserve_s = 0.0
         final = self._verify(best) if best else None
         notes: list[str] = []
         if final is not None and final.verdict != stats.FASTER:
@@ -354,8 +366,8 @@ class Tuner:
                 self.cost_factor[config_key(self.base_hash, settings)] = item.cost_factor
                 already = self.results(settings)
                 cost = base_wall * item.cost_factor * max(0, self.opt.repeats - len(already))
-                if len(candidates) % self.opt.baseline_every == 0 and candidates:
-                    cost += base_wall * self.opt.repeats  # opens a group: one more baseline per round
+                if len(candidates) % self.opt.baseline_every == 0:
+                    cost += base_wall * self.opt.repeats  # opens a group: its closing baseline, every round
                 # A setting with finished trials (a resumed tune) is always reported.
                 if not already and planned + cost + reserve > self.opt.budget_s:
                     skipped.append(Skip(name, item.label, f"does not fit the budget (~{cost:.0f} s "
@@ -374,7 +386,12 @@ class Tuner:
         key = config_key(self.base_hash, current)
         self.cost_factor[config_key(self.base_hash, new)] = max(cost_factor, self.cost_factor.get(key, 1.0))
         start = self.next_repeat.get(key, R)
-        self.next_repeat[key] = start + R
+        self.next_repeat[key] = start + R  # assigned even when skipped: a resumed tune finds the same
+        needed = self._unpaid([(current, start + r) for r in range(R)] + [(new, r) for r in range(R)])
+        if needed and self.spent + needed + self.reserve_s > self.opt.budget_s:
+            # Half a comparison cannot be judged: start none that the budget cannot finish.
+            return Row(knob=knob, setting=label, settings=new, cost_factor=cost_factor,
+                       note="does not fit the budget left before the verification")
         for r in range(R):
             self._round([(current, "current", start + r), (new, f"+{knob}={label}", r)], reverse=bool(r % 2))
         return self.row(knob, label, new, current, cost_factor=cost_factor,
