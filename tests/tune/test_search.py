@@ -169,7 +169,7 @@ def test_ablation_rounds_interleave_and_alternate_order(base_config, cpu, tmp_pa
 
 def test_odd_rounds_reverse_the_groups_and_each_candidate_meets_both_brackets():
     from trainspeed.tune.knobs import Candidate
-    from trainspeed.tune.search import ablation_round
+    from trainspeed.tune.order import ablation_round
 
     cands = [Candidate(knob="k", label=str(i), settings={"k": i}) for i in range(5)]
     show = lambda arms: [a[1] if a[1] == "baseline" else a[1][2:] for a in arms]  # noqa: E731

@@ -6,8 +6,8 @@ combined greedily, then the combination verified against the baseline.
     result = tuner.run()
 
 Trials of competing settings are interleaved: repeat r of every candidate runs in round r,
-odd rounds in reverse order, and the baseline runs again after every `baseline_every`
-candidates of a round: B C1 C2 B C3 C4 B. Each candidate is compared with the two baseline
+and the baseline runs again after every `baseline_every` candidates of a round: B C1 C2 B C3
+C4 B; odd rounds run the groups in reverse order (order.py). Each candidate is compared with the two baseline
 trials around it, so a machine that slows down (thermal, a neighbour's job) within a round
 moves a candidate and its reference alike. With one baseline per round, at the round's edge,
 a 2-core VM that ran slower mid-round read every knob slower than the baseline (a knob that
@@ -30,6 +30,7 @@ from trainspeed.config_io import apply_overrides
 from trainspeed.errors import TrainspeedError
 from trainspeed.tune import stats
 from trainspeed.tune.knobs import KNOBS, Candidate, DeviceInfo, KnobContext, Skip
+from trainspeed.tune.order import ablation_round, bracket_repeats, n_brackets
 from trainspeed.tune.store import TrialStore
 from trainspeed.tune.trials import FAR_SLOWER, SLOW_CUTOFF, Runner, TrialRequest, TrialResult, overrides_of
 
@@ -288,8 +289,8 @@ class Tuner:
     def _drop_far_slower(self, candidates: list[Candidate], r: int, every: int) -> None:
         """After round r: a candidate that ran at under STOP_BELOW of the speed of the baseline
         trials around it is not repeated (bf16 on a CPU without bf16 units, 0.25x, took three
-        baseline trials' time in every round). Against a few % of noise per round, one round
-        decides that much."""
+        baseline trials' time in every round). Against the ~15 % per round of a noisy VM, one
+        round decides a 2x difference."""
         R = self.opt.repeats
         for i, c in enumerate(candidates):
             key = config_key(self.base_hash, c.settings)
@@ -506,41 +507,6 @@ class Tuner:
 # ---------------------------------------------------------------------- helpers
 
 _UNSET = object()
-
-
-def n_brackets(n_candidates: int, every: int) -> int:
-    """Baseline trials per ablation round: one before each group of `every` candidates and
-    one after the last (1 with no candidates)."""
-    return -(-n_candidates // every) + 1
-
-
-def bracket_repeats(i: int, r: int, repeats: int, every: int) -> tuple[int, int]:
-    """The baseline repeats that run just before and after candidate i in round r. Bracket j
-    of round r is repeat j * repeats + r: bracket 0 keeps the numbers that one baseline per
-    round had, and a resumed tune with more candidates adds brackets without renumbering."""
-    g = i // every
-    return g * repeats + r, (g + 1) * repeats + r
-
-
-def ablation_round(candidates: list[Candidate], r: int, repeats: int, every: int
-                   ) -> list[tuple[dict[str, Any], str, int]]:
-    """Round r: B C1 C2 B C3 C4 B (every=2; repeat r of every candidate, bracket j of the
-    baseline is repeat j * repeats + r). Odd rounds run the groups in reverse order but keep
-    the order inside each group: B C3 C4 B C1 C2 B. A candidate then runs next to its left
-    bracket in one round and next to its right one in the other, so a drift that bends
-    between brackets errs one way in one round and the other way in the next, and shows as
-    the spread between rounds instead of a bias (reversing the whole round would keep every
-    candidate next to the same bracket)."""
-    groups = [list(range(g, min(g + every, len(candidates)))) for g in range(0, len(candidates), every)]
-    bracket = [(j, ({}, "baseline", j * repeats + r)) for j in range(len(groups) + 1)]
-    order = list(range(len(groups)))
-    if r % 2:
-        order.reverse()
-    arms = [bracket[order[0] + (1 if r % 2 else 0)][1]]
-    for g in order:
-        arms += [(candidates[i].settings, f"{candidates[i].knob}={candidates[i].label}", r) for i in groups[g]]
-        arms.append(bracket[g if r % 2 else g + 1][1])
-    return arms
 
 
 def _arm(groups: list[TrialResult] | list[list[TrialResult]]) -> stats.Arm:

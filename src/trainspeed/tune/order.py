@@ -1,0 +1,52 @@
+"""The order the ablation runs its trials in: which baseline trials stand around which
+candidate, round by round. Pure functions of indices, so the order is tested on its own and a
+resumed tune computes the same repeat numbers.
+
+Round r (every=2): B C1 C2 B C3 C4 B. The baseline runs before each group of `every`
+candidates and after the last, and each candidate is compared with the two baseline trials
+around it (see search.py for why).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from trainspeed.tune.knobs import Candidate
+
+
+def n_brackets(n_candidates: int, every: int) -> int:
+    """Baseline trials per ablation round: one before each group of `every` candidates and
+    one after the last (1 with no candidates)."""
+    return -(-n_candidates // every) + 1
+
+
+def bracket_repeats(i: int, r: int, repeats: int, every: int) -> tuple[int, int]:
+    """The baseline repeats that run just before and after candidate i in round r. Bracket j
+    of round r is repeat j * repeats + r: bracket 0 keeps the numbers that one baseline per
+    round had, and a resumed tune with more candidates adds brackets without renumbering."""
+    g = i // every
+    return g * repeats + r, (g + 1) * repeats + r
+
+
+def ablation_round(candidates: list[Candidate], r: int, repeats: int, every: int
+                   ) -> list[tuple[dict[str, Any], str, int]]:
+    """Round r: B C1 C2 B C3 C4 B (every=2; repeat r of every candidate, bracket j of the
+    baseline is repeat j * repeats + r). Odd rounds run the groups in reverse order but keep
+    the order inside each group: B C3 C4 B C1 C2 B. A candidate then runs next to its left
+    bracket in one round and next to its right one in the other, so a drift that bends
+    between brackets errs one way in one round and the other way in the next, and shows as
+    the spread between rounds instead of a bias (reversing the whole round would keep every
+    candidate next to the same bracket)."""
+    def baseline(j: int) -> tuple[dict[str, Any], str, int]:
+        return {}, "baseline", j * repeats + r
+
+    groups = [list(range(g, min(g + every, len(candidates)))) for g in range(0, len(candidates), every)]
+    if not groups:
+        return [baseline(0)]
+    odd = r % 2 == 1
+    order = list(range(len(groups)))[::-1] if odd else list(range(len(groups)))
+    arms = [baseline(order[0] + 1 if odd else 0)]
+    for g in order:
+        arms += [(candidates[i].settings, f"{candidates[i].knob}={candidates[i].label}", r) for i in groups[g]]
+        arms.append(baseline(g if odd else g + 1))
+    return arms
