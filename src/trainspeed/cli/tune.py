@@ -6,7 +6,8 @@ import argparse
 
 HELP = """Measure every speed switch on your model and machine, and write the fastest config.
 Each setting runs as short isolated trials (fresh processes, warm-up excluded, interleaved
-repeats, the baseline run again between candidates); a difference inside the measured noise reads 'no measurable change'.
+repeats, the baseline run again between candidates); a difference inside the measured
+noise reads 'no measurable change'.
 Examples:
   trainspeed tune gpt --budget 10m
   trainspeed tune my.yaml --knobs precision,compile,num_workers --out tune-out
@@ -71,12 +72,12 @@ def run(args) -> int:
         raise ConfigError(f"--steps must be >= 3 and --warmup-steps >= 0, got {args.steps} and {args.warmup_steps}")
     overrides = _split_rest(args)
     cfg = load_target(args.target, overrides, args.variant)
-    verify = {} if args.verify_repeats is None else {"verify_repeats": args.verify_repeats}
-    if args.baseline_every is not None:
-        verify["baseline_every"] = args.baseline_every
+    # Options left out keep TuneOptions' defaults (documented there, not repeated here).
+    optional = {name: value for name, value in (("verify_repeats", args.verify_repeats),
+                                                ("baseline_every", args.baseline_every)) if value is not None}
     options = TuneOptions(knobs=parse_knobs(args.knobs), budget_s=parse_budget(args.budget),
                           repeats=args.repeats, loss_tolerance=args.loss_tolerance,
-                          min_effect=args.min_effect, **verify)
+                          min_effect=args.min_effect, **optional)
     out = Path(args.out or f"runs/tune-{cfg.recipe.name or Path(args.target).stem}")
     print(f"trainspeed: tuning {cfg.recipe.name or args.target} -> {out} "
           f"(budget {options.budget_s:.0f} s, knobs: {', '.join(options.knobs)})")

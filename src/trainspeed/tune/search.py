@@ -170,14 +170,21 @@ class Tuner:
     def _over_budget(self, key: str | None = None) -> bool:
         """True when the next trial (priced from the baseline's wall time) would end past the
         budget: a trial is never started that the budget cannot pay for."""
-        cost = self.base_wall * self.cost_factor.get(key or "", 1.0)
-        return self.spent + cost + self.reserve_s > self.opt.budget_s
+        return self.spent + self._price(key or "") + self.reserve_s > self.opt.budget_s
+
+    def _price(self, key: str) -> float:
+        """Expected wall seconds of one trial of `key`: the baseline's, times its cost factor."""
+        return self.base_wall * self.cost_factor.get(key, 1.0)
+
+    def _verify_reserve(self) -> float:
+        """Budget the final verification needs: baseline + best, verify_repeats rounds each."""
+        return self.base_wall * 2 * self.opt.verify_repeats
 
     def _unpaid(self, trials: list[tuple[dict[str, Any], int]]) -> float:
         """Expected seconds of the trials (settings, repeat) not already in the store."""
         keys = [config_key(self.base_hash, settings) for settings, _ in trials]
-        return sum(self.base_wall * self.cost_factor.get(key, 1.0)
-                   for key, (_, repeat) in zip(keys, trials) if self.store.get(key, repeat) is None)
+        return sum(self._price(key) for key, (_, repeat) in zip(keys, trials)
+                   if self.store.get(key, repeat) is None)
 
     def trial(self, settings: dict[str, Any], label: str, repeat: int) -> TrialResult | None:
         """Run (or reuse) one repeat of base+settings; None when the budget is spent."""
@@ -192,7 +199,7 @@ class Tuner:
             return None
         cutoff = None
         if self.base_wall:  # known after the baseline: a far slower trial is stopped early
-            cutoff = max(MIN_CUTOFF_S, SLOW_CUTOFF * self.base_wall * self.cost_factor.get(key, 1.0))
+            cutoff = max(MIN_CUTOFF_S, SLOW_CUTOFF * self._price(key))
         request = TrialRequest(key=key, label=label, overrides=overrides_of(settings), repeat=repeat,
                                timeout_s=cutoff)
         self.say(f"  trial {label} (repeat {repeat + 1}) ...")
@@ -294,8 +301,10 @@ class Tuner:
         R = self.opt.repeats
         for i, c in enumerate(candidates):
             key = config_key(self.base_hash, c.settings)
+            if key in self.dropped:
+                continue
             rounds, _ = self._paired(c.settings, {}, [(bracket_repeats(i, r, R, every), r)])
-            if key in self.dropped or not rounds:
+            if not rounds:
                 continue
             q = stats.arm_cost(_arm([rounds[0][0]])) / stats.arm_cost(_arm([rounds[0][1]]))
             if q < STOP_BELOW:
@@ -328,8 +337,7 @@ class Tuner:
         ablation = [self.row(c.knob, c.label, c.settings, {}, cost_factor=c.cost_factor, pairs=p)
                     for c, p in zip(candidates, pairs)]
         ablation += [Row(knob=s.knob, setting=s.label, note=s.reason) for s in skipped]
-        # The greedy steps leave the verification its trials (baseline + best, V rounds each).
-        self.reserve_s = self.base_wall * 2 * self.opt.verify_repeats
+        self.reserve_s = self._verify_reserve()  # the greedy steps leave the verification its trials
         combination, best = self._greedy(ablation, deferred)
         self.reserve_s = 0.0
         final = self._verify(best) if best else None
@@ -352,9 +360,9 @@ class Tuner:
         candidates: list[Candidate] = []
         skipped: list[Skip] = []
         deferred: list[str] = []
-        # Reserve room for the final verification (baseline + best, each verify_repeats times);
-        # greedy steps use what the ablation leaves and stop at the budget like any trial.
-        reserve = base_wall * 2 * self.opt.verify_repeats
+        # Reserve room for the final verification; greedy steps use what the ablation leaves
+        # and start no comparison that would eat into that reserve.
+        reserve = self._verify_reserve()
         planned = base_wall * self.opt.repeats  # the baseline's first bracket in every round
         for name in self.opt.knobs:
             for item in KNOBS[name](ctx):

@@ -150,8 +150,7 @@ def paired_noise(reference: Arm, candidate: Arm) -> float:
     spread. The ratio's own spread still catches drift *within* a round: a round where the
     baseline ran slow and its candidate fast reads as a different q, and the noise grows.
     """
-    qs = [r / c for r, c in zip(repeat_costs(reference), repeat_costs(candidate))
-          if math.isfinite(r) and math.isfinite(c) and r > 0 and c > 0]
+    qs = [math.exp(x) for x in round_log_ratios(reference, candidate)]
     if len(qs) < 2:
         return 0.0
     # Twice the median relative deviation from the rounds' median q: with two rounds, their
