@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 from trainspeed.tune import stats
-from trainspeed.tune.search import Row, TuneResult
+from trainspeed.tune.result import Row, TuneResult
 from trainspeed.tune.table import cells, markdown, write_html
 
 

@@ -18,7 +18,8 @@ from typing import Any, Callable
 
 from trainspeed.config import TrainConfig, config_hash, config_to_dict, dump_config, load_config
 from trainspeed.tune.knobs import DeviceInfo
-from trainspeed.tune.search import TuneOptions, TuneResult, Tuner, apply_settings
+from trainspeed.tune.result import TuneResult
+from trainspeed.tune.search import TuneOptions, Tuner, apply_settings
 from trainspeed.tune.store import TrialStore
 from trainspeed.tune.trials import Runner, SubprocessRunner
 

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from trainspeed.tune import stats
-from trainspeed.tune.search import Row, TuneResult
+from trainspeed.tune.result import Row, TuneResult
 
 COLUMNS = ("knob", "setting", "speedup", "95% CI", "memory", "loss delta", "verdict", "note")
 VERDICT_STYLE = {stats.FASTER: "bold green", stats.SLOWER: "red", stats.LOSS_MISMATCH: "bold red",
