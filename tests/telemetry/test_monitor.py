@@ -111,6 +111,12 @@ def test_bad_arguments_are_clear_errors(tmp_path):
     mon = Monitor(None, sinks=(), system_sampler=False)
     with pytest.raises(ConfigError, match="unknown phase 'fwd'"):
         mon.begin("fwd")
+    # mon.phase is a C lookup in the Monitor's PhaseTable; a miss is still the same clear error
+    with pytest.raises(ConfigError, match="unknown phase 'fwd'; phases are data, h2d, forward"):
+        mon.phase("fwd")
+    with pytest.raises(ConfigError, match="unknown phase 'other'"):
+        mon.phase("other")  # the remainder, never entered
+    assert mon.phase("forward") is mon.phase("forward")  # one context per name, kept
     mon.close()
 
 

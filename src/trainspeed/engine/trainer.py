@@ -239,7 +239,9 @@ class Trainer:
 
     def _loop(self, loaders, mon, total_steps: int, ckpt, make_state) -> None:
         cfg, st, fire = self.cfg, self.state, self.callbacks.fire
-        advance = loaders.train_bundle.advancer() if loaders.train_bundle is not None else None
+        # The sampler's own advance(), counted in batches (bucketed) or samples: no adapter
+        # frame between it and the loop.
+        advance, by_batches = loaders.train_bundle.advancer() if loaders.train_bundle is not None else (None, False)
         eval_every = (cfg.eval.every_steps or 0) if self.data.val is not None else 0
         self.model.train()
         fire(Event.FIT_START, st)
@@ -259,7 +261,7 @@ class Trainer:
                 st.samples += stats[0]
                 st.tokens += stats[1]
                 if advance is not None:  # what was trained, not what was prefetched
-                    advance(stats[0], len(micro_batches))
+                    advance(len(micro_batches) if by_batches else stats[0])
                 st.loss, st.lr = loss, self.optimizer.param_groups[0]["lr"]
                 if Event.BATCH_END in self.callbacks.listening:
                     fire(Event.BATCH_END, st)
@@ -285,13 +287,13 @@ class Trainer:
 
     def _train_step(self, micro_batches: list[tuple[Any, Any]], mon) -> tuple[torch.Tensor, tuple[int, int, int]]:
         cfg, fire, st = self.cfg, self.callbacks.fire, self.state
-        stats = [s for _, s in micro_batches]
+        # (list comprehensions are functions before Python 3.12: a frame each, every step)
+        host_batches, stats = map(list, zip(*micro_batches))
         first_step = not self._flops_done
         if first_step:
             self._flops_done = True
             self._record_flops(mon, micro_batches[0][0], stats[0])
         t0 = time.perf_counter()
-        host_batches = [b for b, _ in micro_batches]
         while True:
             try:
                 if len(host_batches) == 1 and self._plain_pass and self.microbatcher.split == 1:

@@ -33,9 +33,9 @@ import numpy as np
 
 from trainspeed.errors import ConfigError
 from trainspeed.telemetry import schema
-from trainspeed.telemetry.phase_context import PHASE_INDEX, MarkPhase, Phase
+from trainspeed.telemetry.phase_context import PHASE_INDEX, MarkPhase, Phase, PhaseTable
 from trainspeed.telemetry.schema import MEASURED_PHASES
-from trainspeed.telemetry.timeline import OTHER, CpuTimeline, CudaTimeline, end_code
+from trainspeed.telemetry.timeline import OTHER, STEP_END, CpuTimeline, CudaTimeline, end_code
 
 _perf_counter = time.perf_counter
 
@@ -99,8 +99,11 @@ class Monitor:
         self._timeline: CpuTimeline | CudaTimeline = (
             CudaTimeline(device) if _is_cuda(device) else CpuTimeline()
         )
-        # Closing a step is one bound call; each timeline keeps its closed steps until flush.
+        # Closing a step: each timeline keeps its closed steps until flush. On the CPU timeline
+        # step() appends the step-end mark itself (one frame fewer per step); otherwise it
+        # calls end_step.
         self._end_step = self._timeline.end_step
+        self._cpu_marks = self._timeline.marks.append if isinstance(self._timeline, CpuTimeline) else None
         self._cap = min(log_every, _MAX_PENDING)
         # One tuple per pending step (samples, tokens, pad, lr, syncs, warmup, t_end): building
         # a tuple is cheaper on the training thread than writing seven numpy slots.
@@ -118,7 +121,10 @@ class Monitor:
         # loss that moves to a GPU or grows a dimension is re-examined within one interval.
         self._item_class: Any = None
         self._proc: Any = None
-        self._phase_ctx: dict[str, Phase | MarkPhase] = {}
+        # `mon.phase(name)` is this table's lookup, a C call (see PhaseTable and phase()).
+        context = MarkPhase if isinstance(self._timeline, CpuTimeline) else Phase
+        self._phase_ctx = PhaseTable({name: context(self, name) for name in MEASURED_PHASES})
+        self.phase = self._phase_ctx.__getitem__  # type: ignore[method-assign]
         # The most recent records, for an in-memory summary when there is no run directory.
         self.recent: deque[dict[str, Any]] = deque(maxlen=4096)
 
@@ -210,15 +216,11 @@ class Monitor:
 
     def phase(self, name: str) -> Phase | MarkPhase:
         """`with mon.phase("forward"):` — one reusable context object per name, valid for the
-        Monitor's lifetime, so a loop may fetch it once and keep it (a generator-based
-        contextmanager costs several microseconds per use; this is on the hot path)."""
-        ctx = self._phase_ctx.get(name)
-        if ctx is None:
-            if PHASE_INDEX.get(name) in (None, OTHER):
-                self.begin(name)  # raises the ConfigError naming the valid phases
-            fast = isinstance(self._timeline, CpuTimeline)
-            ctx = self._phase_ctx[name] = (MarkPhase if fast else Phase)(self, name)
-        return ctx
+        Monitor's lifetime, so a loop may fetch it once and keep it. An unknown name raises
+        ConfigError. Each instance replaces this method with its PhaseTable's lookup, a C
+        call: this runs ~3 times a step, right after torch ops, where every Python frame
+        costs microseconds."""
+        return self._phase_ctx[name]
 
     def loader(self, iterable: Iterable[Any]) -> Iterator[Any]:
         """Wrap a data iterable: the time spent waiting in `next()` is the "data" phase."""
@@ -279,10 +281,17 @@ class Monitor:
         buffer (no sync) and read back at the log interval."""
         rows = self._rows
         i = len(rows)  # pending steps before this one
+        cpu_marks = self._cpu_marks
+        if cpu_marks is not None:  # CpuTimeline.end_step written out
+            t_end = _perf_counter()
+            cpu_marks((t_end, STEP_END))
+            self._timeline._since_step = 0  # type: ignore[union-attr]
+        else:
+            t_end = self._end_step()
         # The step's end on the host clock becomes its wall time at flush (one time.time()
         # per interval instead of one per step).
         rows.append((samples, tokens, pad_tokens, lr, self._cur_syncs,
-                     warmup or self._cur_warmup or self.steps_done < self.warmup_steps, self._end_step()))
+                     warmup or self._cur_warmup or self.steps_done < self.warmup_steps, t_end))
         if loss is not None:
             if loss.__class__ is self._item_class:
                 # A CPU scalar, as the last checked loss was (rechecked every interval): reading

@@ -17,7 +17,7 @@ from trainspeed.telemetry.timeline import end_code
 if TYPE_CHECKING:
     from trainspeed.telemetry.monitor import Monitor
 
-__all__ = ["PHASE_INDEX", "Phase", "MarkPhase"]
+__all__ = ["PHASE_INDEX", "Phase", "MarkPhase", "PhaseTable"]
 
 PHASE_INDEX = {name: i for i, name in enumerate(PHASES)}
 _perf_counter = time.perf_counter
@@ -64,3 +64,16 @@ class MarkPhase:
             self._mon.end(self._name)
         else:
             self._append((_perf_counter(), self._end))
+
+
+class PhaseTable(dict):
+    """Every phase's context object, by name, built once per Monitor. `Monitor.phase` is this
+    table's `__getitem__`: a lookup in C, where a Python method would add a frame to each of
+    the ~3 `with mon.phase(...)` of every step. A name that is not a phase raises ConfigError
+    naming the valid ones."""
+
+    def __missing__(self, name: str) -> Any:
+        from trainspeed.errors import ConfigError
+        from trainspeed.telemetry.schema import MEASURED_PHASES
+
+        raise ConfigError(f"unknown phase {name!r}; phases are {', '.join(MEASURED_PHASES)}")

@@ -30,9 +30,9 @@ OTHER = PHASES.index("other")
 MAX_TRANSITIONS = 256
 
 
-# Mark codes: a phase index (>= 0) opens that phase, end_code(idx) closes it, _STEP_END closes
+# Mark codes: a phase index (>= 0) opens that phase, end_code(idx) closes it, STEP_END closes
 # a step (the active phase carries over into the next one).
-_STEP_END = -1
+STEP_END = -1
 
 
 def end_code(idx: int) -> int:
@@ -79,7 +79,7 @@ class CpuTimeline:
         its (t_step, phase seconds)."""
         self._since_step = 0
         t = time.perf_counter()
-        self.marks.append((t, _STEP_END))
+        self.marks.append((t, STEP_END))
         return t
 
     def resolve(self) -> list[tuple[float, list[float]]]:
@@ -88,7 +88,7 @@ class CpuTimeline:
         and stay for the next call."""
         marks = self.marks
         end = len(marks)
-        while end and marks[end - 1][1] != _STEP_END:
+        while end and marks[end - 1][1] != STEP_END:
             end -= 1
         if not end:
             return []
@@ -104,7 +104,7 @@ class CpuTimeline:
             last = t
             if code >= 0:
                 stack.append(code)
-            elif code == _STEP_END:
+            elif code == STEP_END:
                 out.append((t - start, acc))  # type: ignore[operator]
                 acc = [0.0] * N_PHASES
                 start = t

@@ -66,7 +66,11 @@ def test_resume_mid_epoch_same_remaining_batches(workers, bucketing, via):
     live = build(cfg, data)
     live.set_epoch(1)
     k, got = 5, []
-    advance = live.advancer() if via == "advancer" else (lambda samples, batches: live.advance(samples, batches=batches))
+    if via == "advancer":  # the Trainer's way: the sampler's own advance, in its unit
+        step_advance, by_batches = live.advancer()
+        advance = lambda samples, batches: step_advance(batches if by_batches else samples)  # noqa: E731
+    else:
+        advance = lambda samples, batches: live.advance(samples, batches=batches)  # noqa: E731
     for batch in live.loader:  # workers run ahead; only trained batches are advanced
         got.append(ids_of(batch))
         advance(batch_stats(batch).samples, 1)

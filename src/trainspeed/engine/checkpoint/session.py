@@ -145,7 +145,8 @@ class CheckpointSession:
                  metrics: dict[str, Any] | None = None) -> SaveResult | None:
         """Call at every step boundary. Saves when due; after SIGTERM/SIGINT saves, waits for
         the write and leaves via SystemExit(143) / KeyboardInterrupt."""
-        requested = self.emergency.requested
+        # EmergencySaver.requested without its property frame: this runs every step
+        requested = self.emergency.signum is not None
         if self.agree_signal is not None:
             requested = self.agree_signal(requested, step)
         if requested:

@@ -112,15 +112,13 @@ class LoaderBundle:
 
     def advance(self, samples: int, *, batches: int = 1) -> None:
         """Record that `batches` batches holding `samples` samples were trained on."""
-        self.advancer()(samples, batches)
+        self.sampler.advance(batches if self.bucketed else samples)
 
-    def advancer(self) -> Callable[[int, int], None]:
-        """`advance` as (samples, batches) -> None with the bucketed/sampled choice made once,
-        for a loop that calls it every step."""
-        advance = self.sampler.advance
-        if self.bucketed:
-            return lambda samples, batches: advance(batches)
-        return lambda samples, batches: advance(samples)
+    def advancer(self) -> tuple[Callable[[int], None], bool]:
+        """(the sampler's advance, whether it counts batches): for a loop that calls it every
+        step and picks the unit itself, with no adapter frame in between. A bucketed sampler
+        counts batches (its batches are its unit of order), a plain one samples."""
+        return self.sampler.advance, self.bucketed
 
     def state_dict(self) -> dict[str, Any]:
         return {"kind": "bucket" if self.bucketed else "sample", **self.sampler.state_dict()}
