@@ -182,3 +182,41 @@ def test_wall_times_are_the_step_ends_on_the_wall_clock():
     gaps = [b - a for a, b in zip(walls, walls[1:])]
     assert all(0.009 < g < 0.5 for g in gaps)  # increasing, one sleep apart
     assert [r["t_step"] for r in mon.recent][1:] == pytest.approx(gaps, abs=2e-4)
+
+
+def test_mark_records_the_same_phases_as_with_blocks_and_follows_a_profiler_hook():
+    """Monitor.mark((time, code)) is the frame-free form the Trainer uses: the same records
+    as `with mon.phase(...)`; while phases are hooked (a profiler window) it goes through the
+    instance's begin/end, and back to the timeline's list afterwards."""
+    from trainspeed.telemetry.phase_context import phase_codes
+
+    fwd, fwd_end = phase_codes("forward")
+    opt, opt_end = phase_codes("optimizer")
+    with pytest.raises(ValueError, match="'other' is not a measured phase"):
+        phase_codes("other")
+    mon = Monitor(None, sinks=(), log_every=10, warmup_steps=0, system_sampler=False)
+    assert mon.mark == mon._timeline.marks.append  # no Python frame on the CPU timeline
+    for _ in range(2):
+        mon.mark((time.perf_counter(), fwd))
+        time.sleep(0.03)
+        mon.mark((time.perf_counter(), fwd_end))
+        with mon.phase("optimizer"):
+            time.sleep(0.01)
+        mon.step(samples=1)
+    seen = []
+    mon.begin = lambda name: seen.append(("begin", name))  # what a profiler window does
+    mon.end = lambda name: seen.append(("end", name))
+    mon.hook_phases(True)
+    mon.mark((time.perf_counter(), opt))
+    mon.mark((time.perf_counter(), opt_end))
+    assert seen == [("begin", "optimizer"), ("end", "optimizer")]
+    del mon.begin, mon.end
+    mon.hook_phases(False)
+    assert mon.mark == mon._timeline.marks.append
+    mon.close()
+    records = list(mon.recent)
+    assert len(records) == 2
+    for rec in records:
+        assert 0.03 <= rec["phases"]["forward"] < 0.03 + 0.05
+        assert 0.01 <= rec["phases"]["optimizer"] < 0.01 + 0.05
+        assert abs(sum(rec["phases"].values()) - rec["t_step"]) < 1e-6

@@ -32,6 +32,14 @@ from trainspeed.engine.setup import (
     set_threads,
 )
 from trainspeed.errors import ConfigError
+from trainspeed.telemetry.phase_context import phase_codes
+
+# Phase transition codes for Monitor.mark (see _train_step).
+_clock = time.perf_counter
+_H2D, _H2D_END = phase_codes("h2d")
+_FORWARD, _FORWARD_END = phase_codes("forward")
+_BACKWARD, _BACKWARD_END = phase_codes("backward")
+_OPTIMIZER, _OPTIMIZER_END = phase_codes("optimizer")
 
 
 def _with_info(state: TrainerState, info: dict[str, Any]) -> TrainerState:
@@ -287,6 +295,11 @@ class Trainer:
 
     def _train_step(self, micro_batches: list[tuple[Any, Any]], mon) -> tuple[torch.Tensor, tuple[int, int, int]]:
         cfg, fire, st = self.cfg, self.callbacks.fire, self.state
+        # Phases are written as mark/try/finally/mark, not `with mon.phase(...)`: the marks are
+        # the same, but a `with` block's Python __enter__/__exit__ cost ~25 µs a step more for
+        # three phases, right after torch ops (see Monitor.mark). Read once per step: a
+        # profiler window re-routes it between steps.
+        mark = mon.mark
         # (list comprehensions are functions before Python 3.12: a frame each, every step)
         host_batches, stats = map(list, zip(*micro_batches))
         first_step = not self._flops_done
@@ -300,12 +313,18 @@ class Trainer:
                     # One batch, on the CPU, fp32/tf32, no per-pass listeners: the forward and
                     # backward of _piece_step written out here, since every Python frame costs
                     # microseconds right after the previous step's ops.
-                    with mon.phase("forward"):
+                    mark((_clock(), _FORWARD))
+                    try:
                         loss = self.loss_fn(self.model, host_batches[0])
                         if isinstance(loss, tuple):
                             loss = loss[0]
-                    with mon.phase("backward"):
+                    finally:
+                        mark((_clock(), _FORWARD_END))
+                    mark((_clock(), _BACKWARD))
+                    try:
                         loss.backward()
+                    finally:
+                        mark((_clock(), _BACKWARD_END))
                     total_loss = loss.detach()
                 else:
                     weights = micro_batch_weights([s.tokens for s in stats], cfg.accumulation.normalize) \
@@ -320,7 +339,8 @@ class Trainer:
             # gone, so the cache can really be emptied before the same step runs again.
             free_after_oom(self.eager, self.optimizer, self.device)
             mon.event("auto_microbatch", at_step=st.step + 1, **info)
-        with mon.phase("optimizer"):
+        mark((_clock(), _OPTIMIZER))
+        try:
             if self.nan_guard.per_step and self.nan_guard.should_skip(total_loss, mon):
                 self.optimizer.zero_grad(set_to_none=True)
             else:
@@ -336,6 +356,8 @@ class Trainer:
                     self.scheduler.step()
             if Event.OPTIMIZER_STEP in self.callbacks.listening:
                 fire(Event.OPTIMIZER_STEP, st)
+        finally:
+            mark((_clock(), _OPTIMIZER_END))
         if first_step and self.compiled:
             mon.mark_warmup()
             mon.event("compile", mode=cfg.compile.mode, first_step_s=time.perf_counter() - t0)
@@ -360,10 +382,14 @@ class Trainer:
             pieces = [(p.batch, p.weight) for p in self.microbatcher.pieces(
                 batches, weights, cfg.accumulation.normalize, self.data.batch_stats or default_batch_stats)]
         total_loss: torch.Tensor | None = None
+        mark = mon.mark  # see _train_step
         for i, (batch, weight) in enumerate(pieces):
             if self._copy_batches:
-                with mon.phase("h2d"):
+                mark((_clock(), _H2D))
+                try:
                     batch = move_to_device(batch, self.device, cfg.data.non_blocking)
+                finally:
+                    mark((_clock(), _H2D_END))
             last = i == len(pieces) - 1
             if self._fsdp and len(pieces) > 1:
                 self.eager.set_requires_gradient_sync(last)
@@ -382,20 +408,27 @@ class Trainer:
         """Forward and backward of one micro-batch. fp32/tf32 runs skip the autocast region and
         the loss-scaling call: both are no-ops there, and each costs calls every step."""
         prec, listening, st = self.precision, self.callbacks.listening, self.state
-        with mon.phase("forward"):
+        mark = mon.mark  # see _train_step
+        mark((_clock(), _FORWARD))
+        try:
             if prec.dtype is None:
                 loss = self._loss(self.model, batch)
             else:
                 with prec.autocast():
                     loss = self._loss(self.model, batch)
+        finally:
+            mark((_clock(), _FORWARD_END))
         if Event.AFTER_FORWARD in listening:
             self.callbacks.fire(Event.AFTER_FORWARD, st)
-        with mon.phase("backward"):
+        mark((_clock(), _BACKWARD))
+        try:
             scaled = loss if weight == 1.0 else loss * weight
             if prec.scaler is None:
                 scaled.backward()
             else:
                 prec.backward(scaled)
+        finally:
+            mark((_clock(), _BACKWARD_END))
         if Event.AFTER_BACKWARD in listening:
             self.callbacks.fire(Event.AFTER_BACKWARD, st)
         return loss

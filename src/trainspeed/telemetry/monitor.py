@@ -34,7 +34,7 @@ import numpy as np
 from trainspeed.errors import ConfigError
 from trainspeed.telemetry import schema
 from trainspeed.telemetry.phase_context import PHASE_INDEX, MarkPhase, Phase, PhaseTable
-from trainspeed.telemetry.schema import MEASURED_PHASES
+from trainspeed.telemetry.schema import MEASURED_PHASES, PHASES
 from trainspeed.telemetry.timeline import OTHER, STEP_END, CpuTimeline, CudaTimeline, end_code
 
 _perf_counter = time.perf_counter
@@ -93,7 +93,8 @@ class Monitor:
         self.steps_done = 0
         self._closed = False
         # True while something (a profiler window) shadows begin/end on this instance: phase
-        # contexts must then go through them instead of appending marks directly.
+        # contexts and `mark` must then go through them instead of appending marks directly
+        # (see hook_phases).
         self._hooked_phases = False
 
         self._timeline: CpuTimeline | CudaTimeline = (
@@ -104,6 +105,10 @@ class Monitor:
         # calls end_step.
         self._end_step = self._timeline.end_step
         self._cpu_marks = self._timeline.marks.append if isinstance(self._timeline, CpuTimeline) else None
+        # `mark((time.perf_counter(), code))`: one phase transition, codes from phase_codes().
+        # The CPU timeline's own list append (no Python frame), else a route through
+        # begin/end. For loops written for speed, like the Trainer's: see hook_phases.
+        self.mark = self._cpu_marks or self._mark_via_hooks
         self._cap = min(log_every, _MAX_PENDING)
         # One tuple per pending step (samples, tokens, pad, lr, syncs, warmup, t_end): building
         # a tuple is cheaper on the training thread than writing seven numpy slots.
@@ -213,6 +218,19 @@ class Monitor:
         idx = PHASE_INDEX.get(name)
         if idx is not None and idx != OTHER:
             self._timeline.end(idx)
+
+    def hook_phases(self, on: bool) -> None:
+        """Route every phase transition (`with mon.phase`, `mon.mark`) through begin/end, which
+        a profiler window shadows on this instance while it is open; or stop doing so."""
+        self._hooked_phases = on
+        self.mark = self._mark_via_hooks if on or self._cpu_marks is None else self._cpu_marks
+
+    def _mark_via_hooks(self, mark: tuple[float, int]) -> None:
+        code = mark[1]
+        if code >= 0:
+            self.begin(PHASES[code])
+        else:
+            self.end(PHASES[-2 - code])
 
     def phase(self, name: str) -> Phase | MarkPhase:
         """`with mon.phase("forward"):` — one reusable context object per name, valid for the

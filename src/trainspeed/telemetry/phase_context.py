@@ -11,16 +11,24 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
-from trainspeed.telemetry.schema import PHASES
+from trainspeed.telemetry.schema import MEASURED_PHASES, PHASES
 from trainspeed.telemetry.timeline import end_code
 
 if TYPE_CHECKING:
     from trainspeed.telemetry.monitor import Monitor
 
-__all__ = ["PHASE_INDEX", "Phase", "MarkPhase", "PhaseTable"]
+__all__ = ["PHASE_INDEX", "Phase", "MarkPhase", "PhaseTable", "phase_codes"]
 
 PHASE_INDEX = {name: i for i, name in enumerate(PHASES)}
 _perf_counter = time.perf_counter
+
+
+def phase_codes(name: str) -> tuple[int, int]:
+    """The (enter, leave) codes of a measured phase, for `Monitor.mark((time, code))`."""
+    idx = PHASE_INDEX[name]
+    if name not in MEASURED_PHASES:
+        raise ValueError(f"{name!r} is not a measured phase; phases are {', '.join(MEASURED_PHASES)}")
+    return idx, end_code(idx)
 
 
 class Phase:
@@ -74,6 +82,5 @@ class PhaseTable(dict):
 
     def __missing__(self, name: str) -> Any:
         from trainspeed.errors import ConfigError
-        from trainspeed.telemetry.schema import MEASURED_PHASES
 
         raise ConfigError(f"unknown phase {name!r}; phases are {', '.join(MEASURED_PHASES)}")

@@ -142,14 +142,14 @@ class ProfileWindow:
         if mon is not None:
             mon.begin = self._begin
             mon.end = self._end
-            mon._hooked_phases = True  # `with mon.phase(...)` then goes through begin/end too
+            mon.hook_phases(True)  # `with mon.phase(...)` and mon.mark then go through them too
 
     def _close(self, last_step: int) -> None:
         mon = self._mon
         if mon is not None:
             mon.__dict__.pop("begin", None)
             mon.__dict__.pop("end", None)
-            mon._hooked_phases = False
+            mon.hook_phases(False)
         while self._ranges:
             self._ranges.pop()[1].__exit__(None, None, None)
         if self._step_range is not None:
