@@ -20,6 +20,7 @@ BENCHMARKS: list[tuple[str, list[str]]] = [
     ("monitor_overhead.py", []),
     ("long_run.py", []),
     ("engine_overhead.py", []),
+    ("phase_forms.py", []),
     ("doctor_overhead.py", []),
     ("checkpoint.py", []),
     ("recipes.py", []),
