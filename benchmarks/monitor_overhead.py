@@ -66,13 +66,18 @@ def monitored_step(model, opt, batches, mon):
     return step
 
 
-def main() -> None:
+def workload_args() -> argparse.ArgumentParser:
+    """The options of this benchmark's workload, shared with phase_forms.py."""
     ap = argparse.ArgumentParser()
     ap.add_argument("--trials", type=int, default=5)
     ap.add_argument("--steps", type=int, default=1500, help="steps per side per trial")
     ap.add_argument("--hidden", type=int, default=512)
     ap.add_argument("--batch", type=int, default=64)
-    args = ap.parse_args()
+    return ap
+
+
+def main() -> None:
+    args = workload_args().parse_args()
     trials = []
     for t in range(args.trials):
         mon = Monitor(Path(tempfile.mkdtemp(prefix="ts-bench-")), log_every=50, warmup_steps=0,

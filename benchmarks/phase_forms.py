@@ -6,17 +6,16 @@ Why it exists: the Trainer stopped using `with` blocks on its hot path. On CPyth
 `with` calls a Python __enter__ and __exit__; right after torch ops, where Python code runs
 with cold caches, those calls are what the Monitor's overhead is made of, while a list append
 costs next to nothing. Sides, all on the same model, optimizer and batches (like
-monitor_overhead.py): the hand-written step twice (A/A: the noise floor), the step with its
-three phases as `with` blocks, the step with the same three phases as marks. Both phase sides
-close the step with mon.step() on their own Monitor (no sinks, no sampler), so the difference
-between them is the phase form alone. Informational: no goal.
+monitor_overhead.py): the hand-written step twice (A/A: the noise floor), monitor_overhead's
+monitored step (loader, three `with` blocks, mon.step with the loss), and the same step with
+the three phases written as marks. Each phase side has its own Monitor (no sinks, no sampler),
+so the difference between them is the phase form alone. Informational: no goal.
 
     python benchmarks/phase_forms.py [--trials 5] [--steps 1500]
 """
 
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 from pathlib import Path
@@ -25,7 +24,7 @@ from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from harness import interleave_sides, trials_summary, write_result  # noqa: E402
-from monitor_overhead import make_side, plain_step  # noqa: E402
+from monitor_overhead import make_side, monitored_step, plain_step, workload_args  # noqa: E402
 
 from trainspeed.telemetry.monitor import Monitor  # noqa: E402
 from trainspeed.telemetry.phase_context import phase_codes  # noqa: E402
@@ -35,25 +34,14 @@ BACKWARD, BACKWARD_END = phase_codes("backward")
 OPTIMIZER, OPTIMIZER_END = phase_codes("optimizer")
 
 
-def with_blocks_step(model, opt, batches, mon):
-    def step():
-        x, y = next(batches)
-        with mon.phase("forward"):
-            loss = nn.functional.cross_entropy(model(x), y)
-        with mon.phase("backward"):
-            loss.backward()
-        with mon.phase("optimizer"):
-            opt.step()
-            opt.zero_grad(set_to_none=True)
-        mon.step(samples=x.shape[0])
-    return step
-
-
 def marks_step(model, opt, batches, mon):
+    """monitor_overhead.monitored_step with its three `with` blocks written as marks."""
     clock = time.perf_counter
 
+    loader = mon.loader(batches)
+
     def step():
-        x, y = next(batches)
+        x, y = next(loader)
         mark = mon.mark
         mark((clock(), FORWARD))
         try:
@@ -71,23 +59,18 @@ def marks_step(model, opt, batches, mon):
             opt.zero_grad(set_to_none=True)
         finally:
             mark((clock(), OPTIMIZER_END))
-        mon.step(samples=x.shape[0])
+        mon.step(samples=x.shape[0], loss=loss)
     return step
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--trials", type=int, default=5)
-    ap.add_argument("--steps", type=int, default=1500, help="steps per side per trial")
-    ap.add_argument("--hidden", type=int, default=512)
-    ap.add_argument("--batch", type=int, default=64)
-    args = ap.parse_args()
+    args = workload_args().parse_args()
     trials = []
     for t in range(args.trials):
         mons = [Monitor(None, sinks=(), log_every=50, warmup_steps=0, system_sampler=False) for _ in range(2)]
         side = make_side(args.hidden, args.batch, 1 + t)
         trials.append(interleave_sides({"hand_loop": plain_step(*side), "hand_loop_again": plain_step(*side),
-                                        "with_blocks": with_blocks_step(*side, mons[0]),
+                                        "with_blocks": monitored_step(*side, mons[0]),
                                         "marks": marks_step(*side, mons[1])}, args.steps, seed=t))
         for mon in mons:
             mon.close()
@@ -104,7 +87,7 @@ def main() -> None:
           f"with blocks {with_us:.0f} µs, marks {marks_us:.0f} µs (A/A "
           f"{res['hand_loop_again']['median_paired_diff_us']:+.0f} µs); with - marks by trial: {res['with_minus_marks_us']}")
     write_result("phase_forms", res, headline={
-        "label": f"Three phases + mon.step per step, µs over the hand loop ({res['hand_loop']['median_step_s'] * 1e3:.1f} ms "
+        "label": f"Monitor (loader, three phases, step) per step, µs over the hand loop ({res['hand_loop']['median_step_s'] * 1e3:.1f} ms "
                  f"steps, median of {args.trials} trials): `with mon.phase` blocks vs mon.mark in try/finally",
         "value": f"with {with_us:.0f} µs, marks {marks_us:.0f} µs", "goal": None, "passed": None})
 
