@@ -25,6 +25,7 @@ BENCHMARKS: list[tuple[str, list[str]]] = [
     ("checkpoint.py", []),
     ("recipes.py", []),
     ("tune.py", []),
+    ("trial_start.py", []),
 ]
 
 # Run only where CUDA is present (`make bench` on a lent GPU machine).

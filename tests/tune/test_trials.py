@@ -9,6 +9,8 @@ import sys
 import pytest
 
 from trainspeed.config import load_config
+from trainspeed.telemetry import read_run
+from trainspeed.tune import forkserver
 from trainspeed.tune.session import TrialLength, parse_budget, trial_config
 from trainspeed.tune.store import TrialStore
 from trainspeed.tune.trials import (
@@ -157,7 +159,7 @@ def test_a_trial_stopped_by_a_signal_interrupts_the_tune_instead_of_failing(tmp_
     script.write_text("#!/bin/sh\nkill -TERM $$\n")
     script.chmod(0o755)
     runner = SubprocessRunner(base_config=tmp_path / "base.yaml", out_dir=tmp_path / "trials",
-                              python=str(script))
+                              python=str(script), fork_server=False)
     with pytest.raises(KeyboardInterrupt, match="stopped by a signal"):
         runner(REQ)
 
@@ -167,10 +169,69 @@ def test_a_trial_far_slower_than_the_baseline_is_stopped_at_its_cutoff(tmp_path)
     script.write_text("#!/bin/sh\nsleep 30\n")
     script.chmod(0o755)
     runner = SubprocessRunner(base_config=tmp_path / "base.yaml", out_dir=tmp_path / "trials",
-                              python=str(script), timeout_s=600)
+                              python=str(script), timeout_s=600, fork_server=False)
     slow = TrialRequest(key="s", label="precision=fp16-mixed", overrides=(), repeat=0, timeout_s=0.5)
     res = runner(slow)
     assert not res.ok and res.error.startswith("far slower") and res.wall_s < 10
     capped = TrialRequest(key="c", label="x", overrides=(), repeat=0)
     runner.timeout_s = 0.5  # no per-trial cutoff: the runner's own cap, reported as a timeout
     assert runner(capped).error == "timed out after 0 s"
+
+
+TINY_GPT = ("recipe: {name: gpt, options: {size: tiny, block_size: 32}}\n"
+            "run: {max_steps: 3, max_epochs: null}\ndata: {batch_size: 2}\n"
+            "logging: {every: 1, progress: false, warmup_steps: 0}\n"
+            "eval: {at_end: false}\ncheckpoint: {save_final: false}\n")
+
+
+def _pids_and_losses(run_dir):
+    run = read_run(run_dir)
+    start = next(e for e in run.events if e["type"] == "run_start")
+    return start["data"]["pid"], [s["loss"] for s in run.steps]
+
+
+@pytest.mark.skipif(not forkserver.available(), reason="fork servers need Linux")
+def test_forked_trials_are_fresh_processes_with_the_same_results_as_new_interpreters(tmp_path):
+    base = tmp_path / "base.yaml"
+    base.write_text(TINY_GPT)
+    forked = SubprocessRunner(base_config=base, out_dir=tmp_path / "forked", timeout_s=120)
+    fresh = SubprocessRunner(base_config=base, out_dir=tmp_path / "fresh", timeout_s=120, fork_server=False)
+    try:
+        a = forked(TrialRequest(key="b", label="baseline", overrides=(), repeat=0))
+        b = forked(TrialRequest(key="b", label="baseline", overrides=(), repeat=1))
+        server_pid = forked._server._proc.pid
+    finally:
+        forked.close()
+    c = fresh(TrialRequest(key="b", label="baseline", overrides=(), repeat=0))
+    assert a.ok and b.ok and c.ok
+    (pid_a, loss_a), (pid_b, loss_b), (_, loss_c) = (_pids_and_losses(r.run_dir) for r in (a, b, c))
+    assert len({pid_a, pid_b, server_pid}) == 3  # each trial its own process, none the server
+    assert len(loss_a) == 3 and loss_a == loss_b == loss_c  # same seed, same losses, either way
+
+
+@pytest.mark.skipif(not forkserver.available(), reason="fork servers need Linux")
+def test_a_forked_trial_past_its_cutoff_is_killed_and_the_server_runs_the_next(tmp_path):
+    base = tmp_path / "base.yaml"
+    base.write_text(TINY_GPT.replace("max_steps: 3", "max_steps: 100000"))
+    runner = SubprocessRunner(base_config=base, out_dir=tmp_path / "trials", timeout_s=120)
+    try:
+        slow = runner(TrialRequest(key="s", label="precision=fp16-mixed", overrides=(), repeat=0, timeout_s=3))
+        assert not slow.ok and slow.error.startswith("far slower") and slow.wall_s < 20
+        ok = runner(TrialRequest(key="b", label="baseline", overrides=("run.max_steps=3",), repeat=0))
+        assert ok.ok and runner._server is not None  # the same server, still forking
+    finally:
+        runner.close()
+
+
+def test_a_fork_server_that_cannot_start_falls_back_to_new_interpreters(tmp_path):
+    script = tmp_path / "fake_python"
+    script.write_text("#!/bin/sh\necho \"no such module\" >&2\nexit 3\n")
+    script.chmod(0o755)
+    said = []
+    runner = SubprocessRunner(base_config=tmp_path / "base.yaml", out_dir=tmp_path / "trials",
+                              python=str(script), say=said.append)
+    res = runner(REQ)
+    assert not res.ok and "exit code 3" in res.error and "no such module" in res.error
+    if forkserver.available():
+        assert runner.fork_server is False and runner._server is None
+        assert said and "fresh interpreters" in said[0] and "did not start" in said[0]

@@ -37,6 +37,9 @@ def _add_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--min-effect", type=float, default=0.03,
                    help="smallest relative change ever called a speedup (default 0.03)")
     p.add_argument("--trial-timeout", type=float, default=600.0, help="seconds before a trial is killed")
+    p.add_argument("--no-fork-server", dest="fork_server", action="store_false",
+                   help="start every trial as a new interpreter instead of forking it from a "
+                        "process that has imported torch once (slower start, same isolation)")
 
 
 def register(sub) -> None:
@@ -77,7 +80,7 @@ def run(args) -> int:
                                                 ("baseline_every", args.baseline_every)) if value is not None}
     options = TuneOptions(knobs=parse_knobs(args.knobs), budget_s=parse_budget(args.budget),
                           repeats=args.repeats, loss_tolerance=args.loss_tolerance,
-                          min_effect=args.min_effect, **optional)
+                          min_effect=args.min_effect, fork_server=args.fork_server, **optional)
     out = Path(args.out or f"runs/tune-{cfg.recipe.name or Path(args.target).stem}")
     print(f"trainspeed: tuning {cfg.recipe.name or args.target} -> {out} "
           f"(budget {options.budget_s:.0f} s, knobs: {', '.join(options.knobs)})")

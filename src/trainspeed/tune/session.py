@@ -140,14 +140,20 @@ def run_tune(cfg: TrainConfig, out_dir: str | Path, options: TuneOptions, *,
     base_hash = config_hash(load_config(base_path))
     device = device or DeviceInfo.detect(cfg.run.device)
     if runner is None:
-        runner = SubprocessRunner(base_config=base_path, out_dir=out / "trials", timeout_s=trial_timeout_s)
+        runner = SubprocessRunner(base_config=base_path, out_dir=out / "trials", timeout_s=trial_timeout_s,
+                                  fork_server=options.fork_server, say=say)
     store = TrialStore(out)
     if len(store):
         say(f"resuming: {len(store)} finished trials in {store.path}")
     blocks = facts.block_classes if "activation_checkpointing" in options.knobs else []
     tuner = Tuner(base_config=config_to_dict(base_cfg), base_hash=base_hash, device=device,
                   runner=runner, store=store, options=options, block_classes=blocks, say=say)
-    result = tuner.run()
+    try:
+        result = tuner.run()
+    finally:
+        close = getattr(runner, "close", None)
+        if close is not None:
+            close()
     write_outputs(cfg, result, out)
     return result
 

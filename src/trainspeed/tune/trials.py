@@ -1,4 +1,5 @@
-"""Trials: one short training run of one config, each in a fresh subprocess.
+"""Trials: one short training run of one config, each in a fresh subprocess (forked from a
+server that has imported torch once, where that works: see forkserver.py).
 
 A fresh process per trial gives every setting the same start: empty torch.compile caches,
 no memory left over from the previous trial, thread pools sized anew (torch.set_num_threads
@@ -169,24 +170,72 @@ class SubprocessRunner:
     """A trial running longer than this is killed and reported as failed."""
     python: str = sys.executable
     extra_env: dict[str, str] = field(default_factory=dict)
+    fork_server: bool = True
+    """Fork each trial from a server that imported torch and the engine once (forkserver.py),
+    where that works (Linux, no extra environment); otherwise start a fresh interpreter."""
+    say: Callable[[str], None] | None = None
+    _server: Any = field(default=None, init=False, repr=False)
 
     def command(self, request: TrialRequest) -> list[str]:
-        return [self.python, "-m", "trainspeed", "train", str(self.base_config), "--no-report",
-                "--name", request.name, f"run.out_dir={self.out_dir}", *request.overrides]
+        return [self.python, "-m", "trainspeed", *self.arguments(request)]
+
+    def arguments(self, request: TrialRequest) -> list[str]:
+        return ["train", str(self.base_config), "--no-report", "--name", request.name,
+                f"run.out_dir={self.out_dir}", *request.overrides]
+
+    def _launch(self, request: TrialRequest, limit: float, env: dict[str, str]) -> tuple[int, str]:
+        """(exit code, stderr) of the trial: forked from the server when it can be, else a
+        fresh interpreter. Raises subprocess.TimeoutExpired past `limit`."""
+        from trainspeed.tune import forkserver
+
+        if self._server is not None:
+            try:
+                stderr_path = self.out_dir / f".{request.name}.stderr"
+                stderr_path.parent.mkdir(parents=True, exist_ok=True)
+                try:
+                    code = self._server.run(self.arguments(request), Path(os.devnull), stderr_path, limit)
+                    return code, stderr_path.read_text(errors="replace")
+                finally:
+                    stderr_path.unlink(missing_ok=True)
+            except forkserver.ForkServerError as exc:
+                self._give_up_forking(exc)
+                _remove_run_dir(self.out_dir / request.name)  # what the lost attempt left
+        proc = subprocess.run(self.command(request), capture_output=True, text=True, timeout=limit, env=env)
+        return proc.returncode, proc.stderr
+
+    def _start_server(self) -> None:
+        """Start the fork server before the first trial's clock starts (it takes a few
+        seconds, once), when this runner forks trials at all."""
+        from trainspeed.tune import forkserver
+
+        if self._server is None and self.fork_server and not self.extra_env and forkserver.available():
+            try:
+                self._server = forkserver.ForkServer(self.python)
+            except (forkserver.ForkServerError, OSError) as exc:
+                self._give_up_forking(exc)
+
+    def _give_up_forking(self, why: BaseException) -> None:
+        self.fork_server = False  # the rest of the tune starts fresh interpreters
+        self.close()
+        if self.say is not None:
+            self.say(f"trials now start as fresh interpreters: {why}")
+
+    def close(self) -> None:
+        """Stop the fork server, if one was started."""
+        server, self._server = self._server, None
+        if server is not None:
+            server.close()
 
     def __call__(self, request: TrialRequest) -> TrialResult:
         run_dir = self.out_dir / request.name
-        if run_dir.exists():  # a trial interrupted mid-run: its partial records must not count
-            import shutil
-
-            shutil.rmtree(run_dir)
+        _remove_run_dir(run_dir)  # a trial interrupted mid-run: its partial records must not count
         env = {**os.environ, **self.extra_env}
+        self._start_server()
         t0 = time.perf_counter()
         base = dict(key=request.key, label=request.label, repeat=request.repeat, run_dir=str(run_dir))
         limit = min(self.timeout_s, request.timeout_s) if request.timeout_s else self.timeout_s
         try:
-            proc = subprocess.run(self.command(request), capture_output=True, text=True,
-                                  timeout=limit, env=env)
+            returncode, stderr = self._launch(request, limit, env)
         except subprocess.TimeoutExpired:
             if request.timeout_s and limit == request.timeout_s:
                 error = f"{FAR_SLOWER}: stopped after {limit:.0f} s, over {SLOW_CUTOFF:g}x the baseline trial's time"
@@ -194,15 +243,22 @@ class SubprocessRunner:
                 error = f"timed out after {limit:.0f} s"
             return TrialResult(ok=False, error=error, wall_s=time.perf_counter() - t0, **base)
         wall = time.perf_counter() - t0
-        if proc.returncode in INTERRUPTED:
+        if returncode in INTERRUPTED:
             # Stopped from outside (Ctrl-C, kill, a job scheduler), not by its setting: not a
             # result. Stop the tune; a rerun with the same --out runs this trial again.
             raise KeyboardInterrupt(f"trial {request.label} was stopped by a signal "
-                                    f"(exit {proc.returncode}); rerun to resume")
-        if proc.returncode != 0:
-            return TrialResult(ok=False, error=_classify_failure(proc.returncode, proc.stderr),
+                                    f"(exit {returncode}); rerun to resume")
+        if returncode != 0:
+            return TrialResult(ok=False, error=_classify_failure(returncode, stderr),
                                wall_s=wall, **base)
         return result_from_run_dir(request, run_dir, wall)
+
+
+def _remove_run_dir(run_dir: Path) -> None:
+    if run_dir.exists():
+        import shutil
+
+        shutil.rmtree(run_dir)
 
 
 def format_override(key: str, value: Any) -> str:
