@@ -19,6 +19,7 @@ answers {"pid"} when the child starts and {"pid", "returncode"} when it ends.
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import selectors
@@ -28,7 +29,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 PRELOAD = ("torch", "torch.optim", "torch._dynamo", "trainspeed.cli.main", "trainspeed.engine.trainer",
            "trainspeed.engine.from_recipe")
@@ -76,7 +77,7 @@ def serve() -> None:
         out.write(json.dumps({"pid": pid, "returncode": os.waitstatus_to_exitcode(status)}) + "\n")
 
 
-def _child(request: dict[str, Any]) -> None:
+def _child(request: dict[str, Any]) -> NoReturn:
     """Run `trainspeed ARGV` in this forked process and leave with its exit code."""
     code = 1
     try:
@@ -105,12 +106,15 @@ def _child(request: dict[str, Any]) -> None:
 
         traceback.print_exc()
         code = 1
+    # Leave as an interpreter does, minus the module teardown (~1 s here, for nothing the trial
+    # needs): atexit handlers run (torch.compile's worker pool, W&B), stdio is flushed. Never
+    # back into the server's loop: this process is the trial's.
+    try:
+        atexit._run_exitfuncs()  # what Py_Finalize runs first; the public API has no other way
+        sys.stdout.flush()
+        sys.stderr.flush()
     finally:
-        try:
-            sys.stdout.flush()
-            sys.stderr.flush()
-        finally:
-            os._exit(code)
+        os._exit(code)
 
 
 # ------------------------------------------------------------------------- client side
