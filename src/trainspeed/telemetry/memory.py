@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-__all__ = ["process_rss", "cuda_memory", "reset_cuda_peak"]
+__all__ = ["process_rss", "cuda_memory", "interval_memory", "reset_cuda_peak"]
 
 _PROC: Any = None
 _PROC_PID: int | None = None
@@ -102,6 +102,24 @@ def cuda_memory(device=None) -> dict[str, int]:
         "cuda_alloc_retries": int(stats.get("num_alloc_retries", 0)),
         "cuda_total": _TOTAL_CACHE[index],
     }
+
+
+def interval_memory(cuda_device: Any, latest: dict[str, Any]) -> dict[str, Any]:
+    """The `mem` field of the step records written at one log interval.
+
+    CUDA allocator counters when `cuda_device` is given (None on the CPU: nothing to read, and
+    no reason to touch torch.cuda). RSS from the system sampler's `latest` reading, which
+    includes the DataLoader workers, when it has one; otherwise this process's own RSS only,
+    since scanning /proc for workers costs milliseconds and is the sampler's job, off the
+    training thread.
+    """
+    mem: dict[str, Any] = dict(cuda_memory(cuda_device)) if cuda_device is not None else {}
+    if latest.get("rss") is not None:
+        mem["rss"] = latest.get("rss")
+        mem["worker_rss"] = latest.get("children_rss")
+    else:
+        mem["rss"] = process_rss(include_children=False)[0]
+    return mem
 
 
 def reset_cuda_peak(device=None) -> None:

@@ -33,7 +33,7 @@ import numpy as np
 
 from trainspeed.errors import ConfigError
 from trainspeed.telemetry import schema
-from trainspeed.telemetry.phase_context import PHASE_INDEX, MarkPhase, Phase, PhaseTable
+from trainspeed.telemetry.phase_context import PHASE_INDEX, MarkPhase, Phase, PhaseTable, unknown_phase
 from trainspeed.telemetry.schema import MEASURED_PHASES, PHASES
 from trainspeed.telemetry.timeline import OTHER, STEP_END, CpuTimeline, CudaTimeline, end_code
 
@@ -125,7 +125,6 @@ class Monitor:
         # The class of the last loss found to be a CPU scalar tensor; reset at every flush, so a
         # loss that moves to a GPU or grows a dimension is re-examined within one interval.
         self._item_class: Any = None
-        self._proc: Any = None
         # `mon.phase(name)` is this table's lookup, a C call (see PhaseTable and phase()).
         context = MarkPhase if isinstance(self._timeline, CpuTimeline) else Phase
         self._phase_ctx = PhaseTable({name: context(self, name) for name in MEASURED_PHASES})
@@ -207,9 +206,7 @@ class Monitor:
         """Enter a phase. Time until the next transition is charged to it."""
         idx = PHASE_INDEX.get(name)
         if idx is None or idx == OTHER:
-            raise ConfigError(
-                f"unknown phase {name!r}; phases are {', '.join(MEASURED_PHASES)}"
-            )
+            raise unknown_phase(name)
         self._timeline.begin(idx)
 
     def end(self, name: str) -> None:
@@ -416,22 +413,10 @@ class Monitor:
         self.writer.submit_steps(records)
 
     def _memory(self) -> dict[str, Any]:
-        from trainspeed.telemetry.memory import cuda_memory
+        from trainspeed.telemetry.memory import interval_memory
 
-        mem: dict[str, Any] = dict(cuda_memory(self.device)) if _is_cuda(self.device) else {}
         latest = self._sampler.latest() if self._sampler is not None else {}
-        if latest.get("rss") is not None:
-            mem["rss"] = latest.get("rss")
-            mem["worker_rss"] = latest.get("children_rss")
-        else:
-            # No sampler thread: read our own RSS only (cheap); scanning /proc for DataLoader
-            # workers costs milliseconds and is the sampler's job, off the training thread.
-            if self._proc is None:
-                import psutil
-
-                self._proc = psutil.Process()
-            mem["rss"] = self._proc.memory_info().rss
-        return mem
+        return interval_memory(self.device if _is_cuda(self.device) else None, latest)
 
     # ---------------------------------------------------------------- events
     def event(self, type_: str, **data: Any) -> None:

@@ -17,10 +17,17 @@ from trainspeed.telemetry.timeline import end_code
 if TYPE_CHECKING:
     from trainspeed.telemetry.monitor import Monitor
 
-__all__ = ["PHASE_INDEX", "Phase", "MarkPhase", "PhaseTable", "phase_codes"]
+__all__ = ["PHASE_INDEX", "Phase", "MarkPhase", "PhaseTable", "phase_codes", "unknown_phase"]
 
 PHASE_INDEX = {name: i for i, name in enumerate(PHASES)}
 _perf_counter = time.perf_counter
+
+
+def unknown_phase(name: str) -> Exception:
+    """The error for a phase name that is not a measured phase (Monitor.begin, mon.phase)."""
+    from trainspeed.errors import ConfigError
+
+    return ConfigError(f"unknown phase {name!r}; phases are {', '.join(MEASURED_PHASES)}")
 
 
 def phase_codes(name: str) -> tuple[int, int]:
@@ -81,6 +88,4 @@ class PhaseTable(dict):
     naming the valid ones."""
 
     def __missing__(self, name: str) -> Any:
-        from trainspeed.errors import ConfigError
-
-        raise ConfigError(f"unknown phase {name!r}; phases are {', '.join(MEASURED_PHASES)}")
+        raise unknown_phase(name)

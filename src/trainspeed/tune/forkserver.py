@@ -136,10 +136,12 @@ class ForkServer:
         """Run `trainspeed ARGV` in a forked child; its exit code. Raises
         subprocess.TimeoutExpired after killing a child that ran past timeout_s."""
         request = {"argv": argv, "stdout": str(stdout), "stderr": str(stderr), "cwd": os.getcwd()}
+        requests = self._proc.stdin
+        if requests is None:  # never with stdin=PIPE; a clear error rather than an assert
+            raise ForkServerError("fork server has no request pipe")
         try:
-            assert self._proc.stdin is not None
-            self._proc.stdin.write((json.dumps(request) + "\n").encode())
-            self._proc.stdin.flush()
+            requests.write((json.dumps(request) + "\n").encode())
+            requests.flush()
         except OSError as exc:
             raise ForkServerError(f"fork server gone: {exc}") from exc
         started = self._read(30.0)
