@@ -23,6 +23,7 @@ from trainspeed.config import TrainConfig, config_to_dict, load_config
 from trainspeed.engine.accumulation import micro_batch_weights
 from trainspeed.engine.data.prefetch import move_to_device
 from trainspeed.engine.data.stats import batch_stats as default_batch_stats
+from trainspeed.engine.evaluation import evaluate
 from trainspeed.engine.events import Callback, CallbackList, Event, TrainerState
 from trainspeed.engine.microbatch import MicroBatcher, auto_microbatch_enabled, free_after_oom, is_oom
 from trainspeed.engine.nonfinite import NonFiniteGuard, NonFiniteLossError  # noqa: F401 - re-exported
@@ -276,7 +277,7 @@ class Trainer:
                 # Interval work (eval, checkpoints) belongs to the step that triggers it, so the
                 # step record shows its cost: close the Monitor's step only after it.
                 if eval_every and st.step % eval_every == 0:
-                    self._evaluate(loaders.val, mon)
+                    evaluate(self, loaders.val, mon)
                 ckpt.step_end(st.step, make_state, st.metrics)  # periodic save, or signal exit
                 mon.step(samples=stats[0], tokens=stats[1], pad_tokens=stats[2], loss=loss, lr=st.lr)
                 if mon.nonfinite_losses != self.nan_guard.seen:  # read back at the log interval
@@ -290,7 +291,7 @@ class Trainer:
                 continue
             break
         if cfg.eval.at_end and loaders.val is not None and st.metrics.get("_at_step") != st.step:
-            self._evaluate(loaders.val, mon)
+            evaluate(self, loaders.val, mon)
         fire(Event.FIT_END, st)
 
     def _train_step(self, micro_batches: list[tuple[Any, Any]], mon) -> tuple[torch.Tensor, tuple[int, int, int]]:
@@ -459,39 +460,6 @@ class Trainer:
                 group = []
         if group:
             yield group
-
-    def _evaluate(self, val_loader: Iterable[Any] | None, mon) -> dict[str, float]:
-        if val_loader is None:
-            return {}
-        st, limit = self.state, self.cfg.eval.limit_val_batches
-        self.callbacks.fire(Event.EVAL_START, st)
-        t0 = time.perf_counter()
-        stats_fn = self.data.batch_stats or default_batch_stats
-        with mon.phase("eval"):
-            self.eager.eval()
-            total = torch.zeros((), device=self.device)
-            weight_sum = 0
-            with torch.no_grad(), self.precision.autocast():
-                for i, batch in enumerate(val_loader):
-                    if limit is not None and i >= limit:
-                        break
-                    s = stats_fn(batch)
-                    w = s.tokens if self.cfg.accumulation.normalize == "tokens" and s.tokens else s.samples
-                    batch = move_to_device(batch, self.device, self.cfg.data.non_blocking)
-                    total += self._loss(self.eager, batch).detach().float() * w
-                    weight_sum += w
-            if self.dist.active:  # every rank evaluated its shard of the validation data
-                pair = self.dist.reduce_sum_(torch.stack([total.double(), total.new_tensor(float(weight_sum), dtype=torch.float64)]),
-                                             "validation loss all-reduce")
-                total, weight_sum = pair[0], int(pair[1].item())
-            metrics = {"val_loss": float(total.item()) / max(weight_sum, 1)}  # one sync per evaluation
-            if self.eval_metrics is not None:
-                metrics.update(self.eval_metrics(self.eager, val_loader))
-            self.eager.train()
-        st.metrics = {**metrics, "_at_step": st.step}
-        mon.event("eval", seconds=time.perf_counter() - t0, **metrics)
-        self.callbacks.fire(Event.EVAL_END, st)
-        return metrics
 
     @staticmethod
     def _set_epoch(sampler: Any, epoch: int) -> None:

@@ -23,13 +23,13 @@ import hashlib
 import json
 import math
 import time
-from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from trainspeed.config_io import apply_overrides
 from trainspeed.errors import TrainspeedError
 from trainspeed.tune import stats
 from trainspeed.tune.knobs import KNOBS, Candidate, DeviceInfo, KnobContext, Skip
+from trainspeed.tune.options import TuneOptions
 from trainspeed.tune.order import ablation_round, bracket_repeats, n_brackets
 from trainspeed.tune.result import Row, TuneResult
 from trainspeed.tune.store import TrialStore
@@ -44,42 +44,6 @@ MIN_CUTOFF_S = 30.0
 
 class TuneError(TrainspeedError):
     """The tune cannot proceed (e.g. the baseline itself fails)."""
-
-
-@dataclass(kw_only=True)
-class TuneOptions:
-    knobs: list[str] = field(default_factory=lambda: list(KNOBS))
-    """Knobs to measure, in priority order (the budget cuts from the end)."""
-    budget_s: float = 600.0
-    """Wall-clock budget for all trials; knobs whose estimated cost does not fit are skipped."""
-    repeats: int = 2
-    """Interleaved repeats of every setting in the ablation (>= 2 measures run-to-run noise)."""
-    baseline_every: int = 2
-    """In each ablation round the baseline runs again after this many candidates, so each
-    candidate has a baseline trial at most this many trials away on both sides (1: next to
-    every candidate, twice the trials; larger: fewer trials, more drift between them)."""
-    verify_repeats: int = 3
-    """Interleaved rounds of baseline and best config in the final verification, which decides
-    best.yaml. Three, not two: the noise is the spread of the speedup between rounds, and two
-    rounds give one spread, a noisy estimate of it (a VM read 1.05x and 1.17x in two rounds and
-    refused a combination each step of which had been faster)."""
-    loss_tolerance: float = 0.05
-    """A setting whose parity loss is worse than the baseline's by more than this share fails."""
-    min_effect: float = 0.03
-    """Smallest relative change ever called a speedup, whatever the measured noise."""
-    fork_server: bool = True
-    """Fork each trial from a process that imported torch and the engine once (Linux), instead
-    of starting a new interpreter: ~4 s less per trial on a 2-core VM. Each trial is still its
-    own process (tune/forkserver.py)."""
-
-    def __post_init__(self) -> None:
-        from trainspeed.errors import ConfigError
-
-        if self.repeats < 1 or self.verify_repeats < 0 or self.baseline_every < 1:
-            raise ConfigError(f"tune: repeats and baseline_every must be >= 1 and verify_repeats >= 0, "
-                              f"got {self.repeats}, {self.baseline_every} and {self.verify_repeats}")
-        if self.budget_s <= 0:
-            raise ConfigError(f"tune: budget must be > 0 seconds, got {self.budget_s}")
 
 
 def config_key(base_hash: str, settings: dict[str, Any]) -> str:
