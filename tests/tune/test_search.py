@@ -425,3 +425,22 @@ def test_greedy_steps_leave_the_verification_its_budget(base_config, cpu, tmp_pa
     assert result.final.verdict == stats.FASTER and result.final.note == ""
     assert result.best_settings == {"precision.mode": "bf16-mixed"}
     assert len(runner.calls) == 14 + 6
+
+
+def test_when_nothing_wins_a_compute_bound_baseline_says_why(base_config, cpu, tmp_path):
+    # No setting changes the speed, and the baseline already uses 62 % of the peak.
+    runner = FakeRunner({}, mfu=0.62)
+    result = tuner(base_config, cpu, runner, tmp_path, knobs=["fused_optimizer"]).run()
+    assert result.best_settings == {}
+    assert result.baseline_mfu == pytest.approx(0.62)
+    assert result.peak_name == "fake peak"
+    assert any("62 % of fake peak" in n and "model's own arithmetic" in n for n in result.notes)
+
+
+@pytest.mark.parametrize("effects,mfu", [({BF16: 0.5}, 0.62), ({}, 0.2), ({}, None), ({}, 1.4)])
+def test_no_compute_bound_note_after_a_win_at_low_or_unknown_or_impossible_mfu(base_config, cpu, tmp_path,
+                                                                               effects, mfu):
+    result = tuner(base_config, cpu, FakeRunner(effects, mfu=mfu), tmp_path,
+                   knobs=["precision"]).run()
+    assert not any("model's own arithmetic" in n for n in result.notes)
+    assert result.baseline_mfu == (None if mfu is None else pytest.approx(mfu))

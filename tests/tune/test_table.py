@@ -19,7 +19,7 @@ def result():
                 speedup=1.98, ci=(1.9, 2.05))
     return TuneResult(ablation=[fast, nan, skip], combination=[fast], best_settings={"precision.mode": "bf16-mixed"},
                       final=final, baseline_cost_s=0.01, trials_run=7, trials_reused=0, elapsed_s=70.0,
-                      notes=["a note <b>"])
+                      notes=["a note <b>"], baseline_mfu=0.623, peak_name="cpu (2 threads) fp32 (measured)")
 
 
 def test_cells_format_speedup_memory_loss_and_first_note_line():
@@ -36,6 +36,9 @@ def test_markdown_and_html_hold_every_table(tmp_path):
     assert "id='ablation'" in html and "id='combination'" in html and "id='final'" in html
     assert "a note &lt;b&gt;" in html  # escaped
     assert "precision.mode=bf16-mixed" in html
+    # The baseline's cost per sample and MFU head the tables.
+    line = "baseline: 10.000 ms/sample, MFU 62 % of cpu (2 threads) fp32 (measured)"
+    assert md.startswith(line) and line in html
 
 
 def test_tune_json_round_trips_to_the_same_markdown():

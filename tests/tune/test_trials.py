@@ -24,7 +24,7 @@ from trainspeed.tune.trials import (
 REQ = TrialRequest(key="k", label="baseline", overrides=(), repeat=0)
 
 
-def write_run(path, losses, warm=2, eval_loss=None, samples=8):
+def write_run(path, losses, warm=2, eval_loss=None, samples=8, flops=None, peak=None):
     path.mkdir(parents=True)
     with (path / "steps.jsonl").open("w") as f:
         for i, loss in enumerate(losses):
@@ -35,6 +35,12 @@ def write_run(path, losses, warm=2, eval_loss=None, samples=8):
         if eval_loss is not None:
             f.write(json.dumps({"schema": 1, "type": "eval", "step": len(losses),
                                 "data": {"val_loss": eval_loss}}) + "\n")
+        if peak is not None:
+            f.write(json.dumps({"schema": 1, "type": "peak_flops", "step": 0, "data": {
+                "name": "cpu (2 threads)", "dtype": "fp32", "flops": peak, "source": "measured"}}) + "\n")
+        if flops is not None:
+            f.write(json.dumps({"schema": 1, "type": "flops", "step": 0,
+                                "data": {"flops_per_step": flops}}) + "\n")
     return path
 
 
@@ -45,6 +51,20 @@ def test_result_excludes_warmup_and_prefers_the_validation_loss(tmp_path):
     assert res.samples == [8.0] * 4
     assert res.loss == 1.5
     assert res.memory_peak == 1005
+
+
+def test_result_reads_mfu_at_the_median_measured_step(tmp_path):
+    # measured steps 0.12..0.15 s: median 0.135 s; 2.7e9 FLOPs a step on a 4e10 FLOP/s peak
+    run = write_run(tmp_path / "r", [5.0, 4.0, 3.0, 2.0, 1.0, 1.0], warm=2, flops=2.7e9, peak=4e10)
+    res = result_from_run_dir(REQ, run, wall_s=3.0)
+    assert res.mfu == pytest.approx(2.7e9 / 0.135 / 4e10)  # 0.5
+    assert res.peak_name == "cpu (2 threads) fp32 (measured)"
+    # Without a FLOP count (or a peak) there is no MFU, and no peak named for it.
+    bare = result_from_run_dir(REQ, write_run(tmp_path / "b", [3.0] * 6, peak=4e10), 1.0)
+    assert bare.mfu is None and bare.peak_name is None
+    # A resume store written before MFU existed still loads.
+    old = {k: v for k, v in res.to_json().items() if k not in ("mfu", "peak_name")}
+    assert TrialResult.from_json(old).mfu is None
 
 
 def test_result_falls_back_to_the_training_loss_tail_and_catches_overflow(tmp_path):

@@ -13,15 +13,17 @@ class FakeRunner:
     """Each override multiplies the step time by effects[override] (default 1.0).
 
     noisy: overrides whose trials get 40% step-time noise; losses: override -> loss;
-    fail: overrides whose trial fails (an OOM); wall_s: the budget cost of one trial.
+    fail: overrides whose trial fails (an OOM); wall_s: the budget cost of one trial;
+    mfu: the baseline's MFU (a setting's scales with its speed), None for unknown FLOPs.
     """
 
     def __init__(self, effects=None, *, noisy=(), losses=None, fail=(), wall_s=1.0,
-                 base_time=0.1, samples=16, steps=25):
+                 base_time=0.1, samples=16, steps=25, mfu=None):
         self.effects = effects or {}
         self.noisy, self.losses, self.fail = set(noisy), losses or {}, set(fail)
         self.wall_s, self.base_time, self.samples, self.steps = wall_s, base_time, samples, steps
         self.calls: list[TrialRequest] = []
+        self.mfu = mfu
 
     def __call__(self, req: TrialRequest) -> TrialResult:
         self.calls.append(req)
@@ -40,4 +42,6 @@ class FakeRunner:
         times = self.base_time * factor * (1 + noise * rng.standard_normal(self.steps))
         return TrialResult(ok=True, step_times=np.abs(times).tolist(),
                            samples=[float(samples)] * self.steps, loss=loss,
-                           memory_peak=1e9 * samples / self.samples, **common)
+                           memory_peak=1e9 * samples / self.samples,
+                           mfu=None if self.mfu is None else self.mfu / factor,
+                           peak_name=None if self.mfu is None else "fake peak", **common)

@@ -21,14 +21,16 @@ def _run_start(run: RunData) -> dict[str, Any]:
     return (starts[0].get("data") or {}) if starts else {}
 
 
-def _flops_per_step(run: RunData) -> float | None:
+def flops_per_step(run: RunData) -> float | None:
+    """The run's FLOPs per optimizer step (the last measurement), or None."""
     value = _run_start(run).get("flops_per_step")
     for event in run.events_of("flops"):  # a later measurement wins
         value = (event.get("data") or {}).get("flops_per_step", value)
     return value
 
 
-def _peak(run: RunData) -> tuple[float | None, str | None]:
+def peak_of(run: RunData) -> tuple[float | None, str | None]:
+    """(peak FLOP/s MFU is computed against, its display name), or (None, None)."""
     peak = run.env.get("peak_flops") if isinstance(run.env, dict) else None
     for event in run.events_of("peak_flops"):
         peak = event.get("data") or peak
@@ -76,8 +78,8 @@ def summarize(run: RunData) -> dict[str, Any]:
         phase_total = float(np.nansum(values)) if values.size else 0.0
         phases[name] = {"mean_s": mean, "share": (phase_total / total) if total > 0 else None}
 
-    flops = _flops_per_step(run)
-    peak_flops, peak_name = _peak(run)
+    flops = flops_per_step(run)
+    peak_flops, peak_name = peak_of(run)
     mfu_result = None
     if flops:
         mfu_result = mfu(flops, stats.step_time_mean, peak_flops, peak_name).as_dict()

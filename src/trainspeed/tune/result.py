@@ -46,6 +46,9 @@ class TuneResult:
     trials_reused: int
     elapsed_s: float
     notes: list[str] = field(default_factory=list)
+    baseline_mfu: float | None = None
+    """The baseline trials' median MFU: how much of the device's peak is left to win."""
+    peak_name: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return {"schema": 1, "ablation": [r.as_dict() for r in self.ablation],
@@ -54,4 +57,23 @@ class TuneResult:
                 "final": self.final.as_dict() if self.final else None,
                 "baseline_cost_s_per_sample": self.baseline_cost_s,
                 "trials_run": self.trials_run, "trials_reused": self.trials_reused,
-                "elapsed_s": self.elapsed_s, "notes": self.notes}
+                "elapsed_s": self.elapsed_s, "notes": self.notes,
+                "baseline_mfu": self.baseline_mfu, "peak_name": self.peak_name}
+
+
+COMPUTE_BOUND_MFU = 0.5
+"""A baseline at this share of the device's peak or more spends most of its step in the
+model's own arithmetic: switches that remove overhead (data waits, launches, syncs, padding)
+have little left to remove."""
+
+
+def utilization_note(mfu: float | None, peak_name: str | None, won: bool) -> str | None:
+    """Why nothing won, when the baseline's MFU explains it: None when a setting won, or
+    MFU is unknown, low, or invalid (over 100 %: a FLOP count or peak that is wrong)."""
+    if won or mfu is None or not COMPUTE_BOUND_MFU <= mfu <= 1:
+        return None
+    share = f"the baseline runs at {100 * mfu:.0f} % of {peak_name or 'the device peak'}"
+    return (f"no setting was measurably faster, and {share}: most of its step is the model's own "
+            "arithmetic, which none of these switches removes. What is left lies outside them: "
+            "lower precision where the device has units for it (bf16/fp16 on a GPU, AMX or "
+            "avx512_bf16 on a CPU), or a device with more FLOP/s")

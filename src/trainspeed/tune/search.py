@@ -22,6 +22,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import statistics
 import time
 from typing import Any, Callable
 
@@ -31,7 +32,7 @@ from trainspeed.tune import stats
 from trainspeed.tune.knobs import KNOBS, Candidate, DeviceInfo, KnobContext, Skip
 from trainspeed.tune.options import TuneOptions
 from trainspeed.tune.order import ablation_round, bracket_repeats, n_brackets
-from trainspeed.tune.result import Row, TuneResult
+from trainspeed.tune.result import Row, TuneResult, utilization_note
 from trainspeed.tune.store import TrialStore
 from trainspeed.tune.trials import FAR_SLOWER, SLOW_CUTOFF, Runner, TrialRequest, TrialResult, overrides_of
 
@@ -271,10 +272,18 @@ class Tuner:
             notes.append(f"the budget ({self.opt.budget_s:.0f} s) ran out; rows marked 'skipped' "
                          "were not measured. Rerun with the same --out and a larger --budget to "
                          "continue from the finished trials")
-        base_cost = stats.arm_cost(_arm([r for r in self.results({}) if r.ok]))
+        base_trials = [r for r in self.results({}) if r.ok]
+        mfus = [r.mfu for r in base_trials if r.mfu is not None]
+        base_mfu = statistics.median(mfus) if mfus else None
+        peak_name = next((r.peak_name for r in base_trials if r.peak_name), None)
+        note = utilization_note(base_mfu, peak_name, won=bool(best))
+        if note:
+            notes.append(note)
         return TuneResult(ablation=ablation, combination=combination, best_settings=best,
-                          final=final, baseline_cost_s=base_cost, trials_run=self.run_count,
-                          trials_reused=self.reused, elapsed_s=self.clock() - self.t0, notes=notes)
+                          final=final, baseline_cost_s=stats.arm_cost(_arm(base_trials)),
+                          trials_run=self.run_count, trials_reused=self.reused,
+                          elapsed_s=self.clock() - self.t0, notes=notes,
+                          baseline_mfu=base_mfu, peak_name=peak_name)
 
     def _candidates(self, ctx: KnobContext, base_wall: float) -> tuple[list[Candidate], list[Skip], list[str]]:
         """Knob settings that fit the budget, in knob priority order, and the rest with why."""

@@ -35,12 +35,20 @@ def cells(row: Row) -> list[str]:
     return [row.knob, row.setting, x(row.speedup), ci, mem, loss, row.verdict, note]
 
 
+def baseline_line(result: TuneResult) -> str:
+    """One line on the baseline: its cost per sample and, when known, its MFU."""
+    line = f"baseline: {1e3 * result.baseline_cost_s:.3f} ms/sample"
+    if result.baseline_mfu is not None:
+        line += f", MFU {100 * result.baseline_mfu:.0f} % of {result.peak_name or 'the device peak'}"
+    return line
+
+
 def markdown(result: TuneResult) -> str:
     """The ablation and combination tables as Markdown (for docs and READMEs)."""
     head = "| " + " | ".join(COLUMNS) + " |\n|" + "---|" * len(COLUMNS) + "\n"
     def body(rows: list[Row]) -> str:
         return "".join("| " + " | ".join(c.replace("|", "/") for c in cells(r)) + " |\n" for r in rows)
-    out = "Ablation (each setting alone vs the baseline)\n\n" + head + body(result.ablation)
+    out = baseline_line(result) + "\n\nAblation (each setting alone vs the baseline)\n\n" + head + body(result.ablation)
     if result.combination:
         out += "\nGreedy combination (each step vs the config before it)\n\n" + head + body(result.combination)
     if result.final:
@@ -70,6 +78,7 @@ def print_tables(result: TuneResult, console: Any = None) -> None:
             t.add_row(*cells(row), style=VERDICT_STYLE.get(row.verdict, ""))
         con.print(t)
 
+    con.print(baseline_line(result))
     table("Ablation: each setting alone vs the baseline", result.ablation)
     if result.combination:
         table("Greedy combination: each winner on top of the ones before", result.combination)
@@ -97,7 +106,8 @@ def write_html(result: TuneResult, path: str | Path, *, title: str, subtitle: st
             body.append(f"<tr>{''.join(tds)}</tr>")
         return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
 
-    parts = [f"<section id='ablation'><h2>Ablation: each setting alone vs the baseline</h2>{table(result.ablation)}</section>"]
+    parts = [f"<section id='ablation'><h2>Ablation: each setting alone vs the baseline</h2>"
+             f"<p>{_e(baseline_line(result))}</p>{table(result.ablation)}</section>"]
     if result.combination:
         parts.append(f"<section id='combination'><h2>Greedy combination</h2>{table(result.combination)}</section>")
     if result.final:
@@ -128,4 +138,5 @@ def result_from_json(data: dict[str, Any]) -> TuneResult:
                       best_settings=data["best_settings"], final=row(data.get("final")),
                       baseline_cost_s=data.get("baseline_cost_s_per_sample") or 0.0,
                       trials_run=data.get("trials_run", 0), trials_reused=data.get("trials_reused", 0),
-                      elapsed_s=data.get("elapsed_s", 0.0), notes=data.get("notes") or [])
+                      elapsed_s=data.get("elapsed_s", 0.0), notes=data.get("notes") or [],
+                      baseline_mfu=data.get("baseline_mfu"), peak_name=data.get("peak_name"))

@@ -79,6 +79,10 @@ class TrialResult:
     """Peak memory in bytes: CUDA allocated when on a GPU, else the process RSS."""
     wall_s: float = 0.0
     """Wall time of the whole trial, start-up and compilation included (for the budget)."""
+    mfu: float | None = None
+    """Model FLOPs utilization at the median measured step (None: FLOPs or peak unknown)."""
+    peak_name: str | None = None
+    """The peak `mfu` is relative to ("cpu (2 threads) fp32 (measured)", "H100 SXM bf16")."""
     run_dir: str | None = None
 
     def to_json(self) -> dict[str, Any]:
@@ -100,6 +104,7 @@ def _finite(values: np.ndarray) -> np.ndarray:
 def result_from_run_dir(request: TrialRequest, run_dir: Path, wall_s: float) -> TrialResult:
     """Read a finished trial's run directory into a TrialResult."""
     from trainspeed.telemetry.rundir import read_run
+    from trainspeed.telemetry.summary import flops_per_step, peak_of
 
     run = read_run(run_dir)
     base = dict(key=request.key, label=request.label, repeat=request.repeat,
@@ -116,10 +121,13 @@ def result_from_run_dir(request: TrialRequest, run_dir: Path, wall_s: float) -> 
     if not mem.size:
         mem = _finite(run.array("mem.rss"))
     starts, per_epoch = _epoch_starts(run, run.array("step"))
+    flops, (peak, peak_name) = flops_per_step(run), peak_of(run)
+    mfu = flops / float(np.median(t[keep])) / peak if flops and peak else None
     return TrialResult(ok=True, step_times=t[keep].tolist(), samples=samples[keep].tolist(),
                        epoch_starts=starts[keep].tolist() if starts[keep].any() else [],
                        steps_per_epoch=per_epoch, loss=loss,
-                       memory_peak=float(mem.max()) if mem.size else None, **base)
+                       memory_peak=float(mem.max()) if mem.size else None,
+                       mfu=mfu, peak_name=peak_name if mfu else None, **base)
 
 
 def _epoch_starts(run: Any, steps: np.ndarray) -> tuple[np.ndarray, int | None]:
