@@ -150,6 +150,33 @@ def test_a_quiet_run_has_no_warning_and_a_broken_check_is_contained():
     assert len(CHECKS) >= 15
 
 
+def compute_run(mfu, device="cpu", bf16_fast=False, compiled=False):
+    # 10 ms steps; FLOPs per step chosen so that FLOPs / step time / peak = mfu
+    peak = 1e12
+    run = make_run(device=device, obs=[{"kind": "model", "class": "GPT", "compiled": compiled}], events=[
+        make_event("peak_flops", 0, 0.0, name="dev", dtype="fp32", flops=peak, source="measured"),
+        make_event("flops", 0, 0.0, flops_per_step=mfu * peak * 0.010)])
+    run.env = {"cpu": {"bf16_fast": bf16_fast}}
+    return run
+
+
+def test_compute_bound_says_overhead_fixes_have_little_to_win_and_what_still_can():
+    f = hardware.compute_bound(ctx_of(compute_run(0.62)))
+    assert f.id == "compute_bound" and f.severity == "info" and "62%" in f.title
+    assert "MFU 62% of dev fp32 (measured)" in f.evidence and "90% of the step" in f.evidence
+    # A CPU without bf16 units: compile and a faster device, and why not bf16.
+    assert "compile.mode=default" in f.recommendation and "no bf16 units" in f.recommendation
+    assert "precision.mode=bf16-mixed" not in f.recommendation
+    # A GPU in fp32 is told about bf16; a compiled model is not told to compile.
+    gpu = hardware.compute_bound(ctx_of(compute_run(0.55, device="cuda", compiled=True)))
+    assert "precision.mode=bf16-mixed" in gpu.recommendation and "compile.mode" not in gpu.recommendation
+    assert "--knobs precision,compile" in gpu.verify_with
+    # Below half the peak, or an impossible MFU (a wrong FLOP count), it stays quiet.
+    assert hardware.compute_bound(ctx_of(compute_run(0.3))) is None
+    assert hardware.compute_bound(ctx_of(compute_run(1.5))) is None
+    assert hardware.compute_bound in CHECKS
+
+
 def test_low_gpu_utilization_reads_the_samplers_own_summary_keys():
     """The finding reads the `system` event the Monitor writes from SystemSampler.summary(),
     so the key names must agree (a fake NVML reader stands in for the GPU)."""

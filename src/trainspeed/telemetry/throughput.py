@@ -133,6 +133,12 @@ class MfuResult:
         return {name: getattr(self, name) for name in self.__slots__}
 
 
+COMPUTE_BOUND_MFU = 0.5
+"""A step at this share of the device's peak or more is mostly the model's own arithmetic:
+switches that remove overhead (data waits, launches, host syncs, logging) have little left to
+remove (the doctor's compute_bound finding, the tuner's note when nothing won)."""
+
+
 def mfu(
     flops_per_step: float | None,
     step_time_s: float | None,

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from trainspeed.telemetry.throughput import COMPUTE_BOUND_MFU
 from trainspeed.tune import stats
 
 
@@ -59,12 +60,6 @@ class TuneResult:
                 "trials_run": self.trials_run, "trials_reused": self.trials_reused,
                 "elapsed_s": self.elapsed_s, "notes": self.notes,
                 "baseline_mfu": self.baseline_mfu, "peak_name": self.peak_name}
-
-
-COMPUTE_BOUND_MFU = 0.5
-"""A baseline at this share of the device's peak or more spends most of its step in the
-model's own arithmetic: switches that remove overhead (data waits, launches, syncs, padding)
-have little left to remove."""
 
 
 def utilization_note(mfu: float | None, peak_name: str | None, won: bool) -> str | None:

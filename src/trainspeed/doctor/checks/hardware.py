@@ -7,6 +7,7 @@ from typing import Any
 
 from trainspeed.doctor.checks.context import CheckContext, pct, tune_command
 from trainspeed.doctor.findings import Finding
+from trainspeed.telemetry.throughput import COMPUTE_BOUND_MFU
 
 TENSOR_CORE_CAPABILITY = 7.0
 """Volta (sm_70) and newer have tensor cores: fp16/bf16 matmuls run several times faster than
@@ -168,6 +169,39 @@ def low_gpu_utilization(ctx: CheckContext) -> Finding | None:
     )
 
 
+def compute_bound(ctx: CheckContext) -> Finding | None:
+    """Not a problem, an answer: at half the peak or more, the usual overhead fixes have
+    little to win, and the user should know that before trying them one by one."""
+    mfu = ctx.summary.get("mfu") or {}
+    value = mfu.get("value") if mfu.get("valid") else None
+    if value is None or value < COMPUTE_BOUND_MFU:
+        return None
+    compute = ctx.share("forward") + ctx.share("backward") + ctx.share("optimizer")
+    helps = ["a faster device"]
+    if not any(m.get("compiled") for m in ctx.models()):
+        helps.insert(0, "torch.compile, fusing the elementwise ops between the matmuls (engine: compile.mode=default)")
+    cpu = ctx.run.env.get("cpu") if isinstance(ctx.run.env, dict) else None
+    no_bf16 = ctx.device_type == "cpu" and isinstance(cpu, dict) and cpu.get("bf16_fast") is False
+    if _autocast_used(ctx):
+        tail = ""
+    elif no_bf16:
+        tail = "; this CPU has no bf16 units, so bf16 autocast would be emulated and slower"
+    else:
+        helps.insert(0, "lower precision where the device has units for it (engine: precision.mode=bf16-mixed)")
+        tail = ""
+    return Finding(
+        id="compute_bound",
+        severity="info",
+        title=f"The step is compute-bound: {pct(value)} of the device's peak",
+        evidence=(f"MFU {pct(value)} of {mfu.get('peak_name') or 'the peak'}; forward, backward and "
+                  f"optimizer take {pct(compute)} of the step"),
+        recommendation=("overhead fixes (data loading, logging, host syncs) have little left to win here. "
+                        f"What can still help: {', or '.join(helps)}{tail}"),
+        verify_with=tune_command("precision", "compile"),
+        impact=0.0,
+    )
+
+
 def _memory_fraction(ctx: CheckContext) -> tuple[float | None, float | None, float | None]:
     device = ctx.first("device") or {}
     total = device.get("total_memory")
@@ -231,4 +265,4 @@ def accumulation_for_speed(ctx: CheckContext) -> Finding | None:
 
 
 CHECKS = (fp32_on_tensor_cores, optimizer_not_fused, data_parallel, not_compiled, low_gpu_utilization,
-          memory_pressure, accumulation_for_speed)
+          memory_pressure, accumulation_for_speed, compute_bound)
