@@ -167,6 +167,7 @@ def test_compute_bound_says_overhead_fixes_have_little_to_win_and_what_still_can
     # A CPU without bf16 units: compile and a faster device, and why not bf16.
     assert "compile.mode=default" in f.recommendation and "no bf16 units" in f.recommendation
     assert "precision.mode=bf16-mixed" not in f.recommendation
+    assert f.verify_with.endswith("--knobs compile")
     # A GPU in fp32 is told about bf16; a compiled model is not told to compile.
     gpu = hardware.compute_bound(ctx_of(compute_run(0.55, device="cuda", compiled=True)))
     assert "precision.mode=bf16-mixed" in gpu.recommendation and "compile.mode" not in gpu.recommendation

@@ -197,7 +197,7 @@ def compute_bound(ctx: CheckContext) -> Finding | None:
                   f"optimizer take {pct(compute)} of the step"),
         recommendation=("overhead fixes (data loading, logging, host syncs) have little left to win here. "
                         f"What can still help: {', or '.join(helps)}{tail}"),
-        verify_with=tune_command("precision", "compile"),
+        verify_with=tune_command("compile") if no_bf16 else tune_command("precision", "compile"),
         impact=0.0,
     )
 
