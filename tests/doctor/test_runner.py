@@ -84,5 +84,12 @@ def test_doctor_records_the_datasheet_peak_of_a_known_gpu(monkeypatch):
     assert kind == "peak_flops" and data["dtype"] == "bf16" and data["source"] != "measured"
     assert 900e12 < data["flops"] < 1100e12  # H100 SXM dense bf16 ~989 TFLOP/s
     events.clear()
-    record_peak(Recorder(), [], "cpu")  # no table row and no measuring after the script: no event
+    # A CPU in fp32: a measured matmul peak (cheap), named after the threads it ran on.
+    record_peak(Recorder(), [], "cpu")
+    (kind, data), = events
+    assert kind == "peak_flops" and data["source"] == "measured" and data["dtype"] == "fp32"
+    assert data["flops"] > 1e8 and data["name"].startswith("cpu (")
+    # bf16 on a CPU is not measured after the script (emulated, it can take seconds).
+    events.clear()
+    record_peak(Recorder(), models, "cpu")
     assert events == []

@@ -174,14 +174,16 @@ def matmul_dtype(models: Iterable[dict[str, Any]], device: str) -> str:
 
 
 def record_peak(monitor: Any, observations: Iterable[dict[str, Any]], device: str) -> None:
-    """Record the datasheet peak FLOP/s of the script's GPU, so the summary reports MFU.
+    """Record the peak FLOP/s the summary's MFU is computed against.
 
-    Only a table lookup: measuring a matmul peak (what the engine does for unknown devices)
-    would take seconds of the user's machine after their script, so CPUs and unlisted GPUs
-    get no MFU from the doctor; `trainspeed train` measures it."""
+    A GPU gets its datasheet row (no measurement: a 4096^2 matmul after the script could need
+    memory the script left in use). A CPU running fp32 gets a measured matmul peak: six
+    1024^3 matmuls, ~0.1 s on 2 cores. bf16/fp16 on a CPU are not measured here: emulated
+    without bf16 units, they can take seconds per matmul (`trainspeed train` measures them)."""
     from trainspeed.telemetry.peaks import record_peak as record
 
-    record(monitor, device, matmul_dtype(observations, device), measure_if_unknown=False)
+    dtype = matmul_dtype(observations, device)
+    record(monitor, device, dtype, measure_if_unknown=device == "cpu" and dtype == "fp32")
 
 
 def run_doctor(config: DoctorConfig) -> DoctorResult:
