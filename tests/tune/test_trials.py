@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import sys
 
 import pytest
@@ -255,3 +256,78 @@ def test_a_fork_server_that_cannot_start_falls_back_to_new_interpreters(tmp_path
     if forkserver.available():
         assert runner.fork_server is False and runner._server is None
         assert said and "fresh interpreters" in said[0] and "did not start" in said[0]
+
+
+def _module(tmp_path, name, body, monkeypatch):
+    """A module the fork server can import (through PYTHONPATH, which it inherits)."""
+    (tmp_path / f"{name}.py").write_text(body)
+    monkeypatch.setenv("PYTHONPATH", f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
+
+
+@pytest.mark.skipif(not forkserver.available(), reason="fork servers need Linux")
+def test_the_server_imports_the_preload_once_and_skips_what_fails(tmp_path, monkeypatch):
+    marker = tmp_path / "imported_by.txt"
+    _module(tmp_path, "ts_marker_mod", f"import os\nopen({str(marker)!r}, 'a').write(f'{{os.getpid()}}\\n')\n",
+            monkeypatch)
+    base = tmp_path / "base.yaml"
+    base.write_text(TINY_GPT)
+    runner = SubprocessRunner(base_config=base, out_dir=tmp_path / "trials", timeout_s=120,
+                              preload=("ts_marker_mod", "ts_no_such_module"))
+    try:
+        a = runner(TrialRequest(key="b", label="baseline", overrides=(), repeat=0))
+        b = runner(TrialRequest(key="b", label="baseline", overrides=(), repeat=1))
+        server = runner._server
+        assert a.ok and b.ok and server is not None
+        # Imported once, by the server: the trials forked from it inherit the module.
+        assert marker.read_text().split() == [str(server._proc.pid)]
+        # A module that does not import is skipped, not fatal: the trial imports it itself.
+        assert len(server.skipped) == 1 and server.skipped[0].startswith("ts_no_such_module: ModuleNotFoundError")
+    finally:
+        runner.close()
+
+
+@pytest.mark.skipif(not forkserver.available(), reason="fork servers need Linux")
+def test_a_preload_that_starts_a_thread_gets_a_server_without_it(tmp_path, monkeypatch):
+    _module(tmp_path, "ts_thread_mod", "import threading, time\n"
+            "threading.Thread(target=time.sleep, args=(60,), daemon=True).start()\n", monkeypatch)
+    base = tmp_path / "base.yaml"
+    base.write_text(TINY_GPT)
+    said = []
+    runner = SubprocessRunner(base_config=base, out_dir=tmp_path / "trials", timeout_s=120,
+                              preload=("ts_thread_mod",), say=said.append)
+    try:
+        res = runner(TrialRequest(key="b", label="baseline", overrides=(), repeat=0))
+        assert res.ok and runner._server is not None and runner.fork_server  # still forking
+        assert len(said) == 1 and "without the recipe's modules" in said[0] and "threads" in said[0]
+    finally:
+        runner.close()
+
+
+def test_probing_the_recipe_lists_the_modules_its_build_imported(tmp_path, monkeypatch):
+    import torch  # noqa: F401 - loaded before the probe, so not one of its modules
+
+    from trainspeed.recipes import register_recipe, registry
+    from trainspeed.tune.session import probe_recipe
+
+    (tmp_path / "ts_probe_mod.py").write_text("VALUE = 1\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(registry, "_RECIPES", dict(registry._RECIPES))
+    monkeypatch.setattr(registry, "_LOADED", dict(registry._LOADED))
+
+    class Probe:
+        name, description = "ts-probe", "imports a module, then fails to build"
+
+        def build(self, config):
+            import ts_probe_mod  # noqa: F401
+            raise RuntimeError("no model here")
+
+        def config_path(self, variant):
+            return tmp_path / f"{variant}.yaml"
+
+    register_recipe("ts-probe", Probe())
+    try:
+        facts = probe_recipe(load_config({"recipe": {"name": "ts-probe"}}))
+        # Even a build that fails leaves what it imported; modules loaded before are not listed.
+        assert "ts_probe_mod" in facts.modules and "torch" not in facts.modules
+    finally:
+        sys.modules.pop("ts_probe_mod", None)

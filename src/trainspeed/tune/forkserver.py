@@ -33,7 +33,8 @@ from typing import Any, NoReturn
 
 PRELOAD = ("torch", "torch.optim", "torch._dynamo", "trainspeed.cli.main", "trainspeed.engine.trainer",
            "trainspeed.engine.from_recipe")
-"""Imported once by the server: what every trial imports before its first step."""
+"""Imported once by the server: what every trial imports before its first step. The tuner
+adds what building the recipe imported (its model library, its data code)."""
 
 START_TIMEOUT_S = 120.0
 
@@ -48,12 +49,22 @@ def available() -> bool:
 
 
 # ------------------------------------------------------------------------- server side
-def serve() -> None:
-    """The server's loop: requests on stdin, answers on stdout, until stdin closes."""
+def serve(extra: list[str] | tuple[str, ...] = ()) -> None:
+    """The server's loop: requests on stdin, answers on stdout, until stdin closes. `extra`:
+    more modules every trial imports (the recipe's model library: transformers with its Qwen2
+    modeling module is ~1.3 s a trial); one that fails to import is skipped and named in the
+    ready answer (the trial imports it itself). A thread started by any import is caught by
+    the check below: the server then refuses to fork."""
     import importlib
 
     for name in PRELOAD:
         importlib.import_module(name)
+    skipped = []
+    for name in extra:
+        try:
+            importlib.import_module(name)
+        except Exception as exc:  # noqa: BLE001 - the trial imports it again and reports the error
+            skipped.append(f"{name}: {type(exc).__name__}: {exc}")
     # Answers go to a private copy of stdout; fd 1 itself is pointed at stderr, so that nothing
     # else printed in this process (a library's warning) can break the protocol.
     out = os.fdopen(os.dup(1), "w", buffering=1)
@@ -64,7 +75,10 @@ def serve() -> None:
     if threading.active_count() > 1:
         out.write(json.dumps({"error": f"{threading.active_count()} threads after imports; not fork-safe"}) + "\n")
         return
-    out.write(json.dumps({"ready": True, "pid": os.getpid()}) + "\n")
+    if sys.modules["torch"].cuda.is_initialized():  # a CUDA context does not survive a fork
+        out.write(json.dumps({"error": "an import initialized CUDA; forked trials could not use it"}) + "\n")
+        return
+    out.write(json.dumps({"ready": True, "pid": os.getpid(), "skipped": skipped}) + "\n")
     for line in sys.stdin:
         if not line.strip():
             continue
@@ -121,8 +135,9 @@ def _child(request: dict[str, Any]) -> NoReturn:
 class ForkServer:
     """The tuner's handle on a server process; `run` is subprocess.run for one trial."""
 
-    def __init__(self, python: str = sys.executable, start_timeout_s: float = START_TIMEOUT_S) -> None:
-        self._proc = subprocess.Popen([python, "-m", "trainspeed.tune.forkserver"], stdin=subprocess.PIPE,
+    def __init__(self, python: str = sys.executable, start_timeout_s: float = START_TIMEOUT_S,
+                 preload: tuple[str, ...] = ()) -> None:
+        self._proc = subprocess.Popen([python, "-m", "trainspeed.tune.forkserver", *preload], stdin=subprocess.PIPE,
                                       stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
         self._buffer = b""
         self._selector = selectors.DefaultSelector()
@@ -131,6 +146,8 @@ class ForkServer:
         if hello is None or not hello.get("ready"):
             self.close()
             raise ForkServerError(f"fork server did not start: {hello.get('error') if hello else 'no answer'}")
+        self.skipped: list[str] = list(hello.get("skipped") or [])
+        """Preload modules that failed to import in the server (trials import them themselves)."""
 
     def run(self, argv: list[str], stdout: Path, stderr: Path, timeout_s: float | None) -> int:
         """Run `trainspeed ARGV` in a forked child; its exit code. Raises
@@ -188,4 +205,4 @@ class ForkServer:
 
 
 if __name__ == "__main__":
-    serve()
+    serve(sys.argv[1:])

@@ -182,6 +182,9 @@ class SubprocessRunner:
     """Fork each trial from a server that imported torch and the engine once (forkserver.py),
     where that works (Linux, no extra environment); otherwise start a fresh interpreter."""
     say: Callable[[str], None] | None = None
+    preload: tuple[str, ...] = ()
+    """Modules the fork server imports besides its own list: what building the recipe imported
+    in the tuner (session.probe_recipe)."""
     _server: Any = field(default=None, init=False, repr=False)
 
     def command(self, request: TrialRequest) -> list[str]:
@@ -217,6 +220,17 @@ class SubprocessRunner:
         from trainspeed.tune import forkserver
 
         if self._server is None and self.fork_server and not self.extra_env and forkserver.available():
+            try:
+                self._server = forkserver.ForkServer(self.python, preload=self.preload)
+                return
+            except (forkserver.ForkServerError, OSError) as exc:
+                if not self.preload:
+                    self._give_up_forking(exc)
+                    return
+                # A preloaded module that starts a thread at import makes the server unsafe to
+                # fork: try once more with the server's own modules only.
+                if self.say is not None:
+                    self.say(f"fork server without the recipe's modules: {exc}")
             try:
                 self._server = forkserver.ForkServer(self.python)
             except (forkserver.ForkServerError, OSError) as exc:
