@@ -269,10 +269,12 @@ def test_the_server_imports_the_preload_once_and_skips_what_fails(tmp_path, monk
     marker = tmp_path / "imported_by.txt"
     _module(tmp_path, "ts_marker_mod", f"import os\nopen({str(marker)!r}, 'a').write(f'{{os.getpid()}}\\n')\n",
             monkeypatch)
+    # A script-like module that parses argv and exits at import: skipped, the server lives on.
+    _module(tmp_path, "ts_exit_mod", "import sys\nif sys.argv[1:]:\n    sys.exit(2)\nsys.exit(3)\n", monkeypatch)
     base = tmp_path / "base.yaml"
     base.write_text(TINY_GPT)
     runner = SubprocessRunner(base_config=base, out_dir=tmp_path / "trials", timeout_s=120,
-                              preload=("ts_marker_mod", "ts_no_such_module"))
+                              preload=("ts_marker_mod", "ts_no_such_module", "ts_exit_mod"))
     try:
         a = runner(TrialRequest(key="b", label="baseline", overrides=(), repeat=0))
         b = runner(TrialRequest(key="b", label="baseline", overrides=(), repeat=1))
@@ -281,7 +283,9 @@ def test_the_server_imports_the_preload_once_and_skips_what_fails(tmp_path, monk
         # Imported once, by the server: the trials forked from it inherit the module.
         assert marker.read_text().split() == [str(server._proc.pid)]
         # A module that does not import is skipped, not fatal: the trial imports it itself.
-        assert len(server.skipped) == 1 and server.skipped[0].startswith("ts_no_such_module: ModuleNotFoundError")
+        no_module, exits = server.skipped
+        assert no_module.startswith("ts_no_such_module: ModuleNotFoundError")
+        assert exits == "ts_exit_mod: SystemExit: 3"  # the server's argv is empty: the list came on stdin
     finally:
         runner.close()
 

@@ -13,8 +13,10 @@ server refuses to fork when it sees a thread besides its own (forking a threaded
 copy a held lock), and the client then falls back to plain subprocesses, as it does on
 platforms without fork and when a trial needs its own environment variables.
 
-Protocol (JSON lines): the client writes {"argv", "stdout", "stderr", "cwd"}; the server
-answers {"pid"} when the child starts and {"pid", "returncode"} when it ends.
+Protocol (JSON lines): the client first writes {"preload": [module, ...]}, the server answers
+{"ready", "pid", "skipped"} (or {"error"}); then per trial the client writes {"argv", "stdout",
+"stderr", "cwd"} and the server answers {"pid"} when the child starts and {"pid", "returncode"}
+when it ends.
 """
 
 from __future__ import annotations
@@ -49,21 +51,25 @@ def available() -> bool:
 
 
 # ------------------------------------------------------------------------- server side
-def serve(extra: list[str] | tuple[str, ...] = ()) -> None:
-    """The server's loop: requests on stdin, answers on stdout, until stdin closes. `extra`:
-    more modules every trial imports (the recipe's model library: transformers with its Qwen2
-    modeling module is ~1.3 s a trial); one that fails to import is skipped and named in the
-    ready answer (the trial imports it itself). A thread started by any import is caught by
-    the check below: the server then refuses to fork."""
+def serve() -> None:
+    """The server's loop: requests on stdin, answers on stdout, until stdin closes.
+
+    The first line lists more modules every trial imports ({"preload": [...]}: the recipe's
+    model library; transformers with its Qwen2 modeling code is ~1.3 s a trial). Not argv: a
+    module that reads sys.argv at import must not see them. One that fails to import (or
+    exits) is skipped and named in the ready answer; the trial imports it itself. A thread or
+    a CUDA context started by any import is caught by the checks below: the server then
+    refuses to fork."""
     import importlib
 
+    extra = json.loads(sys.stdin.readline() or "{}").get("preload") or []
     for name in PRELOAD:
         importlib.import_module(name)
     skipped = []
     for name in extra:
         try:
             importlib.import_module(name)
-        except Exception as exc:  # noqa: BLE001 - the trial imports it again and reports the error
+        except (Exception, SystemExit) as exc:  # noqa: BLE001 - the trial imports it again and reports it
             skipped.append(f"{name}: {type(exc).__name__}: {exc}")
     # Answers go to a private copy of stdout; fd 1 itself is pointed at stderr, so that nothing
     # else printed in this process (a library's warning) can break the protocol.
@@ -137,8 +143,13 @@ class ForkServer:
 
     def __init__(self, python: str = sys.executable, start_timeout_s: float = START_TIMEOUT_S,
                  preload: tuple[str, ...] = ()) -> None:
-        self._proc = subprocess.Popen([python, "-m", "trainspeed.tune.forkserver", *preload], stdin=subprocess.PIPE,
+        self._proc = subprocess.Popen([python, "-m", "trainspeed.tune.forkserver"], stdin=subprocess.PIPE,
                                       stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        try:
+            self._proc.stdin.write((json.dumps({"preload": list(preload)}) + "\n").encode())  # type: ignore[union-attr]
+            self._proc.stdin.flush()  # type: ignore[union-attr]
+        except OSError:
+            pass  # the server died at start: the hello below says so
         self._buffer = b""
         self._selector = selectors.DefaultSelector()
         self._selector.register(self._proc.stdout, selectors.EVENT_READ)  # type: ignore[arg-type]
@@ -205,4 +216,4 @@ class ForkServer:
 
 
 if __name__ == "__main__":
-    serve(sys.argv[1:])
+    serve()
