@@ -143,3 +143,16 @@ def test_wrappers_are_unwrapped():
 
     decay, _ = split_decay(Wrapper(model))
     assert _names(decay) == {"proj.weight", "head.weight"}
+
+
+def test_the_optimizer_note_says_what_was_chosen_and_where_decay_applies():
+    from trainspeed.engine.optim import describe_optimizer
+
+    model = TinyLM(tie=False)
+    _, info = build_optimizer(model, OptimConfig(implementation="loop", weight_decay=0.1), torch.device("cpu"))
+    text = describe_optimizer(info, names_shown=2)
+    # decay: proj.weight (8x8) and head.weight (11x8); the other 7 tensors are norms, biases, embeddings
+    assert text.startswith("optimizer: adamw, loop kernels; weight decay on 2 tensors (152 params), none on 7 (")
+    assert text.endswith(f"params: {info['no_decay_names'][0]}, {info['no_decay_names'][1]}, +5 more)")
+    auto = describe_optimizer(build_optimizer(model, OptimConfig(), torch.device("cpu"))[1])
+    assert "kernels (auto: " in auto  # an automatic choice says why

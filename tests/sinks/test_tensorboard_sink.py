@@ -43,6 +43,9 @@ def test_step_scalars_skip_missing_and_nonfinite() -> None:
 def test_event_text() -> None:
     e = schema.make_event("checkpoint", 10, 0.0, path="a.pt", seconds=1.5)
     assert event_text(e) == "checkpoint @ step 10: path=a.pt, seconds=1.5"
+    # A note or warning that is only a sentence reads as that sentence, without "message=".
+    assert event_text({"type": "warning", "step": 3, "data": {"message": "torch.compile failed"}}) == \
+        "warning @ step 3: torch.compile failed"
 
 
 def test_bad_every() -> None:

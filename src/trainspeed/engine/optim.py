@@ -195,6 +195,19 @@ def build_optimizer(model: nn.Module, cfg: Any, device: Any) -> tuple[torch.opti
     return optimizer, info
 
 
+def describe_optimizer(info: dict[str, Any], names_shown: int = 4) -> str:
+    """build_optimizer's info as the one line a run's notes show: what was chosen, why, and
+    where weight decay applies (the no-decay names are where a wrong default would hide)."""
+    kernel = info["implementation"]
+    why = "" if info["reason"] == "requested" else f" ({info['reason']})"
+    names = info.get("no_decay_names") or []
+    shown = ", ".join(names[:names_shown]) + (f", +{info['no_decay_tensors'] - names_shown} more"
+                                              if info["no_decay_tensors"] > names_shown else "")
+    return (f"optimizer: {info['optimizer']}, {kernel} kernels{why}; weight decay on "
+            f"{info['decay_tensors']} tensors ({info['decay_params']:,} params), none on "
+            f"{info['no_decay_tensors']} ({info['no_decay_params']:,} params{': ' + shown if shown else ''})")
+
+
 def clip_grad_norm(parameters: Any, max_norm: float) -> torch.Tensor:
     """Clip the global gradient norm in place; returns the pre-clip norm as a device tensor
     (no CPU-GPU sync: read it at the log interval). Unscale fp16 gradients first."""

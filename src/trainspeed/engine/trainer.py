@@ -66,7 +66,7 @@ class Trainer:
         scheduler: Any = None,
         flops_per_token: float | None = None,
     ) -> None:
-        from trainspeed.engine.optim import build_optimizer
+        from trainspeed.engine.optim import build_optimizer, describe_optimizer
         from trainspeed.engine.precision import setup_precision
 
         self.cfg = config if isinstance(config, TrainConfig) else load_config(config)
@@ -90,7 +90,7 @@ class Trainer:
         self.notes += list(getattr(self.precision, "notes", []) or [])
         if optimizer is None:
             optimizer, info = build_optimizer(self.eager, self.cfg.optim, self.device)
-            self.notes.append(f"optimizer: {info}")
+            self.notes.append(describe_optimizer(info))
         self.optimizer = optimizer
         if self.dist.fsdp:
             from trainspeed.engine.checkpoint.sharded import temp_tag

@@ -73,7 +73,10 @@ def step_scalars(record: dict[str, Any]) -> dict[str, float]:
 def event_text(event: dict[str, Any]) -> str:
     """One-line text of an event for dashboards: 'checkpoint @ step 100: path=..., seconds=...'."""
     data = event.get("data") or {}
-    details = ", ".join(f"{k}={v}" for k, v in data.items()) if isinstance(data, dict) else str(data)
+    if isinstance(data, dict) and list(data) == ["message"]:  # notes and warnings: the sentence itself
+        details = str(data["message"])
+    else:
+        details = ", ".join(f"{k}={v}" for k, v in data.items()) if isinstance(data, dict) else str(data)
     step = event.get("step")
     where = f" @ step {step}" if step is not None else ""
     return f"{event.get('type', 'event')}{where}: {details}" if details else f"{event.get('type')}{where}"
