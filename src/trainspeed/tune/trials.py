@@ -105,6 +105,7 @@ def result_from_run_dir(request: TrialRequest, run_dir: Path, wall_s: float) -> 
     """Read a finished trial's run directory into a TrialResult."""
     from trainspeed.telemetry.rundir import read_run
     from trainspeed.telemetry.summary import flops_per_step, peak_of
+    from trainspeed.telemetry.throughput import mfu
 
     run = read_run(run_dir)
     base = dict(key=request.key, label=request.label, repeat=request.repeat,
@@ -121,13 +122,15 @@ def result_from_run_dir(request: TrialRequest, run_dir: Path, wall_s: float) -> 
     if not mem.size:
         mem = _finite(run.array("mem.rss"))
     starts, per_epoch = _epoch_starts(run, run.array("step"))
-    flops, (peak, peak_name) = flops_per_step(run), peak_of(run)
-    mfu = flops / float(np.median(t[keep])) / peak if flops and peak else None
+    # The report's MFU, at the median measured step: None when FLOPs or the peak are unknown,
+    # or the result is impossible (over 100 %).
+    reading = mfu(flops_per_step(run), float(np.median(t[keep])), *peak_of(run))
+    utilization = reading.value if reading.valid else None
     return TrialResult(ok=True, step_times=t[keep].tolist(), samples=samples[keep].tolist(),
                        epoch_starts=starts[keep].tolist() if starts[keep].any() else [],
                        steps_per_epoch=per_epoch, loss=loss,
                        memory_peak=float(mem.max()) if mem.size else None,
-                       mfu=mfu, peak_name=peak_name if mfu else None, **base)
+                       mfu=utilization, peak_name=reading.peak_name if utilization else None, **base)
 
 
 def _epoch_starts(run: Any, steps: np.ndarray) -> tuple[np.ndarray, int | None]:
@@ -219,22 +222,20 @@ class SubprocessRunner:
         seconds, once), when this runner forks trials at all."""
         from trainspeed.tune import forkserver
 
-        if self._server is None and self.fork_server and not self.extra_env and forkserver.available():
+        if self._server is not None or not self.fork_server or self.extra_env or not forkserver.available():
+            return
+        # A preloaded module that starts a thread (or CUDA) at import makes the server unsafe
+        # to fork: then once more with the server's own modules only.
+        attempts = [self.preload, ()] if self.preload else [()]
+        for i, preload in enumerate(attempts):
             try:
-                self._server = forkserver.ForkServer(self.python, preload=self.preload)
+                self._server = forkserver.ForkServer(self.python, preload=preload)
                 return
             except (forkserver.ForkServerError, OSError) as exc:
-                if not self.preload:
+                if i == len(attempts) - 1:
                     self._give_up_forking(exc)
-                    return
-                # A preloaded module that starts a thread at import makes the server unsafe to
-                # fork: try once more with the server's own modules only.
-                if self.say is not None:
+                elif self.say is not None:
                     self.say(f"fork server without the recipe's modules: {exc}")
-            try:
-                self._server = forkserver.ForkServer(self.python)
-            except (forkserver.ForkServerError, OSError) as exc:
-                self._give_up_forking(exc)
 
     def _give_up_forking(self, why: BaseException) -> None:
         self.fork_server = False  # the rest of the tune starts fresh interpreters

@@ -177,18 +177,16 @@ def compute_bound(ctx: CheckContext) -> Finding | None:
     if value is None or value < COMPUTE_BOUND_MFU:
         return None
     compute = ctx.share("forward") + ctx.share("backward") + ctx.share("optimizer")
-    helps = ["a faster device"]
-    if not any(m.get("compiled") for m in ctx.models()):
-        helps.insert(0, "torch.compile, fusing the elementwise ops between the matmuls (engine: compile.mode=default)")
     cpu = ctx.run.env.get("cpu") if isinstance(ctx.run.env, dict) else None
     no_bf16 = ctx.device_type == "cpu" and isinstance(cpu, dict) and cpu.get("bf16_fast") is False
-    if _autocast_used(ctx):
-        tail = ""
-    elif no_bf16:
-        tail = "; this CPU has no bf16 units, so bf16 autocast would be emulated and slower"
-    else:
-        helps.insert(0, "lower precision where the device has units for it (engine: precision.mode=bf16-mixed)")
-        tail = ""
+    suggest_bf16 = not _autocast_used(ctx)  # already in bf16/fp16: nothing to add
+    helps = []
+    if suggest_bf16 and not no_bf16:
+        helps.append("lower precision where the device has units for it (engine: precision.mode=bf16-mixed)")
+    if not any(m.get("compiled") for m in ctx.models()):
+        helps.append("torch.compile, fusing the elementwise ops between the matmuls (engine: compile.mode=default)")
+    helps.append("a faster device")
+    tail = "; this CPU has no bf16 units, so bf16 autocast would be emulated and slower" if suggest_bf16 and no_bf16 else ""
     return Finding(
         id="compute_bound",
         severity="info",
