@@ -131,6 +131,22 @@ def write_result(
     return path
 
 
+def with_previous(name: str, results: dict[str, Any]) -> dict[str, Any]:
+    """`results` on top of the per-recipe entries (dicts) of this machine's earlier
+    <name> results file: measuring a subset of recipes keeps the others' figures."""
+    previous = RESULTS / f"{name}-{machine_name()}.json"
+    if not previous.exists():
+        return results
+    old = json.loads(previous.read_text()).get("results", {})
+    return {**{k: v for k, v in old.items() if isinstance(v, dict)}, **results}
+
+
+def entry_commands(results: dict[str, Any], default: str | None = None) -> str | None:
+    """The commands of a file whose entries were measured by different runs, each once."""
+    commands = (v.get("command", default) for v in results.values() if isinstance(v, dict))
+    return "; ".join(dict.fromkeys(c for c in commands if c)) or None
+
+
 def timed_steps(step: Callable[[], None], n: int, sync: Callable[[], None] | None = None) -> list[float]:
     """Per-step wall times of n calls of `step` (sync, when given, runs inside each timing:
     use torch.cuda.synchronize for GPU work so a step's time includes its kernels)."""

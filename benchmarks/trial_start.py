@@ -18,7 +18,6 @@ this process (the tuner's preload: transformers' modeling code for hf).
 from __future__ import annotations
 
 import argparse
-import json
 import shlex
 import statistics
 import sys
@@ -27,7 +26,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from harness import RESULTS, machine_name, write_result  # noqa: E402
+from harness import entry_commands, with_previous, write_result  # noqa: E402
 
 from trainspeed.config import dump_config, load_config  # noqa: E402
 from trainspeed.engine.from_recipe import load_target  # noqa: E402
@@ -91,16 +90,11 @@ def main() -> None:
     for recipe in args.recipes.split(","):
         results[recipe]["command"] = "python " + " ".join(shlex.quote(a) for a in sys.argv)
     results["server_start_s"] = server_start_s
-    # Measuring a subset of recipes keeps the others' earlier entries (each with its command).
-    previous = RESULTS / f"trial_start-{machine_name()}.json"
-    if previous.exists():
-        old = json.loads(previous.read_text()).get("results", {})
-        results = {**{k: v for k, v in old.items() if isinstance(v, dict)}, **results}
+    results = with_previous("trial_start", results)  # each earlier entry keeps its command
     label = ", ".join(f"{r} {v['fresh_wall_s']:.1f} -> {v['forked_wall_s']:.1f}"
                       + (f" -> {v['preloaded_wall_s']:.1f}" if "preloaded_wall_s" in v else "") + " s"
                       for r, v in results.items() if isinstance(v, dict))
-    command = "; ".join(dict.fromkeys(v.get("command", "python benchmarks/trial_start.py")
-                                      for v in results.values() if isinstance(v, dict)))
+    command = entry_commands(results, default="python benchmarks/trial_start.py")
     write_result("trial_start", results, command=command, headline={
         "label": f"Tune trial wall time, new interpreter -> forked from the fork server [-> forked, the "
                  f"recipe's modules preloaded] (median of {args.rounds} alternated; server start "

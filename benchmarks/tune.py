@@ -21,7 +21,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from harness import RESULTS, machine_name, write_result  # noqa: E402
+from harness import entry_commands, with_previous, write_result  # noqa: E402
 
 GOALS = {"seqvae": 2.0, "convnext": 1.5}
 ROOT = Path(__file__).resolve().parent.parent
@@ -101,17 +101,13 @@ def main() -> None:
     # Tuning a subset of recipes keeps the other recipes' earlier entries (each with its command).
     for recipe in results:
         results[recipe]["command"] = "python " + " ".join(shlex.quote(a) for a in sys.argv)
-    previous = RESULTS / f"tune-{machine_name()}.json"
-    if previous.exists():
-        old = json.loads(previous.read_text()).get("results", {})
-        results = {**old, **results}
+    results = with_previous("tune", results)
     goals = [(r, v) for r, v in results.items() if v["goal"]]
     passed = all(v["speedup"] >= v["goal"] for _, v in goals) if goals else None
     label = ", ".join(_label(r, v) for r, v in results.items())
     goal = ", ".join(f"{r} >= {v['goal']}x" for r, v in goals) or "-"
     # The file holds recipes tuned by different commands: name each one.
-    command = "; ".join(dict.fromkeys(v["command"] for v in results.values() if v.get("command")))
-    write_result("tune", results, command=command or None,
+    write_result("tune", results, command=entry_commands(results),
                  headline={"label": "tuned vs naive (trainspeed tune)", "value": label,
                            "goal": goal, "passed": passed})
 
