@@ -188,3 +188,32 @@ def test_constant_lr_drops_the_scheduler_step_wrapper_but_keeps_a_users(tmp_path
     tr.fit()
     assert getattr(opt.__dict__.get("step"), "_wrapped_by_lr_sched", False)
     assert opt.param_groups[0]["lr"] == pytest.approx(0.05)
+
+
+class _EpochLog(Callback):
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, int, int]] = []
+
+    def on_epoch_end(self, state):
+        self.seen.append(("end", state.epoch, state.step))
+
+    def on_batch_end(self, state):
+        self.seen.append(("batch", state.epoch, state.batch_in_epoch))
+
+
+@pytest.mark.parametrize("max_steps, ends", [(6, 1), (7, 2)])
+def test_epochs_end_after_their_last_short_group_and_not_at_the_step_limit(tmp_path, max_steps, ends):
+    # 10 samples, batches of 2, groups of 2: each epoch trains groups of 2, 2 and 1 batches.
+    # The last step of a run does not end its epoch (the loop stops before it looks for more
+    # batches), so 6 steps end one epoch and 7 steps end two.
+    log = _EpochLog()
+    cfg = _config(tmp_path, run={"max_steps": max_steps}, data={"batch_size": 2},
+                  accumulation={"steps": 2})
+    trainer = Trainer(_model(), mse, _data(n=10), config=cfg, callbacks=[log])
+    trainer.fit()
+    batches = [(epoch, in_epoch) for kind, epoch, in_epoch in log.seen if kind == "batch"]
+    assert batches[:6] == [(0, 2), (0, 4), (0, 5), (1, 2), (1, 4), (1, 5)]
+    assert [s for s in log.seen if s[0] == "end"] == [("end", e, 3 * (e + 1)) for e in range(ends)]
+    assert trainer.state.epoch == ends
+    steps = read_run(tmp_path / "t").steps
+    assert [s["samples"] for s in steps] == [4, 4, 2, 4, 4, 2, 4][:max_steps]

@@ -32,6 +32,7 @@ from trainspeed.engine.setup import (
     DataParts, build_loaders, prepare_model, resolve_device, run_dir_for, seed_everything,
     set_threads,
 )
+from trainspeed.engine.trainer_checkpoints import checkpoint_session, state_fn
 from trainspeed.errors import ConfigError
 from trainspeed.telemetry.phase_context import phase_codes
 
@@ -41,11 +42,8 @@ _H2D, _H2D_END = phase_codes("h2d")
 _FORWARD, _FORWARD_END = phase_codes("forward")
 _BACKWARD, _BACKWARD_END = phase_codes("backward")
 _OPTIMIZER, _OPTIMIZER_END = phase_codes("optimizer")
-
-
-def _with_info(state: TrainerState, info: dict[str, Any]) -> TrainerState:
-    state.info = dict(info)
-    return state
+_DATA, _DATA_END = phase_codes("data")
+_END = object()  # next(iterator, _END): the epoch's batches ran out
 
 
 class Trainer:
@@ -137,7 +135,7 @@ class Trainer:
         loaders = build_loaders(self.data, cfg, self.device, self.rank, self.world_size)
         total = loop_length(loaders.train, cfg.run, cfg.accumulation.steps)
         if self.scheduler is None:
-            # a constant lr is never stepped; checkpoints still record the step (see _state_fn)
+            # a constant lr is never stepped; checkpoints still record the step (see trainer_checkpoints.state_fn)
             self.scheduler, self._lr_static = build_loop_scheduler(self.optimizer, cfg.optim, total)
         sinks = tuple(cfg.logging.sinks) + (("console",) if cfg.logging.progress and "console" not in cfg.logging.sinks else ())
         self.monitor = mon = Monitor(
@@ -158,8 +156,8 @@ class Trainer:
         # The written-out single-batch pass in _train_step applies (see _piece_step for the rest).
         self._plain_pass = (not self._copy_batches and self.precision.dtype is None and self.precision.scaler is None
                             and not {Event.AFTER_FORWARD, Event.AFTER_BACKWARD} & self.callbacks.listening)
-        ckpt = self._ckpt_session = self._checkpoint_session(mon, loaders)
-        make_state = self._state_fn(loaders)
+        ckpt = self._ckpt_session = checkpoint_session(self, mon, loaders)
+        make_state = state_fn(self, loaders)
         try:
             with ckpt:
                 self._loop(loaders, mon, total, ckpt, make_state)
@@ -179,144 +177,112 @@ class Trainer:
         self.dist.teardown()
         return summary
 
-    def _checkpoint_session(self, mon, loaders):
-        """Checkpoints: resume (explicit or newest intact), then periodic/signal/crash/final
-        saves. Restores counters and the data order so a resume continues mid-epoch."""
-        from trainspeed.engine.checkpoint.session import CheckpointSession
-        from trainspeed.engine.checkpoint.sharded import ShardedIO
-        from trainspeed.engine.distributed import OptimizerLoader, crash_agreement, signal_agreement
-
-        st = self.state
-        fsdp = self.dist.fsdp
-        if fsdp:
-            # Every rank writes its shards of every save (sharded.py). Signal and crash saves
-            # need all ranks, so the ranks agree on them first (distributed.py).
-            timeout = min(self.dist.timeout_s, 30.0)
-            extra = dict(
-                sharded=ShardedIO(self.eager, self.optimizer, process_group=self._ckpt_group,
-                                  world_size=self.world_size, tag=self._ckpt_tag),
-                agree_signal=signal_agreement(self.dist, self._agree_group,
-                                              self.cfg.distributed.signal_check_every),
-                agree_crash=crash_agreement(self.dist, self._agree_group, timeout, lambda: st.step))
-        else:
-            # Loads a sharded checkpoint into this unsharded model (another world size: DCP
-            # reshards); DDP and single-process runs save single files.
-            extra = dict(sharded=ShardedIO(self.eager, self.optimizer, world_size=self.world_size))
-        # Rank 0 writes single-file checkpoints; under DDP only rank 0 handles signals (its
-        # state is everyone's), under FSDP every rank does and they agree (see above).
-        ckpt = CheckpointSession.from_config(
-            self.cfg.checkpoint, self.run_dir, monitor=mon,
-            handle_signals=self.rank == 0 or fsdp, writer=self.rank == 0,
-            on_checkpoint=lambda info: self.callbacks.fire(Event.CHECKPOINT, _with_info(st, info)),
-            **extra)
-
-        model, optimizer = (self._fsdp_state.load_views() if fsdp else (
-            self.eager, OptimizerLoader(self.eager, self.optimizer, sharded=False)))
-        resumed = ckpt.resume(model, optimizer, self.scheduler, self.precision)
-        if resumed is not None:
-            c = resumed.counters
-            st.step, st.epoch, st.samples, st.tokens, st.batch_in_epoch = (
-                c.step, c.epoch, c.samples, c.tokens, c.batch_in_epoch)
-            if loaders.train_bundle is not None and resumed.sampler is not None:
-                loaders.train_bundle.load_state_dict(resumed.sampler)
-            mon.steps_done = st.step  # step records continue the resumed run's numbering
-            mon.event("restart", path=str(resumed.path), at_step=st.step)
-        return ckpt
-
-    def _state_fn(self, loaders):
-        from trainspeed.config import config_hash
-        from trainspeed.engine.checkpoint.sharded import ShardedState
-        from trainspeed.engine.checkpoint.state import TrainState, build_checkpoint
-
-        def make_state() -> dict[str, Any]:
-            st = self.state
-            if self._lr_static:  # not stepped: record where it would be
-                self.scheduler.last_epoch = st.step
-            counters = TrainState(step=st.step, epoch=st.epoch, samples=st.samples,
-                                  tokens=st.tokens, batch_in_epoch=st.batch_in_epoch)
-            sampler = loaders.train_bundle.state_dict() if loaders.train_bundle is not None else None
-            if self.dist.fsdp:  # each rank's shards go to DCP; rank 0 writes the rest
-                rest = build_checkpoint(None, None, self.scheduler, self.precision, counters,
-                                        sampler, config_to_dict(self.cfg),
-                                        {"world_size": self.world_size, "strategy": "fsdp"},
-                                        config_digest=config_hash(self.cfg))
-                return ShardedState(tensors=self._ckpt_session.manager.sharded.state_dicts(), rest=rest)
-            return build_checkpoint(self.eager, self.optimizer, self.scheduler, self.precision,
-                                    counters, sampler, config_to_dict(self.cfg),
-                                    None, config_digest=config_hash(self.cfg))
-        return make_state
-
     def _loop(self, loaders, mon, total_steps: int, ckpt, make_state) -> None:
-        cfg, st, fire = self.cfg, self.state, self.callbacks.fire
+        cfg, st, fire, listening = self.cfg, self.state, self.callbacks.fire, self.callbacks.listening
+        k = cfg.accumulation.steps
+        stats_fn = self.data.batch_stats or default_batch_stats
         # The sampler's own advance(), counted in batches (bucketed) or samples: no adapter
         # frame between it and the loop.
         advance, by_batches = loaders.train_bundle.advancer() if loaders.train_bundle is not None else (None, False)
         eval_every = (cfg.eval.every_steps or 0) if self.data.val is not None else 0
+        # Checkpoint work at a step boundary: periodic saves or a signal agreement every step;
+        # otherwise only once a signal arrived (step_end is two calls, skipped when idle).
+        ckpt_every_step, emergency = ckpt.every_step, ckpt.emergency
         self.model.train()
         fire(Event.FIT_START, st)
-        per_epoch = steps_per_epoch(loaders.train, cfg.accumulation.steps)
+        per_epoch = steps_per_epoch(loaders.train, k)
         while st.step < total_steps and not st.should_stop:
             self._set_epoch(loaders.train_sampler, st.epoch)
             # The next step pays the epoch's start (new iterator, workers restarted unless
             # persistent): the tuner amortizes it over per_epoch steps.
             mon.event("epoch", epoch=st.epoch, steps_per_epoch=per_epoch, batch_in_epoch=st.batch_in_epoch)
             fire(Event.EPOCH_START, st)
-            for micro_batches in self._step_batches(loaders.train, mon, cfg.accumulation.steps):
-                if Event.BATCH_START in self.callbacks.listening:
+            source, prefetcher = self._epoch_source(loaders.train, stats_fn)
+            exhausted = False
+            while True:
+                # Fetch the step's k micro-batches, each wait timed as "data". Written out here
+                # rather than as generators (Monitor.loader inside a grouping generator): each
+                # generator resume costs microseconds right after the previous step's ops.
+                # Stats are taken on the host batch (before any copy), so they never sync.
+                mark = mon.mark  # see _train_step
+                group: list[tuple[Any, Any]] = []
+                while True:
+                    mark((_clock(), _DATA))
+                    try:
+                        batch = next(source, _END)
+                    finally:
+                        mark((_clock(), _DATA_END))
+                    if batch is _END:
+                        exhausted = True
+                        break
+                    group.append((batch, stats_fn(batch) if prefetcher is None else prefetcher.last_stats))
+                    if len(group) == k:
+                        break
+                if not group:
+                    break
+                if Event.BATCH_START in listening:
                     fire(Event.BATCH_START, st)
-                loss, stats = self._train_step(micro_batches, mon)
+                loss = self._train_step(group, mon)
+                if len(group) == 1:
+                    stats = group[0][1]
+                    samples, tokens, pad_tokens = stats.samples, stats.tokens, stats.pad_tokens
+                else:
+                    samples, tokens, pad_tokens = (sum(s.samples for _, s in group), sum(s.tokens for _, s in group),
+                                                   sum(s.pad_tokens for _, s in group))
                 st.step += 1
-                st.batch_in_epoch += len(micro_batches)
-                st.samples += stats[0]
-                st.tokens += stats[1]
+                st.batch_in_epoch += len(group)
+                st.samples += samples
+                st.tokens += tokens
                 if advance is not None:  # what was trained, not what was prefetched
-                    advance(len(micro_batches) if by_batches else stats[0])
+                    advance(len(group) if by_batches else samples)
                 st.loss, st.lr = loss, self.optimizer.param_groups[0]["lr"]
-                if Event.BATCH_END in self.callbacks.listening:
+                if Event.BATCH_END in listening:
                     fire(Event.BATCH_END, st)
                 # Interval work (eval, checkpoints) belongs to the step that triggers it, so the
                 # step record shows its cost: close the Monitor's step only after it.
                 if eval_every and st.step % eval_every == 0:
                     evaluate(self, loaders.val, mon)
-                ckpt.step_end(st.step, make_state, st.metrics)  # periodic save, or signal exit
-                mon.step(samples=stats[0], tokens=stats[1], pad_tokens=stats[2], loss=loss, lr=st.lr)
+                if ckpt_every_step or emergency.signum is not None:
+                    ckpt.step_end(st.step, make_state, st.metrics)  # periodic save, or signal exit
+                mon.step(samples=samples, tokens=tokens, pad_tokens=pad_tokens, loss=loss, lr=st.lr)
                 if mon.nonfinite_losses != self.nan_guard.seen:  # read back at the log interval
                     self.nan_guard.check(mon)
-                if st.step >= total_steps or st.should_stop:
+                if exhausted or st.step >= total_steps or st.should_stop:
                     break
-            else:  # the epoch ran out of batches
-                fire(Event.EPOCH_END, st)
-                st.epoch += 1
-                st.batch_in_epoch = 0
-                continue
-            break
+            if st.step >= total_steps or st.should_stop:
+                break
+            # the epoch ran out of batches
+            fire(Event.EPOCH_END, st)
+            st.epoch += 1
+            st.batch_in_epoch = 0
         if cfg.eval.at_end and loaders.val is not None and st.metrics.get("_at_step") != st.step:
             evaluate(self, loaders.val, mon)
         fire(Event.FIT_END, st)
 
-    def _train_step(self, micro_batches: list[tuple[Any, Any]], mon) -> tuple[torch.Tensor, tuple[int, int, int]]:
-        cfg, fire, st = self.cfg, self.callbacks.fire, self.state
+    def _train_step(self, group: list[tuple[Any, Any]], mon) -> torch.Tensor:
+        """Forward, backward and optimizer step over the step's (batch, stats) micro-batches;
+        returns the step's loss, still on the device."""
+        cfg, st = self.cfg, self.state
         # Phases are written as mark/try/finally/mark, not `with mon.phase(...)`: the marks are
         # the same, but a `with` block's Python __enter__/__exit__ cost ~25 µs a step more for
         # three phases, right after torch ops (see Monitor.mark). Read once per step: a
         # profiler window re-routes it between steps.
         mark = mon.mark
-        # (list comprehensions are functions before Python 3.12: a frame each, every step)
-        host_batches, stats = map(list, zip(*micro_batches))
         first_step = not self._flops_done
+        t0 = 0.0
         if first_step:
             self._flops_done = True
-            self._record_flops(mon, micro_batches[0][0], stats[0])
-        t0 = time.perf_counter()
+            self._record_flops(mon, group[0][0], group[0][1])
+            t0 = _clock()
         while True:
             try:
-                if len(host_batches) == 1 and self._plain_pass and self.microbatcher.split == 1:
+                if self._plain_pass and len(group) == 1 and self.microbatcher.split == 1:
                     # One batch, on the CPU, fp32/tf32, no per-pass listeners: the forward and
                     # backward of _piece_step written out here, since every Python frame costs
                     # microseconds right after the previous step's ops.
                     mark((_clock(), _FORWARD))
                     try:
-                        loss = self.loss_fn(self.model, host_batches[0])
+                        loss = self.loss_fn(self.model, group[0][0])
                         if isinstance(loss, tuple):
                             loss = loss[0]
                     finally:
@@ -328,14 +294,15 @@ class Trainer:
                         mark((_clock(), _BACKWARD_END))
                     total_loss = loss.detach()
                 else:
+                    batches, stats = [b for b, _ in group], [s for _, s in group]
                     weights = micro_batch_weights([s.tokens for s in stats], cfg.accumulation.normalize) \
-                        if len(micro_batches) > 1 else [1.0]
-                    total_loss = self._forward_backward(host_batches, weights, mon)
+                        if len(group) > 1 else [1.0]
+                    total_loss = self._forward_backward(batches, weights, mon)
                 break
             except Exception as exc:
                 if not self.auto_microbatch or not is_oom(exc):
                     raise
-                info = self.microbatcher.grow(host_batches, exc)
+                info = self.microbatcher.grow([b for b, _ in group], exc)
             # Out of the except block, the traceback and the activations its frames held are
             # gone, so the cache can really be emptied before the same step runs again.
             free_after_oom(self.eager, self.optimizer, self.device)
@@ -356,22 +323,24 @@ class Trainer:
                 if not self._lr_static:
                     self.scheduler.step()
             if Event.OPTIMIZER_STEP in self.callbacks.listening:
-                fire(Event.OPTIMIZER_STEP, st)
+                self.callbacks.fire(Event.OPTIMIZER_STEP, st)
         finally:
             mark((_clock(), _OPTIMIZER_END))
-        if first_step and self.compiled:
+        if self.compiled:
+            self._report_compile(mon, first_step, t0)
+        return total_loss
+
+    def _report_compile(self, mon, first_step: bool, t0: float) -> None:
+        """The first compiled step (compilation) leaves throughput; a fallback to eager is
+        reported once."""
+        if first_step:
             mon.mark_warmup()
-            mon.event("compile", mode=cfg.compile.mode, first_step_s=time.perf_counter() - t0)
-        if self.compiled and not self._fallback_reported:
+            mon.event("compile", mode=self.cfg.compile.mode, first_step_s=_clock() - t0)
+        if not self._fallback_reported:
             reason = getattr(self.model, "fallback_reason", None)
             if reason:
                 self._fallback_reported = True
                 mon.event("warning", message=f"torch.compile failed; running eager: {reason}")
-        if len(stats) == 1:
-            s = stats[0]
-            return total_loss, (s.samples, s.tokens, s.pad_tokens)
-        return total_loss, (sum(s.samples for s in stats), sum(s.tokens for s in stats),
-                            sum(s.pad_tokens for s in stats))
 
     def _forward_backward(self, batches: list[Any], weights: Sequence[float], mon) -> torch.Tensor:
         """Forward and backward over the step's micro-batches (each cut into pieces after an
@@ -403,7 +372,7 @@ class Trainer:
                 loss = self._piece_step(batch, weight, mon)
             part = loss.detach() if weight == 1.0 else loss.detach() * weight
             total_loss = part if total_loss is None else total_loss + part
-        return typing.cast(torch.Tensor, total_loss)  # _step_batches never yields an empty group
+        return typing.cast(torch.Tensor, total_loss)  # _loop never trains an empty group
 
     def _piece_step(self, batch: Any, weight: float, mon) -> torch.Tensor:
         """Forward and backward of one micro-batch. fp32/tf32 runs skip the autocast region and
@@ -439,27 +408,17 @@ class Trainer:
         out = self.loss_fn(model, batch)
         return out[0] if isinstance(out, tuple) else out
 
-    def _step_batches(self, loader: Iterable[Any], mon, k: int) -> Iterator[list[tuple[Any, Any]]]:
-        """The (batch, stats) pairs of each optimizer step: k consecutive batches, a shorter
-        last group kept. Stats are computed on the host batch, before any copy, so counting
-        tokens never forces a device sync."""
-        stats_fn = self.data.batch_stats or default_batch_stats
-        prefetcher = None
+    def _epoch_source(self, loader: Iterable[Any], stats_fn: Callable[[Any], Any]) -> tuple[Iterator[Any], Any]:
+        """This epoch's batch iterator, and the device prefetcher behind it (or None)."""
         if self.cfg.data.device_prefetch and self.device.type == "cuda":
             from trainspeed.engine.data.prefetch import DevicePrefetcher
 
             # Copies batch i+1 on a side stream while batch i trains; stats are taken on the
-            # host batch inside the prefetcher, before its copy.
+            # host batch inside the prefetcher, before its copy (its `last_stats`).
             prefetcher = DevicePrefetcher(loader, self.device, non_blocking=self.cfg.data.non_blocking,
                                           stats_fn=stats_fn)
-        group: list[tuple[Any, Any]] = []
-        for batch in mon.loader(loader if prefetcher is None else prefetcher):
-            group.append((batch, stats_fn(batch) if prefetcher is None else prefetcher.last_stats))
-            if len(group) == k:
-                yield group
-                group = []
-        if group:
-            yield group
+            return iter(prefetcher), prefetcher
+        return iter(loader), None
 
     @staticmethod
     def _set_epoch(sampler: Any, epoch: int) -> None:

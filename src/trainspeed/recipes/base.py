@@ -23,9 +23,10 @@ VARIANTS = ("naive", "fast")
 T = TypeVar("T")
 
 
-@dataclass(kw_only=True)
+@dataclass(kw_only=True, frozen=True)
 class BatchStats:
-    """What one batch holds, for throughput and padding figures."""
+    """What one batch holds, for throughput and padding figures. Frozen: the engine shares one
+    object between batches of the same size."""
 
     samples: int
     """Number of samples (sequences, images) in the batch."""

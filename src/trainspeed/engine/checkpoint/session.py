@@ -75,6 +75,11 @@ class CheckpointSession:
         self.save_on_crash = save_on_crash
         self.on_checkpoint = on_checkpoint
         self.emergency = EmergencySaver(enabled=handle_signals)
+        self.every_step = (manager.every_steps is not None or manager.every_minutes is not None
+                           or agree_signal is not None)
+        """Whether step_end has work at every step boundary (periodic saves, a signal
+        agreement); when False it has work only once `emergency.signum` is set, and a loop may
+        skip the call until then."""
         manager.on_event = self._route  # events reach the Monitor on the training thread
 
     @classmethod

@@ -18,6 +18,10 @@ __all__ = ["BatchStats", "batch_stats", "find_mask", "pad_share"]
 
 MASK_KEY = "attention_mask"
 
+# The stats of (inputs, targets) batches, by size: BatchStats is frozen, so one object per batch
+# size serves every step (building one is a Python frame, every step).
+_BY_SAMPLES: dict[int, BatchStats] = {}
+
 
 def find_mask(batch: Any) -> Any:
     """The bool attention mask of a batch made by PadCollate, or None.
@@ -60,7 +64,13 @@ def batch_stats(batch: Any) -> BatchStats:
     if type(batch) in (tuple, list) and len(batch) < 3 and batch and type(batch[0]) is torch.Tensor:
         # (inputs, targets): the common batch, answered without the generic walk (per step)
         first = batch[0]
-        return BatchStats(samples=int(first.shape[0]) if first.dim() else 1)
+        samples = int(first.shape[0]) if first.dim() else 1
+        stats = _BY_SAMPLES.get(samples)
+        if stats is None:  # a new batch size: few per run (a short last batch)
+            if len(_BY_SAMPLES) > 256:
+                _BY_SAMPLES.clear()
+            stats = _BY_SAMPLES[samples] = BatchStats(samples=samples)
+        return stats
     mask = find_mask(batch)
     if mask is not None:
         real = int(mask.sum().item())  # sync point if the mask lives on a GPU (see docstring)

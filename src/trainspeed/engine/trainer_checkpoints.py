@@ -1,0 +1,89 @@
+"""The Trainer's checkpoints: its CheckpointSession (resume, then periodic, signal, crash and
+final saves) and the function that builds the state each save writes. Plain functions over a
+Trainer, kept out of trainer.py so that the loop there reads on its own."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Callable
+
+from trainspeed.config import config_to_dict
+from trainspeed.engine.checkpoint.session import CheckpointSession
+from trainspeed.engine.events import Event, TrainerState
+
+if TYPE_CHECKING:
+    from trainspeed.engine.trainer import Trainer
+
+
+def _with_info(state: TrainerState, info: dict[str, Any]) -> TrainerState:
+    state.info = dict(info)
+    return state
+
+
+def checkpoint_session(trainer: Trainer, mon: Any, loaders: Any) -> CheckpointSession:
+    """Checkpoints: resume (explicit or newest intact), then periodic/signal/crash/final
+    saves. Restores counters and the data order so a resume continues mid-epoch."""
+    from trainspeed.engine.checkpoint.sharded import ShardedIO
+    from trainspeed.engine.distributed import OptimizerLoader, crash_agreement, signal_agreement
+
+    st = trainer.state
+    fsdp = trainer.dist.fsdp
+    if fsdp:
+        # Every rank writes its shards of every save (sharded.py). Signal and crash saves
+        # need all ranks, so the ranks agree on them first (distributed.py).
+        timeout = min(trainer.dist.timeout_s, 30.0)
+        extra = dict(
+            sharded=ShardedIO(trainer.eager, trainer.optimizer, process_group=trainer._ckpt_group,
+                              world_size=trainer.world_size, tag=trainer._ckpt_tag),
+            agree_signal=signal_agreement(trainer.dist, trainer._agree_group,
+                                          trainer.cfg.distributed.signal_check_every),
+            agree_crash=crash_agreement(trainer.dist, trainer._agree_group, timeout, lambda: st.step))
+    else:
+        # Loads a sharded checkpoint into this unsharded model (another world size: DCP
+        # reshards); DDP and single-process runs save single files.
+        extra = dict(sharded=ShardedIO(trainer.eager, trainer.optimizer, world_size=trainer.world_size))
+    # Rank 0 writes single-file checkpoints; under DDP only rank 0 handles signals (its
+    # state is everyone's), under FSDP every rank does and they agree (see above).
+    ckpt = CheckpointSession.from_config(
+        trainer.cfg.checkpoint, trainer.run_dir, monitor=mon,
+        handle_signals=trainer.rank == 0 or fsdp, writer=trainer.rank == 0,
+        on_checkpoint=lambda info: trainer.callbacks.fire(Event.CHECKPOINT, _with_info(st, info)),
+        **extra)
+
+    model, optimizer = (trainer._fsdp_state.load_views() if fsdp else (
+        trainer.eager, OptimizerLoader(trainer.eager, trainer.optimizer, sharded=False)))
+    resumed = ckpt.resume(model, optimizer, trainer.scheduler, trainer.precision)
+    if resumed is not None:
+        c = resumed.counters
+        st.step, st.epoch, st.samples, st.tokens, st.batch_in_epoch = (
+            c.step, c.epoch, c.samples, c.tokens, c.batch_in_epoch)
+        if loaders.train_bundle is not None and resumed.sampler is not None:
+            loaders.train_bundle.load_state_dict(resumed.sampler)
+        mon.steps_done = st.step  # step records continue the resumed run's numbering
+        mon.event("restart", path=str(resumed.path), at_step=st.step)
+    return ckpt
+
+
+def state_fn(trainer: Trainer, loaders: Any) -> Callable[[], Any]:
+    """make_state(): the checkpoint of the trainer as it is now (counters, sampler position,
+    model, optimizer, schedule, scaler), or under FSDP the rank's shards plus the rest."""
+    from trainspeed.config import config_hash
+    from trainspeed.engine.checkpoint.sharded import ShardedState
+    from trainspeed.engine.checkpoint.state import TrainState, build_checkpoint
+
+    def make_state() -> dict[str, Any]:
+        st = trainer.state
+        if trainer._lr_static:  # not stepped: record where it would be
+            trainer.scheduler.last_epoch = st.step
+        counters = TrainState(step=st.step, epoch=st.epoch, samples=st.samples,
+                              tokens=st.tokens, batch_in_epoch=st.batch_in_epoch)
+        sampler = loaders.train_bundle.state_dict() if loaders.train_bundle is not None else None
+        if trainer.dist.fsdp:  # each rank's shards go to DCP; rank 0 writes the rest
+            rest = build_checkpoint(None, None, trainer.scheduler, trainer.precision, counters,
+                                    sampler, config_to_dict(trainer.cfg),
+                                    {"world_size": trainer.world_size, "strategy": "fsdp"},
+                                    config_digest=config_hash(trainer.cfg))
+            return ShardedState(tensors=trainer._ckpt_session.manager.sharded.state_dicts(), rest=rest)
+        return build_checkpoint(trainer.eager, trainer.optimizer, trainer.scheduler, trainer.precision,
+                                counters, sampler, config_to_dict(trainer.cfg),
+                                None, config_digest=config_hash(trainer.cfg))
+    return make_state
