@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import time
+import weakref
 
 import pytest
 import torch
@@ -167,6 +168,25 @@ def test_losses_of_every_kind_in_one_interval_are_read_right():
         mon.step(samples=1, loss=loss)
     mon.close()
     assert [r["loss"] for r in mon.recent] == [1.5, 2.5, 3.5, 2.0, 4.5, 5.5, None, 7.0]
+
+
+@pytest.mark.filterwarnings("ignore:Converting a tensor with requires_grad")
+def test_a_loss_outside_autograd_is_kept_until_the_interval_and_one_in_a_graph_is_not():
+    """step() keeps a detached CPU loss (the Trainer's) as it is and reads it at flush; a loss
+    still in a graph is read at once, so the Monitor never holds a graph."""
+    mon = Monitor(None, sinks=(), log_every=4, warmup_steps=0, system_sampler=False)
+    w = torch.ones(2, requires_grad=True)
+    mon.step(samples=1, loss=torch.tensor(0.5))  # the first loss is examined, then read
+    detached, in_graph = (w * 2).sum().detach(), (w * 3).sum()
+    kept, read = weakref.ref(detached), weakref.ref(in_graph)
+    mon.step(samples=1, loss=detached)
+    mon.step(samples=1, loss=in_graph)
+    del detached, in_graph
+    assert kept() is not None and read() is None
+    mon.step(samples=1, loss=torch.tensor(1.0))  # the interval: everything is read
+    assert kept() is None
+    assert [r["loss"] for r in mon.recent] == [0.5, 4.0, 6.0, 1.0]
+    mon.close()
 
 
 def test_wall_times_are_the_step_ends_on_the_wall_clock():

@@ -113,7 +113,8 @@ class Monitor:
         # One tuple per pending step (samples, tokens, pad, lr, syncs, warmup, t_end): building
         # a tuple is cheaper on the training thread than writing seven numpy slots.
         self._rows: list[tuple] = []
-        self._loss_host: list[float] = [math.nan] * self._cap
+        # Per pending step: the loss as a float, or a CPU scalar tensor outside autograd (read at flush).
+        self._loss_host: list[Any] = [math.nan] * self._cap
         self._loss_given = [False] * self._cap
         self._loss_dev: Any = None  # lazily allocated on the loss's device
         self._loss_on_dev = [False] * self._cap
@@ -309,14 +310,19 @@ class Monitor:
                      warmup or self._cur_warmup or self.steps_done < self.warmup_steps, t_end))
         if loss is not None:
             if loss.__class__ is self._item_class:
-                # A CPU scalar, as the last checked loss was (rechecked every interval): reading
-                # it is not a sync, and is 20x cheaper than a buffer copy. Each torch call costs
-                # microseconds right after the optimizer's ops, so is_cpu/numel are not asked.
-                try:
-                    self._loss_host[i] = loss.item()
-                    self._loss_given[i] = True
-                except RuntimeError:  # not one element any more: a per-sample loss vector
-                    self._store_loss(i, loss)
+                # A CPU scalar, as the last checked loss was (rechecked every interval). Each
+                # torch call costs microseconds right after the optimizer's ops (item() ~10 µs
+                # a step in monitor_overhead's loop), so is_cpu/numel are not asked, and a loss
+                # outside autograd (detached, as the Trainer's) is kept as it is and read at
+                # flush. One still in a graph is read now: holding it would hold its graph.
+                if loss.requires_grad:
+                    try:
+                        self._loss_host[i] = loss.item()
+                    except RuntimeError:  # not one element any more: a per-sample loss vector
+                        self._store_loss(i, loss)
+                else:
+                    self._loss_host[i] = loss
+                self._loss_given[i] = True
             else:
                 self._store_loss(i, loss)
         self._cur_syncs = 0
@@ -358,7 +364,8 @@ class Monitor:
         n = len(self._rows)
         if n == 0:
             return
-        losses = self._loss_host[:n]
+        # Tensors step() kept become floats (in place: a flush that fails below is run again)
+        self._loss_host[:n] = losses = [x if x.__class__ is float else _host_loss(x) for x in self._loss_host[:n]]
         if any(self._loss_on_dev[:n]):
             # Deliberate sync point, once per log interval: read the losses back.
             device_losses = self._loss_dev[:n].tolist()
@@ -482,6 +489,15 @@ class Monitor:
 
     def __exit__(self, exc_type, exc, tb) -> None:
         self.close(error=exc if exc_type is not None and exc_type is not GeneratorExit else None)
+
+
+def _host_loss(loss: Any) -> float:
+    """A loss tensor kept by step() as a Python float: its value, or its mean if it turned out
+    to be a per-sample vector."""
+    try:
+        return loss.item()
+    except RuntimeError:
+        return float(loss.detach().float().mean())
 
 
 def _finite(x: float) -> float | None:
