@@ -172,9 +172,9 @@ def test_losses_of_every_kind_in_one_interval_are_read_right():
 
 @pytest.mark.filterwarnings("ignore:Converting a tensor with requires_grad")
 def test_a_loss_outside_autograd_is_kept_until_the_interval_and_one_in_a_graph_is_not():
-    """step() keeps a detached CPU loss (the Trainer's) as it is and reads it at flush; a loss
-    still in a graph is read at once, so the Monitor never holds a graph."""
-    mon = Monitor(None, sinks=(), log_every=4, warmup_steps=0, system_sampler=False)
+    """With keep_loss_tensors (the Trainer's), step() keeps a detached CPU loss as it is and
+    reads it at flush; a loss still in a graph is read at once, so no graph is ever held."""
+    mon = Monitor(None, sinks=(), log_every=4, warmup_steps=0, system_sampler=False, keep_loss_tensors=True)
     w = torch.ones(2, requires_grad=True)
     mon.step(samples=1, loss=torch.tensor(0.5))  # the first loss is examined, then read
     detached, in_graph = (w * 2).sum().detach(), (w * 3).sum()
@@ -187,6 +187,19 @@ def test_a_loss_outside_autograd_is_kept_until_the_interval_and_one_in_a_graph_i
     assert kept() is None
     assert [r["loss"] for r in mon.recent] == [0.5, 4.0, 6.0, 1.0]
     mon.close()
+
+
+def test_losses_are_read_at_the_step_unless_the_loop_keeps_them_unchanged():
+    """By default a loss is read when the step closes: an accumulator the loop resets in place
+    afterwards (`acc.zero_()`, as the Hugging Face Trainer does) is recorded as it was."""
+    mon = Monitor(None, sinks=(), log_every=2, warmup_steps=0, system_sampler=False)
+    acc = torch.zeros(())
+    for value in (1.5, 2.5):
+        acc += value
+        mon.step(samples=1, loss=acc)
+        acc.zero_()
+    mon.close()
+    assert [r["loss"] for r in mon.recent] == [1.5, 2.5]
 
 
 def test_wall_times_are_the_step_ends_on_the_wall_clock():

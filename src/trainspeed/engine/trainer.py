@@ -145,6 +145,7 @@ class Trainer:
             config=config_to_dict(cfg), total_steps=total, rank=self.rank,
             reduce_losses=self.dist.loss_reducer(self.device),
             profile_steps=cfg.profile.steps,  # a torch.profiler trace of those steps (telemetry/profiling.py)
+            keep_loss_tensors=True,  # the step's loss is a new detached tensor, never changed after
         )
         for note in self.notes + loaders.notes:
             mon.event("note", message=note)

@@ -72,6 +72,7 @@ class Monitor:
         write_env: bool = True,
         reduce_losses: Any = None,
         profile_steps: str | tuple[int, int] | None = None,
+        keep_loss_tensors: bool = False,
     ) -> None:
         if log_every < 1:
             raise ConfigError(f"logging.every must be >= 1, got {log_every}")
@@ -113,7 +114,7 @@ class Monitor:
         # One tuple per pending step (samples, tokens, pad, lr, syncs, warmup, t_end): building
         # a tuple is cheaper on the training thread than writing seven numpy slots.
         self._rows: list[tuple] = []
-        # Per pending step: the loss as a float, or a CPU scalar tensor outside autograd (read at flush).
+        # Per pending step: the loss as a float, or a tensor kept by step() (keep_loss_tensors).
         self._loss_host: list[Any] = [math.nan] * self._cap
         self._loss_given = [False] * self._cap
         self._loss_dev: Any = None  # lazily allocated on the loss's device
@@ -126,6 +127,11 @@ class Monitor:
         # The class of the last loss found to be a CPU scalar tensor; reset at every flush, so a
         # loss that moves to a GPU or grows a dimension is re-examined within one interval.
         self._item_class: Any = None
+        # The loop promises that the CPU loss tensors it passes outside autograd are new each
+        # step and never changed in place afterwards (the Trainer's are): step() keeps them
+        # and flush() reads them, a torch call less per step. Without that promise a later
+        # in-place change (`acc.zero_()` on a reused accumulator) would rewrite the record.
+        self._keep_losses = keep_loss_tensors
         # `mon.phase(name)` is this table's lookup, a C call (see PhaseTable and phase()).
         context = MarkPhase if isinstance(self._timeline, CpuTimeline) else Phase
         self._phase_ctx = PhaseTable({name: context(self, name) for name in MEASURED_PHASES})
@@ -312,16 +318,16 @@ class Monitor:
             if loss.__class__ is self._item_class:
                 # A CPU scalar, as the last checked loss was (rechecked every interval). Each
                 # torch call costs microseconds right after the optimizer's ops (item() ~10 µs
-                # a step in monitor_overhead's loop), so is_cpu/numel are not asked, and a loss
-                # outside autograd (detached, as the Trainer's) is kept as it is and read at
-                # flush. One still in a graph is read now: holding it would hold its graph.
-                if loss.requires_grad:
+                # a step in monitor_overhead's loop), so is_cpu/numel are not asked, and with
+                # keep_loss_tensors a loss outside autograd is kept as it is and read at flush.
+                # One still in a graph is read now: holding it would hold its graph.
+                if self._keep_losses and not loss.requires_grad:
+                    self._loss_host[i] = loss
+                else:
                     try:
                         self._loss_host[i] = loss.item()
                     except RuntimeError:  # not one element any more: a per-sample loss vector
                         self._store_loss(i, loss)
-                else:
-                    self._loss_host[i] = loss
                 self._loss_given[i] = True
             else:
                 self._store_loss(i, loss)
