@@ -179,7 +179,7 @@ class Trainer:
         return summary
 
     def _loop(self, loaders, mon, total_steps: int, ckpt, make_state) -> None:
-        cfg, st, fire, listening = self.cfg, self.state, self.callbacks.fire, self.callbacks.listening
+        cfg, st, fire = self.cfg, self.state, self.callbacks.fire
         k = cfg.accumulation.steps
         stats_fn = self.data.batch_stats or default_batch_stats
         # The sampler's own advance(), counted in batches (bucketed) or samples: no adapter
@@ -221,6 +221,7 @@ class Trainer:
                         break
                 if not group:
                     break
+                listening = self.callbacks.listening  # per step: a callback may add callbacks
                 if Event.BATCH_START in listening:
                     fire(Event.BATCH_START, st)
                 loss = self._train_step(group, mon)
