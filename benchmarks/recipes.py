@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import statistics
 import subprocess
 import sys
@@ -25,7 +26,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from harness import RESULTS, machine_name, write_result  # noqa: E402
+from harness import entry_commands, with_previous, write_result  # noqa: E402
 
 
 DEFAULT_STEPS = {"gpt": 40, "convnext": 30, "seqvae": 12, "hf": 30}
@@ -78,16 +79,18 @@ def main() -> None:
                            "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "trials": trials}
         print(f"{recipe}: naive {naive:.1f} -> fast {fast:.1f} {results[recipe]['unit']}: "
               f"{fast / naive:.2f}x")
-    # Measuring a subset of recipes keeps the other recipes' earlier entries (each has its date).
-    previous = RESULTS / f"recipes-{machine_name()}.json"
-    if previous.exists():
-        old = json.loads(previous.read_text()).get("results", {})
-        results = {**{k: v for k, v in old.items() if not k.startswith("_")}, **results}
+        results[recipe]["command"] = "python " + " ".join(shlex.quote(a) for a in sys.argv)
+    # Measuring a subset of recipes keeps the other recipes' earlier entries (each has its
+    # date and command).
+    results = with_previous("recipes", results)
     results["_conditions"] = {"torch_threads": args.threads or "default",
                               "load_average_1m_at_end": os.getloadavg()[0]}
-    label = ", ".join(f"{r} {v['speedup']:.2f}x" for r, v in results.items() if not r.startswith("_"))
-    write_result("recipes", results, headline={
-        "label": f"naive -> fast config speedup (median of {args.rounds} alternated runs each)",
+    entries = {r: v for r, v in results.items() if not r.startswith("_")}
+    label = ", ".join(f"{r} {v['speedup']:.2f}x" for r, v in entries.items())
+    rounds = sorted({len(v["trials"]["naive"]) for v in entries.values() if "trials" in v} or {args.rounds})
+    runs = f"{rounds[0]}" if len(rounds) == 1 else f"{rounds[0]}-{rounds[-1]}"
+    write_result("recipes", results, command=entry_commands(results), headline={
+        "label": f"naive -> fast config speedup (median of {runs} alternated runs each)",
         "value": label, "goal": "measured, reported as is", "passed": None})
 
 
