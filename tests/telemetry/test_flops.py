@@ -74,3 +74,16 @@ def test_count_train_step_flops_rejects_non_scalar_and_no_grad():
     with pytest.raises(ConfigError, match="does not require grad"):
         count_train_step_flops(model, lambda m, b: m(b).detach().sum(), batch)
     assert model.weight.grad is None
+
+
+def test_cpu_attention_is_counted_like_the_gpu_kernels():
+    # torch 2.13's FlopCounterMode has no formula for the CPU flash-attention kernel that
+    # scaled_dot_product_attention runs on the CPU, and counted it as 0 (pytorch#195460).
+    # Forward: Q·Kᵀ and P·V, 2·S·S·D each per head; backward (the GPU kernels' count): the
+    # scores again, dP, dV, dQ and dK, 2·S·S·D each.
+    b, h, s, d = 2, 4, 32, 16
+    q = torch.randn(b, h, s, d, requires_grad=True)
+    forward = count_flops(lambda: torch.nn.functional.scaled_dot_product_attention(q, q, q))
+    assert forward == 2 * (2 * b * h * s * s * d)
+    train = count_flops(lambda: torch.nn.functional.scaled_dot_product_attention(q, q, q, is_causal=True).sum().backward())
+    assert train == 14 * b * h * s * s * d

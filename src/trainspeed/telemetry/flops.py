@@ -19,17 +19,58 @@ from trainspeed.errors import ConfigError
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["count_flops", "count_train_step_flops"]
+__all__ = ["count_flops", "count_train_step_flops", "flop_counter", "missing_formulas"]
 
 
 def count_flops(fn: Callable[[], Any]) -> int:
     """Total FLOPs of the torch ops `fn()` runs (forward and, if it calls it, backward)."""
-    from torch.utils.flop_counter import FlopCounterMode
-
-    counter = FlopCounterMode(display=False)
+    counter = flop_counter()
     with counter:
         fn()
     return int(counter.get_total_flops())
+
+
+def flop_counter() -> Any:
+    """A FlopCounterMode (not displayed) that also counts the ops in missing_formulas()."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    return FlopCounterMode(display=False, custom_mapping=missing_formulas())
+
+
+def missing_formulas() -> dict[Any, Callable[..., int]]:
+    """Formulas for ops that this torch's FlopCounterMode counts as 0 FLOPs although they
+    compute: on the CPU, `scaled_dot_product_attention` runs
+    `_scaled_dot_product_flash_attention_for_cpu` (and its backward), which torch 2.13 has no
+    formula for (pytorch/pytorch#195460), so a transformer's attention matmuls vanished from
+    MFU on CPU. They get the formulas torch uses for the GPU kernels (full, not causal-halved,
+    attention: the usual convention). An op a later torch knows is left to torch."""
+    import torch
+    from torch.utils import flop_counter
+
+    aten = torch.ops.aten
+    formulas = {
+        "_scaled_dot_product_flash_attention_for_cpu": _sdpa_forward,
+        "_scaled_dot_product_flash_attention_for_cpu_backward": _sdpa_backward,
+    }
+    out = {}
+    for name, formula in formulas.items():
+        op = getattr(aten, name, None)
+        if op is not None and op not in flop_counter.flop_registry:
+            out[op] = formula
+    return out
+
+
+def _sdpa_forward(query_shape, key_shape, value_shape, *args: Any, out_shape: Any = None, **kwargs: Any) -> int:
+    from torch.utils.flop_counter import sdpa_flop_count
+
+    return sdpa_flop_count(query_shape, key_shape, value_shape)
+
+
+def _sdpa_backward(grad_out_shape, query_shape, key_shape, value_shape, *args: Any, out_shape: Any = None,
+                   **kwargs: Any) -> int:
+    from torch.utils.flop_counter import sdpa_backward_flop_count
+
+    return sdpa_backward_flop_count(grad_out_shape, query_shape, key_shape, value_shape)
 
 
 def count_train_step_flops(

@@ -205,9 +205,9 @@ class Session:
                 self.count_flops_at = None  # dispatch modes and compiled graphs do not mix
                 return
             try:
-                from torch.utils.flop_counter import FlopCounterMode
+                from trainspeed.telemetry.flops import flop_counter
 
-                counter = FlopCounterMode(display=False)
+                counter = flop_counter()  # counts CPU attention too (see missing_formulas)
                 counter.__enter__()
                 self._flop_counter = counter
                 self.mon.mark_warmup()  # the step now open is the counted (slower) one
