@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
@@ -217,3 +218,24 @@ def test_epochs_end_after_their_last_short_group_and_not_at_the_step_limit(tmp_p
     assert trainer.state.epoch == ends
     steps = read_run(tmp_path / "t").steps
     assert [s["samples"] for s in steps] == [4, 4, 2, 4, 4, 2, 4][:max_steps]
+
+
+def test_mfu_from_a_per_token_count_follows_each_steps_tokens(tmp_path):
+    # Batches of 2, 4 and 8 real tokens in turn: a per-token FLOP count times the first
+    # batch's tokens would stand for none of the others. The report's achieved FLOP/s must be
+    # the count times the measured tokens/s.
+    from trainspeed.recipes.base import BatchStats
+
+    def stats(batch):
+        return BatchStats(samples=len(batch[0]), tokens=int(batch[0][:, 0].abs().sum().item()))
+
+    x = torch.zeros(48, 6)
+    x[:, 0] = torch.tensor([1.0, 2.0, 4.0]).repeat_interleave(2).repeat(8)  # per batch of 2: 2, 4, 8
+    data = TensorDataset(x, torch.randn(48, 1))
+    cfg = _config(tmp_path, run={"max_steps": 24}, data={"batch_size": 2}, logging={"warmup_steps": 3})
+    Trainer(_model(), mse, data, config=cfg, batch_stats=stats, flops_per_token=1000.0).fit()
+    summary = json.loads((tmp_path / "t" / "report.json").read_text())["summary"]
+    run = read_run(tmp_path / "t")
+    assert sorted({s["tokens"] for s in run.steps}) == [2, 4, 8]
+    achieved = summary["mfu"]["value"] * summary["mfu"]["peak_flops"]
+    assert achieved == pytest.approx(1000.0 * summary["tokens_per_s"], rel=1e-6)

@@ -437,7 +437,7 @@ class Trainer:
         counted once with FlopCounterMode on the first batch (excluded from timing)."""
         k = self.cfg.accumulation.steps
         if self.flops_per_token and stats.tokens:
-            mon.set_flops_per_step(self.flops_per_token * stats.tokens * k)
+            mon.set_flops_per_step(self.flops_per_token * stats.tokens * k, per_token=self.flops_per_token)
             return
         try:
             from trainspeed.telemetry.flops import count_train_step_flops

@@ -284,9 +284,12 @@ class Monitor:
         """Exclude the current step from throughput (warm-up, compilation)."""
         self._cur_warmup = True
 
-    def set_flops_per_step(self, flops: float) -> None:
+    def set_flops_per_step(self, flops: float, per_token: float | None = None) -> None:
+        """FLOPs of one optimizer step, for MFU. `per_token`, when the count is per real token
+        (variable-length batches): the report then uses it with each step's own tokens."""
         self.flops_per_step = float(flops)
-        self.event("flops", flops_per_step=self.flops_per_step)
+        extra = {"flops_per_token": float(per_token)} if per_token else {}
+        self.event("flops", flops_per_step=self.flops_per_step, **extra)
 
     # ---------------------------------------------------------------- steps
     def step(

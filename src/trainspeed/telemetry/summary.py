@@ -21,11 +21,23 @@ def _run_start(run: RunData) -> dict[str, Any]:
     return (starts[0].get("data") or {}) if starts else {}
 
 
-def flops_per_step(run: RunData) -> float | None:
-    """The run's FLOPs per optimizer step (the last measurement), or None."""
+def flops_per_step(run: RunData, keep: np.ndarray | None = None) -> float | None:
+    """The run's FLOPs per optimizer step, or None. With a count per token (a recipe's own,
+    recorded as `flops_per_token`), the mean over the steps in `keep` (a mask over the step
+    records; all when None) of that count times each step's real tokens: batches of varying
+    length do varying work, and the first batch's count stands for no other. Otherwise the
+    last per-step measurement."""
     value = _run_start(run).get("flops_per_step")
+    per_token = None
     for event in run.events_of("flops"):  # a later measurement wins
-        value = (event.get("data") or {}).get("flops_per_step", value)
+        data = event.get("data") or {}
+        value, per_token = data.get("flops_per_step", value), data.get("flops_per_token")
+    if per_token and run.steps:
+        tokens = run.array("tokens")
+        tokens = tokens[keep] if keep is not None else tokens
+        tokens = tokens[np.isfinite(tokens)]
+        if tokens.size and tokens.mean() > 0:
+            return float(per_token) * float(tokens.mean())
     return value
 
 
@@ -78,7 +90,7 @@ def summarize(run: RunData) -> dict[str, Any]:
         phase_total = float(np.nansum(values)) if values.size else 0.0
         phases[name] = {"mean_s": mean, "share": (phase_total / total) if total > 0 else None}
 
-    flops = flops_per_step(run)
+    flops = flops_per_step(run, keep)
     peak_flops, peak_name = peak_of(run)
     mfu_result = None
     if flops:

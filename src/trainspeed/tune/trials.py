@@ -124,7 +124,7 @@ def result_from_run_dir(request: TrialRequest, run_dir: Path, wall_s: float) -> 
     starts, per_epoch = _epoch_starts(run, run.array("step"))
     # The report's MFU, at the median measured step: None when FLOPs or the peak are unknown,
     # or the result is impossible (over 100 %).
-    reading = mfu(flops_per_step(run), float(np.median(t[keep])), *peak_of(run))
+    reading = mfu(flops_per_step(run, keep), float(np.median(t[keep])), *peak_of(run))
     utilization = reading.value if reading.valid else None
     return TrialResult(ok=True, step_times=t[keep].tolist(), samples=samples[keep].tolist(),
                        epoch_starts=starts[keep].tolist() if starts[keep].any() else [],
