@@ -41,14 +41,16 @@ def _has_cuda() -> bool:
 
 
 def table() -> str:
-    rows = ["| benchmark | machine | result | goal | met | command |", "|---|---|---|---|---|---|"]
+    # The date column: rows of machines not lent again keep their last figures, measured with
+    # the code of that day.
+    rows = ["| benchmark | machine | measured | result | goal | met | command |", "|---|---|---|---|---|---|---|"]
     for path in sorted((HERE / "results").glob("*.json")):
         data = json.loads(path.read_text())
         head = data.get("headline") or {}
         if not head:
             continue
         met = {True: "yes", False: "**no**"}.get(head.get("passed"), "-")
-        rows.append(f"| {head.get('label', data['name'])} | {data['machine']} | {head.get('value')} "
+        rows.append(f"| {head.get('label', data['name'])} | {data['machine']} | {str(data.get('date', '-'))[:10]} | {head.get('value')} "
                     f"| {head.get('goal', '-')} | {met} | `{data.get('command', '')}` |")
     return "\n".join(rows)
 
