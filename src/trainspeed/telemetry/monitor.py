@@ -34,6 +34,7 @@ import numpy as np
 from trainspeed.errors import ConfigError
 from trainspeed.telemetry import schema
 from trainspeed.telemetry.phase_context import PHASE_INDEX, MarkPhase, Phase, PhaseTable, unknown_phase
+from trainspeed.telemetry.records import step_records
 from trainspeed.telemetry.schema import MEASURED_PHASES, PHASES
 from trainspeed.telemetry.timeline import OTHER, STEP_END, CpuTimeline, CudaTimeline, end_code
 
@@ -391,37 +392,8 @@ class Monitor:
         self._item_class = None
         wall_offset = time.time() - _perf_counter()  # rows hold perf_counter times
         mem = self._memory()
-        first_step = self.steps_done - n
-        rows = self._rows
-        version, rank, n_measured = schema.SCHEMA_VERSION, self.rank, len(MEASURED_PHASES)
-        records = []
-        for i in range(n):
-            t_step, phases = resolved[i]
-            t_step = float(t_step)
-            row = [float(x) for x in phases[:n_measured]]  # the rest is "other"
-            phase_map = dict(zip(MEASURED_PHASES, row))
-            phase_map["other"] = max(0.0, t_step - sum(row))
-            samples, tokens, pad, lr, syncs, warm, t_end = rows[i]
-            tok, pad = int(tokens), int(pad)
-            records.append(
-                {
-                    "schema": version,
-                    "step": first_step + i + 1,
-                    "t_wall": t_end + wall_offset,
-                    "t_step": t_step,
-                    "phases": phase_map,
-                    "samples": int(samples),
-                    "tokens": tok,
-                    # tokens counts real tokens; padding is on top of them
-                    "pad_share": pad / (tok + pad) if tok or pad else None,
-                    "loss": _finite(loss_list[i]),
-                    "lr": None if lr is None else _finite(lr),
-                    "mem": mem,
-                    "syncs": int(syncs),
-                    "warmup": bool(warm),
-                    "rank": rank,
-                }
-            )
+        records = step_records(resolved, self._rows, loss_list, first_step=self.steps_done - n,
+                               wall_offset=wall_offset, mem=mem, rank=self.rank)
         self._rows = []
         self._loss_given = [False] * self._cap
         self._loss_on_dev = [False] * self._cap
@@ -507,8 +479,3 @@ def _host_loss(loss: Any) -> float:
         return loss.item()
     except RuntimeError:
         return float(loss.detach().float().mean())
-
-
-def _finite(x: float) -> float | None:
-    x = float(x)
-    return x if math.isfinite(x) else None

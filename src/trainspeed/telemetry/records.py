@@ -1,0 +1,64 @@
+"""Step records: one log interval's pending steps as the dicts written to steps.jsonl (the
+schema in DESIGN.md). Pure: the Monitor resolves the timeline, reads the losses and memory,
+and hands them here."""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Sequence
+
+from trainspeed.telemetry import schema
+from trainspeed.telemetry.schema import MEASURED_PHASES
+
+__all__ = ["step_records"]
+
+
+def step_records(
+    resolved: Sequence[tuple[float, Sequence[float]]],
+    rows: Sequence[tuple],
+    losses: Sequence[float],
+    *,
+    first_step: int,
+    wall_offset: float,
+    mem: dict[str, Any],
+    rank: int,
+) -> list[dict[str, Any]]:
+    """The records of steps first_step + 1, first_step + 2, ...: `resolved` holds each step's
+    (t_step, per-phase seconds) from the timeline, `rows` its (samples, tokens, pad, lr, syncs,
+    warmup, t_end on the perf_counter clock), `losses` its loss (NaN when none was given);
+    `wall_offset` turns perf_counter times into wall-clock times."""
+    version, n_measured = schema.SCHEMA_VERSION, len(MEASURED_PHASES)
+    records = []
+    for i in range(len(rows)):
+        t_step, phases = resolved[i]
+        t_step = float(t_step)
+        row = [float(x) for x in phases[:n_measured]]  # the rest is "other"
+        phase_map = dict(zip(MEASURED_PHASES, row))
+        phase_map["other"] = max(0.0, t_step - sum(row))
+        samples, tokens, pad, lr, syncs, warm, t_end = rows[i]
+        tok, pad = int(tokens), int(pad)
+        records.append(
+            {
+                "schema": version,
+                "step": first_step + i + 1,
+                "t_wall": t_end + wall_offset,
+                "t_step": t_step,
+                "phases": phase_map,
+                "samples": int(samples),
+                "tokens": tok,
+                # tokens counts real tokens; padding is on top of them
+                "pad_share": pad / (tok + pad) if tok or pad else None,
+                "loss": _finite(losses[i]),
+                "lr": None if lr is None else _finite(lr),
+                "mem": mem,
+                "syncs": int(syncs),
+                "warmup": bool(warm),
+                "rank": rank,
+            }
+        )
+    return records
+
+
+def _finite(x: float) -> float | None:
+    x = float(x)
+    return x if math.isfinite(x) else None
