@@ -193,6 +193,7 @@ def run_doctor(config: DoctorConfig) -> DoctorResult:
     from trainspeed.doctor.checks import diagnose
     from trainspeed.doctor.instrument import Session, StopDoctor, install
     from trainspeed.doctor.instrument.files import snapshot
+    from trainspeed.doctor.instrument.flags import observe_argv_flags
     from trainspeed.doctor.instrument.observations import emit_observations
     from trainspeed.telemetry import schema
     from trainspeed.telemetry.monitor import Monitor
@@ -244,6 +245,7 @@ def run_doctor(config: DoctorConfig) -> DoctorResult:
     finally:
         installed.uninstall()
 
+    observe_argv_flags(session, target.args)
     emit_observations(monitor, session, files_before=files_before, run_dir=run_dir,
                       stopped=stopped, exit_code=code, max_steps=steps)
     record_peak(monitor, session.observations.values(), device)

@@ -27,7 +27,7 @@ class Installed:
 
 def install(session: Session) -> Installed:
     """Install every hook family. On failure, whatever was installed is undone."""
-    from trainspeed.doctor.instrument import (autograd, checkpoint, dataloader, logs, module,
+    from trainspeed.doctor.instrument import (autograd, checkpoint, dataloader, flags, logs, module,
                                               optimizer, syncs, transfers)
 
     handle = Installed(session)
@@ -39,6 +39,7 @@ def install(session: Session) -> Installed:
         syncs.install(session, handle.patches)
         transfers.install(session, handle.patches)
         checkpoint.install(session, handle.patches)
+        flags.install(session, handle.patches)
         logs.install(session, handle.patches, handle.imports)
         handle.imports.install()
     except BaseException:

@@ -4,6 +4,8 @@ We patch `_BaseDataLoaderIter.__next__` (shared by the single- and multi-process
 and `DataLoader.__iter__` (worker start-up, and how often a loader is re-iterated: one
 `iter()` per epoch re-forks the workers unless `persistent_workers=True`).
 A fetch under `torch.no_grad()` (or while an evaluation is open) belongs to evaluation.
+`DataLoader.__init__` is wrapped only to remember where each loader was built (file:line in the
+user's code): the script tuner changes exactly the training loader, at that line.
 """
 
 from __future__ import annotations
@@ -18,6 +20,10 @@ from torch.utils.data.dataloader import _BaseDataLoaderIter
 
 from trainspeed.doctor.instrument.patching import Patches
 from trainspeed.doctor.instrument.session import Session
+from trainspeed.doctor.instrument.sites import caller_site, format_site
+
+MAX_SITES_REMEMBERED = 256
+"""Loader construction sites kept at most (a script that builds a loader per step stays bounded)."""
 
 
 def available_cores() -> int:
@@ -51,6 +57,16 @@ def loader_settings(loader: DataLoader) -> dict[str, Any]:
 def install(session: Session, patches: Patches) -> None:
     orig_next = _BaseDataLoaderIter.__next__
     orig_iter = DataLoader.__iter__
+    orig_init = DataLoader.__init__
+    built_at: dict[int, tuple[str, int]] = {}  # id(loader) -> construction site
+
+    def __init__(self: DataLoader, *args: Any, **kwargs: Any) -> None:
+        orig_init(self, *args, **kwargs)
+        s = session
+        if s.on() and len(built_at) < MAX_SITES_REMEMBERED:
+            where = caller_site(2)
+            if where is not None:
+                built_at[id(self)] = where
 
     def __next__(self: Any) -> Any:
         s = session
@@ -81,8 +97,11 @@ def install(session: Session, patches: Patches) -> None:
         if info is None and len(s.loaders) < 64:
             s.internal += 1
             try:
+                where = built_at.get(id(self))
                 info = s.loaders[id(self)] = {**loader_settings(self), "iters": 0, "iter_seconds": 0.0,
-                                             "role": "eval" if evaluating else "train"}
+                                             "role": "eval" if evaluating else "train",
+                                             "site": format_site(*where) if where else None,
+                                             "site_path": list(where) if where else None}
             finally:
                 s.internal -= 1
         phase = None if evaluating else "data"
@@ -100,5 +119,7 @@ def install(session: Session, patches: Patches) -> None:
                 info["iters"] += 1
                 info["iter_seconds"] += time.perf_counter() - t0
 
+    __init__.__wrapped__ = orig_init  # type: ignore[attr-defined]
+    patches.setattr(DataLoader, "__init__", __init__)
     patches.setattr(_BaseDataLoaderIter, "__next__", __next__)
     patches.setattr(DataLoader, "__iter__", __iter__)

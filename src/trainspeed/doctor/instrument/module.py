@@ -18,6 +18,7 @@ from torch.nn.modules import module as module_mod
 
 from trainspeed.doctor.instrument.patching import Patches
 from trainspeed.doctor.instrument.session import Session
+from trainspeed.doctor.instrument.sites import caller_site, format_site
 
 MAX_MODULES_OBSERVED = 8
 """Top-level modules described in observations at most."""
@@ -92,6 +93,12 @@ def install(session: Session, patches: Patches) -> None:
             s.internal += 1
             try:
                 info = describe_module(module)
+                where = caller_site(1)  # the user's `out = model(x)`: where autocast would go
+                info.update(call_site=format_site(*where) if where else None,
+                            call_site_path=list(where) if where else None,
+                            convolutional=any(isinstance(m, nn.Conv2d) for m in module.modules()),
+                            hf_model=any(c.__module__.startswith("transformers.") and c.__name__ == "PreTrainedModel"
+                                         for c in type(module).__mro__))
                 s.observe(key, "model", **info)
                 if info["compiled"]:
                     s.observations.setdefault("compiled", {"kind": "compiled", "value": True})

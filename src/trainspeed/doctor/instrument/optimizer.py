@@ -4,7 +4,8 @@
 every optimizer, including ones created inside Lightning or the HF Trainer. The first optimizer
 that steps is the primary one; its post-hook closes a training step (and raises StopDoctor
 after the requested number of steps). `zero_grad` (optimizer or module) is charged to
-"optimizer" too.
+"optimizer" too. `Optimizer.__init__` is wrapped only to remember where each optimizer was
+built (the line the script tuner's `fused=True` goes to).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from torch.optim import optimizer as optim_mod
 from trainspeed.doctor.instrument import frameworks
 from trainspeed.doctor.instrument.patching import Patches
 from trainspeed.doctor.instrument.session import Session
+from trainspeed.doctor.instrument.sites import caller_site, format_site
 
 
 def describe_optimizer(opt: torch.optim.Optimizer) -> dict[str, Any]:
@@ -44,6 +46,23 @@ def describe_optimizer(opt: torch.optim.Optimizer) -> dict[str, Any]:
 
 
 def install(session: Session, patches: Patches) -> None:
+    built_at: dict[int, tuple[str, int]] = {}  # id(optimizer) -> construction site (bounded below)
+
+    def make_init(original: Any) -> Any:
+        def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+            original(self, *args, **kwargs)
+            # a subclass's __init__ calls this through super(): torch frames are skipped, so
+            # the site is the user's `torch.optim.AdamW(...)` line (or their subclass's)
+            if session.on() and len(built_at) < 64:
+                where = caller_site(2)
+                if where is not None:
+                    built_at.setdefault(id(self), where)
+
+        __init__.__wrapped__ = original  # type: ignore[attr-defined]
+        return __init__
+
+    patches.wrap(torch.optim.Optimizer, "__init__", make_init)
+
     def pre_hook(opt: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
         s = session
         if not s.on():
@@ -54,6 +73,9 @@ def install(session: Session, patches: Patches) -> None:
             s.internal += 1
             try:
                 info = describe_optimizer(opt)
+                where = built_at.get(id(opt))
+                info.update(site=format_site(*where) if where else None,
+                            site_path=list(where) if where else None)
                 s.observe(key, "optimizer", primary=s.primary_opt is None, **info)
                 if s.accelerator is None and len(info["devices"]) == 1:
                     s.accelerator = info["devices"][0]

@@ -1,0 +1,98 @@
+"""The script's own command-line flags: what its argparse parser accepts and what it parsed.
+
+A finding about the eval interval or num_workers is most useful as the flag the user already
+has (`--eval_interval 250`, pytorch/examples' `--workers 4`), and the script tuner varies such
+flags instead of patching. `ArgumentParser.parse_known_args` (which `parse_args` calls) is
+wrapped to record the first parse made from the user's code; nanoGPT-style scripts that read
+`--key=value` from sys.argv without argparse get the same list built from their arguments.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+from typing import Any
+
+from trainspeed.doctor.instrument.patching import Patches
+from trainspeed.doctor.instrument.session import Session
+from trainspeed.doctor.instrument.sites import caller_site, format_site
+
+_PLAIN = (bool, int, float, str, type(None))
+
+
+def _plain(value: Any) -> Any:
+    """A JSON-able stand-in for a parsed value (paths and enums become their text)."""
+    if isinstance(value, _PLAIN):
+        return value
+    if isinstance(value, (list, tuple)) and all(isinstance(v, _PLAIN) for v in value):
+        return list(value)
+    return str(value)
+
+
+def describe_parser(parser: argparse.ArgumentParser, namespace: Any) -> list[dict[str, Any]]:
+    """One dict per optional flag: option, dest, parsed value, default, type, action kind."""
+    rows: list[dict[str, Any]] = []
+    for action in parser._actions:  # noqa: SLF001 - argparse has no public list of actions
+        if not action.option_strings or isinstance(action, argparse._HelpAction):  # noqa: SLF001
+            continue
+        option = max(action.option_strings, key=len)
+        kind = type(action).__name__.lstrip("_").replace("Action", "").lower() or "store"
+        rows.append({
+            "option": option,
+            "options": list(action.option_strings),
+            "dest": action.dest,
+            "value": _plain(getattr(namespace, action.dest, None)),
+            "default": _plain(action.default),
+            "type": getattr(action.type, "__name__", None) if action.type else None,
+            "kind": kind,
+            "choices": [_plain(c) for c in action.choices] if action.choices else None,
+        })
+    return rows
+
+
+def flags_from_argv(args: list[str]) -> list[dict[str, Any]]:
+    """nanoGPT's configurator style: `--key=value` arguments read without argparse."""
+    rows: list[dict[str, Any]] = []
+    for arg in args:
+        if not arg.startswith("--") or "=" not in arg:
+            continue
+        key, raw = arg[2:].split("=", 1)
+        try:
+            value = ast.literal_eval(raw)
+        except (ValueError, SyntaxError):
+            value = raw
+        rows.append({"option": f"--{key}", "options": [f"--{key}"], "dest": key, "value": _plain(value),
+                     "default": None, "type": type(value).__name__, "kind": "equals", "choices": None})
+    return rows
+
+
+def install(session: Session, patches: Patches) -> None:
+    def make(original: Any) -> Any:
+        def parse_known_args(self: argparse.ArgumentParser, *args: Any, **kwargs: Any) -> Any:
+            result = original(self, *args, **kwargs)
+            s = session
+            if s.on() and "script_flags" not in s.observations:
+                where = caller_site(2)
+                if where is not None:  # a library's own parser (torch.distributed.run) is not the script's
+                    s.internal += 1
+                    try:
+                        s.observe("script_flags", "script_flags", source="argparse",
+                                  site=format_site(*where), flags=describe_parser(self, result[0]))
+                    except Exception:  # noqa: BLE001 - the flags are advice; never break the parse
+                        pass
+                    finally:
+                        s.internal -= 1
+            return result
+
+        parse_known_args.__wrapped__ = original  # type: ignore[attr-defined]
+        return parse_known_args
+
+    patches.wrap(argparse.ArgumentParser, "parse_known_args", make)
+
+
+def observe_argv_flags(session: Session, args: list[str]) -> None:
+    """After the run: a script that parsed no argparse flags may read `--key=value` itself."""
+    if "script_flags" not in session.observations:
+        rows = flags_from_argv(args)
+        if rows:
+            session.observe("script_flags", "script_flags", source="argv", site=None, flags=rows)
