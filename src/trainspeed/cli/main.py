@@ -15,7 +15,7 @@ from trainspeed import __version__
 from trainspeed.errors import TrainspeedError
 
 # Subcommand name -> module. A module that is not there yet is simply not offered.
-SUBCOMMANDS = ("train", "doctor", "tune", "report", "env", "recipes")
+SUBCOMMANDS = ("train", "doctor", "tune", "run", "report", "env", "recipes")
 
 
 def build_parser() -> argparse.ArgumentParser:

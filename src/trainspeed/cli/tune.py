@@ -4,23 +4,33 @@ from __future__ import annotations
 
 import argparse
 
-HELP = """Measure every speed switch on your model and machine, and write the fastest config.
+from trainspeed.tune.options import TuneOptions
+
+HELP = """Measure every speed switch on your own script (or a config) and machine, and write the fastest settings.
 Each setting runs as short isolated trials (fresh processes, warm-up excluded, interleaved
 repeats, the baseline run again between candidates); a difference inside the measured
 noise reads 'no measurable change'.
 Examples:
+  trainspeed tune -- python train.py --lr 3e-4          (your unchanged script)
+  trainspeed tune --knobs num_workers,precision --budget 5m -- python train.py
+  trainspeed tune --from runs/doctor-train-... -- python train.py   (the doctor's findings first)
   trainspeed tune gpt --budget 10m
   trainspeed tune my.yaml --knobs precision,compile,num_workers --out tune-out
   trainspeed tune gpt --variant naive data.batch_size=8
-Outputs in --out: best.yaml (train it with `trainspeed train OUT/best.yaml`), tune.html,
-tune.json, and tune.jsonl (rerun with the same --out to resume)."""
+Outputs in --out: best.yaml (a script: `trainspeed run --with OUT/best.yaml -- python train.py ...`;
+a config: `trainspeed train OUT/best.yaml`), tune.html, tune.json, tune.jsonl (rerun with the same
+--out to resume), and for a script code_change.md + best.patch (`git apply OUT/best.patch`)."""
 
 
 def _add_options(p: argparse.ArgumentParser) -> None:
     from trainspeed.tune.knobs import KNOBS
 
+    p.add_argument("--from", dest="from_run", default=None, metavar="RUN_DIR",
+                   help="a doctor run of the script: the knobs its findings name are measured first")
     p.add_argument("--budget", default="10m", help="wall-clock budget for all trials (90s, 10m, 1h)")
-    p.add_argument("--knobs", default=None, help=f"comma list (default: all): {','.join(KNOBS)}")
+    p.add_argument("--knobs", default=None, help=f"comma list (default: all). Config knobs: {','.join(KNOBS)}. "
+                                                 "Script knobs: see `trainspeed tune --help-knobs`")
+    p.add_argument("--help-knobs", action="store_true", help="list the knobs for a script and what each tries")
     p.add_argument("--out", default=None, help="output directory (default: runs/tune-<recipe>)")
     p.add_argument("--variant", default="fast", choices=("naive", "fast"),
                    help="which config of a recipe to start from")
@@ -45,7 +55,8 @@ def _add_options(p: argparse.ArgumentParser) -> None:
 def register(sub) -> None:
     p = sub.add_parser("tune", help="measure each speed switch and write the fastest config",
                        description=HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("target", help="a YAML config file or a recipe name")
+    p.add_argument("target", nargs="?", default=None,
+                   help="a YAML config file or a recipe name; or, after `--`, the script's command")
     _add_options(p)
     p.add_argument("rest", nargs=argparse.REMAINDER,
                    help="config overrides applied before tuning (key=value); options may follow them")
@@ -61,6 +72,68 @@ def _split_rest(args) -> list[str]:
     return overrides
 
 
+def is_script_command(target: str | None) -> bool:
+    """`python ...`, `python3.11 ...`, `train.py ...`, `torchrun ...`: a command, not a config."""
+    import os
+    import re
+    import sys
+
+    if not target:
+        return False
+    name = os.path.basename(target)
+    return bool(re.match(r"^python(\d+(\.\d+)?)?(\.exe)?$", name) or target == sys.executable
+                or name.endswith(".py") or name == "torchrun")
+
+
+def _print_knobs() -> int:
+    from trainspeed.tune.script_knobs import SCRIPT_KNOBS
+
+    print("Knobs for a script (trainspeed tune --knobs a,b -- python train.py ...):")
+    for name, fn in SCRIPT_KNOBS.items():
+        doc = (fn.__doc__ or "").strip().splitlines()[0] if fn.__doc__ else ""
+        print(f"  {name:<20}{doc}")
+    return 0
+
+
+def run_script(args, command: list[str]) -> int:
+    import shlex
+    from pathlib import Path
+
+    from trainspeed.doctor.runner import parse_command
+    from trainspeed.tune.script_knobs import parse_script_knobs
+    from trainspeed.tune.script_session import run_script_tune
+    from trainspeed.tune.session import parse_budget
+    from trainspeed.tune.table import print_tables
+
+    if args.steps < 3 or args.warmup_steps < 0:
+        from trainspeed.errors import ConfigError
+
+        raise ConfigError(f"--steps must be >= 3 and --warmup-steps >= 0, got {args.steps} and {args.warmup_steps}")
+    target = parse_command(command)
+    optional = {name: value for name, value in (("verify_repeats", args.verify_repeats),
+                                                ("baseline_every", args.baseline_every)) if value is not None}
+    options = TuneOptions(knobs=parse_script_knobs(args.knobs), budget_s=parse_budget(args.budget),
+                          repeats=args.repeats, loss_tolerance=args.loss_tolerance,
+                          min_effect=args.min_effect, fork_server=args.fork_server, **optional)
+    stem = Path(target.name).stem if target.kind == "path" else target.name.rsplit(".", 1)[-1]
+    out = Path(args.out or f"runs/tune-{stem}")
+    print(f"trainspeed: tuning `{shlex.join(command)}` -> {out} (budget {options.budget_s:.0f} s, "
+          f"knobs: {', '.join(options.knobs)})", flush=True)
+    result = run_script_tune(command, out, options, warmup_steps=args.warmup_steps, measure_steps=args.steps,
+                             from_run=args.from_run, trial_timeout_s=args.trial_timeout)
+    print_tables(result)
+    print(f"table: {out / 'tune.html'}")
+    if result.best_settings:
+        print(f"run it now:   trainspeed run --with {out / 'best.yaml'} -- {shlex.join(command)}")
+        if (out / "best.patch").is_file():
+            print(f"code change:  {out / 'code_change.md'}  (apply: git apply {out / 'best.patch'})")
+        elif (out / "code_change.md").is_file():
+            print(f"code change:  {out / 'code_change.md'}")
+    else:
+        print("nothing won over the baseline: your script's settings are already the fastest measured here")
+    return 0
+
+
 def run(args) -> int:
     from pathlib import Path
 
@@ -71,6 +144,15 @@ def run(args) -> int:
     from trainspeed.tune.session import TrialLength, parse_budget, run_tune
     from trainspeed.tune.table import print_tables
 
+    if args.help_knobs:
+        return _print_knobs()
+    if is_script_command(args.target):
+        return run_script(args, [args.target, *args.rest])
+    if args.target is None:
+        raise ConfigError("trainspeed tune: give a script's command after `--` (trainspeed tune -- python "
+                          "train.py ARGS), a recipe name or a config file")
+    if args.from_run:
+        raise ConfigError("--from RUN_DIR tunes a script: trainspeed tune --from RUN_DIR -- python train.py ARGS")
     if args.steps < 3 or args.warmup_steps < 0:
         raise ConfigError(f"--steps must be >= 3 and --warmup-steps >= 0, got {args.steps} and {args.warmup_steps}")
     overrides = _split_rest(args)

@@ -60,7 +60,9 @@ class Tuner:
     def __init__(self, *, base_config: dict[str, Any], base_hash: str, device: DeviceInfo,
                  runner: Runner, store: TrialStore, options: TuneOptions,
                  block_classes: list[str] | None = None, say: Callable[[str], None] = print,
-                 clock: Callable[[], float] = time.monotonic):
+                 clock: Callable[[], float] = time.monotonic, knob_table: dict[str, Any] | None = None,
+                 make_context: Callable[[dict[str, Any], TrialResult | None], Any] | None = None,
+                 whatif: Callable[[dict[str, Any]], bool] | None = None, baseline_hint: str | None = None):
         self.base_config = base_config
         self.base_hash = base_hash
         self.device = device
@@ -70,6 +72,14 @@ class Tuner:
         self.block_classes = block_classes or []
         self.say = say
         self.clock = clock
+        # The knobs and what they look at: a config's (KNOBS, KnobContext) by default; the
+        # script tuner passes its own (tune/script_knobs.py), read from the baseline's run.
+        self.knobs = knob_table if knob_table is not None else KNOBS
+        self.make_context = make_context or self._config_context
+        # What-ifs measure what a finding costs (log every 10th call): reported, never combined
+        # into best settings, since they change what the script does behind its back.
+        self.is_whatif = whatif or (lambda settings: False)
+        self.baseline_hint = baseline_hint or "Fix the config so `trainspeed train` runs it, then tune again."
         self.t0 = clock()
         self.spent = 0.0  # wall seconds of trials actually run (reused ones cost nothing)
         self.run_count = 0
@@ -239,11 +249,9 @@ class Tuner:
         base = self.trial({}, "baseline", 0)
         if base is None or not base.ok:
             raise TuneError("the baseline trial failed, so there is nothing to compare against: "
-                            f"{base.error if base else 'no budget'}. Fix the config so "
-                            "`trainspeed train` runs it, then tune again.")
+                            f"{base.error if base else 'no budget'}. {self.baseline_hint}")
         self.base_wall = base.wall_s
-        ctx = KnobContext(config=self.base_config, device=self.device,
-                          baseline_memory=base.memory_peak, block_classes=self.block_classes)
+        ctx = self.make_context({}, base)
         candidates, skipped, deferred = self._candidates(ctx, base.wall_s)
         R, every = self.opt.repeats, self.opt.baseline_every
         for r in range(R if candidates else 0):  # nothing to compare: no more baselines
@@ -285,6 +293,12 @@ class Tuner:
                           elapsed_s=self.clock() - self.t0, notes=notes,
                           baseline_mfu=base_mfu, peak_name=peak_name)
 
+    def _config_context(self, settings: dict[str, Any], base: TrialResult | None) -> KnobContext:
+        """A config tune's knobs see the base config with `settings` applied."""
+        return KnobContext(config=apply_settings(self.base_config, settings) if settings else self.base_config,
+                           device=self.device, baseline_memory=base.memory_peak if base else None,
+                           block_classes=self.block_classes)
+
     def _candidates(self, ctx: KnobContext, base_wall: float) -> tuple[list[Candidate], list[Skip], list[str]]:
         """Knob settings that fit the budget, in knob priority order, and the rest with why."""
         candidates: list[Candidate] = []
@@ -295,7 +309,7 @@ class Tuner:
         reserve = self._verify_reserve()
         planned = base_wall * self.opt.repeats  # the baseline's first bracket in every round
         for name in self.opt.knobs:
-            for item in KNOBS[name](ctx):
+            for item in self.knobs[name](ctx):
                 if isinstance(item, Skip):
                     skipped.append(item)
                     if item.deferred and name not in deferred:
@@ -339,6 +353,8 @@ class Tuner:
     def _greedy(self, ablation: list[Row], deferred: list[str]) -> tuple[list[Row], dict[str, Any]]:
         winners: dict[str, Row] = {}
         for row in ablation:
+            if self.is_whatif(row.settings):
+                continue  # measured and reported; the user decides (see __init__)
             if row.verdict == stats.FASTER and (row.knob not in winners or
                                                 (row.speedup or 0) > (winners[row.knob].speedup or 0)):
                 winners[row.knob] = row
@@ -381,7 +397,7 @@ class Tuner:
         hopefuls: dict[str, tuple[Row, dict[str, Any]]] = {}
         for row in rows:
             own = {k: v for k, v in row.settings.items() if current.get(k, _UNSET) != v}
-            if (row.verdict == stats.NO_CHANGE and row.knob not in winners and own
+            if (row.verdict == stats.NO_CHANGE and row.knob not in winners and not self.is_whatif(row.settings) and own
                     and row.ci is not None and row.ci[0] > 1.0 and not set(own) & set(current)
                     and (row.knob not in hopefuls or (row.speedup or 0) > (hopefuls[row.knob][0].speedup or 0))):
                 hopefuls[row.knob] = (row, own)
@@ -403,11 +419,10 @@ class Tuner:
     def _try_deferred(self, current: dict[str, Any], pending: list[str],
                       combination: list[Row]) -> tuple[dict[str, Any], list[str]]:
         """Knobs that needed another winner first (persistent_workers after num_workers)."""
-        ctx = KnobContext(config=apply_settings(self.base_config, current), device=self.device,
-                          block_classes=self.block_classes)
+        ctx = self.make_context(current, None)
         still: list[str] = []
         for name in pending:
-            items = KNOBS[name](ctx)
+            items = self.knobs[name](ctx)
             cands = [i for i in items if isinstance(i, Candidate)]
             if not cands:
                 still.append(name)

@@ -1,0 +1,115 @@
+"""`trainspeed run --with OUT/best.yaml [--doctor --steps N --out DIR] -- python train.py ARGS`
+
+Runs the unchanged script with the settings of a script tune applied at run time (patches
+installed before its first line, the script's own flags set on its command line) and nothing
+else: no instrumentation unless --doctor asks for it. The user gets the tuned speed before
+touching their code; the code change itself is in the tune's code_change.md / best.patch.
+The script tuner runs each trial as `run --with TRIAL.yaml --doctor --steps N`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import sys
+from typing import Any
+
+
+def register(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "run", help="run an unchanged script with a tune's settings applied (best.yaml)",
+        description=("Run a training script with the settings `trainspeed tune -- CMD` found, applied at "
+                     "run time; your files are not changed. Example: trainspeed run --with "
+                     "runs/tune-train/best.yaml -- python train.py --lr 3e-4"))
+    p.add_argument("--with", dest="with_", required=True, metavar="FILE",
+                   help="settings file written by a script tune (OUT/best.yaml)")
+    p.add_argument("--doctor", action="store_true",
+                   help="run under the doctor (phase timing, a run directory and findings)")
+    p.add_argument("--steps", type=int, default=0, help="with --doctor: stop after N optimizer steps (0: run to the end)")
+    p.add_argument("--warmup-steps", type=int, default=None, help="with --doctor: steps left out of throughput")
+    p.add_argument("--out", default=None, help="with --doctor: run directory")
+    p.add_argument("--quiet", action="store_true", help="with --doctor: print no report (trials)")
+    p.add_argument("command", nargs=argparse.REMAINDER, help="the training command, after `--`")
+    p.set_defaults(run=run)
+
+
+def resolve_command(plan: Any, command: list[str]) -> list[str]:
+    """The command to run: the one given (else the tuned one), with the plan's flags set."""
+    from trainspeed.errors import ConfigError
+    from trainspeed.patches.plan import apply_flags
+
+    base = command or plan.command
+    if not base:
+        raise ConfigError("trainspeed run: no command. Usage: trainspeed run --with best.yaml -- python train.py ARGS")
+    return apply_flags(base, plan.flags(), plan.flag_styles)
+
+
+def run(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from trainspeed.doctor.runner import DoctorConfig, execute, exit_code_of, parse_command, run_doctor
+    from trainspeed.patches.plan import load_plan
+
+    command = list(args.command)
+    if command and command[0] == "--":
+        command = command[1:]
+    plan = load_plan(args.with_)
+    command = resolve_command(plan, command)
+    quiet = args.quiet and args.doctor
+
+    def say(text: str) -> None:
+        if not quiet:
+            print(f"trainspeed run: {text}", file=sys.stderr, flush=True)
+
+    if plan.flags():
+        say(f"command: {shlex.join(command)}")
+    target = parse_command(command)  # a ConfigError before anything is installed
+    applied = _install(plan, say)
+    try:
+        if args.doctor:
+            config = DoctorConfig(command=command, steps=args.steps or None, out=args.out,
+                                  warmup_steps=args.warmup_steps, count_flops=False, system_sampler=False,
+                                  sinks=("jsonl",))
+            result = run_doctor(config)
+            _write_notes(result.run_dir, plan.settings, applied.notes)
+            if not args.quiet:
+                from trainspeed.doctor.findings import format_findings
+
+                print(format_findings(result.findings, limit=5))
+                print(f"trainspeed run: {result.stopped} after {result.steps} steps; run directory {result.run_dir}")
+            return result.exit_code
+        try:
+            execute(target)
+        except SystemExit as exc:
+            return exit_code_of(exc)
+        return 0
+    finally:
+        applied.uninstall()
+        if not args.doctor:
+            for note in applied.notes:
+                say(note)
+
+
+class _NothingInstalled:
+    notes: list[str] = []
+
+    def uninstall(self) -> None:
+        pass
+
+
+def _install(plan: Any, say: Any) -> Any:
+    """Install the plan's patches (a plan of script flags only installs nothing)."""
+    if not plan.patch_settings():
+        return _NothingInstalled()
+    from trainspeed.patches import install_settings
+
+    return install_settings(plan.patch_settings(), plan.targets, say=say)
+
+
+def _write_notes(run_dir: Any, settings: dict[str, Any], notes: list[str]) -> None:
+    """What each patch did (or why it did nothing), beside the run's records: the tuner reads
+    it to mark a trial whose setting failed (a compile that fell back to eager)."""
+    from trainspeed.fileio import atomic_write_text
+
+    atomic_write_text(run_dir / "patches.json", json.dumps({"settings": settings, "notes": notes}, indent=2) + "\n")

@@ -1,0 +1,128 @@
+"""What the script tuner knows about an unchanged script: read from a doctor run directory
+(the baseline trial's, or the one `--from RUN_DIR` names).
+
+The doctor records where the training DataLoader and the primary optimizer were built, where
+the loop calls the trained module, the script's argparse flags, and the call sites of logging,
+saving and gc. From that the knobs decide what to try, the patches know where to apply, and
+the code change knows which line to edit.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from trainspeed.doctor.checks.context import CheckContext
+from trainspeed.patches.targets import Targets
+from trainspeed.telemetry.rundir import read_run
+
+# Flag names (argparse dest or nanoGPT-style key) that hold a setting a knob varies, so the
+# trial passes the script's own flag instead of patching behind its back.
+FLAG_DESTS: dict[str, tuple[str, ...]] = {
+    "num_workers": ("num_workers", "workers", "dataloader_num_workers", "n_workers", "j"),
+    "compile": ("compile", "torch_compile", "use_compile"),
+    "log_every": ("log_interval", "log_every", "log_freq", "print_freq", "print_every", "log_steps",
+                  "logging_steps"),
+    "checkpoint_every": ("save_every", "save_interval", "checkpoint_every", "ckpt_every",
+                         "checkpoint_interval", "save_steps", "save_freq"),
+    "eval_every": ("eval_interval", "eval_every", "val_every", "eval_steps", "val_interval", "val_check_interval"),
+}
+
+
+@dataclass(kw_only=True)
+class ScriptFacts:
+    targets: Targets
+    loader: dict[str, Any] | None = None
+    """The training DataLoader's settings as the doctor saw them (None: no DataLoader)."""
+    optimizer: dict[str, Any] | None = None
+    model: dict[str, Any] | None = None
+    flags: list[dict[str, Any]] = field(default_factory=list)
+    """The script's own flags (option, dest, value, default, type, kind)."""
+    device: str = "cpu"
+    cores: int = 1
+    log_calls: int = 0
+    """Logging calls (print, SummaryWriter, wandb) per run, as counted by the doctor."""
+    save_calls: int = 0
+    gc_calls: int = 0
+    steps: int = 0
+    findings: list[dict[str, Any]] = field(default_factory=list)
+    """The doctor's findings on the script, when the run has a report."""
+
+    def flag_for(self, topic: str) -> dict[str, Any] | None:
+        """The script's flag that holds `topic` (num_workers, compile), if it has one."""
+        names = FLAG_DESTS.get(topic, (topic,))
+        for flag in self.flags:
+            dest = str(flag.get("dest") or "").lower()
+            if dest in names:
+                return flag
+        return None
+
+
+def _site(path: Any) -> tuple[str, int] | None:
+    if isinstance(path, (list, tuple)) and len(path) == 2 and path[0]:
+        return str(path[0]), int(path[1])
+    return None
+
+
+def _trained_model(ctx: CheckContext) -> dict[str, Any] | None:
+    """The module the loss comes from: the biggest observed module with parameters (the loss
+    module, called next to it, has none)."""
+    models = [m for m in ctx.models() if (m.get("params") or 0) > 0]
+    return max(models, key=lambda m: m.get("params") or 0) if models else None
+
+
+def read_facts(run_dir: str | Path) -> ScriptFacts:
+    """ScriptFacts of a doctor run directory (raises RunDirError if it is not one)."""
+    import json
+
+    run = read_run(run_dir)
+    summary: dict[str, Any] = {}
+    findings: list[dict[str, Any]] = []
+    report = Path(run_dir) / "report.json"
+    if report.is_file():
+        try:
+            data = json.loads(report.read_text(encoding="utf-8"))
+            summary, findings = data.get("summary") or {}, data.get("findings") or []
+        except (OSError, ValueError):
+            pass
+    ctx = CheckContext.from_run(run, summary)
+    loader = ctx.train_loader()
+    opt = ctx.primary_optimizer()
+    model = _trained_model(ctx)
+    flags_obs = ctx.first("script_flags") or {}
+    totals = {cat: ctx.site_totals(cat) for cat in ("log", "ckpt", "sync")}
+    script = None
+    command = (run.config or {}).get("command") or []
+    if command:
+        from trainspeed.doctor.runner import parse_command
+
+        try:
+            target = parse_command(command)
+            if target.kind == "path":
+                script = str(Path(target.name).resolve())
+        except Exception:  # noqa: BLE001 - the script may have moved since; targets stay usable
+            pass
+    targets = Targets(
+        script=script,
+        loader_site=_site((loader or {}).get("site_path")),
+        optimizer_site=_site((opt or {}).get("site_path")),
+        optimizer_class=(opt or {}).get("class"),
+        model_class=(model or {}).get("class"),
+        model_call_site=_site((model or {}).get("call_site_path")),
+        autocast=(model or {}).get("autocast"),
+        compiled=bool((model or {}).get("compiled")),
+        convolutional=bool((model or {}).get("convolutional")),
+        hf_model=bool((model or {}).get("hf_model")),
+    )
+    return ScriptFacts(
+        targets=targets, loader=loader, optimizer=opt, model=model,
+        flags=list(flags_obs.get("flags") or []), device=ctx.device_type, cores=ctx.cores,
+        log_calls=int(sum(t.get("count") or 0 for t in totals["log"].values())),
+        save_calls=int(sum(t.get("count") or 0 for t in totals["ckpt"].values())),
+        gc_calls=int(sum((totals["sync"].get(k) or {}).get("count") or 0 for k in ("gc_collect", "empty_cache"))),
+        steps=ctx.steps, findings=findings,
+    )
+
+
+__all__ = ["FLAG_DESTS", "ScriptFacts", "read_facts"]

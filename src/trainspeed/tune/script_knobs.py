@@ -1,0 +1,309 @@
+"""The script tuner's knobs: for an unchanged script, which settings to try.
+
+Same shape as knobs.py (a knob is `(ctx) -> list[Candidate | Skip]`), but a setting is a patch
+key of `trainspeed.patches` (`loader.num_workers`, `precision`, ...) applied at run time, or a
+script flag (`args.--workers`) where the script's own argparse holds the setting: then the
+result is stated as the flag to pass. What-ifs (`log_every`, `checkpoint_every`, `no_gc`)
+measure what a finding costs by thinning or removing it; they are reported, never combined.
+Knob names match the ones the doctor's findings print (`trainspeed tune --knobs K -- CMD`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from trainspeed.errors import ConfigError
+from trainspeed.tune.knobs import Candidate, DeviceInfo, Skip, _powers_up_to
+from trainspeed.tune.script_facts import ScriptFacts
+
+
+@dataclass(kw_only=True)
+class ScriptContext:
+    facts: ScriptFacts
+    device: DeviceInfo
+    settings: dict[str, Any] = field(default_factory=dict)
+    """Settings already applied (a greedy winner): deferred knobs look at them."""
+
+    def loader_value(self, key: str, default: Any = None) -> Any:
+        """Effective DataLoader setting: a tried setting (patch or flag) over the script's own."""
+        if f"loader.{key}" in self.settings:
+            return self.settings[f"loader.{key}"]
+        if key == "num_workers":
+            flag = self.facts.flag_for("num_workers")
+            if flag and f"args.{flag['option']}" in self.settings:
+                return self.settings[f"args.{flag['option']}"]
+        return (self.facts.loader or {}).get(key, default)
+
+
+def _flag_setting(ctx: ScriptContext, topic: str, value: Any) -> dict[str, Any] | None:
+    """{"args.--workers": 4} when the script has a flag for `topic` whose parsed value is the
+    one in effect (a flag the script ignores for this loader would measure nothing)."""
+    flag = ctx.facts.flag_for(topic)
+    if flag is None:
+        return None
+    if topic == "num_workers" and flag.get("value") != (ctx.facts.loader or {}).get("num_workers"):
+        return None
+    return {f"args.{flag['option']}": value}
+
+
+def num_workers(ctx: ScriptContext) -> list:
+    """DataLoader workers of the training loader: 0, powers of two up to the cores (with the cores split between workers and compute threads on a CPU)."""
+    if ctx.facts.loader is None:
+        return [Skip("num_workers", "-", "the training loop uses no DataLoader (its batches are built in "
+                                         "the main process), so there are no workers to add")]
+    current = int(ctx.loader_value("num_workers") or 0)
+    cores = max(1, ctx.device.cores)
+    values = [n for n in [0] + _powers_up_to(cores) if n != current]
+
+    def setting(n: int) -> dict[str, Any]:
+        return _flag_setting(ctx, "num_workers", n) or {"loader.num_workers": n}
+
+    out: list = [Candidate("num_workers", str(n), setting(n)) for n in values]
+    if ctx.device.type == "cpu" and "threads" not in ctx.settings:
+        # Workers and compute threads share the cores: each worker count is also tried with
+        # the cores split between them (see knobs.num_workers).
+        out += [Candidate("num_workers", f"{n} + {cores - n} compute threads", {**setting(n), "threads": cores - n})
+                for n in values if 0 < n < cores]
+    return out
+
+
+def _needs_workers(knob: str, label: str, ctx: ScriptContext) -> Skip | None:
+    if ctx.facts.loader is None:
+        return Skip(knob, label, "no training DataLoader")
+    if int(ctx.loader_value("num_workers") or 0) == 0:
+        return Skip(knob, label, "needs num_workers > 0; tried on top of a num_workers winner", deferred=True)
+    return None
+
+
+def persistent_workers(ctx: ScriptContext) -> list:
+    """Keep the training loader's workers between epochs (after a num_workers winner)."""
+    skip = _needs_workers("persistent_workers", "true", ctx)
+    if skip:
+        return [skip]
+    if ctx.loader_value("persistent_workers"):
+        return [Skip("persistent_workers", "true", "already on")]
+    return [Candidate("persistent_workers", "true", {"loader.persistent_workers": True})]
+
+
+def prefetch_factor(ctx: ScriptContext) -> list:
+    """Batches each worker loads ahead: 4 and 8 (after a num_workers winner)."""
+    current = ctx.loader_value("prefetch_factor") or 2
+    out: list = []
+    for f in (4, 8):
+        if f != current:
+            out.append(_needs_workers("prefetch_factor", str(f), ctx)
+                       or Candidate("prefetch_factor", str(f), {"loader.prefetch_factor": f}))
+    return out
+
+
+def pin_memory(ctx: ScriptContext) -> list:
+    """Page-locked host batches for faster host-to-GPU copies (CUDA only)."""
+    if ctx.device.type != "cuda":
+        return [Skip("pin_memory", "true", "pinned memory speeds up host-to-GPU copies; there are none on a CPU")]
+    if ctx.facts.loader is None:
+        return [Skip("pin_memory", "true", "no training DataLoader")]
+    if ctx.loader_value("pin_memory"):
+        return [Skip("pin_memory", "true", "already on")]
+    return [Candidate("pin_memory", "true", {"loader.pin_memory": True})]
+
+
+def precision(ctx: ScriptContext) -> list:
+    """bf16 (and fp16 with a GradScaler on CUDA) autocast around the trained module's forward."""
+    t = ctx.facts.targets
+    if t.autocast:
+        return [Skip("precision", "bf16", f"the script already autocasts its forward ({t.autocast})")]
+    if ctx.facts.model is None:
+        return [Skip("precision", "bf16", "no trained module was seen")]
+    cap = ctx.device.cuda_capability or (0, 0)
+    out: list = []
+    if ctx.device.type == "cuda" and cap < (8, 0):
+        out.append(Skip("precision", "bf16", f"bf16 needs compute capability 8.0+, this GPU is {cap}"))
+    else:
+        # On a CPU bf16 is measured, not assumed: fast with AMX/avx512_bf16, emulated (far
+        # slower, stopped early) without them.
+        out.append(Candidate("precision", "bf16", {"precision": "bf16"}))
+    if ctx.device.type == "cuda":
+        out.append(Candidate("precision", "fp16", {"precision": "fp16"}))
+    else:
+        out.append(Skip("precision", "fp16", "fp16 autocast on a CPU is emulated and far slower; bf16 is tried"))
+    return out
+
+
+def compile(ctx: ScriptContext) -> list:  # noqa: A001 - the knob's name
+    """torch.compile of the trained module (or the script's own --compile flag)."""
+    t = ctx.facts.targets
+    flag = ctx.facts.flag_for("compile")
+    if t.compiled or (flag and flag.get("value") is True):
+        return [Skip("compile", "default", "the script already compiles its model")]
+    if ctx.facts.model is None:
+        return [Skip("compile", "default", "no trained module was seen")]
+    if ctx.device.type == "cpu" and not ctx.device.has_compiler:
+        return [Skip("compile", "default", "torch.compile on CPU needs a C++ compiler (g++/clang++) on PATH")]
+    if flag is not None and flag.get("kind") in ("storetrue", "equals", "store", "booleanoptional"):
+        value = True if flag.get("kind") != "store" or flag.get("type") in (None, "bool") else 1
+        return [Candidate("compile", "default", {f"args.{flag['option']}": value}, cost_factor=3.0)]
+    # Compilation happens in the warm-up steps, which a trial excludes.
+    return [Candidate("compile", "default", {"compile": "default"}, cost_factor=3.0)]
+
+
+def fused_optimizer(ctx: ScriptContext) -> list:
+    """The optimizer's fused or foreach implementation."""
+    opt = ctx.facts.optimizer
+    if opt is None:
+        return [Skip("fused_optimizer", "fused", "no torch.optim optimizer steps in this loop")]
+    out: list = []
+    for impl in ("fused", "foreach"):
+        if opt.get(impl) is True:
+            out.append(Skip("fused_optimizer", impl, "already on"))
+        else:
+            out.append(Candidate("fused_optimizer", impl, {"optimizer.impl": impl}))
+    return out
+
+
+def threads(ctx: ScriptContext) -> list:
+    """torch.set_num_threads below the core count (CPU)."""
+    if ctx.device.type != "cpu":
+        return [Skip("threads", "-", "compute threads matter on a CPU device")]
+    cores = max(1, ctx.device.cores)
+    return [Candidate("threads", str(n), {"threads": n}) for n in _powers_up_to(cores) if n != cores]
+
+
+def tf32(ctx: ScriptContext) -> list:
+    """TF32 matmuls and convolutions (Ampere+ GPUs)."""
+    cap = ctx.device.cuda_capability or (0, 0)
+    if ctx.device.type != "cuda" or cap < (8, 0):
+        return [Skip("tf32", "on", "TF32 needs an NVIDIA GPU of compute capability 8.0+")]
+    return [Candidate("tf32", "on", {"cuda.tf32": True})]
+
+
+def cudnn_benchmark(ctx: ScriptContext) -> list:
+    """cuDNN autotuning of convolution kernels (CUDA, conv models)."""
+    if ctx.device.type != "cuda":
+        return [Skip("cudnn_benchmark", "on", "cuDNN autotuning exists on CUDA only")]
+    if not ctx.facts.targets.convolutional:
+        return [Skip("cudnn_benchmark", "on", "the model has no convolutions for cuDNN to tune")]
+    return [Candidate("cudnn_benchmark", "on", {"cuda.cudnn_benchmark": True})]
+
+
+def channels_last(ctx: ScriptContext) -> list:
+    """channels_last memory format for a convolutional model and its inputs."""
+    if not ctx.facts.targets.convolutional:
+        return [Skip("channels_last", "true", "the model has no Conv2d layers")]
+    return [Candidate("channels_last", "true", {"channels_last": True})]
+
+
+def attention(ctx: ScriptContext) -> list:
+    """A Hugging Face model's attn_implementation: sdpa or eager."""
+    if not ctx.facts.targets.hf_model:
+        return [Skip("attention", "sdpa", "not a Hugging Face model; in your own model call "
+                                          "F.scaled_dot_product_attention")]
+    return [Candidate("attention", impl, {"hf.attn_implementation": impl}) for impl in ("sdpa", "eager")]
+
+
+def _interval_flag(ctx: ScriptContext, topic: str, factor: int) -> Candidate | None:
+    """The script's own interval flag (--log-interval 1), set `factor` times larger: a real
+    setting the user keeps by passing the flag, not a what-if."""
+    flag = ctx.facts.flag_for(topic)
+    value = flag.get("value") if flag else None
+    if flag is None or isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        return None
+    return Candidate(topic, f"{flag['option']} {value * factor}", {f"args.{flag['option']}": value * factor})
+
+
+def log_every(ctx: ScriptContext) -> list:
+    """Log less often: the script's own interval flag x10, else a what-if in which only every
+    10th logging call (print, SummaryWriter, wandb) runs."""
+    own = _interval_flag(ctx, "log_every", 10)
+    if own is not None:
+        return [own]
+    if ctx.facts.log_calls < ctx.facts.steps // 2 or not ctx.facts.log_calls:
+        return [Skip("log_every", "10", f"{ctx.facts.log_calls} logging calls in {ctx.facts.steps} steps: "
+                                        "nothing per step to thin")]
+    return [Candidate("log_every", "every 10th call (what-if)", {"whatif.log_every": 10})]
+
+
+def checkpoint_every(ctx: ScriptContext) -> list:
+    """Save less often: the script's own interval flag x4, else a what-if in which only every
+    4th torch.save writes."""
+    own = _interval_flag(ctx, "checkpoint_every", 4)
+    if own is not None:
+        return [own]
+    if not ctx.facts.save_calls:
+        return [Skip("checkpoint_every", "4x", "no torch.save calls during the steps")]
+    return [Candidate("checkpoint_every", "every 4th save (what-if)", {"whatif.save_every": 4})]
+
+
+def eval_every(ctx: ScriptContext) -> list:
+    """Evaluate less often: the script's own eval-interval flag x4."""
+    own = _interval_flag(ctx, "eval_every", 4)
+    return [own] if own else [Skip("eval_every", "4x", "the script has no eval-interval flag")]
+
+
+def no_gc(ctx: ScriptContext) -> list:
+    """What-if: gc.collect and torch.cuda.empty_cache from the script do nothing."""
+    if not ctx.facts.gc_calls:
+        return [Skip("no_gc", "on", "no gc.collect / empty_cache calls during the steps")]
+    return [Candidate("no_gc", "no gc.collect/empty_cache (what-if)", {"whatif.no_gc": True})]
+
+
+SCRIPT_KNOBS: dict[str, Any] = {
+    # Ordered by how often they pay off on scripts: with a tight budget the first ones run.
+    "num_workers": num_workers,
+    "log_every": log_every,
+    "checkpoint_every": checkpoint_every,
+    "no_gc": no_gc,
+    "eval_every": eval_every,
+    "precision": precision,
+    "fused_optimizer": fused_optimizer,
+    "compile": compile,
+    "attention": attention,
+    "channels_last": channels_last,
+    "threads": threads,
+    "pin_memory": pin_memory,
+    "tf32": tf32,
+    "cudnn_benchmark": cudnn_benchmark,
+    "persistent_workers": persistent_workers,
+    "prefetch_factor": prefetch_factor,
+}
+"""Knob name -> settings function. Names match `trainspeed tune --knobs K -- CMD`."""
+
+WHATIF_PREFIX = "whatif."
+
+
+def is_whatif(settings: dict[str, Any]) -> bool:
+    """A what-if setting changes what the script does behind its back (skips logging calls):
+    measured and reported, never kept. The script's own interval flags are real settings."""
+    return any(key.startswith(WHATIF_PREFIX) for key in settings)
+
+
+def parse_script_knobs(text: str | None) -> list[str]:
+    from trainspeed.config_io import did_you_mean
+
+    if text is None or text.strip() in ("", "all"):
+        return list(SCRIPT_KNOBS)
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    for name in names:
+        if name not in SCRIPT_KNOBS:
+            guess = did_you_mean(name, list(SCRIPT_KNOBS))
+            hint = f"did you mean '{guess}'? " if guess else ""
+            raise ConfigError(f"--knobs: unknown knob '{name}' for a script; {hint}"
+                              f"knobs for a script: {', '.join(SCRIPT_KNOBS)}")
+    return list(dict.fromkeys(names))
+
+
+def knobs_from_findings(findings: list[dict[str, Any]]) -> list[str]:
+    """Knobs the doctor's findings name in their `trainspeed tune --knobs ...` commands, in
+    the findings' rank order: a tune `--from RUN_DIR` measures those first."""
+    import re
+
+    out: list[str] = []
+    for f in findings:
+        m = re.search(r"--knobs\s+([\w,]+)", str(f.get("verify_with") or ""))
+        for name in (m.group(1).split(",") if m else []):
+            if name in SCRIPT_KNOBS and name not in out:
+                out.append(name)
+    return out
+
+
+__all__ = ["SCRIPT_KNOBS", "WHATIF_PREFIX", "is_whatif", "ScriptContext", "knobs_from_findings", "parse_script_knobs"]

@@ -1,0 +1,172 @@
+"""`trainspeed tune [OPTIONS] -- python train.py ARGS` end to end: tune an unchanged script.
+
+The same measured search as a recipe tune (search.Tuner: fresh process per trial, warm-up
+excluded, interleaved repeats, baseline between candidates, noise-aware verdicts, loss
+parity, greedy combination, final verification), with the script knobs (script_knobs.py)
+applied by trainspeed.patches at run time. The baseline trial is a doctor run of the
+unchanged script: it tells the knobs what the script does and the patches where to apply.
+
+    <out>/trials/        one doctor run directory per trial
+    <out>/tune.jsonl     finished trials (rerun with the same --out to resume)
+    <out>/tune.json|md|html   the tables
+    <out>/best.yaml      the winning settings: `trainspeed run --with <out>/best.yaml -- CMD`
+    <out>/code_change.md, best.patch   where each kept setting goes in your files
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shlex
+from pathlib import Path
+from typing import Any, Callable
+
+from trainspeed.errors import ConfigError
+from trainspeed.patches.targets import Targets
+from trainspeed.tune.knobs import DeviceInfo
+from trainspeed.tune.options import TuneOptions
+from trainspeed.tune.result import TuneResult
+from trainspeed.tune.script_facts import ScriptFacts, read_facts
+from trainspeed.tune.script_knobs import SCRIPT_KNOBS, ScriptContext, is_whatif, knobs_from_findings
+from trainspeed.tune.script_trials import ScriptRunner
+from trainspeed.tune.search import Tuner
+from trainspeed.tune.store import TrialStore
+from trainspeed.tune.trials import Runner, TrialResult
+
+
+def command_hash(command: list[str]) -> str:
+    """Identity of the tuned command (and where it runs): a resumed tune finds its trials."""
+    blob = json.dumps({"command": command, "cwd": os.getcwd()}, sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def flag_styles(facts: ScriptFacts) -> dict[str, str]:
+    """How each of the script's flags is written: `--x=1` for argv-read (nanoGPT) flags, bare
+    for store_true switches, `--x 1` otherwise."""
+    styles: dict[str, str] = {}
+    for flag in facts.flags:
+        kind = flag.get("kind")
+        styles[str(flag["option"])] = ("equals" if kind == "equals" else
+                                       "bare" if kind in ("storetrue", "storefalse") else "space")
+    return styles
+
+
+def order_knobs(knobs: list[str], facts: ScriptFacts | None) -> list[str]:
+    """The knobs the doctor's findings name first (in their rank order), then the rest."""
+    if facts is None or not facts.findings:
+        return knobs
+    first = [k for k in knobs_from_findings(facts.findings) if k in knobs]
+    return first + [k for k in knobs if k not in first]
+
+
+def run_script_tune(command: list[str], out_dir: str | Path, options: TuneOptions, *,
+                    warmup_steps: int = 5, measure_steps: int = 25, from_run: str | Path | None = None,
+                    runner: Runner | None = None, say: Callable[[str], None] | None = None,
+                    trial_timeout_s: float = 600.0) -> TuneResult:
+    from trainspeed.doctor.runner import parse_command
+
+    if say is None:
+        def say(text: str) -> None:
+            print(text, flush=True)
+    parse_command(command)  # a missing script is a ConfigError now, not a failed baseline
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    prior = read_facts(from_run) if from_run is not None else None
+    if prior is not None:
+        options.knobs = order_knobs(options.knobs, prior)
+        say(f"from {from_run}: its findings name {', '.join(knobs_from_findings(prior.findings)) or 'no knob'}; "
+            f"knobs in this order: {', '.join(options.knobs)}")
+    if runner is None:
+        runner = ScriptRunner(base_config=out / "best.yaml", out_dir=out / "trials", command=list(command),
+                              warmup_steps=warmup_steps, measure_steps=measure_steps,
+                              timeout_s=trial_timeout_s, fork_server=options.fork_server, say=say,
+                              targets=prior.targets if prior else Targets())
+    state: dict[str, Any] = {"facts": prior}
+
+    def make_context(settings: dict[str, Any], base: TrialResult | None) -> ScriptContext:
+        if base is not None and base.run_dir:
+            facts = read_facts(base.run_dir)  # the baseline saw the script as it is now
+            if prior is not None:
+                facts.findings = prior.findings
+            state["facts"] = facts
+            if isinstance(runner, ScriptRunner):
+                runner.targets, runner.flag_styles = facts.targets, flag_styles(facts)
+            _describe(facts, say)
+        facts = state["facts"]
+        if facts is None:
+            raise ConfigError("the script tune has no facts about the script (no baseline run directory)")
+        device = DeviceInfo.detect("cuda" if facts.device == "cuda" else "cpu")
+        return ScriptContext(facts=facts, device=device, settings=settings)
+
+    store = TrialStore(out)
+    if len(store):
+        say(f"resuming: {len(store)} finished trials in {store.path}")
+    hint = (f"Run `trainspeed doctor -- {shlex.join(command)}` to see what the script does: it must "
+            "reach optimizer steps (a loop without torch.optim can mark each step with one line, "
+            "trainspeed.step()).")
+    tuner = Tuner(base_config={}, base_hash=command_hash(list(command)), device=DeviceInfo.detect("cpu"),
+                  runner=runner, store=store, options=options, say=say, knob_table=SCRIPT_KNOBS,
+                  make_context=make_context, whatif=is_whatif, baseline_hint=hint)
+    try:
+        result = tuner.run()
+    finally:
+        close = getattr(runner, "close", None)
+        if close is not None:
+            close()
+    for row in result.ablation:
+        if is_whatif(row.settings) and row.speedup is not None:
+            row.note = ("what-if: the time this costs, measured; not applied" + ("; " + row.note if row.note else ""))
+    write_script_outputs(command, result, out, state["facts"], runner)
+    return result
+
+
+def _describe(facts: ScriptFacts, say: Callable[[str], None]) -> None:
+    from trainspeed.doctor.instrument.sites import format_site
+
+    t = facts.targets
+    parts = []
+    if t.loader_site:
+        parts.append(f"training DataLoader at {format_site(*t.loader_site)} "
+                     f"(num_workers={(facts.loader or {}).get('num_workers')})")
+    if t.model_class:
+        parts.append(f"model {t.model_class}" + (f" called at {format_site(*t.model_call_site)}" if t.model_call_site else ""))
+    if t.optimizer_site:
+        parts.append(f"{t.optimizer_class} built at {format_site(*t.optimizer_site)}")
+    if facts.flags:
+        parts.append(f"{len(facts.flags)} flags ({', '.join(str(f['option']) for f in facts.flags[:6])})")
+    say("the baseline saw: " + ("; ".join(parts) or "no DataLoader, model or optimizer"))
+
+
+def write_script_outputs(command: list[str], result: TuneResult, out: Path, facts: ScriptFacts | None,
+                         runner: Any) -> None:
+    from trainspeed.fileio import atomic_write_text
+    from trainspeed.patches.plan import Plan, save_plan
+    from trainspeed.tune.table import markdown, write_html
+
+    targets = facts.targets if facts else Targets()
+    styles = flag_styles(facts) if facts else {}
+    plan = Plan(command=list(command), settings=dict(result.best_settings), targets=targets, flag_styles=styles)
+    save_plan(plan, out / "best.yaml", header=(
+        f"# trainspeed tune of: {shlex.join(command)}\n"
+        f"# run it: trainspeed run --with {out / 'best.yaml'} -- {shlex.join(command)}"))
+    atomic_write_text(out / "tune.json", json.dumps({**result.as_dict(), "command": list(command)},
+                                                    indent=2, default=str) + "\n")
+    atomic_write_text(out / "tune.md", markdown(result))
+    write_html(result, out / "tune.html", title="trainspeed tune",
+               subtitle=f"{shlex.join(command)} · {out} · {result.trials_run} trials run")
+    if result.best_settings:
+        try:
+            from trainspeed.patches.code_change import code_change
+
+            device = facts.device if facts else "cpu"
+            change = code_change(dict(result.best_settings), targets, root=Path.cwd(), command=list(command),
+                                 device=device)
+            change.write(out)
+        except ImportError as exc:  # libcst is an extra: the settings still work through `run --with`
+            atomic_write_text(out / "code_change.md", f"The code change needs LibCST ({exc}); install it with "
+                                                      "`pip install 'trainspeed[patch]'` and rerun the tune "
+                                                      "with the same --out (finished trials are reused).\n")
+
+
+__all__ = ["run_script_tune", "command_hash", "flag_styles", "order_knobs", "write_script_outputs"]

@@ -1,0 +1,75 @@
+"""Trials of an unchanged script: `trainspeed run --with PLAN --doctor --steps N -- CMD` per
+trial, each its own process (forked from the fork server where that works), the settings
+applied by patches before the script's first line and its own flags set on its command line.
+
+The trial's run directory is a doctor run: its step records give the step times, samples and
+losses the search compares, exactly as for a recipe trial (result_from_run_dir).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from trainspeed.patches.plan import Plan, save_plan
+from trainspeed.patches.targets import Targets
+from trainspeed.tune.trials import SubprocessRunner, TrialRequest, TrialResult
+
+FAILED_NOTE = "failed"
+"""A patch note starting with this marks the trial failed (a compile that fell back to eager
+measures eager code: it must not be read as the compiled speed)."""
+
+
+def settings_of(request: TrialRequest) -> dict[str, Any]:
+    """The request's `key=value` overrides back into a settings dict (values are YAML scalars)."""
+    out: dict[str, Any] = {}
+    for item in request.overrides:
+        key, _, raw = item.partition("=")
+        out[key] = yaml.safe_load(raw) if raw else None
+    return out
+
+
+@dataclass(kw_only=True)
+class ScriptRunner(SubprocessRunner):
+    command: list[str]
+    """The script's command line (python train.py ARGS), run from the tuner's cwd."""
+    warmup_steps: int = 5
+    measure_steps: int = 25
+    targets: Targets = field(default_factory=Targets)
+    """Where the patches apply; set from the baseline trial's run (or --from RUN_DIR)."""
+    flag_styles: dict[str, str] = field(default_factory=dict)
+
+    def plan_path(self, request: TrialRequest) -> Path:
+        return self.out_dir / ".plans" / f"{request.key}.yaml"
+
+    def arguments(self, request: TrialRequest) -> list[str]:
+        path = self.plan_path(request)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        save_plan(Plan(command=self.command, settings=settings_of(request), targets=self.targets,
+                       flag_styles=self.flag_styles), path)
+        return ["run", "--with", str(path), "--doctor", "--quiet",
+                "--steps", str(self.warmup_steps + self.measure_steps),
+                "--warmup-steps", str(self.warmup_steps),
+                "--out", str(self.out_dir / request.name), "--", *self.command]
+
+    def __call__(self, request: TrialRequest) -> TrialResult:
+        result = super().__call__(request)
+        notes = _patch_notes(Path(result.run_dir)) if result.run_dir else []
+        failed = [n for n in notes if n.lower().startswith(FAILED_NOTE)]
+        if result.ok and failed:
+            result.ok, result.error = False, failed[0]
+        return result
+
+
+def _patch_notes(run_dir: Path) -> list[str]:
+    try:
+        return list(json.loads((run_dir / "patches.json").read_text(encoding="utf-8")).get("notes") or [])
+    except (OSError, ValueError):
+        return []
+
+
+__all__ = ["FAILED_NOTE", "ScriptRunner", "settings_of"]

@@ -1,0 +1,116 @@
+"""The script tuner's pure parts: knobs from what the doctor saw, flags on a command line,
+the settings file, telling a command from a config."""
+
+from __future__ import annotations
+
+import pytest
+
+from trainspeed.errors import ConfigError
+from trainspeed.patches.plan import Plan, apply_flags, load_plan, save_plan
+from trainspeed.patches.targets import Targets
+from trainspeed.tune.knobs import Candidate, DeviceInfo, Skip
+from trainspeed.tune.script_facts import ScriptFacts
+from trainspeed.tune.script_knobs import (SCRIPT_KNOBS, ScriptContext, knobs_from_findings,
+                                          parse_script_knobs)
+
+pytestmark = pytest.mark.timeout(60)
+
+WORKERS_FLAG = {"option": "--workers", "dest": "workers", "value": 0, "default": 0, "type": "int", "kind": "store"}
+
+
+def ctx(**kw) -> ScriptContext:
+    facts = ScriptFacts(targets=kw.pop("targets", Targets(model_class="Net")),
+                        loader=kw.pop("loader", {"num_workers": 0}), model=kw.pop("model", {"class": "Net"}),
+                        optimizer=kw.pop("optimizer", {"class": "AdamW", "fused": None}),
+                        flags=kw.pop("flags", []), steps=kw.pop("steps", 30), log_calls=kw.pop("log_calls", 0),
+                        save_calls=kw.pop("save_calls", 0))
+    kind = kw.pop("device", "cpu")
+    device = DeviceInfo(type=kind, cores=kw.pop("cores", 2), has_compiler=True,
+                        cuda_capability=(8, 0) if kind == "cuda" else None)
+    return ScriptContext(facts=facts, device=device, settings=kw.pop("settings", {}))
+
+
+def settings(items) -> list[dict]:
+    return [c.settings for c in items if isinstance(c, Candidate)]
+
+
+def test_num_workers_patches_the_loader_or_passes_the_scripts_own_flag():
+    assert settings(SCRIPT_KNOBS["num_workers"](ctx())) == [
+        {"loader.num_workers": 1}, {"loader.num_workers": 2}, {"loader.num_workers": 1, "threads": 1}]
+    with_flag = settings(SCRIPT_KNOBS["num_workers"](ctx(flags=[WORKERS_FLAG])))
+    assert with_flag[0] == {"args.--workers": 1}
+    # a --workers flag whose value is not the loader's (it feeds another loader) is not trusted
+    other = dict(WORKERS_FLAG, value=4)
+    assert settings(SCRIPT_KNOBS["num_workers"](ctx(flags=[other])))[0] == {"loader.num_workers": 1}
+    no_loader = SCRIPT_KNOBS["num_workers"](ctx(loader=None))
+    assert isinstance(no_loader[0], Skip) and "no DataLoader" in no_loader[0].reason
+
+
+def test_worker_dependent_knobs_wait_for_workers():
+    [skip] = SCRIPT_KNOBS["persistent_workers"](ctx())
+    assert isinstance(skip, Skip) and skip.deferred
+    after = SCRIPT_KNOBS["persistent_workers"](ctx(settings={"loader.num_workers": 2}))
+    assert settings(after) == [{"loader.persistent_workers": True}]
+    flagged = SCRIPT_KNOBS["prefetch_factor"](ctx(flags=[WORKERS_FLAG], settings={"args.--workers": 1}))
+    assert settings(flagged) == [{"loader.prefetch_factor": 4}, {"loader.prefetch_factor": 8}]
+
+
+def test_precision_and_compile_respect_what_the_script_already_does():
+    [skip] = SCRIPT_KNOBS["precision"](ctx(targets=Targets(autocast="bfloat16")))
+    assert isinstance(skip, Skip) and "already autocasts" in skip.reason
+    cpu = SCRIPT_KNOBS["precision"](ctx())
+    assert settings(cpu) == [{"precision": "bf16"}] and "fp16" in [s.label for s in cpu if isinstance(s, Skip)]
+    gpu = SCRIPT_KNOBS["precision"](ctx(device="cuda"))
+    assert settings(gpu) == [{"precision": "bf16"}, {"precision": "fp16"}]
+    assert isinstance(SCRIPT_KNOBS["compile"](ctx(targets=Targets(compiled=True)))[0], Skip)
+    nano = {"option": "--compile", "dest": "compile", "value": False, "type": "bool", "kind": "equals"}
+    [c] = SCRIPT_KNOBS["compile"](ctx(flags=[nano]))
+    assert c.settings == {"args.--compile": True} and c.cost_factor == 3.0
+
+
+def test_what_ifs_only_where_the_doctor_saw_the_calls():
+    assert isinstance(SCRIPT_KNOBS["log_every"](ctx(log_calls=3, steps=30))[0], Skip)
+    assert settings(SCRIPT_KNOBS["log_every"](ctx(log_calls=60, steps=30))) == [{"whatif.log_every": 10}]
+    assert settings(SCRIPT_KNOBS["checkpoint_every"](ctx(save_calls=6))) == [{"whatif.save_every": 4}]
+    assert isinstance(SCRIPT_KNOBS["channels_last"](ctx())[0], Skip)
+    assert settings(SCRIPT_KNOBS["channels_last"](ctx(targets=Targets(convolutional=True)))) == [{"channels_last": True}]
+
+
+def test_knob_names_and_findings_order():
+    with pytest.raises(ConfigError, match="did you mean 'num_workers'"):
+        parse_script_knobs("num_worker")
+    findings = [{"verify_with": "trainspeed tune --knobs num_workers -- python train.py"},
+                {"verify_with": "trainspeed tune --knobs log_every,precision -- python train.py"},
+                {"verify_with": None}]
+    assert knobs_from_findings(findings) == ["num_workers", "log_every", "precision"]
+
+
+def test_apply_flags_replaces_in_place_or_appends():
+    cmd = ["python", "train.py", "--workers", "0", "--lr=3e-4"]
+    assert apply_flags(cmd, {"--workers": 4}) == ["python", "train.py", "--workers", "4", "--lr=3e-4"]
+    assert apply_flags(cmd, {"--lr": 0.1}) == ["python", "train.py", "--workers", "0", "--lr=0.1"]
+    assert apply_flags(["python", "t.py"], {"--compile": True}, {"--compile": "equals"}) == \
+        ["python", "t.py", "--compile=True"]
+    assert apply_flags(["python", "t.py"], {"--amp": True}, {"--amp": "bare"}) == ["python", "t.py", "--amp"]
+    assert apply_flags(["python", "t.py", "--amp", "x"], {"--amp": False}, {"--amp": "bare"}) == \
+        ["python", "t.py", "x"]
+
+
+def test_settings_file_round_trip_and_clear_errors(tmp_path):
+    plan = Plan(command=["python", "train.py"], settings={"args.--workers": 2},
+                targets=Targets(loader_site=("/x/train.py", 3)), flag_styles={"--workers": "space"})
+    save_plan(plan, tmp_path / "best.yaml", header="# a header")
+    back = load_plan(tmp_path / "best.yaml")
+    assert back.flags() == {"--workers": 2} and back.targets.loader_site == ("/x/train.py", 3)
+    with pytest.raises(ConfigError, match="no such file"):
+        load_plan(tmp_path / "missing.yaml")
+    (tmp_path / "cfg.yaml").write_text("recipe: {name: gpt}\n")
+    with pytest.raises(ConfigError, match="not a script settings file"):
+        load_plan(tmp_path / "cfg.yaml")
+
+
+def test_tune_cli_tells_a_command_from_a_config():
+    from trainspeed.cli.tune import is_script_command
+
+    assert is_script_command("python") and is_script_command("python3.11") and is_script_command("train.py")
+    assert not is_script_command("gpt") and not is_script_command("my.yaml") and not is_script_command(None)
