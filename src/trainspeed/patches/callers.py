@@ -1,0 +1,49 @@
+"""Which line of the user's code made a call: the innermost frame outside torch, trainspeed
+and the standard library. A patch that must change one DataLoader or one optimizer (the
+training loop's) matches that line against the site the doctor recorded."""
+
+from __future__ import annotations
+
+import os
+import sys
+import sysconfig
+
+import torch
+
+import trainspeed
+
+_TORCH = os.path.dirname(torch.__file__) + os.sep
+_OURS = os.path.dirname(trainspeed.__file__) + os.sep
+_STDLIB = tuple({os.path.dirname(os.__file__) + os.sep, (sysconfig.get_paths().get("stdlib") or "") + os.sep} - {os.sep})
+
+
+def _library(filename: str) -> bool:
+    if filename.startswith(("<frozen", _TORCH, _OURS)):
+        return True
+    return filename.startswith(_STDLIB) and "site-packages" not in filename and "dist-packages" not in filename
+
+
+def user_caller(start: int = 2, depth: int = 60) -> tuple[str, int] | None:
+    """(filename, line) of the first frame from `start` up that is not torch, trainspeed or
+    the standard library (the user's line, or a library's such as Lightning's)."""
+    try:
+        frame = sys._getframe(start)
+    except ValueError:
+        return None
+    while frame is not None and depth:
+        if not _library(frame.f_code.co_filename):
+            return frame.f_code.co_filename, frame.f_lineno
+        frame, depth = frame.f_back, depth - 1
+    return None
+
+
+def in_user_files(site: tuple[str, int] | None) -> bool:
+    """A call made from the user's own files (not an installed package)."""
+    return site is not None and "site-packages" not in site[0] and "dist-packages" not in site[0]
+
+
+def same_site(a: tuple[str, int] | None, b: tuple[str, int] | None) -> bool:
+    return a is not None and b is not None and a[1] == b[1] and os.path.realpath(a[0]) == os.path.realpath(b[0])
+
+
+__all__ = ["in_user_files", "same_site", "user_caller"]

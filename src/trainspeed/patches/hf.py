@@ -1,0 +1,61 @@
+"""`hf.attn_implementation`: a Hugging Face model's attention kernel (sdpa: PyTorch's fused
+scaled_dot_product_attention; eager: matmul-softmax-matmul; flash_attention_2 where the
+flash_attn package is installed). Passed as the keyword of `from_pretrained` / `_from_config`
+(which the Auto classes call), unless the script passes its own; a model built directly from
+its class gets it through `set_attn_implementation` once it is found training.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from types import ModuleType
+from typing import Any
+
+from trainspeed.patches.settings import InstallContext
+
+
+def install_attn_implementation(value: str, ctx: InstallContext) -> None:
+    if value == "flash_attention_2" and importlib.util.find_spec("flash_attn") is None:
+        ctx.note("failed: hf.attn_implementation=flash_attention_2 needs the flash_attn package; not applied")
+        return
+
+    def patch(transformers: ModuleType) -> None:
+        base = transformers.PreTrainedModel
+        for name in ("from_pretrained", "_from_config"):
+            descriptor = base.__dict__.get(name)
+            if not isinstance(descriptor, classmethod):
+                continue
+            function = descriptor.__func__
+
+            def make(function: Any, name: str) -> Any:
+                def loader(cls: type, *args: Any, **kwargs: Any) -> Any:
+                    if "attn_implementation" in kwargs:
+                        if kwargs["attn_implementation"] != value:
+                            ctx.note(f"attention: the script asks {name} for "
+                                     f"{kwargs['attn_implementation']!r}; kept over {value!r}")
+                        return function(cls, *args, **kwargs)
+                    ctx.note(f"attention: {cls.__name__}.{name}(..., attn_implementation={value!r})")
+                    return function(cls, *args, attn_implementation=value, **kwargs)
+
+                loader.__wrapped__ = function  # type: ignore[attr-defined]
+                return classmethod(loader)
+
+            ctx.patches.setattr(base, name, make(function, name))
+
+    ctx.imports.add("transformers", patch)
+
+    from trainspeed.patches.model import on_trained_module
+
+    def late(module: Any) -> None:
+        config = getattr(module, "config", None)
+        current = getattr(config, "_attn_implementation", None)
+        setter = getattr(module, "set_attn_implementation", None)
+        if config is None or current == value or setter is None:
+            return
+        try:
+            setter(value)
+            ctx.note(f"attention: {type(module).__name__}.set_attn_implementation({value!r}) (was {current!r})")
+        except Exception as exc:  # noqa: BLE001 - the model keeps its kernel; the trial says so
+            ctx.note(f"failed: {type(module).__name__} refused attn_implementation={value!r}: {exc}")
+
+    on_trained_module(ctx, late)

@@ -1,0 +1,144 @@
+"""Settings on the trained module: autocast (precision), torch.compile, channels_last.
+
+The trained module is found at run time, once: the first outermost module call with grad
+enabled, in train mode, with parameters that require grad (and of the class the doctor saw,
+when it is known). A global forward pre-hook looks for it and removes itself, so later steps
+pay nothing. The settings then act on that instance only: the loss module, a frozen teacher or
+an evaluation model are left alone.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, Callable
+
+import torch
+from torch import nn
+from torch.nn.modules import module as module_mod
+
+from trainspeed.patches.settings import InstallContext
+
+
+def _is_trained(module: nn.Module, class_name: str | None) -> bool:
+    if not torch.is_grad_enabled() or not module.training:
+        return False
+    if class_name and type(module).__name__ != class_name and type(module).__name__ != "OptimizedModule":
+        return False
+    return any(p.requires_grad for p in module.parameters())
+
+
+def on_trained_module(ctx: InstallContext, action: Callable[[nn.Module], None]) -> None:
+    """Call `action(module)` once the trained module is first called (see module docstring)."""
+    finder = ctx.shared.get("model")
+    if finder is None:
+        finder = ctx.shared["model"] = {"actions": [], "found": None, "depth": 0}
+        class_name = ctx.targets.model_class
+
+        def pre_hook(module: nn.Module, args: Any) -> None:
+            if torch.compiler.is_compiling() or finder["found"] is not None:
+                return None
+            if not _is_trained(module, class_name):
+                return None
+            finder["found"] = module
+            handle.remove()
+            for act in finder["actions"]:
+                act(module)
+            return None
+
+        handle = module_mod.register_module_forward_pre_hook(pre_hook)
+        ctx.patches.handle(handle)
+    finder["actions"].append(action)
+
+
+# ---------------------------------------------------------------- precision
+
+def _autocast_forward(module: nn.Module, dtype: torch.dtype, ctx: InstallContext) -> None:
+    device = next((p.device.type for p in module.parameters()), "cpu")
+    if torch.is_autocast_enabled(device) or ctx.targets.autocast:
+        ctx.note(f"precision: the script already autocasts {type(module).__name__}'s forward; not wrapped again")
+        return
+    original = module.forward
+
+    @functools.wraps(original)
+    def forward(*args: Any, **kwargs: Any) -> Any:
+        with torch.autocast(device_type=device, dtype=dtype):
+            return original(*args, **kwargs)
+
+    # An instance attribute: the class (and every other instance) keeps its forward. The
+    # first call, already under way when the module was found, runs unwrapped (a warm-up step).
+    module.forward = forward  # type: ignore[method-assign]
+    ctx.patches.call_on_undo(lambda: module.__dict__.pop("forward", None))
+    ctx.note(f"precision: {type(module).__name__}.forward runs under torch.autocast({device!r}, {dtype})")
+
+
+def install_precision(value: str, ctx: InstallContext) -> None:
+    dtype = torch.bfloat16 if value == "bf16" else torch.float16
+    on_trained_module(ctx, lambda m: _autocast_forward(m, dtype, ctx))
+    if value == "fp16":
+        from trainspeed.patches.scaler import install_grad_scaler
+
+        install_grad_scaler(ctx)
+
+
+# ---------------------------------------------------------------- compile
+
+def install_compile(value: str, ctx: InstallContext) -> None:
+    if ctx.targets.compiled:
+        ctx.note("compile: the script already compiles its model; not compiled again")
+        return
+    import torch._dynamo
+
+    # A compile error falls back to eager instead of crashing the run; the fallback is
+    # detected below and marks the trial failed (an eager speed must not read as compiled).
+    ctx.patches.setattr(torch._dynamo.config, "suppress_errors", True)
+
+    def compile_module(module: nn.Module) -> None:
+        if getattr(module, "_compiled_call_impl", None) is not None or type(module).__name__ == "OptimizedModule":
+            ctx.note("compile: the model is already compiled")
+            return
+        try:
+            module.compile(mode=None if value == "default" else value)
+        except Exception as exc:  # noqa: BLE001 - a compile that cannot start is a result
+            ctx.note(f"failed: torch.compile could not start: {type(exc).__name__}: {exc}")
+            return
+        ctx.patches.call_on_undo(lambda: setattr(module, "_compiled_call_impl", None))
+        ctx.note(f"compile: {type(module).__name__} compiled in place (mode {value})")
+        _watch_fallbacks(ctx)
+
+    on_trained_module(ctx, compile_module)
+
+
+def _watch_fallbacks(ctx: InstallContext) -> None:
+    """With suppress_errors, dynamo logs a failed frame and runs it eagerly: count those."""
+    import logging
+
+    class Catch(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            message = record.getMessage()
+            if record.levelno >= logging.WARNING and "error" in message.lower():
+                if not any(n.startswith("failed: torch.compile") for n in ctx.notes):
+                    ctx.note(f"failed: torch.compile fell back to eager: {message.splitlines()[0][:200]}")
+
+    handler = Catch()
+    logger = logging.getLogger("torch._dynamo")
+    logger.addHandler(handler)
+    ctx.patches.call_on_undo(lambda: logger.removeHandler(handler))
+
+
+# ---------------------------------------------------------------- channels_last
+
+def install_channels_last(value: bool, ctx: InstallContext) -> None:
+    if not value:
+        return
+
+    def convert(module: nn.Module) -> None:
+        module.to(memory_format=torch.channels_last)
+
+        def to_channels_last(_: nn.Module, args: tuple[Any, ...]) -> tuple[Any, ...]:
+            return tuple(a.contiguous(memory_format=torch.channels_last)
+                         if isinstance(a, torch.Tensor) and a.dim() == 4 else a for a in args)
+
+        ctx.patches.handle(module.register_forward_pre_hook(to_channels_last))
+        ctx.note(f"channels_last: {type(module).__name__} and its 4-D inputs use torch.channels_last")
+
+    on_trained_module(ctx, convert)

@@ -1,0 +1,89 @@
+"""What-ifs: measure what a finding costs by thinning or removing it. They change what the
+script does (fewer log records, fewer checkpoints, no gc.collect), so the tuner reports them as
+"what this costs here" and never keeps them; the user keeps the gain by changing the interval
+in their own code. Calls are counted per call site (file:line), so a loop that logs five
+scalars per step keeps every k-th step of each.
+"""
+
+from __future__ import annotations
+
+import builtins
+import gc
+import sys
+from collections import Counter
+from types import ModuleType
+from typing import Any, Callable
+
+import torch
+
+from trainspeed.patches.callers import user_caller
+from trainspeed.patches.settings import InstallContext
+
+WRITER_METHODS = ("add_scalar", "add_scalars", "add_histogram", "add_image", "add_images", "add_text",
+                  "add_figure", "flush")
+
+
+def _every_kth(k: int, original: Callable[..., Any], counts: Counter, skipped_value: Any = None,
+               user_only: bool = True) -> Callable[..., Any]:
+    def thinned(*args: Any, **kwargs: Any) -> Any:
+        site = user_caller(2)
+        if site is None and user_only:
+            return original(*args, **kwargs)  # trainspeed's or torch's own call
+        counts[site] += 1
+        if (counts[site] - 1) % k == 0:
+            return original(*args, **kwargs)
+        return skipped_value
+
+    thinned.__wrapped__ = original  # type: ignore[attr-defined]
+    return thinned
+
+
+def install_log_every(k: int, ctx: InstallContext) -> None:
+    counts: Counter = Counter()
+    thinned_print = _every_kth(k, builtins.print, counts)
+    original_print = builtins.print
+
+    def print_(*args: Any, **kwargs: Any) -> Any:
+        # Only the script's stdout logging: trainspeed's own messages go to stderr.
+        if kwargs.get("file") not in (None, sys.stdout):
+            return original_print(*args, **kwargs)
+        return thinned_print(*args, **kwargs)
+
+    ctx.patches.setattr(builtins, "print", print_)
+
+    def writer(module: ModuleType) -> None:
+        cls = getattr(module, "SummaryWriter", None)
+        for name in WRITER_METHODS:
+            if cls is not None and name in cls.__dict__:
+                ctx.patches.setattr(cls, name, _every_kth(k, cls.__dict__[name], counts))
+
+    def wandb(module: ModuleType) -> None:
+        if hasattr(module, "log"):
+            ctx.patches.setattr(module, "log", _every_kth(k, module.log, counts))
+
+    ctx.imports.add("torch.utils.tensorboard.writer", writer)
+    ctx.imports.add("wandb", wandb)
+    ctx.note(f"what-if: print, SummaryWriter and wandb.log calls run once every {k} calls per call site")
+
+
+def install_save_every(k: int, ctx: InstallContext) -> None:
+    ctx.patches.setattr(torch, "save", _every_kth(k, torch.save, Counter()))
+    ctx.note(f"what-if: torch.save from the script writes once every {k} calls per call site")
+
+
+def install_no_gc(value: bool, ctx: InstallContext) -> None:
+    if not value:
+        return
+
+    def skip(original: Callable[..., Any]) -> Callable[..., Any]:
+        def noop(*args: Any, **kwargs: Any) -> Any:
+            if user_caller(2) is None:
+                return original(*args, **kwargs)
+            return 0
+
+        noop.__wrapped__ = original  # type: ignore[attr-defined]
+        return noop
+
+    ctx.patches.setattr(gc, "collect", skip(gc.collect))
+    ctx.patches.setattr(torch.cuda, "empty_cache", skip(torch.cuda.empty_cache))
+    ctx.note("what-if: gc.collect and torch.cuda.empty_cache from the script do nothing")
