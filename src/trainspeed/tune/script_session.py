@@ -161,7 +161,7 @@ def write_script_outputs(command: list[str], result: TuneResult, out: Path, fact
 
             device = facts.device if facts else "cpu"
             change = code_change(dict(result.best_settings), targets, root=Path.cwd(), command=list(command),
-                                 device=device)
+                                 device=device, flag_styles=styles)
             change.write(out)
         except ImportError as exc:  # libcst is an extra: the settings still work through `run --with`
             atomic_write_text(out / "code_change.md", f"The code change needs LibCST ({exc}); install it with "

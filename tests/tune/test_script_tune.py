@@ -1,0 +1,124 @@
+"""`trainspeed tune -- python train.py`: a real tune of an unchanged script, end to end.
+
+Trials are real processes running the script under `trainspeed run --with PLAN --doctor`, so
+this is the slowest tune test; its script is built to make the answer unambiguous (the data
+waits 3 ms per batch in the main process: a worker hides it) and the tune small (one knob,
+one repeat)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from trainspeed.cli.main import main
+from trainspeed.tune.options import TuneOptions
+from trainspeed.tune.script_session import run_script_tune
+from trainspeed.tune.search import TuneError
+
+pytestmark = pytest.mark.timeout(300)
+
+SCRIPT = '''
+import argparse, time
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, Dataset
+
+p = argparse.ArgumentParser()
+p.add_argument("--epochs", type=int, default=100)
+args = p.parse_args()
+
+
+class Slow(Dataset):
+    def __len__(self):
+        return 4096
+
+    def __getitem__(self, i):
+        g = torch.Generator().manual_seed(i)
+        time.sleep(0.001)  # a file read
+        return torch.randn(16, generator=g), i % 4
+
+
+torch.manual_seed(0)
+train = DataLoader(Slow(), batch_size=8,
+                   shuffle=True)
+model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 4))
+opt = torch.optim.SGD(model.parameters(), lr=0.05)
+for epoch in range(args.epochs):
+    for x, y in train:
+        loss = nn.functional.cross_entropy(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+'''
+
+
+def _digest(folder: Path) -> dict[str, str]:
+    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(folder.rglob("*")) if p.is_file() and "runs" not in p.parts}
+
+
+def test_script_tune_finds_workers_verifies_them_and_hands_back_the_change(tmp_path, monkeypatch):
+    user = tmp_path / "project"
+    user.mkdir()
+    (user / "train.py").write_text(SCRIPT)
+    monkeypatch.chdir(user)
+    before = _digest(user)
+    out = user / "runs" / "tune"
+    options = TuneOptions(knobs=["num_workers"], budget_s=240, repeats=1, verify_repeats=2)
+    command = ["python", "train.py", "--epochs", "3"]
+    result = run_script_tune(command, out, options, warmup_steps=3, measure_steps=12, say=lambda s: None)
+
+    workers = [r for r in result.ablation if r.verdict == "faster"]
+    assert workers and max(r.speedup for r in workers) > 1.3, [(r.setting, r.verdict, r.speedup) for r in result.ablation]
+    assert result.final is not None and result.final.verdict == "faster"
+    best = yaml.safe_load((out / "best.yaml").read_text())
+    assert best["kind"] == "script-settings" and best["command"] == command
+    assert best["settings"].get("loader.num_workers", 0) >= 1
+    assert best["targets"]["loader_site"] == [str(user / "train.py"), 23]
+    assert _digest(user) == before  # the user's files were never written
+
+    # the code change: a patch that applies to the user's file, and the patched script runs
+    patch = (out / "best.patch").read_text()
+    assert "num_workers=" in patch and "a/train.py" in patch
+    copy = tmp_path / "copy"
+    copy.mkdir()
+    (copy / "train.py").write_text(SCRIPT)
+    subprocess.run(["git", "apply", str(out / "best.patch")], cwd=copy, check=True)
+    assert "num_workers=" in (copy / "train.py").read_text()
+    subprocess.run([sys.executable, "train.py", "--epochs", "0"], cwd=copy, check=True, timeout=60)
+
+    # trainspeed run --with best.yaml runs the script with the settings, files untouched
+    run_dir = user / "runs" / "with"
+    code = main(["run", "--with", str(out / "best.yaml"), "--doctor", "--quiet", "--steps", "6",
+                 "--out", str(run_dir), "--", *command])
+    assert code == 0
+    loaders = [json.loads(line)["data"] for line in (run_dir / "events.jsonl").read_text().splitlines()
+               if '"dataloader"' in line]
+    assert loaders and loaders[0]["num_workers"] == best["settings"]["loader.num_workers"]
+    assert _digest(user) == before
+
+    # a rerun with the same --out resumes: every trial is reused, none runs again
+    again = run_script_tune(command, out, TuneOptions(knobs=["num_workers"], budget_s=240, repeats=1,
+                                                      verify_repeats=2),
+                            warmup_steps=3, measure_steps=12, say=lambda s: None)
+    assert again.trials_run == 0 and again.best_settings == result.best_settings
+
+
+def test_a_script_that_never_steps_gets_a_clear_error(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "noop.py").write_text("import torch\nprint(torch.ones(2).sum())\n")
+    with pytest.raises(TuneError, match="trainspeed doctor -- python noop.py"):
+        run_script_tune(["python", "noop.py"], tmp_path / "out", TuneOptions(knobs=["num_workers"], budget_s=60),
+                        say=lambda s: None)
+
+
+def test_tune_cli_with_a_missing_script_says_so(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert main(["tune", "--", "python", "nope.py"]) == 2
+    assert "script 'nope.py' not found" in capsys.readouterr().err
