@@ -24,12 +24,31 @@ TUNE_KNOBS = {
     "logging": "log_every",
     "checkpoint": "checkpoint_every",
 }
-"""Doctor topic -> knob name of `trainspeed tune --knobs` (one place to keep them in sync)."""
+"""Doctor topic -> knob name of `trainspeed tune CONFIG --knobs` (one place to keep them in sync)."""
+
+SCRIPT_TUNE_KNOBS = {
+    "num_workers": "num_workers",
+    "pin_memory": "pin_memory",
+    "precision": "precision",
+    "compile": "compile",
+    "fused": "fused_optimizer",
+    "logging": "log_every",
+    "checkpoint": "checkpoint_every",
+}
+"""Doctor topic -> knob of `trainspeed tune --knobs K -- CMD` (tune/script_knobs.py); topics
+missing here (padding, batch size) are code changes no run-time setting makes."""
 
 
-def tune_command(*topics: str) -> str:
+def tune_command(*topics: str, command: list[str] | None = None, config: str | None = None) -> str | None:
+    """The command that measures the fix: for a script run, the script tune of the recorded
+    command (None when no topic has a script knob); for an engine run, the tune of its config."""
+    import shlex
+
+    if command:
+        knobs = [SCRIPT_TUNE_KNOBS[t] for t in topics if t in SCRIPT_TUNE_KNOBS]
+        return f"trainspeed tune --knobs {','.join(knobs)} -- {shlex.join(command)}" if knobs else None
     knobs = ",".join(TUNE_KNOBS.get(t, t) for t in topics)
-    return f"trainspeed tune CONFIG.yaml --knobs {knobs}"
+    return f"trainspeed tune {config or 'CONFIG.yaml'} --knobs {knobs}"
 
 
 def pct(x: float | None) -> str:
@@ -60,6 +79,27 @@ class CheckContext:
             if isinstance(kind, str):
                 grouped.setdefault(kind, []).append(data)
         return cls(run=run, summary=summary or {}, observations=grouped)
+
+    # ---------------------------------------------------------------- commands
+    @property
+    def command(self) -> list[str] | None:
+        """The script's command line, when the doctor ran it (an engine run has a config)."""
+        command = (self.run.config or {}).get("command")
+        return [str(c) for c in command] if isinstance(command, list) and command else None
+
+    def doctor_command(self, steps: int | None = None) -> str:
+        """`trainspeed doctor -- <the recorded command>`: runnable as written."""
+        import shlex
+
+        cmd = shlex.join(self.command) if self.command else "python train.py"
+        return f"trainspeed doctor{f' --steps {steps}' if steps else ''} -- {cmd}"
+
+    def tune_command(self, *topics: str) -> str | None:
+        """The tune that measures a fix on this run's own script or config (see tune_command)."""
+        if self.command:
+            return tune_command(*topics, command=self.command) or self.doctor_command()
+        config = self.run.path / "config.yaml"
+        return tune_command(*topics, config=str(config) if config.is_file() else None)
 
     # ---------------------------------------------------------------- observations
     def obs(self, kind: str) -> list[dict[str, Any]]:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from trainspeed.doctor.checks.context import CheckContext, ms, pct, tune_command
+from trainspeed.doctor.checks.context import CheckContext, ms, pct
 from trainspeed.doctor.findings import Finding
 
 DATA_WAIT_WARNING = 0.10
@@ -68,7 +68,7 @@ def data_bound(ctx: CheckContext) -> Finding | None:
         title="Training is data-bound: the step waits for the DataLoader",
         evidence=evidence,
         recommendation=recommendation,
-        verify_with=tune_command("num_workers"),
+        verify_with=ctx.tune_command("num_workers"),
         impact=share,
     )
 
@@ -92,7 +92,7 @@ def padding_waste(ctx: CheckContext) -> Finding | None:
         recommendation=("pad each batch to its longest sequence, not to a fixed max length (a collate_fn "
                         "using torch.nn.utils.rnn.pad_sequence, or DataCollatorWithPadding), and group "
                         "similar lengths into batches (engine: data.dynamic_padding=true data.bucketing=true)"),
-        verify_with=tune_command("padding"),
+        verify_with=ctx.tune_command("padding"),
         impact=impact,
     )
 
@@ -112,7 +112,7 @@ def dataloader_workers(ctx: CheckContext) -> Finding | None:
         title="DataLoader loads in the training process (num_workers=0)",
         evidence=f"data wait is {pct(share)} of step time; {_loader_text(loader)}",
         recommendation=f"DataLoader(..., num_workers={n}, persistent_workers=True) (engine: data.num_workers={n})",
-        verify_with=tune_command("num_workers"),
+        verify_with=ctx.tune_command("num_workers"),
         impact=share,
     )
 
@@ -149,7 +149,7 @@ def persistent_workers(ctx: CheckContext) -> Finding | None:
         evidence=(f"{iters} iter() calls on loader(s) with workers and persistent_workers=False; "
                   f"starting them took {ms(seconds)} ({pct(share)} of the run)"),
         recommendation="DataLoader(..., persistent_workers=True) (engine: data.persistent_workers=true)",
-        verify_with=tune_command("num_workers"),
+        verify_with=ctx.tune_command("num_workers"),
         impact=share,
     )
 
@@ -172,7 +172,7 @@ def slow_host_to_device(ctx: CheckContext) -> Finding | None:
         evidence=evidence,
         recommendation=("DataLoader(..., pin_memory=True) and batch.to(device, non_blocking=True) "
                         "(engine: data.pin_memory=true data.device_prefetch=true)"),
-        verify_with=tune_command("pin_memory"),
+        verify_with=ctx.tune_command("pin_memory"),
         impact=share,
     )
 

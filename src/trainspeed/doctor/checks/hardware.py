@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from trainspeed.doctor.checks.context import CheckContext, pct, tune_command
+from trainspeed.doctor.checks.context import CheckContext, pct
 from trainspeed.doctor.findings import Finding
 from trainspeed.telemetry.throughput import COMPUTE_BOUND_MFU
 
@@ -71,7 +71,7 @@ def fp32_on_tensor_cores(ctx: CheckContext) -> Finding | None:
         evidence=f"{device.get('name', 'GPU')} (sm_{cap:.1f}), parameters float32, no autocast{tf32}",
         recommendation=(f"run forward/backward under torch.autocast('cuda', dtype=torch.{dtype.split()[0]}) "
                         f"(engine: precision.mode={'bf16' if bf16 else 'fp16'}-mixed)"),
-        verify_with=tune_command("precision"),
+        verify_with=ctx.tune_command("precision"),
         impact=FP32_IMPACT,
     )
 
@@ -93,7 +93,7 @@ def optimizer_not_fused(ctx: CheckContext) -> Finding | None:
         evidence=(f"{opt['class']}(fused={opt.get('fused')}, foreach={opt.get('foreach')}) over "
                   f"{opt.get('params')} parameters; the optimizer step is {pct(share)} of step time"),
         recommendation=f"{opt['class']}(..., fused=True) (engine: optim.implementation=fused)",
-        verify_with=tune_command("fused"),
+        verify_with=ctx.tune_command("fused"),
         impact=share * (0.6 if forced_loop else 0.3),
     )
 
@@ -123,7 +123,7 @@ def not_compiled(ctx: CheckContext) -> Finding | None:
         title="The model is not compiled",
         evidence=f"{models[0].get('class')} runs eagerly ({framework} loop); torch.compile fuses elementwise ops",
         recommendation="model = torch.compile(model) (engine: compile.mode=default); measure it, gains vary",
-        verify_with=tune_command("compile"),
+        verify_with=ctx.tune_command("compile"),
         impact=0.0,
     )
 
@@ -164,7 +164,7 @@ def low_gpu_utilization(ctx: CheckContext) -> Finding | None:
         recommendation=("find what the GPU waits for (the data, log and sync findings above); a bigger batch "
                         "(`trainspeed tune --knobs batch_size` finds the fastest) or CUDA graphs (engine: compile.mode=reduce-overhead) "
                         "amortize launch overhead"),
-        verify_with=tune_command("batch_size"),
+        verify_with=ctx.tune_command("batch_size"),
         impact=(1.0 - util) if util is not None else 0.1,
     )
 
@@ -195,7 +195,7 @@ def compute_bound(ctx: CheckContext) -> Finding | None:
                   f"optimizer take {pct(compute)} of the step"),
         recommendation=("overhead fixes (data loading, logging, host syncs) have little left to win here. "
                         f"What can still help: {', or '.join(helps)}{tail}"),
-        verify_with=tune_command("compile") if no_bf16 else tune_command("precision", "compile"),
+        verify_with=ctx.tune_command("compile") if no_bf16 else ctx.tune_command("precision", "compile"),
         impact=0.0,
     )
 
@@ -235,7 +235,7 @@ def memory_pressure(ctx: CheckContext) -> Finding | None:
             title="Most GPU memory is unused",
             evidence=f"peak allocated {pct(alloc)} of device memory",
             recommendation="a larger batch may raise throughput; measure it (trainspeed tune --knobs batch_size)",
-            verify_with=tune_command("batch_size"),
+            verify_with=ctx.tune_command("batch_size"),
             impact=0.0,
         )
     return None
@@ -257,7 +257,7 @@ def accumulation_for_speed(ctx: CheckContext) -> Finding | None:
         evidence=f"{factor} backward passes per optimizer step; {room}",
         recommendation=("accumulation saves memory, not time: with memory to spare, use one micro-batch "
                         f"{factor}x larger (engine: accumulation.steps=1 data.batch_size=<{factor}x>)"),
-        verify_with=tune_command("batch_size"),
+        verify_with=ctx.tune_command("batch_size"),
         impact=0.0,
     )
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from trainspeed.doctor.checks.context import CheckContext, describe_site, ms, pct, tune_command
+from trainspeed.doctor.checks.context import CheckContext, describe_site, ms, pct
 from trainspeed.doctor.findings import Finding
 
 GROWTH_MIN_RATIO = 1.2
@@ -139,7 +139,7 @@ def step_time_growth(ctx: CheckContext) -> Finding | None:
         title="Step time grows over the run",
         evidence=evidence,
         recommendation=_GROWTH_ADVICE.get(phase, _GROWTH_ADVICE["other"]),
-        verify_with="trainspeed doctor --steps 1000 -- <your command> (the trend should be flat)",
+        verify_with=f"{ctx.doctor_command(steps=1000)} (the trend should be flat)",
         impact=(late - early) / late,
     )
 
@@ -161,7 +161,7 @@ def logging_overhead(ctx: CheckContext) -> Finding | None:
         recommendation=("log every K steps instead of every step (`if step % 50 == 0:`), keep metrics on the "
                         "device until then, and write from a background thread (engine: logging.every=50, "
                         "async sinks)"),
-        verify_with=tune_command("logging"),
+        verify_with=ctx.tune_command("logging"),
         impact=share,
     )
 
@@ -201,7 +201,7 @@ def checkpointing(ctx: CheckContext) -> Finding | None:
         recommendation=(f"save every >= {interval} steps (or every N minutes) so saving stays under "
                         f"{CKPT_TARGET:.0%} of the time, and write in the background "
                         f"(engine: checkpoint.every_steps={interval} checkpoint.async_save=true)"),
-        verify_with=tune_command("checkpoint"),
+        verify_with=ctx.tune_command("checkpoint"),
         impact=share,
     )
 

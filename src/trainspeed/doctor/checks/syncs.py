@@ -93,7 +93,7 @@ def host_syncs(ctx: CheckContext) -> Finding | None:
         evidence=(f"{per_step:.1f} host syncs per step ({count} in {ctx.steps} steps, {ms(seconds)} inside "
                   f"them = {pct(share)} of the time); top: {top}.{where}"),
         recommendation=_fix(first),
-        verify_with="trainspeed doctor -- <your command> (syncs per step should drop below 0.1)",
+        verify_with=f"{ctx.doctor_command()} (syncs per step should drop below 0.1)",
         impact=impact,
     )
 
@@ -121,7 +121,7 @@ def cache_gc_in_loop(ctx: CheckContext) -> Finding | None:
                         "for PyTorch to re-allocate them (a sync each time), and gc.collect walks every Python "
                         "object. If memory is the reason, set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True; "
                         "call gc.freeze() after setup to shrink GC pauses"),
-        verify_with="trainspeed doctor -- <your command>",
+        verify_with=ctx.doctor_command(),
         impact=share,
     )
 
