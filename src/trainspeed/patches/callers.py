@@ -37,6 +37,31 @@ def user_caller(start: int = 2, depth: int = 60) -> tuple[str, int] | None:
     return None
 
 
+def user_sites(start: int = 2, depth: int = 60) -> list[tuple[str, int]]:
+    """Every non-library frame's (filename, line), innermost first: a DataLoader or optimizer
+    subclass's `super().__init__` line comes first, the line that built it further out."""
+    try:
+        frame = sys._getframe(start)
+    except ValueError:
+        return []
+    out = []
+    while frame is not None and depth:
+        if not _library(frame.f_code.co_filename):
+            out.append((frame.f_code.co_filename, frame.f_lineno))
+        frame, depth = frame.f_back, depth - 1
+    return out
+
+
+def chosen_site(target: tuple[str, int] | None, start: int = 3) -> tuple[str, int] | None:
+    """The site a patched constructor applies at, or None: with a recorded target, the frame
+    at that line (anywhere up the user's stack); without one, the innermost user frame when it
+    is in the user's own files (not an installed package)."""
+    sites = user_sites(start)
+    if target is None:
+        return sites[0] if sites and in_user_files(sites[0]) else None
+    return next((site for site in sites if same_site(site, target)), None)
+
+
 def in_user_files(site: tuple[str, int] | None) -> bool:
     """A call made from the user's own files (not an installed package)."""
     return site is not None and "site-packages" not in site[0] and "dist-packages" not in site[0]
@@ -46,4 +71,4 @@ def same_site(a: tuple[str, int] | None, b: tuple[str, int] | None) -> bool:
     return a is not None and b is not None and a[1] == b[1] and os.path.realpath(a[0]) == os.path.realpath(b[0])
 
 
-__all__ = ["in_user_files", "same_site", "user_caller"]
+__all__ = ["chosen_site", "in_user_files", "same_site", "user_caller", "user_sites"]

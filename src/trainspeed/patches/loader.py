@@ -12,7 +12,7 @@ from typing import Any
 
 from torch.utils.data import DataLoader
 
-from trainspeed.patches.callers import in_user_files, same_site, user_caller
+from trainspeed.patches.callers import chosen_site
 from trainspeed.patches.settings import InstallContext
 
 _NEEDS_WORKERS = ("persistent_workers", "prefetch_factor")
@@ -32,9 +32,8 @@ def _ensure_installed(ctx: InstallContext) -> dict[str, Any]:
     reported: set[tuple[str, int]] = set()
 
     def __init__(self: DataLoader, *args: Any, **kwargs: Any) -> None:
-        site = user_caller(2)
-        chosen = same_site(site, target) if target else in_user_files(site)
-        if not chosen or site is None:
+        site = chosen_site(target)
+        if site is None:
             return original(self, *args, **kwargs)
         if len(args) > 5:  # num_workers and later given by position (rare): leave the call alone
             ctx.note(f"DataLoader at {_describe(site)}: its settings are positional arguments; not changed")
@@ -42,8 +41,10 @@ def _ensure_installed(ctx: InstallContext) -> dict[str, Any]:
         kw = {**kwargs, **overrides}
         skipped = []
         if not kw.get("num_workers"):
-            for key in _NEEDS_WORKERS:  # DataLoader raises for these without workers
-                if key in overrides:
+            # DataLoader raises for these without workers, the script's own values included
+            # (its persistent_workers=True next to our num_workers=0)
+            for key in _NEEDS_WORKERS:
+                if kw.get(key) not in (None, False) or key in overrides:
                     kw.pop(key, None)
                     skipped.append(key)
         if site not in reported:

@@ -6,7 +6,9 @@ module; `ctx` holds the shared Patches, PostImportHooks, the Targets and the not
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable
 
 from trainspeed.errors import ConfigError
@@ -128,8 +130,15 @@ class Applied:
         self.notes = ctx.notes
 
     def uninstall(self) -> None:
+        """Undo every patch (newest first). Calling it again does nothing."""
         self._ctx.imports.uninstall()
         self._ctx.patches.undo()
+
+    def write_notes(self, path: str | Path) -> None:
+        """The notes as JSON (`{"notes": [...]}`), written atomically."""
+        from trainspeed.fileio import atomic_write_text
+
+        atomic_write_text(Path(path), json.dumps({"notes": list(self.notes)}, indent=2) + "\n")
 
 
 def install_settings(settings: dict[str, Any], targets: Targets | None = None, *,
