@@ -41,7 +41,8 @@ def _add_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--verify-repeats", type=int, default=None,
                    help="interleaved rounds of the final check, baseline vs best (default 3)")
     p.add_argument("--warmup-steps", type=int, default=5, help="untimed steps per trial")
-    p.add_argument("--steps", type=int, default=25, help="measured steps per trial")
+    p.add_argument("--steps", type=int, default=None,
+                   help="measured steps per trial (default 25; for a script, enough for ~4 s, at least 25)")
     p.add_argument("--loss-tolerance", type=float, default=0.05,
                    help="relative loss increase that flags a setting (default 0.05)")
     p.add_argument("--min-effect", type=float, default=0.03,
@@ -105,7 +106,7 @@ def run_script(args, command: list[str]) -> int:
     from trainspeed.tune.session import parse_budget
     from trainspeed.tune.table import print_tables
 
-    if args.steps < 3 or args.warmup_steps < 0:
+    if (args.steps is not None and args.steps < 3) or args.warmup_steps < 0:
         from trainspeed.errors import ConfigError
 
         raise ConfigError(f"--steps must be >= 3 and --warmup-steps >= 0, got {args.steps} and {args.warmup_steps}")
@@ -153,6 +154,7 @@ def run(args) -> int:
                           "train.py ARGS), a recipe name or a config file")
     if args.from_run:
         raise ConfigError("--from RUN_DIR tunes a script: trainspeed tune --from RUN_DIR -- python train.py ARGS")
+    args.steps = 25 if args.steps is None else args.steps
     if args.steps < 3 or args.warmup_steps < 0:
         raise ConfigError(f"--steps must be >= 3 and --warmup-steps >= 0, got {args.steps} and {args.warmup_steps}")
     overrides = _split_rest(args)

@@ -17,8 +17,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import shlex
+import statistics
 from pathlib import Path
 from typing import Any, Callable
 
@@ -33,6 +35,20 @@ from trainspeed.tune.script_trials import ScriptRunner
 from trainspeed.tune.search import Tuner
 from trainspeed.tune.store import TrialStore
 from trainspeed.tune.trials import Runner, TrialResult
+
+
+MIN_MEASURED_STEPS = 25
+MIN_MEASURED_S = 4.0
+"""A script trial measures at least this long (the baseline's step time sets the step count):
+a 25-step trial of a 50 ms step lasted 1.3 s, and one neighbour's burst decided it."""
+MAX_MEASURED_STEPS = 400
+
+
+def trial_steps(step_s: float) -> int:
+    """Measured steps per trial for steps of `step_s` seconds (see MIN_MEASURED_S)."""
+    if step_s <= 0:
+        return MIN_MEASURED_STEPS
+    return int(min(MAX_MEASURED_STEPS, max(MIN_MEASURED_STEPS, math.ceil(MIN_MEASURED_S / step_s))))
 
 
 def command_hash(command: list[str]) -> str:
@@ -61,7 +77,7 @@ def order_knobs(knobs: list[str], facts: ScriptFacts | None) -> list[str]:
 
 
 def run_script_tune(command: list[str], out_dir: str | Path, options: TuneOptions, *,
-                    warmup_steps: int = 5, measure_steps: int = 25, from_run: str | Path | None = None,
+                    warmup_steps: int = 5, measure_steps: int | None = None, from_run: str | Path | None = None,
                     runner: Runner | None = None, say: Callable[[str], None] | None = None,
                     trial_timeout_s: float = 600.0) -> TuneResult:
     from trainspeed.doctor.runner import parse_command
@@ -79,7 +95,7 @@ def run_script_tune(command: list[str], out_dir: str | Path, options: TuneOption
             f"knobs in this order: {', '.join(options.knobs)}")
     if runner is None:
         runner = ScriptRunner(base_config=out / "best.yaml", out_dir=out / "trials", command=list(command),
-                              warmup_steps=warmup_steps, measure_steps=measure_steps,
+                              warmup_steps=warmup_steps, measure_steps=measure_steps or MIN_MEASURED_STEPS,
                               timeout_s=trial_timeout_s, fork_server=options.fork_server, say=say,
                               targets=prior.targets if prior else Targets())
     state: dict[str, Any] = {"facts": prior}
@@ -93,6 +109,10 @@ def run_script_tune(command: list[str], out_dir: str | Path, options: TuneOption
             if isinstance(runner, ScriptRunner):
                 runner.targets, runner.flag_styles = facts.targets, flag_styles(facts)
             _describe(facts, say)
+            if measure_steps is None and isinstance(runner, ScriptRunner) and base.step_times:
+                runner.measure_steps = trial_steps(statistics.median(base.step_times))
+                say(f"steps of {1e3 * statistics.median(base.step_times):.1f} ms: each trial measures "
+                    f"{runner.measure_steps} steps (~{MIN_MEASURED_S:.0f} s; --steps sets it)")
         facts = state["facts"]
         if facts is None:
             raise ConfigError("the script tune has no facts about the script (no baseline run directory)")
