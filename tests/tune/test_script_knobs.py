@@ -114,3 +114,37 @@ def test_tune_cli_tells_a_command_from_a_config():
 
     assert is_script_command("python") and is_script_command("python3.11") and is_script_command("train.py")
     assert not is_script_command("gpt") and not is_script_command("my.yaml") and not is_script_command(None)
+
+
+def test_from_run_orders_the_knobs_its_findings_name_first():
+    from trainspeed.tune.script_session import order_knobs
+
+    facts = ScriptFacts(targets=Targets(), findings=[
+        {"verify_with": "trainspeed tune --knobs log_every -- python train.py"},
+        {"verify_with": "trainspeed tune --knobs compile -- python train.py"}])
+    assert order_knobs(["num_workers", "compile", "threads", "log_every"], facts) == \
+        ["log_every", "compile", "num_workers", "threads"]
+    assert order_knobs(["num_workers", "threads"], None) == ["num_workers", "threads"]
+
+
+def test_a_trial_whose_setting_failed_at_run_time_is_a_failed_trial(tmp_path, monkeypatch):
+    """A compile that fell back to eager measured eager code: not the compiled speed."""
+    import json
+
+    from trainspeed.tune.script_trials import ScriptRunner
+    from trainspeed.tune.trials import SubprocessRunner, TrialRequest, TrialResult
+
+    run_dir = tmp_path / "trials" / "k-r0"
+    run_dir.mkdir(parents=True)
+    (run_dir / "patches.json").write_text(json.dumps({"notes": [
+        "compile: Net compiled in place (mode default)", "failed: torch.compile fell back to eager: boom"]}))
+    monkeypatch.setattr(SubprocessRunner, "__call__", lambda self, request: TrialResult(
+        key=request.key, label=request.label, repeat=0, ok=True, step_times=[0.1] * 3, samples=[1] * 3,
+        run_dir=str(run_dir)))
+    runner = ScriptRunner(base_config=tmp_path / "x.yaml", out_dir=tmp_path / "trials", command=["python", "t.py"])
+    result = runner(TrialRequest(key="k", label="compile=default", overrides=("compile=default",), repeat=0))
+    assert not result.ok and result.error.startswith("failed: torch.compile fell back")
+    args = runner.arguments(TrialRequest(key="k", label="x", overrides=("args.--workers=4", "threads=1"), repeat=0))
+    plan = load_plan(args[args.index("--with") + 1])
+    assert plan.settings == {"args.--workers": 4, "threads": 1} and args[-2:] == ["python", "t.py"]
+    assert args[args.index("--steps") + 1] == "30"  # 5 warm-up + 25 measured

@@ -97,6 +97,7 @@ def _print_knobs() -> int:
 
 
 def run_script(args, command: list[str]) -> int:
+    import os
     import shlex
     from pathlib import Path
 
@@ -106,10 +107,14 @@ def run_script(args, command: list[str]) -> int:
     from trainspeed.tune.session import parse_budget
     from trainspeed.tune.table import print_tables
 
-    if (args.steps is not None and args.steps < 3) or args.warmup_steps < 0:
-        from trainspeed.errors import ConfigError
+    from trainspeed.errors import ConfigError
 
+    if (args.steps is not None and args.steps < 3) or args.warmup_steps < 0:
         raise ConfigError(f"--steps must be >= 3 and --warmup-steps >= 0, got {args.steps} and {args.warmup_steps}")
+    if os.path.basename(command[0]) == "torchrun":
+        raise ConfigError("trainspeed tune: a torchrun command starts several processes, and each trial "
+                          "would need its own launcher; tune one process of it: trainspeed tune -- python "
+                          + shlex.join(command[next((i for i, a in enumerate(command[1:], 1) if a.endswith('.py')), 1):]))
     target = parse_command(command)
     optional = {name: value for name, value in (("verify_repeats", args.verify_repeats),
                                                 ("baseline_every", args.baseline_every)) if value is not None}
