@@ -317,18 +317,20 @@ KNOBS: dict[str, KnobFn] = {
 """Knob name -> settings function. Names match `trainspeed tune --knobs`."""
 
 
-def parse_knobs(text: str | None) -> list[str]:
-    """`"precision,compile"` -> ["precision", "compile"]; None/"all" -> every knob."""
+def parse_knobs(text: str | None, table: dict[str, Any] | None = None, kind: str = "") -> list[str]:
+    """`"precision,compile"` -> ["precision", "compile"]; None/"all" -> every knob of `table`
+    (a config's KNOBS by default; the script tuner passes its own and kind=" for a script")."""
     from trainspeed.config_io import did_you_mean
 
+    table = KNOBS if table is None else table
     if text is None or text.strip() in ("", "all"):
-        return list(KNOBS)
+        return list(table)
     names = [n.strip() for n in text.split(",") if n.strip()]
     for name in names:
-        if name not in KNOBS:
-            guess = did_you_mean(name, list(KNOBS))
+        if name not in table:
+            guess = did_you_mean(name, list(table))
             hint = f"did you mean '{guess}'? " if guess else ""
-            raise ConfigError(f"--knobs: unknown knob '{name}'; {hint}known knobs: {', '.join(KNOBS)}")
+            raise ConfigError(f"--knobs: unknown knob '{name}'{kind}; {hint}known knobs: {', '.join(table)}")
     return list(dict.fromkeys(names))
 
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from trainspeed.errors import ConfigError
 from trainspeed.tune.knobs import Candidate, DeviceInfo, Skip, _powers_up_to
 from trainspeed.tune.script_facts import ScriptFacts
 
@@ -278,18 +277,10 @@ def is_whatif(settings: dict[str, Any]) -> bool:
 
 
 def parse_script_knobs(text: str | None) -> list[str]:
-    from trainspeed.config_io import did_you_mean
+    """`--knobs` of a script tune (see knobs.parse_knobs)."""
+    from trainspeed.tune.knobs import parse_knobs
 
-    if text is None or text.strip() in ("", "all"):
-        return list(SCRIPT_KNOBS)
-    names = [n.strip() for n in text.split(",") if n.strip()]
-    for name in names:
-        if name not in SCRIPT_KNOBS:
-            guess = did_you_mean(name, list(SCRIPT_KNOBS))
-            hint = f"did you mean '{guess}'? " if guess else ""
-            raise ConfigError(f"--knobs: unknown knob '{name}' for a script; {hint}"
-                              f"knobs for a script: {', '.join(SCRIPT_KNOBS)}")
-    return list(dict.fromkeys(names))
+    return parse_knobs(text, SCRIPT_KNOBS, " for a script")
 
 
 def knobs_from_findings(findings: list[dict[str, Any]]) -> list[str]:

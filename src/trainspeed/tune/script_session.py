@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from trainspeed.errors import ConfigError
+from trainspeed.patches.plan import FLAG_PREFIX
 from trainspeed.patches.targets import Targets
 from trainspeed.tune.knobs import DeviceInfo
 from trainspeed.tune.options import TuneOptions
@@ -33,6 +34,7 @@ from trainspeed.tune.script_facts import ScriptFacts, read_facts
 from trainspeed.tune.script_knobs import SCRIPT_KNOBS, ScriptContext, is_whatif, knobs_from_findings
 from trainspeed.tune.script_trials import ScriptRunner
 from trainspeed.tune.search import Tuner
+from trainspeed.tune.session import run_then_close
 from trainspeed.tune.store import TrialStore
 from trainspeed.tune.trials import Runner, TrialResult
 
@@ -66,6 +68,12 @@ def flag_styles(facts: ScriptFacts) -> dict[str, str]:
         styles[str(flag["option"])] = ("equals" if kind == "equals" else
                                        "bare" if kind in ("storetrue", "storefalse") else "space")
     return styles
+
+
+def describe_settings(settings: dict[str, Any]) -> str:
+    """`--log-every 10, loader.num_workers=2`: the script's flags as typed, patches as keys."""
+    flags = [f"{k[len(FLAG_PREFIX):]} {v}" for k, v in sorted(settings.items()) if k.startswith(FLAG_PREFIX)]
+    return ", ".join(flags + [f"{k}={v}" for k, v in sorted(settings.items()) if not k.startswith(FLAG_PREFIX)])
 
 
 def order_knobs(knobs: list[str], facts: ScriptFacts | None) -> list[str]:
@@ -127,13 +135,8 @@ def run_script_tune(command: list[str], out_dir: str | Path, options: TuneOption
             "trainspeed.step()).")
     tuner = Tuner(base_config={}, base_hash=command_hash(list(command)), device=DeviceInfo.detect("cpu"),
                   runner=runner, store=store, options=options, say=say, knob_table=SCRIPT_KNOBS,
-                  make_context=make_context, whatif=is_whatif, baseline_hint=hint)
-    try:
-        result = tuner.run()
-    finally:
-        close = getattr(runner, "close", None)
-        if close is not None:
-            close()
+                  make_context=make_context, whatif=is_whatif, baseline_hint=hint, describe=describe_settings)
+    result = run_then_close(tuner, runner)
     for row in result.ablation:
         if is_whatif(row.settings) and row.speedup is not None:
             row.note = ("what-if: the time this costs, measured; not applied" + ("; " + row.note if row.note else ""))

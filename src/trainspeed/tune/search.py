@@ -62,7 +62,8 @@ class Tuner:
                  block_classes: list[str] | None = None, say: Callable[[str], None] = print,
                  clock: Callable[[], float] = time.monotonic, knob_table: dict[str, Any] | None = None,
                  make_context: Callable[[dict[str, Any], TrialResult | None], Any] | None = None,
-                 whatif: Callable[[dict[str, Any]], bool] | None = None, baseline_hint: str | None = None):
+                 whatif: Callable[[dict[str, Any]], bool] | None = None, baseline_hint: str | None = None,
+                 describe: Callable[[dict[str, Any]], str] | None = None):
         self.base_config = base_config
         self.base_hash = base_hash
         self.device = device
@@ -79,6 +80,7 @@ class Tuner:
         # What-ifs measure what a finding costs (log every 10th call): reported, never combined
         # into best settings, since they change what the script does behind its back.
         self.is_whatif = whatif or (lambda settings: False)
+        self.describe = describe or (lambda settings: ", ".join(f"{k}={v}" for k, v in sorted(settings.items())))
         self.baseline_hint = baseline_hint or "Fix the config so `trainspeed train` runs it, then tune again."
         self.t0 = clock()
         self.spent = 0.0  # wall seconds of trials actually run (reused ones cost nothing)
@@ -452,8 +454,7 @@ class Tuner:
             n_base = max([n_base] + [r.repeat + 1 for r in self.results({})])
         for v in range(V):
             self._round([({}, "baseline", n_base + v), (best, "best", n_best + v)], reverse=bool(v % 2))
-        label = ", ".join(f"{k}={v}" for k, v in sorted(best.items()))
-        return self.row("combined", label, best, {},
+        return self.row("combined", self.describe(best), best, {},
                         pairs=[((n_base + v,), n_best + v) for v in range(V)])
 
 

@@ -163,14 +163,19 @@ def run_tune(cfg: TrainConfig, out_dir: str | Path, options: TuneOptions, *,
     blocks = facts.block_classes if "activation_checkpointing" in options.knobs else []
     tuner = Tuner(base_config=config_to_dict(base_cfg), base_hash=base_hash, device=device,
                   runner=runner, store=store, options=options, block_classes=blocks, say=say)
+    result = run_then_close(tuner, runner)
+    write_outputs(cfg, result, out)
+    return result
+
+
+def run_then_close(tuner: Tuner, runner: Runner) -> TuneResult:
+    """Run the search; stop the runner's fork server (if any) however it ends."""
     try:
-        result = tuner.run()
+        return tuner.run()
     finally:
         close = getattr(runner, "close", None)
         if close is not None:
             close()
-    write_outputs(cfg, result, out)
-    return result
 
 
 def best_config(cfg: TrainConfig, settings: dict[str, Any]) -> TrainConfig:
