@@ -19,8 +19,11 @@ def install_attn_implementation(value: str, ctx: InstallContext) -> None:
         ctx.note("failed: hf.attn_implementation=flash_attention_2 needs the flash_attn package; not applied")
         return
 
-    def patch(transformers: ModuleType) -> None:
-        base = transformers.PreTrainedModel
+    def patch(modeling_utils: ModuleType) -> None:
+        base = getattr(modeling_utils, "PreTrainedModel", None)
+        if not isinstance(base, type):
+            ctx.note(f"failed: hf.attn_implementation={value}: transformers has no PreTrainedModel here; not applied")
+            return
         for name in ("from_pretrained", "_from_config"):
             descriptor = base.__dict__.get(name)
             if not isinstance(descriptor, classmethod):
@@ -42,7 +45,9 @@ def install_attn_implementation(value: str, ctx: InstallContext) -> None:
 
             ctx.patches.setattr(base, name, make(function, name))
 
-    ctx.imports.add("transformers", patch)
+    # The module that defines PreTrainedModel, not `transformers`: the package is lazy, and
+    # touching transformers.PreTrainedModel costs seconds a tokenizer-only script never pays.
+    ctx.imports.add("transformers.modeling_utils", patch)
 
     from trainspeed.patches.model import on_trained_module
 

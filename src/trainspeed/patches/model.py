@@ -55,8 +55,13 @@ def on_trained_module(ctx: InstallContext, action: Callable[[nn.Module], None]) 
 def _autocast_forward(module: nn.Module, dtype: torch.dtype, ctx: InstallContext) -> None:
     device = next((p.device.type for p in module.parameters()), "cpu")
     if torch.is_autocast_enabled(device) or ctx.targets.autocast:
-        ctx.note(f"precision: the script already autocasts {type(module).__name__}'s forward; not wrapped again")
+        own = ctx.targets.autocast or str(torch.get_autocast_dtype(device)).replace("torch.", "")
+        ctx.note(f"precision: the script already autocasts {type(module).__name__}'s forward ({own}); "
+                 "not wrapped again" + ("; no GradScaler added" if dtype == torch.float16 else ""))
         return
+    # fp16's loss scaling follows the autocast it belongs to: a script with its own mixed
+    # precision (and its own GradScaler) must not have its losses scaled a second time.
+    ctx.shared["scale_losses"] = dtype == torch.float16
     original = module.forward
 
     @functools.wraps(original)

@@ -30,7 +30,8 @@ def install_grad_scaler(ctx: InstallContext) -> None:
     def backward(self: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
         caller = sys._getframe(1).f_code.co_filename
         # The training loss: a scalar with a graph, backwarded by the script (not by torch itself).
-        if self.dim() == 0 and self.requires_grad and not caller.startswith(_TORCH):
+        if (ctx.shared.get("scale_losses") and self.dim() == 0 and self.requires_grad
+                and not caller.startswith(_TORCH)):
             return original_backward(scaler_for(self.device.type).scale(self), *args, **kwargs)
         return original_backward(self, *args, **kwargs)
 

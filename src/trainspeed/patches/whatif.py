@@ -16,7 +16,7 @@ from typing import Any, Callable
 
 import torch
 
-from trainspeed.patches.callers import user_caller
+from trainspeed.patches.callers import in_user_files, user_caller
 from trainspeed.patches.settings import InstallContext
 
 WRITER_METHODS = ("add_scalar", "add_scalars", "add_histogram", "add_image", "add_images", "add_text",
@@ -24,11 +24,14 @@ WRITER_METHODS = ("add_scalar", "add_scalars", "add_histogram", "add_image", "ad
 
 
 def _every_kth(k: int, original: Callable[..., Any], counts: Counter, skipped_value: Any = None,
-               user_only: bool = True) -> Callable[..., Any]:
+               user_files: bool = False) -> Callable[..., Any]:
+    """Every k-th call per call site runs. Calls from torch or trainspeed always run; with
+    `user_files`, so do calls from installed packages (print and torch.save from the script's
+    own files only: a library's checkpoint bookkeeping must not lose files it wrote)."""
     def thinned(*args: Any, **kwargs: Any) -> Any:
         site = user_caller(2)
-        if site is None and user_only:
-            return original(*args, **kwargs)  # trainspeed's or torch's own call
+        if site is None or (user_files and not in_user_files(site)):
+            return original(*args, **kwargs)
         counts[site] += 1
         if (counts[site] - 1) % k == 0:
             return original(*args, **kwargs)
@@ -40,7 +43,7 @@ def _every_kth(k: int, original: Callable[..., Any], counts: Counter, skipped_va
 
 def install_log_every(k: int, ctx: InstallContext) -> None:
     counts: Counter = Counter()
-    thinned_print = _every_kth(k, builtins.print, counts)
+    thinned_print = _every_kth(k, builtins.print, counts, user_files=True)
     original_print = builtins.print
 
     def print_(*args: Any, **kwargs: Any) -> Any:
@@ -67,7 +70,7 @@ def install_log_every(k: int, ctx: InstallContext) -> None:
 
 
 def install_save_every(k: int, ctx: InstallContext) -> None:
-    ctx.patches.setattr(torch, "save", _every_kth(k, torch.save, Counter()))
+    ctx.patches.setattr(torch, "save", _every_kth(k, torch.save, Counter(), user_files=True))
     ctx.note(f"what-if: torch.save from the script writes once every {k} calls per call site")
 
 
@@ -77,7 +80,7 @@ def install_no_gc(value: bool, ctx: InstallContext) -> None:
 
     def skip(original: Callable[..., Any]) -> Callable[..., Any]:
         def noop(*args: Any, **kwargs: Any) -> Any:
-            if user_caller(2) is None:
+            if not in_user_files(user_caller(2)):  # a library's own gc.collect still runs
                 return original(*args, **kwargs)
             return 0
 
