@@ -69,11 +69,27 @@ def _autocast_forward(module: nn.Module, dtype: torch.dtype, ctx: InstallContext
         with torch.autocast(device_type=device, dtype=dtype):
             return original(*args, **kwargs)
 
-    # An instance attribute: the class (and every other instance) keeps its forward. The
-    # first call, already under way when the module was found, runs unwrapped (a warm-up step).
+    # An instance attribute: the class (and every other instance) keeps its forward.
+    own_forward = module.__dict__.get("forward")
     module.forward = forward  # type: ignore[method-assign]
-    ctx.patches.call_on_undo(lambda: module.__dict__.pop("forward", None))
+    ctx.patches.call_on_undo(lambda: module.__dict__.pop("forward", None) if own_forward is None
+                             else setattr(module, "forward", own_forward))
+    _cover_the_call_under_way(module, device, dtype)
     ctx.note(f"precision: {type(module).__name__}.forward runs under torch.autocast({device!r}, {dtype})")
+
+
+def _cover_the_call_under_way(module: nn.Module, device: str, dtype: torch.dtype) -> None:
+    """The call that found the module looked up its forward before the hooks ran, so the new
+    forward starts with the next call: enter autocast now, leave it when this call returns or
+    raises (an always_call forward hook, which nn.Module reads after forward)."""
+    context = torch.autocast(device_type=device, dtype=dtype)
+    context.__enter__()
+
+    def leave(*_: Any) -> None:
+        handle.remove()
+        context.__exit__(None, None, None)
+
+    handle = module.register_forward_hook(leave, always_call=True)
 
 
 def install_precision(value: str, ctx: InstallContext) -> None:
