@@ -200,3 +200,51 @@ def test_sites_are_matched_through_user_subclasses(script):
                      Targets(loader_site=s.site("# TRAIN"), optimizer_site=s.site("# OPT")))
     assert g["train"].num_workers == 1
     assert g["opt"].defaults["fused"] is True and len(g["opt"].param_groups[0]["params"]) == 2
+
+
+COMPILE = """
+import torch
+from torch import nn
+
+model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 1))  # all torch's own forwards
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for _ in range(3):
+    loss = model(torch.randn(4, 8)).pow(2).mean()
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+"""
+
+
+def test_a_compile_that_fails_runs_eager_with_a_failed_note(script, monkeypatch):
+    import torch._inductor.compile_fx as compile_fx
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("no C++ compiler here")
+
+    monkeypatch.setattr(compile_fx, "compile_fx", broken)
+    g, notes = script(COMPILE).run({"compile": "default"})
+    assert any(n.startswith("failed: torch.compile fell back to eager") and "no C++ compiler" in n
+               for n in notes), notes
+    assert torch._dynamo.config.suppress_errors is False and g["model"]._compiled_call_impl is None
+
+
+def test_a_script_that_compiles_is_not_compiled_again(script):
+    g, notes = script(COMPILE).run({"compile": "default"}, Targets(compiled=True))
+    assert notes == ["compile: the script already compiles its model; not compiled again"]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_compile_really_compiles_a_torch_only_module(script, monkeypatch):
+    # nn.Sequential's forward is torch's own code, which dynamo skips under module.compile()
+    from torch._dynamo.utils import counters
+
+    counters.clear()
+    compiled = []
+    original = torch.nn.Module.compile
+    monkeypatch.setattr(torch.nn.Module, "compile", lambda self, **kw: compiled.append(
+        original(self, **kw)) or None)
+    g, notes = script(COMPILE).run({"compile": "default"})
+    assert compiled and counters["frames"]["ok"] >= 1, (dict(counters["frames"]), notes)
+    assert notes == ["compile: Sequential compiled in place (mode default)"]

@@ -10,6 +10,7 @@ an evaluation model are left alone.
 from __future__ import annotations
 
 import functools
+import re
 from typing import Any, Callable
 
 import torch
@@ -111,12 +112,16 @@ def install_compile(value: str, ctx: InstallContext) -> None:
 
     # A compile error falls back to eager instead of crashing the run; the fallback is
     # detected below and marks the trial failed (an eager speed must not read as compiled).
+    # Compiled code (and frames dynamo gave up on) are cached per code object for the process:
+    # dropped on uninstall, so the next install in this process (tests) starts clean.
+    ctx.patches.call_on_undo(torch._dynamo.reset)
     ctx.patches.setattr(torch._dynamo.config, "suppress_errors", True)
 
     def compile_module(module: nn.Module) -> None:
         if getattr(module, "_compiled_call_impl", None) is not None or type(module).__name__ == "OptimizedModule":
             ctx.note("compile: the model is already compiled")
             return
+        _traceable_forward(module, ctx)
         try:
             module.compile(mode=None if value == "default" else value)
         except Exception as exc:  # noqa: BLE001 - a compile that cannot start is a result
@@ -129,6 +134,22 @@ def install_compile(value: str, ctx: InstallContext) -> None:
     on_trained_module(ctx, compile_module)
 
 
+def _traceable_forward(module: nn.Module, ctx: InstallContext) -> None:
+    """`module.compile()` compiles `_call_impl`, which dynamo skips as torch's own code; it then
+    traces the forward that `_call_impl` calls, unless that too is torch's (nn.Sequential,
+    nn.Transformer): then nothing at all is compiled, silently. A forward defined here gives
+    dynamo a frame to start from (it inlines torch's forward from there)."""
+    if "forward" in module.__dict__:  # precision's autocast forward (or the script's own) already is one
+        return
+    original = module.forward
+
+    def forward(*args: Any, **kwargs: Any) -> Any:
+        return original(*args, **kwargs)
+
+    module.forward = forward  # type: ignore[method-assign]
+    ctx.patches.call_on_undo(lambda: module.__dict__.pop("forward", None))
+
+
 def _watch_fallbacks(ctx: InstallContext) -> None:
     """With suppress_errors, dynamo logs a failed frame and runs it eagerly: count those."""
     import logging
@@ -138,7 +159,10 @@ def _watch_fallbacks(ctx: InstallContext) -> None:
             message = record.getMessage()
             if record.levelno >= logging.WARNING and "error" in message.lower():
                 if not any(n.startswith("failed: torch.compile") for n in ctx.notes):
-                    ctx.note(f"failed: torch.compile fell back to eager: {message.splitlines()[0][:200]}")
+                    lines = [line.strip() for line in message.splitlines() if line.strip()]
+                    # the exception line ("RuntimeError: ...") says why; the first says where
+                    why = next((line for line in lines if re.match(r"^[\w.]*(Error|Exception)\b", line)), lines[0])
+                    ctx.note(f"failed: torch.compile fell back to eager (ran eager): {why[:200]}")
 
     handler = Catch()
     logger = logging.getLogger("torch._dynamo")
