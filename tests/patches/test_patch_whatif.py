@@ -74,6 +74,27 @@ def test_log_save_and_gc_what_ifs(script, tmp_path, capsys, monkeypatch):
     assert torch.save.__module__ == "torch.serialization" and builtins.print.__module__ == "builtins"
 
 
+def test_one_line_logging_many_tags_keeps_every_kth_step_of_each(script, tmp_path):
+    pytest.importorskip("tensorboard")
+    source = """
+from torch.utils.tensorboard import SummaryWriter
+writer = SummaryWriter(OUT + "/tb")
+for step in range(20):
+    for name in ("a", "b", "c"):
+        writer.add_scalar("loss", 1.0, step) if name == "a" else writer.add_scalar(name, 2.0, step)
+writer.close()
+"""
+    script(source).run({"whatif.log_every": 5}, OUT=str(tmp_path))
+    from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
+
+    steps: dict[str, list[int]] = {}
+    for path in (tmp_path / "tb").glob("events.out.tfevents.*"):
+        for event in EventFileLoader(str(path)).Load():
+            for value in event.summary.value:
+                steps.setdefault(value.tag, []).append(event.step)
+    assert steps == {"loss": [0, 5, 10, 15], "b": [0, 5, 10, 15], "c": [0, 5, 10, 15]}
+
+
 def test_library_calls_are_not_thinned(tmp_path, monkeypatch):
     # an installed package's torch.save (a framework's checkpoint) and gc.collect still run
     site = tmp_path / "site-packages"

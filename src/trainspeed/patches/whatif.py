@@ -24,16 +24,22 @@ WRITER_METHODS = ("add_scalar", "add_scalars", "add_histogram", "add_image", "ad
 
 
 def _every_kth(k: int, original: Callable[..., Any], counts: Counter, skipped_value: Any = None,
-               user_files: bool = False) -> Callable[..., Any]:
-    """Every k-th call per call site runs. Calls from torch or trainspeed always run; with
-    `user_files`, so do calls from installed packages (print and torch.save from the script's
-    own files only: a library's checkpoint bookkeeping must not lose files it wrote)."""
+               user_files: bool = False, tagged: bool = False) -> Callable[..., Any]:
+    """Every k-th call per call site runs (per site and tag with `tagged`: a loop that writes
+    one histogram per parameter from one line keeps every k-th step of each). Calls from torch
+    or trainspeed always run; with `user_files`, so do calls from installed packages (print and
+    torch.save from the script's own files only: a library's checkpoint bookkeeping must not
+    lose files it wrote)."""
     def thinned(*args: Any, **kwargs: Any) -> Any:
         site = user_caller(2)
         if site is None or (user_files and not in_user_files(site)):
             return original(*args, **kwargs)
-        counts[site] += 1
-        if (counts[site] - 1) % k == 0:
+        key: Any = site
+        if tagged:  # SummaryWriter.add_*(self, tag, ...)
+            tag = args[1] if len(args) > 1 else kwargs.get("tag", kwargs.get("main_tag"))
+            key = (site, tag if isinstance(tag, str) else None)
+        counts[key] += 1
+        if (counts[key] - 1) % k == 0:
             return original(*args, **kwargs)
         return skipped_value
 
@@ -57,16 +63,28 @@ def install_log_every(k: int, ctx: InstallContext) -> None:
     def writer(module: ModuleType) -> None:
         cls = getattr(module, "SummaryWriter", None)
         for name in WRITER_METHODS:
-            if cls is not None and name in cls.__dict__:
-                ctx.patches.setattr(cls, name, _every_kth(k, cls.__dict__[name], counts))
+            if isinstance(cls, type) and name in cls.__dict__:
+                ctx.patches.setattr(cls, name, _every_kth(k, cls.__dict__[name], counts, tagged=name != "flush"))
 
     def wandb(module: ModuleType) -> None:
-        if hasattr(module, "log"):
+        # The calls that run are passed through as made (commit=False, step=...), so a step
+        # logged from two lines, commit=False then commit=True, stays one step.
+        if callable(getattr(module, "log", None)):
             ctx.patches.setattr(module, "log", _every_kth(k, module.log, counts))
 
+    def wandb_run(module: ModuleType) -> None:
+        # run.log(...) from the script's own files; wandb.log reaches Run.log from wandb's
+        # files and was thinned already above (thinning it twice would keep 1 in k*k)
+        cls = getattr(module, "Run", None)
+        if isinstance(cls, type) and "log" in cls.__dict__:
+            ctx.patches.setattr(cls, "log", _every_kth(k, cls.__dict__["log"], counts, user_files=True))
+
     ctx.imports.add("torch.utils.tensorboard.writer", writer)
+    ctx.imports.add("tensorboardX.writer", writer)
     ctx.imports.add("wandb", wandb)
-    ctx.note(f"what-if: print, SummaryWriter and wandb.log calls run once every {k} calls per call site")
+    ctx.imports.add("wandb.sdk.wandb_run", wandb_run)
+    ctx.note(f"what-if: print, SummaryWriter and wandb.log calls run once every {k} calls per call site "
+             "(and per tag for SummaryWriter)")
 
 
 def install_save_every(k: int, ctx: InstallContext) -> None:
