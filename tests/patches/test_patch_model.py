@@ -137,10 +137,11 @@ def config():  # one each: a model keeps (and transformers mutates) the config i
 auto = transformers.AutoModelForCausalLM.from_config(config())
 own = transformers.AutoModelForCausalLM.from_config(config(), attn_implementation="sdpa")
 direct = transformers.GPT2LMHeadModel(config())
-opt = torch.optim.AdamW(direct.parameters(), lr=1e-3)
+trained = own if TRAIN_OWN else direct
+opt = torch.optim.AdamW(trained.parameters(), lr=1e-3)
 ids = torch.randint(0, 50, (2, 8))
 for _ in range(2):
-    loss = direct(input_ids=ids, labels=ids).loss
+    loss = trained(input_ids=ids, labels=ids).loss
     opt.zero_grad()
     loss.backward()
     opt.step()
@@ -150,7 +151,7 @@ for _ in range(2):
 def test_attn_implementation_from_config_user_value_and_direct_construction(script):
     transformers = pytest.importorskip("transformers")
     base = transformers.PreTrainedModel.__dict__["_from_config"]
-    g, notes = script(HF).run({"hf.attn_implementation": "eager"})
+    g, notes = script(HF).run({"hf.attn_implementation": "eager"}, TRAIN_OWN=False)
     assert g["auto"].config._attn_implementation == "eager"
     assert g["own"].config._attn_implementation == "sdpa"  # the script's own choice wins
     assert any("'sdpa'; kept over 'eager'" in n for n in notes), notes
@@ -158,6 +159,9 @@ def test_attn_implementation_from_config_user_value_and_direct_construction(scri
     assert g["direct"].config._attn_implementation == "eager"
     assert any("GPT2LMHeadModel.set_attn_implementation('eager')" in n for n in notes), notes
     assert transformers.PreTrainedModel.__dict__["_from_config"] is base
+    # the script's own choice stays when that model is the one trained
+    g, notes = script(HF).run({"hf.attn_implementation": "eager"}, TRAIN_OWN=True)
+    assert g["own"].config._attn_implementation == "sdpa"
 
 
 def test_flash_attention_without_the_package_is_a_failed_note(script):
@@ -248,3 +252,12 @@ def test_compile_really_compiles_a_torch_only_module(script, monkeypatch):
     g, notes = script(COMPILE).run({"compile": "default"})
     assert compiled and counters["frames"]["ok"] >= 1, (dict(counters["frames"]), notes)
     assert notes == ["compile: Sequential compiled in place (mode default)"]
+
+
+def test_fp16_leaves_an_optimizer_without_gradients_alone(script):
+    # GradScaler.step asserts when it unscaled nothing: an optimizer over parameters that got
+    # no gradient this step (a second model trained every other step) must still step
+    source = NET.replace("    opt.step()\n", "    opt.step()\n    idle.step()\n").replace(
+        "opt = torch.optim.SGD(", "idle = torch.optim.SGD([nn.Parameter(torch.zeros(2))], lr=0.1)\nopt = torch.optim.SGD(")
+    g, notes = script(source).run({"precision": "fp16"})
+    assert g["CHANGED"]

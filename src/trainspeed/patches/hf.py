@@ -8,6 +8,7 @@ its class gets it through `set_attn_implementation` once it is found training.
 from __future__ import annotations
 
 import importlib.util
+import weakref
 from types import ModuleType
 from typing import Any
 
@@ -18,6 +19,8 @@ def install_attn_implementation(value: str, ctx: InstallContext) -> None:
     if value == "flash_attention_2" and importlib.util.find_spec("flash_attn") is None:
         ctx.note("failed: hf.attn_implementation=flash_attention_2 needs the flash_attn package; not applied")
         return
+
+    chosen_by_script: weakref.WeakSet = weakref.WeakSet()
 
     def patch(modeling_utils: ModuleType) -> None:
         base = getattr(modeling_utils, "PreTrainedModel", None)
@@ -36,7 +39,12 @@ def install_attn_implementation(value: str, ctx: InstallContext) -> None:
                         if kwargs["attn_implementation"] != value:
                             ctx.note(f"attention: the script asks {name} for "
                                      f"{kwargs['attn_implementation']!r}; kept over {value!r}")
-                        return function(cls, *args, **kwargs)
+                        model = function(cls, *args, **kwargs)
+                        try:
+                            chosen_by_script.add(model)  # not switched later when it trains
+                        except TypeError:  # (model, loading_info) tuples
+                            pass
+                        return model
                     ctx.note(f"attention: {cls.__name__}.{name}(..., attn_implementation={value!r})")
                     return function(cls, *args, attn_implementation=value, **kwargs)
 
@@ -51,11 +59,14 @@ def install_attn_implementation(value: str, ctx: InstallContext) -> None:
 
     from trainspeed.patches.model import on_trained_module
 
-    def late(module: Any) -> None:
+    def late(trained: Any) -> None:
+        # the trained module may wrap the HF model (a LightningModule): the first one inside
+        module = next((m for m in trained.modules() if callable(getattr(m, "set_attn_implementation", None))
+                       and getattr(m, "config", None) is not None), trained)
         config = getattr(module, "config", None)
         current = getattr(config, "_attn_implementation", None)
         setter = getattr(module, "set_attn_implementation", None)
-        if config is None or current == value or setter is None:
+        if config is None or current == value or setter is None or module in chosen_by_script:
             return
         try:
             setter(value)

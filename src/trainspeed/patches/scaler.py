@@ -46,6 +46,10 @@ def install_grad_scaler(ctx: InstallContext) -> None:
             scaler = state["scaler"]
             if state["inside"] or scaler is None:  # scaler.step calls opt.step itself
                 return step(*a, **k)
+            # GradScaler.step asserts when no gradient was unscaled (an optimizer whose
+            # parameters got none this step); any() stops at the first parameter with one
+            if not any(p.grad is not None for group in opt.param_groups for p in group["params"]):
+                return step(*a, **k)
             state["inside"] = True
             try:
                 result = scaler.step(opt, *a, **k)
