@@ -261,3 +261,21 @@ def test_fp16_leaves_an_optimizer_without_gradients_alone(script):
         "opt = torch.optim.SGD(", "idle = torch.optim.SGD([nn.Parameter(torch.zeros(2))], lr=0.1)\nopt = torch.optim.SGD(")
     g, notes = script(source).run({"precision": "fp16"})
     assert g["CHANGED"]
+
+
+def test_a_model_setting_that_never_found_its_module_says_so(script):
+    source = "import torch\nmodel = torch.nn.Linear(2, 2).eval()\nwith torch.no_grad():\n    model(torch.randn(1, 2))\n"
+    g, notes = script(source).run({"precision": "bf16", "channels_last": True})
+    assert notes == ["failed: precision=bf16, channels_last: no trained module was called (train mode, grad "
+                     "enabled, trainable parameters); not applied"]
+
+
+def test_a_failing_action_is_a_note_not_a_crash(script, monkeypatch):
+    def refuse(self, *args, **kwargs):
+        raise RuntimeError("cannot convert")
+
+    source = "import torch\nmodel = torch.nn.Linear(2, 2)\nout = model(torch.randn(1, 2))\n"
+    monkeypatch.setattr(torch.nn.Linear, "to", refuse, raising=False)
+    g, notes = script(source).run({"channels_last": True})
+    assert g["out"].shape == (1, 2)
+    assert notes == ["failed: channels_last on Linear: RuntimeError: cannot convert"]

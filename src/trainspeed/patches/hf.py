@@ -74,4 +74,4 @@ def install_attn_implementation(value: str, ctx: InstallContext) -> None:
         except Exception as exc:  # noqa: BLE001 - the model keeps its kernel; the trial says so
             ctx.note(f"failed: {type(module).__name__} refused attn_implementation={value!r}: {exc}")
 
-    on_trained_module(ctx, late)
+    on_trained_module(ctx, late, f"hf.attn_implementation={value}")

@@ -28,8 +28,9 @@ def _is_trained(module: nn.Module, class_name: str | None) -> bool:
     return any(p.requires_grad for p in module.parameters())
 
 
-def on_trained_module(ctx: InstallContext, action: Callable[[nn.Module], None]) -> None:
-    """Call `action(module)` once the trained module is first called (see module docstring)."""
+def on_trained_module(ctx: InstallContext, action: Callable[[nn.Module], None], setting: str = "") -> None:
+    """Call `action(module)` once the trained module is first called (see module docstring).
+    An action that raises is a failed note, not a crash of the user's first step."""
     finder = ctx.shared.get("model")
     if finder is None:
         finder = ctx.shared["model"] = {"actions": [], "found": None, "depth": 0}
@@ -42,13 +43,24 @@ def on_trained_module(ctx: InstallContext, action: Callable[[nn.Module], None]) 
                 return None
             finder["found"] = module
             handle.remove()
-            for act in finder["actions"]:
-                act(module)
+            for name, act in finder["actions"]:
+                try:
+                    act(module)
+                except Exception as exc:  # noqa: BLE001 - the run goes on without this setting
+                    ctx.note(f"failed: {name or 'setting'} on {type(module).__name__}: {type(exc).__name__}: {exc}")
             return None
 
+        def report_unfound() -> None:  # at uninstall: a setting that never applied says so
+            if finder["found"] is None:
+                names = ", ".join(name for name, _ in finder["actions"] if name) or "model settings"
+                of = f", of class {class_name}" if class_name else ""
+                ctx.note(f"failed: {names}: no trained module was called (train mode, grad enabled, trainable "
+                         f"parameters{of}); not applied")
+
+        ctx.patches.call_on_undo(report_unfound)
         handle = module_mod.register_module_forward_pre_hook(pre_hook)
         ctx.patches.handle(handle)
-    finder["actions"].append(action)
+    finder["actions"].append((setting, action))
 
 
 # ---------------------------------------------------------------- precision
@@ -95,7 +107,7 @@ def _cover_the_call_under_way(module: nn.Module, device: str, dtype: torch.dtype
 
 def install_precision(value: str, ctx: InstallContext) -> None:
     dtype = torch.bfloat16 if value == "bf16" else torch.float16
-    on_trained_module(ctx, lambda m: _autocast_forward(m, dtype, ctx))
+    on_trained_module(ctx, lambda m: _autocast_forward(m, dtype, ctx), f"precision={value}")
     if value == "fp16":
         from trainspeed.patches.scaler import install_grad_scaler
 
@@ -131,7 +143,7 @@ def install_compile(value: str, ctx: InstallContext) -> None:
         ctx.note(f"compile: {type(module).__name__} compiled in place (mode {value})")
         _watch_fallbacks(ctx)
 
-    on_trained_module(ctx, compile_module)
+    on_trained_module(ctx, compile_module, f"compile={value}")
 
 
 def _traceable_forward(module: nn.Module, ctx: InstallContext) -> None:
@@ -186,4 +198,4 @@ def install_channels_last(value: bool, ctx: InstallContext) -> None:
         ctx.patches.handle(module.register_forward_pre_hook(to_channels_last))
         ctx.note(f"channels_last: {type(module).__name__} and its 4-D inputs use torch.channels_last")
 
-    on_trained_module(ctx, convert)
+    on_trained_module(ctx, convert, "channels_last")
