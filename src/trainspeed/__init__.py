@@ -4,6 +4,8 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
+from trainspeed.mark import step  # noqa: E402  (a no-op outside the doctor; imports nothing)
+
 # Heavy modules are imported lazily so `import trainspeed` and the CLI start fast.
 _LAZY = {
     "Monitor": ("trainspeed.telemetry.monitor", "Monitor"),
@@ -24,4 +26,4 @@ def __getattr__(name: str):
     raise AttributeError(f"module 'trainspeed' has no attribute {name!r}")
 
 
-__all__ = ["__version__", *_LAZY]
+__all__ = ["__version__", "step", *_LAZY]

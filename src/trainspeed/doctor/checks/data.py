@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from trainspeed.doctor.checks.context import CheckContext, ms, pct
+from trainspeed.doctor.checks.script_flags import flag_note, script_flag, set_flag, show_flag
 from trainspeed.doctor.findings import Finding
 
 DATA_WAIT_WARNING = 0.10
@@ -44,19 +45,39 @@ def data_bound(ctx: CheckContext) -> Finding | None:
     if share < DATA_WAIT_WARNING:
         return None
     loader = ctx.train_loader()
-    evidence = (f"waiting for the next batch takes {pct(share)} of step time "
-                f"({ms(ctx.phase_mean('data'))} of {ms(ctx.step_mean)} per step)")
-    if loader:
-        evidence += f"; {_loader_text(loader)}"
     cores = ctx.cores
-    if loader and int(loader.get("num_workers") or 0) == 0 and cores > 1:
+    workers_flag = script_flag(ctx, "num_workers")
+    if loader:
+        evidence = (f"waiting for the next batch takes {pct(share)} of step time "
+                    f"({ms(ctx.phase_mean('data'))} of {ms(ctx.step_mean)} per step); {_loader_text(loader)}")
+        evidence += flag_note(ctx, "num_workers")
+    else:
+        evidence = (f"building the next batch in the training process (no DataLoader) takes {pct(share)} of "
+                    f"step time ({ms(ctx.phase_mean('data'))} of {ms(ctx.step_mean)} per step)")
+    workers = int(loader.get("num_workers") or 0) if loader else 0
+    if not loader:
         n = suggested_workers(cores)
-        recommendation = (f"load batches in background workers: DataLoader(..., num_workers={n}, "
-                          f"persistent_workers=True{', pin_memory=True' if ctx.device_type == 'cuda' else ''}) "
+        recommendation = ("the batches are built between the steps, in the training process: build them "
+                          f"ahead in a Dataset + DataLoader(..., num_workers={n}, persistent_workers=True) so "
+                          "the work overlaps with the step, or make building one cheaper (contiguous slices "
+                          "read at once instead of a Python loop over rows; data prepared once and cached)")
+    elif workers == 0 and cores > 1:
+        n = suggested_workers(cores)
+        how = (f"pass {set_flag(workers_flag, n)} (now {show_flag(workers_flag)}), the script's "
+               f"DataLoader(num_workers=...)" if workers_flag else
+               f"DataLoader(..., num_workers={n}, persistent_workers=True"
+               f"{', pin_memory=True' if ctx.device_type == 'cuda' else ''})")
+        recommendation = (f"load batches in background workers: {how} "
                           f"(engine: data.num_workers={n}); the per-sample work then overlaps with the step")
-    elif loader and int(loader.get("num_workers") or 0) < suggested_workers(cores):
+    elif workers == 0:
+        recommendation = ("with a single usable core, background workers would take it from the training "
+                          "process: make per-sample work cheaper (decode/preprocess once and cache tensors, "
+                          "avoid Python loops in __getitem__, batch the transform in collate_fn), or run on "
+                          "a machine with more cores")
+    elif workers < suggested_workers(cores):
         n = suggested_workers(cores)
-        recommendation = (f"raise num_workers from {loader.get('num_workers')} to {n} "
+        how = f" ({set_flag(workers_flag, n)})" if workers_flag else ""
+        recommendation = (f"raise num_workers from {loader.get('num_workers')} to {n}{how} "
                           f"(engine: data.num_workers={n}) and/or prefetch_factor")
     else:
         recommendation = ("the loader cannot keep up even with workers: make per-sample work cheaper "
@@ -65,7 +86,8 @@ def data_bound(ctx: CheckContext) -> Finding | None:
     return Finding(
         id="data_bound",
         severity="critical" if share >= DATA_WAIT_CRITICAL else "warning",
-        title="Training is data-bound: the step waits for the DataLoader",
+        title=("Training is data-bound: the step waits for the DataLoader" if loader else
+               "Training is data-bound: the step waits while the script builds its batch"),
         evidence=evidence,
         recommendation=recommendation,
         verify_with=ctx.tune_command("num_workers"),
@@ -110,8 +132,9 @@ def dataloader_workers(ctx: CheckContext) -> Finding | None:
         id="dataloader_workers",
         severity="info",
         title="DataLoader loads in the training process (num_workers=0)",
-        evidence=f"data wait is {pct(share)} of step time; {_loader_text(loader)}",
-        recommendation=f"DataLoader(..., num_workers={n}, persistent_workers=True) (engine: data.num_workers={n})",
+        evidence=f"data wait is {pct(share)} of step time; {_loader_text(loader)}{flag_note(ctx, 'num_workers')}",
+        recommendation=(f"{set_flag(flag, n)} (the script's flag)" if (flag := script_flag(ctx, "num_workers")) else
+                        f"DataLoader(..., num_workers={n}, persistent_workers=True)") + f" (engine: data.num_workers={n})",
         verify_with=ctx.tune_command("num_workers"),
         impact=share,
     )

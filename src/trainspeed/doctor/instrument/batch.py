@@ -2,7 +2,10 @@
 
 Padding is measured from an `attention_mask` when the batch has one (Hugging Face style),
 otherwise from a detected pad id: in a 2-D integer tensor (batch, length) padded at the end,
-most rows end with the same value and that value forms runs at the end of the rows.
+most rows end with the same value, that value forms runs at the end of the rows, and it never
+occurs inside a row's content (before its last other token). A value that also occurs inside
+the content is a real token (a space ending character windows), never a pad id: no padding is
+claimed from a guess the batch contradicts.
 """
 
 from __future__ import annotations
@@ -80,6 +83,8 @@ def detect_pad_id(tokens: torch.Tensor) -> int | None:
     ending = runs[runs > 0]
     if ending.numel() == 0 or float(ending.float().mean()) < PAD_MIN_MEAN_RUN:
         return None
+    if int((tokens == pad).sum()) != int(runs.sum()):
+        return None  # the value also occurs inside the content: a real token, not padding
     return pad
 
 

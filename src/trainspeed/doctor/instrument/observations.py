@@ -8,6 +8,7 @@ Event shape: {"type": "observation", "data": {"kind": <kind>, ...fields}}.
 from __future__ import annotations
 
 import os
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -35,19 +36,59 @@ def _device_facts(accelerator: str | None) -> dict[str, Any]:
     return facts
 
 
-def _accumulation(session: Session) -> dict[str, Any]:
-    counts = session.accumulation
+def _median_key(counts: Counter[int] | dict[int, int]) -> int | None:
     total = sum(counts.values())
     if not total:
-        return {"factor": None, "counts": {}}
+        return None
     ordered = sorted(counts.items())
-    half, seen, median = total / 2, 0, ordered[-1][0]
-    for backwards, n in ordered:
+    half, seen = total / 2, 0
+    for key, n in ordered:
         seen += n
         if seen >= half:
-            median = backwards
-            break
-    return {"factor": median, "counts": {str(k): v for k, v in ordered}}
+            return key
+    return ordered[-1][0]
+
+
+def _accumulation(session: Session) -> dict[str, Any]:
+    """Backward passes per step outside the optimizer's step (micro-batches); backwards inside
+    `optimizer.step(closure)` are closure evaluations of one batch, reported apart."""
+    counts = session.accumulation
+    return {"factor": _median_key(counts), "counts": {str(k): v for k, v in sorted(counts.items())},
+            "closure_evaluations": _median_key(session.closure_evaluations),
+            "closure_counts": {str(k): v for k, v in sorted(session.closure_evaluations.items())}}
+
+
+def _step_boundary(session: Session) -> dict[str, Any]:
+    """What closed the steps ("optimizer", "backward", "mark", None: nothing did) and what the
+    run showed, so a run without steps can say what it saw and how to mark a step."""
+    dim = session.batch_dims.get(session.train_module) if session.train_module is not None else None
+    return {"source": session.boundary, "forwards": session.seen["forwards"],
+            "backwards": session.seen["backwards"], "optimizer_steps": session.seen["optimizer_steps"],
+            "marks": session.seen["marks"], "input_batch_dim": dim}
+
+
+def _loaders(session: Session) -> list[dict[str, Any]]:
+    """The loaders, the training loader first with role "train". The role recorded at iter()
+    time can be wrong: Lightning iterates its training loader right after the sanity-check
+    validation, while that evaluation is still open. Evidence decides: the loader most of
+    whose batches were fetched for training (train_batches, when recorded), else the one whose
+    batch size is the training batch's."""
+    infos = [dict(info) for info in session.loaders.values()]
+    if not infos:
+        return infos
+    fetched = [i for i in infos if i.get("train_batches")]
+    train = max(fetched, key=lambda i: i["train_batches"]) if fetched else None
+    if train is None:
+        batch = session.observations.get("batch") or {}
+        sizes = {batch.get("batch_size"), batch.get("max_batch_size")} - {None}
+        matching = [i for i in infos if i.get("batch_size") in sizes]
+        train = next((i for i in matching if i.get("role") == "train"), matching[0] if matching else None)
+    if train is None:
+        return infos
+    if train.get("role") != "train":
+        train["recorded_role"] = train.get("role")
+        train["role"] = "train"
+    return [train, *(i for i in infos if i is not train)]
 
 
 def _checkpoint_files(paths: set[str]) -> dict[str, Any]:
@@ -73,10 +114,11 @@ def emit_observations(monitor: Any, session: Session, *, files_before: dict[str,
         if key in ("compiled",):
             continue
         emit(kind, **data)
-    for info in session.loaders.values():
+    for info in _loaders(session):
         emit("dataloader", **info)
     emit("device", **_device_facts(session.accelerator))
     emit("accumulation", **_accumulation(session))
+    emit("step_boundary", **_step_boundary(session))
     emit("call_sites", rows=session.sites.top(), totals={
         cat: {kind: {"count": st.count, "seconds": st.seconds}
               for kind, st in session.sites.totals(cat).items()}

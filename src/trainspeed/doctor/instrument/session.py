@@ -4,9 +4,27 @@ One `Session` per doctor run. Hooks call `session.on()` first: it is False in fo
 workers, in other threads (the Monitor's writer, Lightning's helpers), while the doctor itself
 is working (`internal`), and after the run; then the hook is a plain pass-through.
 
-Step boundary = an optimizer step of the *primary* optimizer (the first one that steps), so a
-GAN's two optimizers make one step, and gradient accumulation shows up as several backward
-calls per step.
+Step boundaries, from the first source that shows one (`boundary` says which):
+
+- "optimizer": a step of the *primary* optimizer (the first one that steps), so a GAN's two
+  optimizers make one step, and gradient accumulation shows up as several backward calls per
+  step. Forwards and backwards inside `optimizer.step(closure)` (LBFGS) are closure
+  evaluations of one batch, not micro-batches.
+- "backward": no torch.optim optimizer ever stepped (manual SGD `p.data.add_(p.grad, ...)`, a
+  custom optimizer): the training module's next training forward after a backward closes the
+  step, when the backward's gradients were consumed by then (the module's gradients are None or
+  zero again, as `model.zero_grad()` leaves them). Gradients still there are accumulation: the
+  step goes on. Once an optimizer step is seen, it is the boundary (no double count).
+- "mark": the script calls `trainspeed.step()`; from the first mark on, only marks close steps.
+
+Samples and tokens come from the DataLoader's training batches; a step without one counts the
+input of its training module (the first module with trainable parameters that runs a training
+forward: the model, not a parameterless loss module). The batch dimension of that input is 0,
+unless the model holds a sequence-first layer (nn.LSTM/GRU/RNN or nn.MultiheadAttention with
+batch_first=False): then it is the input dimension whose size equals the batch dimension of
+the first such layer's input (an LM fed (35, 20) token ids whose LSTM sees (35, 20, E) has
+20 samples). Token-id inputs (integer (batch, length) tensors) count batch * length tokens
+(one tensor: nanoGPT's `model(X, Y)` counts X, not Y again), padding from an attention mask.
 """
 
 from __future__ import annotations
@@ -19,6 +37,7 @@ from typing import Any
 
 import torch
 
+from trainspeed import mark
 from trainspeed.doctor.instrument.batch import BatchStats
 from trainspeed.doctor.instrument.sites import SiteCounter
 
@@ -26,6 +45,12 @@ SAMPLE_FIRST_BATCHES = 8
 """Padding is measured exactly on the first batches, then on every SAMPLE_EVERY-th one
 (padding comes from the collate function, so it is stable batch to batch)."""
 SAMPLE_EVERY = 8
+MAX_MODULES = 64
+"""Modules whose facts (trainable parameters, sequence-first layers) are cached at most."""
+MAX_SHAPES = 64
+"""Training-module input shapes kept per step at most (micro-batches of one step)."""
+SEQ_FIRST_TYPES = (torch.nn.RNNBase, torch.nn.MultiheadAttention)
+"""Layers whose input is (sequence, batch, ...) unless batch_first=True."""
 
 
 class StopDoctor(BaseException):
@@ -44,12 +69,41 @@ def _disable_in_child() -> None:
         _CURRENT.enabled = False
 
 
+class _Phases:
+    """The Monitor as the hooks see it: a phase transition first ends an open data span (the
+    main process's batch building lasts until the next thing any hook sees). Everything else
+    is the Monitor's own (looked up per call: a profiler window shadows begin/end)."""
+
+    __slots__ = ("monitor", "session")
+
+    def __init__(self, monitor: Any, session: "Session") -> None:
+        self.monitor = monitor
+        self.session = session
+
+    def begin(self, name: str) -> None:
+        if self.session.data_open:
+            self.session.close_data()
+        self.monitor.begin(name)
+
+    def end(self, name: str) -> None:
+        if self.session.data_open:
+            self.session.close_data()
+        self.monitor.end(name)
+
+    def step(self, **kwargs: Any) -> None:
+        # the span carries over into the next step, as any open phase does
+        self.monitor.step(**kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.monitor, name)
+
+
 class Session:
     """Shared state of one doctor run. See module docstring."""
 
     def __init__(self, monitor: Any, *, max_steps: int | None, count_flops_at: int | None = None) -> None:
         global _CURRENT, _FORK_HOOK_REGISTERED
-        self.mon = monitor
+        self.mon = _Phases(monitor, self)
         self.max_steps = max_steps
         self.pid = os.getpid()
         self.thread = threading.get_ident()
@@ -61,18 +115,41 @@ class Session:
         self.bwd_depth = 0
         self.eval_open = False
         self.in_data = False  # inside DataLoader.__next__: the data pipeline's own reads
+        self.data_open = False  # batch-building calls in the main process opened "data" (transfers.py)
+        self.eval_loader = False  # the open evaluation fetched from a DataLoader
         self.primary_opt: int | None = None
+        self.opt_depth = 0  # inside an optimizer's step(): closure forwards/backwards
+        self.scaled_loss: tuple[Any, Any] | None = None  # (weakref to GradScaler.scale's result, the loss)
+        self.boundary: str | None = None  # "optimizer", "backward" or "mark" (module docstring)
+        self.train_module: int | None = None  # id of the module whose forwards count samples
+        self.module_facts: dict[int, tuple[bool, bool]] = {}  # id -> (trainable, sequence-first)
+        self.batch_dims: dict[int, int] = {}  # id(train module) -> batch dim of its input
+        self.seq_probe: tuple[int, tuple[int, ...]] | None = None  # (module id, input shape) to resolve
+        self.inputs_seen = 0
+        self.in_pad_source: str | None = None
+        self.seen = Counter()  # whole run: training forwards, backwards, optimizer steps, marks
         # per-step accumulators, reset at each step boundary
         self.step_samples = 0
         self.step_tokens = 0
         self.step_pad = 0
         self.step_loader_batches = 0
-        self.step_fwd_samples = 0
+        self.step_fwd_samples = 0  # written by module.py; samples come from step_shapes instead
         self.step_backwards = 0
+        self.step_closure_backwards = 0
+        self.step_forwards = 0  # training forwards of the training module
+        self.step_shapes: list[tuple[int, ...]] = []  # its inputs' shapes (samples at step end)
+        self.step_in_tokens = 0  # token ids in its inputs (steps without a DataLoader batch)
+        self.step_in_pad = 0
+        self.bwd_since_fwd = False
         self.batch_ids: set[int] = set()
         self.last_loss: Any = None
+        self.loss_sum: Any = None  # the step's backwarded losses, summed on their device
+        self.loss_first: Any = None
+        self.losses = 0
+        self.scaled_losses = 0  # backwarded losses that were divided/multiplied by a constant
         # whole-run aggregates (bounded: keyed by code sites, objects, or small counts)
         self.accumulation: Counter[int] = Counter()
+        self.closure_evaluations: Counter[int] = Counter()
         self.sites = SiteCounter()
         self.observations: dict[str, dict[str, Any]] = {}
         self.loaders: dict[int, dict[str, Any]] = {}
@@ -84,6 +161,7 @@ class Session:
         self._flop_counter: Any = None
         self.t_start = time.perf_counter()
         _CURRENT = self
+        self._previous_mark = mark.set_step_handler(self.mark_step)
         if not _FORK_HOOK_REGISTERED and hasattr(os, "register_at_fork"):
             os.register_at_fork(after_in_child=_disable_in_child)
             _FORK_HOOK_REGISTERED = True
@@ -97,6 +175,8 @@ class Session:
         global _CURRENT
         self.enabled = False
         self.stop_flop_count()
+        if mark._handler == self.mark_step:  # noqa: SLF001 - ours: give the previous one back
+            mark.set_step_handler(self._previous_mark)
         if _CURRENT is self:
             _CURRENT = None
 
@@ -110,23 +190,47 @@ class Session:
     # ------------------------------------------------------------ phases
     def open_eval(self) -> None:
         """Evaluation is sticky: from the first no-grad/eval forward (or no-grad data fetch)
-        until training resumes, everything not in a nested phase is charged to "eval"."""
+        until its work ends, everything not in a nested phase is charged to "eval". Its work
+        ends when the `torch.no_grad()`/`inference_mode()` block around it exits (autograd.py),
+        unless it iterates an evaluation DataLoader (its fetches are inside the eval; the loop
+        may re-enter no_grad per batch): then when training resumes."""
+        if self.in_data:
+            self.eval_loader = True
         if not self.eval_open:
+            self.close_data()
             self.eval_open = True
             self.mon.begin("eval")
 
     def close_eval(self) -> None:
         if self.eval_open:
             self.eval_open = False
+            self.eval_loader = False
             self.mon.end("eval")
 
+    def open_data(self) -> None:
+        """Batch building in the main process (nanoGPT's get_batch: torch.randint, memmap slices
+        through torch.from_numpy, torch.stack) outside every other phase: "data" until the next
+        phase transition of any hook (see transfers.py)."""
+        if not self.data_open:
+            self.data_open = True
+            self.mon.monitor.begin("data")
+
+    def close_data(self) -> None:
+        if self.data_open:
+            self.data_open = False
+            self.mon.monitor.end("data")
+
     # ------------------------------------------------------------ batches
-    def on_batch(self, batch: Any) -> None:
-        """Account a training batch from a DataLoader (samples, tokens, padding)."""
+    def on_batch(self, batch: Any, loader: int | None = None) -> None:
+        """Account a training batch from a DataLoader (samples, tokens, padding); `loader`, the
+        id of the DataLoader it came from when known, counts the loader's training fetches."""
         from trainspeed.doctor.instrument.batch import batch_stats, find_tensors
 
         self.internal += 1
         try:
+            info = self.loaders.get(loader) if loader is not None else None
+            if info is not None:
+                info["train_batches"] = info.get("train_batches", 0) + 1
             self.batches_seen += 1
             sample = self.batches_seen <= SAMPLE_FIRST_BATCHES or self.batches_seen % SAMPLE_EVERY == 0
             stats = batch_stats(batch, measure_padding=sample)
@@ -148,28 +252,217 @@ class Session:
             self.internal -= 1
 
     def _observe_batch(self, stats: BatchStats) -> None:
+        self._observe_shape(stats.samples, stats.seq_len, stats.pad_source)
+
+    def _observe_shape(self, samples: int, seq_len: int | None, pad_source: str | None) -> None:
         obs = self.observations.get("batch")
         if obs is None:
-            self.observe("batch", "batch", batch_size=stats.samples, seq_len=stats.seq_len,
-                         pad_source=stats.pad_source, max_batch_size=stats.samples,
-                         max_seq_len=stats.seq_len)
+            self.observe("batch", "batch", batch_size=samples, seq_len=seq_len,
+                         pad_source=pad_source, max_batch_size=samples, max_seq_len=seq_len)
         else:
-            obs["max_batch_size"] = max(obs.get("max_batch_size") or 0, stats.samples)
-            if stats.seq_len is not None:
-                obs["max_seq_len"] = max(obs.get("max_seq_len") or 0, stats.seq_len)
-            if obs.get("pad_source") is None and stats.pad_source is not None:
-                obs["pad_source"] = stats.pad_source
+            obs["max_batch_size"] = max(obs.get("max_batch_size") or 0, samples)
+            if seq_len is not None:
+                obs["max_seq_len"] = max(obs.get("max_seq_len") or 0, seq_len)
+            if obs.get("pad_source") is None and pad_source is not None:
+                obs["pad_source"] = pad_source
 
-    # ------------------------------------------------------------ steps
-    def end_step(self, optimizer: Any) -> None:
-        """Close one training step (called after the primary optimizer stepped)."""
+    # ------------------------------------------------------------ training forwards
+    def module_facts_of(self, module: torch.nn.Module) -> tuple[bool, bool]:
+        """(has trainable parameters, holds a sequence-first layer); one pass per module."""
+        facts = self.module_facts.get(id(module))
+        if facts is None:
+            self.internal += 1
+            try:
+                trainable = any(p.requires_grad for p in module.parameters())
+                seq_first = trainable and any(
+                    isinstance(m, SEQ_FIRST_TYPES) and not getattr(m, "batch_first", False)
+                    for m in module.modules())
+            finally:
+                self.internal -= 1
+            facts = (trainable, seq_first)
+            if len(self.module_facts) < MAX_MODULES:
+                self.module_facts[id(module)] = facts
+        return facts
+
+    def on_train_forward(self, module: torch.nn.Module, args: tuple[Any, ...]) -> None:
+        """An outermost training forward is about to run (autograd.py, before the "forward"
+        phase opens). May close the step (and raise StopDoctor) before the forward starts."""
+        self.close_data()
+        trainable, seq_first = self.module_facts_of(module)
+        if not trainable:
+            return  # a loss module: not the training batch, not a step boundary
+        key = id(module)
+        if self.train_module is None:
+            self.train_module = key
+        elif key != self.train_module:
+            return
+        self.seen["forwards"] += 1
+        if self.opt_depth:
+            if self.step_forwards:
+                return  # a closure re-evaluating the step's batch (LBFGS)
+        elif (self.bwd_since_fwd and self.primary_opt is None and self.boundary in (None, "backward")
+              and self._grads_consumed(module)):
+            self._close("backward", None)  # may raise StopDoctor: the forward has not started
+        self.bwd_since_fwd = False
+        self.step_forwards += 1
+        if self.step_loader_batches:
+            return  # the DataLoader's batch is the step's batch
+        self._account_input(key, seq_first, args)
+
+    def _grads_consumed(self, module: torch.nn.Module) -> bool:
+        """Were the last backward's gradients used and cleared (zero_grad, `p.grad = None`,
+        `p.grad.zero_()`)? Still there, they are being accumulated over micro-batches. Only CPU
+        gradients are read (reading a GPU tensor would be a sync): a GPU gradient still
+        allocated counts as not consumed, unless zero_grad set it to None (its default)."""
         self.internal += 1
         try:
-            samples = self.step_samples if self.step_loader_batches else self.step_fwd_samples
-            self.accumulation[self.step_backwards] += 1
+            checked = 0
+            for p in module.parameters():
+                if not p.requires_grad:
+                    continue
+                g = p.grad
+                if g is not None and (g.device.type != "cpu" or bool(g.any())):
+                    return False
+                checked += 1
+                if checked >= 4:
+                    break
+            return True
+        finally:
+            self.internal -= 1
+
+    def _account_input(self, key: int, seq_first: bool, args: tuple[Any, ...]) -> None:
+        from trainspeed.doctor.instrument.batch import batch_stats, find_tensors
+
+        self.internal += 1
+        try:
+            first = next((t for _, t in find_tensors(args) if t.dim() >= 1), None)
+            if first is None:
+                return
+            shape = tuple(first.shape)
+            if len(self.step_shapes) < MAX_SHAPES:
+                self.step_shapes.append(shape)
+            if seq_first and key not in self.batch_dims and self.seq_probe is None and len(shape) >= 2:
+                self.seq_probe = (key, shape)  # resolved by the first sequence-first layer's input
+            self.inputs_seen += 1
+            sample = self.inputs_seen <= SAMPLE_FIRST_BATCHES or self.inputs_seen % SAMPLE_EVERY == 0
+            stats = batch_stats(list(args), measure_padding=sample)
+            if stats is None or not stats.tokens:
+                return
+            self.step_in_tokens += stats.tokens
+            if stats.pad_tokens is not None:
+                self.step_in_pad += stats.pad_tokens
+                self.last_pad_share = stats.pad_tokens / stats.tokens
+            else:
+                self.step_in_pad += int(round(stats.tokens * self.last_pad_share))
+            if stats.pad_source is not None:
+                self.in_pad_source = stats.pad_source
+        finally:
+            self.internal -= 1
+
+    def probe_sequence_layer(self, module: torch.nn.Module, args: tuple[Any, ...]) -> None:
+        """The first sequence-first layer inside the training module's forward: its input is
+        (sequence, batch, ...); the batch dimension of the model's input is the one of the same
+        size (dimension 0 on a tie or when none matches)."""
+        if getattr(module, "batch_first", False) or not args or not isinstance(args[0], torch.Tensor):
+            return
+        x = args[0]
+        if x.dim() != 3:
+            return  # unbatched (2-D) input, or a PackedSequence: no evidence
+        key, shape = self.seq_probe  # type: ignore[misc]
+        self.seq_probe = None
+        batch = int(x.shape[1])
+        dims = [i for i, n in enumerate(shape) if n == batch]
+        self.batch_dims[key] = 0 if not dims or dims[0] == 0 else dims[0]
+
+    def _input_samples(self) -> int:
+        """Samples of the step's training-module inputs; observes the first as the batch."""
+        if not self.step_shapes:
+            return 0
+        dim = self.batch_dims.get(self.train_module, 0) if self.train_module is not None else 0
+        sizes = [int(s[dim]) if len(s) > dim else int(s[0]) for s in self.step_shapes]
+        first = self.step_shapes[0]
+        seq_len = int(first[1 - dim]) if self.step_in_tokens and len(first) == 2 and dim < 2 else None
+        self._observe_shape(sizes[0], seq_len, self.in_pad_source)
+        return sum(sizes)
+
+    # ------------------------------------------------------------ backwards
+    def on_backward(self, tensor: Any, unscaled: Any = None) -> None:
+        """A backward starts (autograd.py). `unscaled`: the loss before GradScaler.scale."""
+        if self.opt_depth:
+            self.step_closure_backwards += 1
+        else:
+            self.step_backwards += 1
+        self.seen["backwards"] += 1
+        self.bwd_since_fwd = True
+        if not isinstance(tensor, torch.Tensor) or tensor.numel() != 1:
+            return
+        value = unscaled if unscaled is not None else tensor
+        grad_fn = type(value.grad_fn).__name__ if value.grad_fn is not None else ""
+        loss = value.detach()
+        self.last_loss = loss
+        if self.opt_depth:
+            if self.loss_first is None:
+                self.loss_first = loss  # what optimizer.step(closure) returns: the first evaluation
+            return
+        self.internal += 1
+        try:
+            self.loss_sum = loss if self.loss_sum is None else self.loss_sum + loss  # on its device: no sync
+        finally:
+            self.internal -= 1
+        self.losses += 1
+        self.scaled_losses += grad_fn.startswith(("DivBackward", "MulBackward"))
+
+    def step_loss(self) -> Any:
+        """The loss the script sees for the step: one backward's loss; over micro-batches the
+        sum of the backwarded losses when the script scaled them (`loss / accum`, whose sum is
+        the batch's mean loss, what nanoGPT prints), their mean when it did not; a closure
+        optimizer's first evaluation."""
+        if self.losses == 0:
+            return self.loss_first
+        if self.losses == 1 or self.scaled_losses == self.losses:
+            return self.loss_sum
+        self.internal += 1
+        try:
+            return self.loss_sum / self.losses
+        finally:
+            self.internal -= 1
+
+    # ------------------------------------------------------------ steps
+    def end_step(self, optimizer: Any = None) -> None:
+        """The primary optimizer stepped (optimizer.py): close one training step, unless the
+        script marks its steps with trainspeed.step()."""
+        self.seen["optimizer_steps"] += 1
+        if self.boundary != "mark":
+            self._close("optimizer", optimizer)
+
+    def mark_step(self) -> None:
+        """`trainspeed.step()`: from the first call on, only marks close steps. A first mark
+        right after an optimizer step that closed the step already closes nothing."""
+        if not self.on():
+            return
+        self.seen["marks"] += 1
+        first = self.boundary != "mark"
+        self.boundary = "mark"
+        if first and not (self.step_forwards or self.step_backwards or self.step_closure_backwards
+                          or self.step_loader_batches):
+            return
+        self._close("mark", None)
+
+    def _close(self, source: str, optimizer: Any) -> None:
+        self.boundary = source
+        self.internal += 1
+        try:
+            if self.step_loader_batches:
+                samples, tokens, pad = self.step_samples, self.step_tokens, self.step_pad
+            else:
+                samples, tokens, pad = self._input_samples(), self.step_in_tokens, self.step_in_pad
+            closure = self.step_closure_backwards
+            self.accumulation[self.step_backwards or (1 if closure else 0)] += 1
+            if closure:
+                self.closure_evaluations[closure] += 1
             lr = None
             try:
-                value = optimizer.param_groups[0].get("lr")
+                value = optimizer.param_groups[0].get("lr") if optimizer is not None else None
                 # a tensor lr on an accelerator would need a sync to read: skip it
                 if isinstance(value, (int, float)):
                     lr = float(value)
@@ -178,13 +471,19 @@ class Session:
             except (AttributeError, IndexError, TypeError):
                 pass
             # the Monitor counts real tokens, with padding on top of them
-            pad = min(self.step_pad, self.step_tokens)
-            self.mon.step(samples=samples, tokens=self.step_tokens - pad, pad_tokens=pad,
-                          loss=self.last_loss, lr=lr)
+            pad = min(pad, tokens)
+            self.mon.step(samples=samples, tokens=tokens - pad, pad_tokens=pad,
+                          loss=self.step_loss(), lr=lr)
         finally:
             self.internal -= 1
         self.step_samples = self.step_tokens = self.step_pad = 0
         self.step_loader_batches = self.step_fwd_samples = self.step_backwards = 0
+        self.step_closure_backwards = self.step_forwards = 0
+        self.step_in_tokens = self.step_in_pad = 0
+        self.step_shapes = []
+        self.loss_sum = self.loss_first = None
+        self.losses = self.scaled_losses = 0
+        self.bwd_since_fwd = False
         self.batch_ids.clear()
         self.fwd_depth = 0  # heals a forward that raised on torch without always_call hooks
         self._flop_window()

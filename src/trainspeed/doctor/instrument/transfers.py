@@ -3,6 +3,15 @@ are the "h2d" phase; `.to("cpu")` of an accelerator tensor is a device-to-host s
 
 Calls from torch internals (`model.to(device)` goes through `Module._apply`) are not batch
 copies and pass through untouched; dtype-only `.to(torch.float16)` calls take a fast path.
+
+Batches built in the main process without a DataLoader (nanoGPT's `get_batch`: random offsets
+from `torch.randint`, memmap slices through `torch.from_numpy`, `torch.stack`) are the "data"
+phase: such a call made by the user's code outside every other phase (forward, backward,
+optimizer step, evaluation, a DataLoader fetch) opens "data", and it lasts until the next
+phase transition any hook makes (the forward, the h2d copy, the backward...), so the Python
+and numpy work between those calls is data too. Work before the first such call (opening the
+memmap) stays "other", and so does setup before the first training forward (building a
+dataset is not a step's data wait).
 """
 
 from __future__ import annotations
@@ -88,7 +97,25 @@ def _copy(session: Session, tensor: torch.Tensor, dst: torch.device, non_blockin
         s.mon.end("h2d")
 
 
+BATCH_BUILDERS = ("stack", "from_numpy", "randint", "randperm", "randn", "rand")
+"""torch functions that build a batch in the main process (see module docstring)."""
+
+
+def _make_builder(session: Session, original: Any) -> Any:
+    def build(*args: Any, **kwargs: Any) -> Any:
+        s = session
+        if (not s.data_open and not s.fwd_depth and not s.bwd_depth and not s.opt_depth and not s.eval_open
+                and not s.in_data and s.seen["forwards"] and s.on() and not called_from_torch(2)):
+            s.open_data()
+        return original(*args, **kwargs)
+
+    build.__wrapped__ = original  # type: ignore[attr-defined]
+    return build
+
+
 def install(session: Session, patches: Patches) -> None:
+    for name in BATCH_BUILDERS:
+        patches.wrap(torch, name, lambda orig: _make_builder(session, orig))
     def make_to(original: Any) -> Any:
         def to(self: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
             s = session

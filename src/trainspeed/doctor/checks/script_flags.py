@@ -1,0 +1,131 @@
+"""Advice that speaks to the script: the script's own flag for a finding's setting.
+
+The doctor records the flags the script parsed (observation "script_flags": argparse's
+actions, or nanoGPT-style `--key=value` arguments read from sys.argv). A finding about the
+eval interval, the log interval, num_workers or compilation names the flag the user already
+has, with its current value, instead of a generic code change: `--eval_interval=10 (now
+evaluating every 10 steps): pass --eval_interval=250`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from trainspeed.doctor.checks.context import CheckContext
+
+TOPIC_FLAGS: dict[str, tuple[str, ...]] = {
+    "num_workers": ("num_workers", "workers", "n_workers", "dataloader_num_workers", "num_dataloader_workers",
+                    "loader_workers", "data_workers", "j"),
+    "eval_interval": ("eval_interval", "eval_every", "eval_steps", "eval_freq", "eval_every_steps",
+                      "val_interval", "val_every", "val_check_interval", "validate_every", "evaluate_every",
+                      "valid_interval", "test_interval"),
+    "eval_iters": ("eval_iters", "eval_batches", "val_batches", "limit_val_batches", "val_steps",
+                   "eval_samples", "num_eval_batches"),
+    "log_interval": ("log_interval", "log_every", "log_freq", "print_freq", "print_every", "logging_steps",
+                     "log_every_n_steps", "log_steps", "display_interval", "report_interval"),
+    "compile": ("compile", "use_compile", "torch_compile", "compile_model"),
+}
+"""Setting -> flag names (argparse dests, lower case, '-' as '_') that hold it in scripts."""
+
+
+def _norm(name: Any) -> str:
+    return str(name or "").lstrip("-").lower().replace("-", "_")
+
+
+def script_flag(ctx: CheckContext, topic: str) -> dict[str, Any] | None:
+    """The script's flag for `topic` (a TOPIC_FLAGS key), as recorded, or None."""
+    names = TOPIC_FLAGS.get(topic, ())
+    for obs in ctx.obs("script_flags"):
+        rows = [r for r in obs.get("flags") or [] if isinstance(r, dict)]
+        for wanted in names:  # in order of preference
+            for row in rows:
+                if _norm(row.get("dest")) == wanted or _norm(row.get("option")) == wanted:
+                    return row
+    return None
+
+
+def _equals_style(flag: dict[str, Any]) -> bool:
+    return flag.get("kind") == "equals"
+
+
+def show_flag(flag: dict[str, Any]) -> str:
+    """How the script got the flag now: `--eval_interval=10`, `--workers 0`, `--compile (on)`."""
+    option, value = flag.get("option") or f"--{flag.get('dest')}", flag.get("value")
+    if flag.get("kind") in ("storetrue", "storefalse"):
+        return f"{option} ({'on' if value else 'off'})"
+    return f"{option}{'=' if _equals_style(flag) else ' '}{value}"
+
+
+def set_flag(flag: dict[str, Any], value: Any) -> str:
+    """The argument that sets the flag to `value`, in the script's own style."""
+    option = flag.get("option") or f"--{flag.get('dest')}"
+    if flag.get("kind") == "storetrue":
+        return option if value else f"(leave out {option})"
+    if _equals_style(flag):
+        return f"{option}={value}"
+    return f"{option} {value}"
+
+
+def flag_note(ctx: CheckContext, topic: str) -> str:
+    """"; the script's flag: --workers 0" for an evidence line ("" when the script has none)."""
+    flag = script_flag(ctx, topic)
+    return f"; the script's flag: {show_flag(flag)}" if flag else ""
+
+
+def eval_interval(ctx: CheckContext) -> float | None:
+    """Measured steps between evaluations: the median gap between steps with eval time (None
+    with fewer than two evaluations)."""
+    eval_time = ctx.run.array("phases.eval")
+    if eval_time.size == 0:
+        return None
+    steps = np.flatnonzero(np.nan_to_num(eval_time) > 0)
+    if steps.size < 2:
+        return None
+    return float(np.median(np.diff(steps)))
+
+
+def evaluation_advice(ctx: CheckContext) -> tuple[str, str]:
+    """(evidence to append, recommendation) of the evaluation finding: the measured interval
+    and, when the script has them, its interval / iterations flags with their values."""
+    every = eval_interval(ctx)
+    interval_flag = script_flag(ctx, "eval_interval")
+    iters_flag = script_flag(ctx, "eval_iters")
+    evidence = ""
+    if every is not None:
+        evidence = f"; it runs every {every:.0f} step{'s' if round(every) != 1 else ''}" if every >= 1.5 \
+            else "; it runs every step"
+    if interval_flag:
+        evidence += f"; the script's flag: {show_flag(interval_flag)}"
+    if iters_flag:
+        evidence += f", {show_flag(iters_flag)}"
+    current = every if every is not None else None
+    if isinstance(interval_flag and interval_flag.get("value"), (int, float)) and not isinstance(
+            interval_flag.get("value"), bool):
+        current = float(interval_flag["value"])
+    target = 500 if current is None else max(500, int(current) * 10)
+    parts = []
+    if interval_flag:
+        parts.append(f"evaluate less often: {set_flag(interval_flag, target)}")
+    elif current is not None and current >= 1.5:
+        parts.append(f"evaluate less often than every {current:.0f} steps (every {target})")
+    else:
+        parts.append(f"evaluate every {target} steps instead of every step")
+    if iters_flag and isinstance(iters_flag.get("value"), int) and not isinstance(iters_flag.get("value"), bool):
+        parts.append(f"on fewer batches ({set_flag(iters_flag, max(1, iters_flag['value'] // 4))})")
+    else:
+        parts.append("on a fixed subset")
+    recommendation = (", ".join(parts) + ", under torch.inference_mode() "
+                      f"(engine: eval.every_steps={target})")
+    return evidence, recommendation
+
+
+def logging_advice(ctx: CheckContext) -> str:
+    """The recommendation's lead for the logging finding: the script's log-interval flag."""
+    flag = script_flag(ctx, "log_interval")
+    if not flag:
+        return "log every K steps instead of every step (`if step % 50 == 0:`)"
+    value = flag.get("value")
+    target = max(50, int(value) * 10) if isinstance(value, int) and not isinstance(value, bool) else 50
+    return f"log less often: {set_flag(flag, target)} (now {show_flag(flag)})"
