@@ -28,7 +28,8 @@ from torch.nn.modules import module as module_mod
 from torch.optim import optimizer as optim_mod
 
 from trainspeed.doctor.instrument.patching import Patches
-from trainspeed.doctor.instrument.session import SEQ_FIRST_TYPES, Session
+from trainspeed.doctor.instrument.batch import SEQ_FIRST_TYPES
+from trainspeed.doctor.instrument.session import Session
 
 
 def _make_backward(session: Session, original: Any) -> Any:

@@ -23,6 +23,9 @@ PAD_MIN_MEAN_RUN = 1.5
 """...and the rows ending in it must end in runs of it at least this long on average; a token
 that ends rows by chance (a newline) forms runs of about 1."""
 
+SEQ_FIRST_TYPES = (torch.nn.RNNBase, torch.nn.MultiheadAttention)
+"""Layers whose input is (sequence, batch, ...) unless batch_first=True."""
+
 _MASK_KEYS = ("attention_mask", "padding_mask", "mask")
 _TOKEN_KEYS = ("input_ids", "tokens", "token_ids", "ids", "x", "input")
 
@@ -139,3 +142,26 @@ def batch_stats(batch: Any, *, measure_padding: bool = True) -> BatchStats | Non
             stats.pad_tokens = int(trailing_runs(tokens, pad).sum())
             stats.pad_source = f"pad_id={pad}"
     return stats
+
+
+def module_facts(module: torch.nn.Module) -> tuple[bool, bool]:
+    """(has trainable parameters, holds a sequence-first layer) of a module called by the loop."""
+    trainable = any(p.requires_grad for p in module.parameters())
+    seq_first = trainable and any(isinstance(m, SEQ_FIRST_TYPES) and not getattr(m, "batch_first", False)
+                                  for m in module.modules())
+    return trainable, seq_first
+
+
+def batch_dim_from_layer(layer: torch.nn.Module, args: tuple[Any, ...], model_input: tuple[int, ...]) -> int | None:
+    """The batch dimension of a sequence-first model's input, from its first sequence-first
+    layer's input (sequence, batch, features): the input dimension of the same size as that
+    batch (0 on a tie or when none matches). None without evidence: a batch_first layer, an
+    unbatched (2-D) input, a PackedSequence."""
+    if getattr(layer, "batch_first", False) or not args or not isinstance(args[0], torch.Tensor):
+        return None
+    x = args[0]
+    if x.dim() != 3:
+        return None
+    batch = int(x.shape[1])
+    dims = [i for i, n in enumerate(model_input) if n == batch]
+    return 0 if not dims or dims[0] == 0 else dims[0]

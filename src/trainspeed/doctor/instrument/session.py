@@ -38,7 +38,7 @@ from typing import Any
 import torch
 
 from trainspeed import mark
-from trainspeed.doctor.instrument.batch import BatchStats
+from trainspeed.doctor.instrument.batch import SEQ_FIRST_TYPES, BatchStats, batch_dim_from_layer, module_facts
 from trainspeed.doctor.instrument.sites import SiteCounter
 
 SAMPLE_FIRST_BATCHES = 8
@@ -49,8 +49,6 @@ MAX_MODULES = 64
 """Modules whose facts (trainable parameters, sequence-first layers) are cached at most."""
 MAX_SHAPES = 64
 """Training-module input shapes kept per step at most (micro-batches of one step)."""
-SEQ_FIRST_TYPES = (torch.nn.RNNBase, torch.nn.MultiheadAttention)
-"""Layers whose input is (sequence, batch, ...) unless batch_first=True."""
 
 
 class StopDoctor(BaseException):
@@ -273,13 +271,9 @@ class Session:
         if facts is None:
             self.internal += 1
             try:
-                trainable = any(p.requires_grad for p in module.parameters())
-                seq_first = trainable and any(
-                    isinstance(m, SEQ_FIRST_TYPES) and not getattr(m, "batch_first", False)
-                    for m in module.modules())
+                facts = module_facts(module)
             finally:
                 self.internal -= 1
-            facts = (trainable, seq_first)
             if len(self.module_facts) < MAX_MODULES:
                 self.module_facts[id(module)] = facts
         return facts
@@ -360,19 +354,11 @@ class Session:
             self.internal -= 1
 
     def probe_sequence_layer(self, module: torch.nn.Module, args: tuple[Any, ...]) -> None:
-        """The first sequence-first layer inside the training module's forward: its input is
-        (sequence, batch, ...); the batch dimension of the model's input is the one of the same
-        size (dimension 0 on a tie or when none matches)."""
-        if getattr(module, "batch_first", False) or not args or not isinstance(args[0], torch.Tensor):
-            return
-        x = args[0]
-        if x.dim() != 3:
-            return  # unbatched (2-D) input, or a PackedSequence: no evidence
-        key, shape = self.seq_probe  # type: ignore[misc]
-        self.seq_probe = None
-        batch = int(x.shape[1])
-        dims = [i for i, n in enumerate(shape) if n == batch]
-        self.batch_dims[key] = 0 if not dims or dims[0] == 0 else dims[0]
+        """The first sequence-first layer inside the training module's forward (autograd.py)."""
+        dim = batch_dim_from_layer(module, args, self.seq_probe[1])  # type: ignore[index]
+        if dim is not None:
+            self.batch_dims[self.seq_probe[0]] = dim  # type: ignore[index]
+            self.seq_probe = None
 
     def _input_samples(self) -> int:
         """Samples of the step's training-module inputs; observes the first as the batch."""
