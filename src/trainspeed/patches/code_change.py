@@ -2,11 +2,11 @@
 files, and a unified diff (best.patch) for the ones that are a keyword at a call site.
 
 Keyword changes (DataLoader(...num_workers=4), AdamW(..., fused=True), from_pretrained(...,
-attn_implementation="sdpa")) are made with LibCST, a concrete syntax tree that keeps every
-comment, space and line break of the user's code: only the argument in question changes.
-Settings that are not a keyword (autocast, compile, threads) become a snippet with the line
-it belongs at; the script's own flags become the flag to pass; what-ifs get a note. The user's
-files are only read.
+attn_implementation="sdpa")) are made with LibCST (keyword_edit), a concrete syntax tree that
+keeps every comment, space and line break of the user's code: only the argument in question
+changes. Settings that are not a keyword (autocast, compile, threads, ...) become a snippet
+with the line it belongs at (snippets); the script's own flags become the flag to pass;
+what-ifs and whatever cannot be placed get a note. The user's files are only read.
 
     change = code_change(settings, targets, root=Path.cwd(), command=[...], device="cpu")
     change.write(out_dir)      # best.patch (when non-empty) and code_change.md
@@ -16,15 +16,18 @@ from __future__ import annotations
 
 import difflib
 import os
+import re
 import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from trainspeed.patches.plan import FLAG_PREFIX, apply_flags
+from trainspeed.patches.plan import FLAG_PREFIX
+from trainspeed.patches.snippets import RUNTIME_CODE, Snippet, Source, autocast_snippet, model_snippets, \
+    runtime_snippet
 from trainspeed.patches.targets import Site, Targets
 
-# setting -> (which call site of Targets, callee names that match, keyword, value as code)
+# setting -> (which call site of Targets, callee last name parts that match, keyword)
 KEYWORDS: dict[str, tuple[str, tuple[str, ...], str]] = {
     "loader.num_workers": ("loader_site", ("DataLoader",), "num_workers"),
     "loader.pin_memory": ("loader_site", ("DataLoader",), "pin_memory"),
@@ -34,197 +37,363 @@ KEYWORDS: dict[str, tuple[str, tuple[str, ...], str]] = {
                                "attn_implementation"),
 }
 OPTIMIZERS = ("AdamW", "Adam", "SGD", "Adagrad", "Adamax", "NAdam", "RAdam", "RMSprop", "Adadelta")
-
-
-@dataclass(frozen=True)
-class Snippet:
-    setting: str
-    file: str
-    line: int
-    where: str
-    """"before", "after" or "around" the line."""
-    code: str
-    why: str
+_WHAT = {"loader_site": "DataLoader", "from_pretrained_site": "from_pretrained/from_config",
+         "optimizer_site": "optimizer"}
+_WHATIF = {
+    "whatif.log_every": "logging only every {v}th call was measured (the script was not changed); to keep the "
+                        "gain, log every {v} steps in your loop (`if step % {v} == 0:`)",
+    "whatif.save_every": "writing only every {v}th torch.save was measured (the script was not changed); to "
+                         "keep the gain, checkpoint {v} times less often",
+    "whatif.no_gc": "gc.collect() / torch.cuda.empty_cache() doing nothing was measured (the script was not "
+                    "changed); to keep the gain, remove those calls from your loop",
+}
+_CONFIG_ROOTS = ("args", "opt", "opts", "flags", "FLAGS", "config", "cfg", "conf", "hparams")
 
 
 @dataclass
 class CodeChange:
     patch: str = ""
+    """Unified diff, paths relative to the root (`a/train.py`, `b/train.py`); "" when none."""
     snippets: list[Snippet] = field(default_factory=list)
     flags: list[str] = field(default_factory=list)
+    """The script's own flags as typed: `--workers 4`, `--compile=True`, `--compile`."""
     notes: list[str] = field(default_factory=list)
+    edits: list[str] = field(default_factory=list)
+    """What best.patch does, one line a keyword: `loader.num_workers: train.py:12: num_workers=4 (was 0)`."""
     command: list[str] = field(default_factory=list)
     """The command with the flags set (empty when no flag changed)."""
 
-    def markdown(self) -> str:
+    def markdown(self, patch_path: str = "best.patch") -> str:
         out = ["# The code change for the settings that won", ""]
         if self.flags:
-            out += ["## Your script's own flags", "", "Pass these (no code change):", "",
-                    "```bash", shlex.join(self.command), "```", ""]
+            out += ["## Your script's own flags", "", "Pass " + ", ".join(f"`{f}`" for f in self.flags)
+                    + " (no code change):", "", "```bash", shlex.join(self.command), "```", ""]
         if self.patch:
-            out += ["## Keyword arguments (best.patch)", "",
-                    "Apply from the directory you ran the tune in: `git apply best.patch` (or `patch -p1 < best.patch`).",
-                    "", "```diff", self.patch.rstrip("\n"), "```", ""]
+            out += ["## Keyword arguments (best.patch)", ""] + [f"- {e}" for e in self.edits] + [
+                "", "From the directory you ran the tune in: `git apply --check "
+                f"{patch_path}` then `git apply {patch_path}` (or `patch -p1 < {patch_path}`); "
+                f"`git apply -R {patch_path}` undoes it.", "", "```diff", self.patch.rstrip("\n"), "```", ""]
         if self.snippets:
             out += ["## Code to add", ""]
             for s in self.snippets:
-                out += [f"### {s.setting}: {s.where} {s.file}:{s.line}", "", s.why, "", "```python", s.code, "```", ""]
+                out += [f"### {s.setting}: {s.where} {s.file}:{s.line}", "", s.why, "",
+                        "```python", s.code, "```", ""]
         if self.notes:
             out += ["## Notes", ""] + [f"- {n}" for n in self.notes] + [""]
         if len(out) == 2:
-            out.append("Nothing to change: no setting won over the script as it is.")
-        return "\n".join(out) + "\n"
+            out += ["Nothing to change: no setting won over the script as it is.", ""]
+        return "\n".join(out)
 
     def write(self, out_dir: Path) -> list[Path]:
+        """best.patch (only when non-empty) and code_change.md in out_dir; nothing else is written."""
         from trainspeed.fileio import atomic_write_text
 
+        out_dir = Path(out_dir)
+        out_dir.mkdir(parents=True, exist_ok=True)
         written = []
         if self.patch:
             atomic_write_text(out_dir / "best.patch", self.patch)
             written.append(out_dir / "best.patch")
-        atomic_write_text(out_dir / "code_change.md", self.markdown())
+        atomic_write_text(out_dir / "code_change.md", self.markdown(str(out_dir / "best.patch")))
         return written + [out_dir / "code_change.md"]
 
 
+# --- paths -------------------------------------------------------------------------------
+
+
+def _real(path: str | Path) -> str:
+    return os.path.realpath(os.path.abspath(path))
+
+
 def _shown(path: str, root: Path) -> str:
+    """Relative to root when inside it, else as given."""
+    real, base = _real(path), _real(root)
+    if real == base or real.startswith(base.rstrip(os.sep) + os.sep):
+        return os.path.relpath(real, base)
+    return path
+
+
+def _where_not(setting: str, path: str, place: str, root: Path) -> str | None:
+    """Why `path` cannot be changed (`place` says what is there: "the DataLoader call at
+    train.py:42"), or None when it can."""
+    if not os.path.isfile(path):
+        return f"{setting}: {place} was not found: the file does not exist any more"
+    if os.path.isabs(_shown(path, root)) or any(p in Path(_real(path)).parts
+                                                 for p in ("site-packages", "dist-packages")):
+        return f"{setting}: {place} is outside your project ({root}); not changed"
+    return None
+
+
+# --- flags -------------------------------------------------------------------------------
+
+
+def _render_flag(option: str, value: Any, style: str) -> list[str]:
+    if style == "bare":
+        return [option] if value else []
+    return [f"{option}={value}"] if style == "equals" else [option, str(value)]
+
+
+def _takes_value(token: str) -> bool:
+    if not token.startswith("-"):
+        return True
     try:
-        rel = os.path.relpath(path, root)
+        float(token)  # --lr -1e-3
+        return True
     except ValueError:
-        return path
-    return path if rel.startswith("..") else rel
+        return False
 
 
-def _inside(path: str, root: Path) -> bool:
-    return not _shown(path, root).startswith(os.sep) and "site-packages" not in path and os.path.isfile(path)
+def command_with_flags(command: list[str], flags: list[str]) -> list[str]:
+    """The command with each flag (`--workers 4`, `--compile=True`, `--compile`) set: its first
+    occurrence, `--x 1` or `--x=1`, is replaced in place (later ones removed), else it is added."""
+    out = list(command)
+    for flag in flags:
+        parts = shlex.split(flag)
+        if not parts:
+            continue
+        option = parts[0].split("=", 1)[0] if parts[0].startswith("-") else parts[0]
+        where = None
+        i = 0
+        while i < len(out):
+            arg = out[i]
+            if arg == option or arg.startswith(option + "="):
+                width = 2 if arg == option and i + 1 < len(out) and _takes_value(out[i + 1]) \
+                    and (len(parts) > 1 or "=" in parts[0]) else 1
+                del out[i:i + width]
+                where = i if where is None else where
+                continue
+            i += 1
+        out[where if where is not None else len(out):where if where is not None else len(out)] = parts
+    return out
 
 
-def _literal(value: Any) -> str:
-    return repr(value)  # ints, bools and strings: Python's repr is valid code
+def _flag_options(sources: list[str]) -> set[str]:
+    """`--option` strings written in the user's files (argparse add_argument calls)."""
+    found: set[str] = set()
+    for path in sources:
+        try:
+            found |= set(re.findall(r"""["'](--[A-Za-z0-9][\w-]*)["']""", Path(path).read_text(encoding="utf-8")))
+        except (OSError, UnicodeDecodeError):
+            continue
+    return found
+
+
+def _from_flag(expression: str, sources: list[str], command: list[str]) -> tuple[str, str | None]:
+    """`args.workers` -> ("args", "--workers") when a flag sets it (the option as the script
+    spells it: `--num-workers` or `--num_workers`), else (root, None)."""
+    m = re.fullmatch(r"(\w+)\.(\w+)", expression.strip())
+    if not m or m.group(1) not in _CONFIG_ROOTS:
+        return "", None
+    name = m.group(2)
+    options = _flag_options(sources) | {a.split("=", 1)[0] for a in command if a.startswith("--")}
+    for option in (f"--{name}", f"--{name.replace('_', '-')}"):
+        if option in options:
+            return m.group(1), option
+    return m.group(1), (f"--{name}" if m.group(1) in ("args", "opt", "opts", "flags", "FLAGS") else None)
+
+
+# --- the change --------------------------------------------------------------------------
 
 
 def code_change(settings: dict[str, Any], targets: Targets, *, root: Path, command: list[str],
                 device: str = "cpu", flag_styles: dict[str, str] | None = None) -> CodeChange:
-    change = CodeChange()
-    edits: dict[str, dict[int, list[tuple[str, tuple[str, ...], str, str]]]] = {}  # file -> line -> edits
+    """Where each setting goes in the user's files (see the module docstring). Never raises for
+    a setting it cannot place, never writes a file."""
+    from trainspeed.patches.keyword_edit import Edit, edit_calls
 
-    def want(setting: str, site: Site | None, callees: tuple[str, ...], keyword: str, code: str) -> None:
+    root = Path(root)
+    change = CodeChange()
+    device_type = str(device).split(":")[0] or "cpu"
+    styles = dict(flag_styles or {})
+    edits: dict[str, list[Edit]] = {}  # real path -> edits
+    sources: dict[str, Source] = {}
+    user_files = [p for p in {targets.script, *(s[0] for s in (targets.loader_site, targets.optimizer_site,
+                                                              targets.model_call_site, targets.from_pretrained_site)
+                                                if s)} if p and os.path.isfile(p)]
+
+    def source(path: str) -> Source | None:
+        real = _real(path)
+        if real not in sources:
+            try:
+                sources[real] = Source(real)
+            except (OSError, UnicodeDecodeError) as exc:
+                change.notes.append(f"{_shown(path, root)} could not be read ({exc}); nothing placed there")
+                return None
+        return sources[real]
+
+    def want(setting: str, attr: str, callees: tuple[str, ...], keyword: str, value: Any, suffix: bool) -> None:
+        site = getattr(targets, attr)
+        what = _WHAT[attr]
         if site is None:
-            change.notes.append(f"{setting}: the call it belongs to was not recorded; set {keyword}={code} "
+            change.notes.append(f"{setting}: the {what} call was not recorded; set {keyword}={value!r} "
                                 "where your training loop builds it")
             return
-        if not _inside(site[0], root):
-            change.notes.append(f"{setting}: the call is at {site[0]}:{site[1]}, outside your project "
-                                f"({root}); set {keyword}={code} where your code reaches it")
+        why = _where_not(setting, site[0], f"the {what} call at {_shown(site[0], root)}:{site[1]}", root)
+        if why:
+            change.notes.append(why + f" (set {keyword}={value!r} there yourself)")
             return
-        edits.setdefault(site[0], {}).setdefault(site[1], []).append((setting, callees, keyword, code))
+        edits.setdefault(_real(site[0]), []).append(Edit(setting, site[1], callees, keyword, value, suffix))
 
     flags: dict[str, Any] = {}
     for key, value in settings.items():
+        key = str(key)
         if key.startswith(FLAG_PREFIX):
-            flags[key[len(FLAG_PREFIX):]] = value
+            option = key[len(FLAG_PREFIX):]
+            if option.endswith("="):  # stored in its `--x=1` form
+                option = option[:-1]
+                styles.setdefault(option, "equals")
+            flags[option] = value
         elif key in KEYWORDS:
             attr, callees, keyword = KEYWORDS[key]
-            want(key, getattr(targets, attr), callees, keyword, _literal(value))
+            want(key, attr, callees, keyword, value, False)
         elif key == "optimizer.impl":
-            callees = (targets.optimizer_class,) if targets.optimizer_class else OPTIMIZERS
-            want(key, targets.optimizer_site, callees, str(value), "True")
+            if value not in ("fused", "foreach"):
+                change.notes.append(f"optimizer.impl={value!r}: not 'fused' or 'foreach'; nothing to change")
+                continue
+            named = (targets.optimizer_class,) if targets.optimizer_class else OPTIMIZERS
+            want(key, "optimizer_site", named, str(value), True, not targets.optimizer_class)
+        elif key in _WHATIF:
+            change.notes.append(f"{key}={value}: a what-if: " + _WHATIF[key].format(v=value))
         elif key.startswith("whatif."):
-            change.notes.append(f"{key}={value} was a what-if (it thins or removes calls behind the script's back): "
-                                "it measured what that finding costs; to keep the gain, change the interval in "
-                                "your loop")
+            change.notes.append(f"{key}={value}: a what-if measurement (the script was not changed); "
+                                "nothing to apply")
         else:
-            snippet = _snippet(key, value, targets, root, device)
-            if snippet is None:
-                change.notes.append(f"{key}={value}: no place for it was recorded; see docs/tune.md")
-            else:
-                change.snippets.append(snippet)
-    if flags:
-        change.command = apply_flags(command, flags, flag_styles)
-        change.flags = [shlex.join(apply_flags([], {k: v}, flag_styles)) for k, v in flags.items()]
-    if edits:
-        from trainspeed.patches.keyword_edit import edit_calls
+            _place_snippet(key, value, targets, root, device_type, change, source)
 
-        parts = []
-        for path, by_line in sorted(edits.items()):
-            source = Path(path).read_text(encoding="utf-8")
-            new, notes = edit_calls(source, by_line)
-            change.notes += [f"{_shown(path, root)}: {n}" for n in notes]
-            if new != source:
-                parts.append(_unified(source, new, _shown(path, root)))
-        change.patch = "".join(parts)
+    _flags(flags, styles, command, change)
+    parts = []
+    for path, file_edits in sorted(edits.items()):
+        src = source(path)
+        if src is None:
+            continue
+        new, outcomes = edit_calls(src.text, file_edits)
+        shown = _shown(path, root)
+        for o in outcomes:
+            text = _outcome(o, shown, user_files, command, styles, change)
+            if text:
+                change.notes.append(text)
+        if new != src.text:
+            parts.append(unified_diff(src.text, new, shown))
+    change.patch = "".join(parts)
     return change
 
 
-def _unified(old: str, new: str, name: str) -> str:
-    """A diff `git apply` and `patch -p1` take, a missing final newline marked as git does."""
+def _flags(flags: dict[str, Any], styles: dict[str, str], command: list[str], change: CodeChange) -> None:
+    if not flags:
+        return
+    rendered = []
+    removed = []
+    for option, value in flags.items():
+        style = styles.get(option) or ("equals" if any(a.startswith(option + "=") for a in command) else "space")
+        parts = _render_flag(option, value, style)
+        if parts:
+            rendered.append(shlex.join(parts) if len(parts) > 1 else parts[0])
+        else:
+            removed.append(option)
+            change.notes.append(f"args.{option}={value}: leave {option} out of the command")
+    change.flags = rendered
+    cmd = [a for a in command if a not in removed]
+    change.command = command_with_flags(cmd, rendered)
+
+
+def _outcome(o: Any, shown: str, user_files: list[str], command: list[str], styles: dict[str, str],
+             change: CodeChange) -> str | None:
+    e = o.edit
+    at = f"{shown}:{o.call_line or e.line}"
+    name = "/".join(e.callees) if len(e.callees) <= 3 else "optimizer"
+    if o.status in ("set", "replaced"):
+        was = f" (was {e.keyword}={o.detail})" if o.status == "replaced" else ""
+        change.edits.append(f"{e.setting}: {at}: `{o.code}`{was}")
+        if o.status == "set" and o.detail:
+            return (f"{e.setting}: {o.code} was added at {at} next to **{o.detail}; if {o.detail} can hold "
+                    f"{e.keyword} too, Python raises 'got multiple values': drop it there")
+        return None
+    if o.status == "unchanged":
+        return f"{e.setting}: {at} already has {o.code}; nothing to change"
+    if o.status == "missing":
+        return (f"{e.setting}: the {name} call at {shown}:{e.line} was not found (file changed since the run?); "
+                f"set {o.code or e.keyword + '=' + repr(e.value)} there yourself")
+    if o.status == "computed":
+        base, option = _from_flag(o.detail, user_files, command)
+        if option:
+            flag = shlex.join(_render_flag(option, e.value, styles.get(option, "space")) or [option])
+            return f"{e.setting}: {e.keyword} comes from {o.detail} ({at}): pass {flag}"
+        where = f"where {base} is defined" if base else "where that value comes from"
+        return (f"{e.setting}: {e.keyword}={o.detail} is computed at {at}; set it to {e.value!r} {where} "
+                "(not changed in the patch)")
+    if o.status == "kwargs":
+        return (f"{e.setting}: the {name} call at {at} takes its keywords from **{o.detail}; "
+                f"add {e.keyword}={e.value!r} to {o.detail} (not changed in the patch)")
+    if o.status == "positional":
+        return (f"{e.setting}: {at} passes {e.keyword} by position ({o.detail}); set it to {e.value!r} there "
+                "(not changed in the patch)")
+    if o.status == "needs_workers":
+        return f"{e.setting}: {o.code} needs num_workers > 0, and the DataLoader at {at} has none; not set"
+    return f"{e.setting}: {shown}: {o.detail}; not changed"
+
+
+def _place_snippet(key: str, value: Any, t: Targets, root: Path, device: str, change: CodeChange,
+                   source: Any) -> None:
+    if key in ("precision", "compile", "channels_last"):
+        site = t.model_call_site
+        if key == "channels_last" and value is False:
+            change.notes.append("channels_last=False: the script's own format; nothing to change")
+            return
+        if site is None:
+            change.notes.append(f"{key}={value}: where the model is called was not recorded; see docs/tune.md")
+            return
+        why = _where_not(key, site[0], f"the model call at {_shown(site[0], root)}:{site[1]}", root)
+        src = None if why else source(site[0])
+        if src is None:
+            if why:
+                change.notes.append(why)
+            return
+        shown = _shown(site[0], root)
+        if src.tree is None:
+            change.notes.append(f"{key}={value}: {shown} does not parse; nothing placed")
+        elif src.statement(site[1]) is None or site[1] > len(src.lines):
+            change.notes.append(f"{key}={value}: the model call at {shown}:{site[1]} was not found "
+                                "(file changed since the run?)")
+        elif key == "precision":
+            change.snippets.append(autocast_snippet(key, str(value), src, site[1], shown, device, t.autocast))
+        else:
+            opt = (_real(t.optimizer_site[0]), t.optimizer_site[1]) if t.optimizer_site else None
+            change.snippets += model_snippets(key, value, src, site[1], shown, opt, t.model_class, t.compiled)
+        return
+    if key in RUNTIME_CODE:
+        if value is False:
+            change.notes.append(f"{key}=False: the default; nothing to change")
+            return
+        script = t.script or next((s[0] for s in (t.model_call_site, t.optimizer_site, t.loader_site) if s), None)
+        if script is None:
+            change.notes.append(f"{key}={value}: the script was not recorded; add `{RUNTIME_CODE[key](value)}` "
+                                "after your imports")
+            return
+        why = _where_not(key, script, f"the script {_shown(script, root)}", root)
+        src = None if why else source(script)
+        if src is None:
+            if why:
+                change.notes.append(why)
+            return
+        change.snippets.append(runtime_snippet(key, value, src, _shown(script, root)))
+        return
+    change.notes.append(f"{key}={value!r}: not a setting this version knows how to write as code; "
+                        "nothing placed")
+
+
+def unified_diff(old: str, new: str, name: str) -> str:
+    """A diff `git apply` and `patch -p1` take; a missing final newline marked as git does."""
     lines = []
-    for line in difflib.unified_diff(old.splitlines(keepends=True), new.splitlines(keepends=True),
+    for line in difflib.unified_diff(_lines(old), _lines(new),
                                      fromfile=f"a/{name}", tofile=f"b/{name}"):
         lines.append(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n")
     return "".join(lines)
 
 
-def _line(path: str, number: int) -> str:
-    try:
-        return Path(path).read_text(encoding="utf-8").splitlines()[number - 1]
-    except (OSError, IndexError):
-        return ""
+def _lines(text: str) -> list[str]:
+    """Lines ending at "\n" only (str.splitlines also splits at form feeds, which diffs keep)."""
+    parts = text.split("\n")
+    return [p + "\n" for p in parts[:-1]] + ([parts[-1]] if parts[-1] else [])
 
 
-def _callee_variable(line: str) -> str:
-    """`out = model(x)` -> "model"; `loss = net(x).loss` -> "net" (default "model")."""
-    import re
-
-    m = re.search(r"([A-Za-z_][\w.]*)\s*\(", line.split("=", 1)[-1])
-    return m.group(1) if m else "model"
-
-
-def _after_imports(path: str) -> int:
-    """The first line after the file's leading imports (1-based)."""
-    last = 0
-    for i, text in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), start=1):
-        if text.startswith(("import ", "from ")):
-            last = i
-        elif last and text.strip() and not text.startswith((" ", "\t", "#")):
-            break
-    return last + 1
-
-
-def _snippet(key: str, value: Any, t: Targets, root: Path, device: str) -> Snippet | None:
-    dev = "cuda" if device == "cuda" else "cpu"
-    if key == "precision" and t.model_call_site and _inside(t.model_call_site[0], root):
-        path, line = t.model_call_site
-        code_line = _line(path, line).strip() or "out = model(x)"
-        dtype = "torch.bfloat16" if value == "bf16" else "torch.float16"
-        code = (f"with torch.autocast(device_type={dev!r}, dtype={dtype}):\n    {code_line}\n"
-                "    loss = ...  # the loss computation belongs inside too")
-        why = "Run the forward (and the loss) under autocast; backward and the optimizer stay outside."
-        if value == "fp16":
-            code += ("\n\n# fp16 needs a GradScaler (bf16 does not):\nscaler = torch.amp.GradScaler("
-                     f"{dev!r})  # once, before the loop\nscaler.scale(loss).backward()\n"
-                     "scaler.step(optimizer)\nscaler.update()")
-            why += " fp16 also scales the loss so small gradients do not underflow."
-        return Snippet(key, _shown(path, root), line, "around", code, why)
-    if key == "compile" and (t.optimizer_site or t.model_call_site):
-        site = t.optimizer_site or t.model_call_site
-        assert site is not None
-        var = _callee_variable(_line(*t.model_call_site)) if t.model_call_site else "model"
-        mode = "" if value == "default" else f"mode={value!r}"
-        where = "before" if t.optimizer_site else "before the loop that contains"
-        return Snippet(key, _shown(site[0], root), site[1], where, f"{var}.compile({mode})",
-                       "Compile the model in place once, before training (the first steps pay the compilation).")
-    script = t.script or (t.model_call_site or t.optimizer_site or (None, 0))[0]
-    if script is None or not _inside(script, root):
-        return None
-    line = _after_imports(script)
-    code = {"threads": f"torch.set_num_threads({value})",
-            "cuda.tf32": "torch.backends.cuda.matmul.allow_tf32 = True\ntorch.backends.cudnn.allow_tf32 = True",
-            "cuda.cudnn_benchmark": "torch.backends.cudnn.benchmark = True",
-            "channels_last": "model = model.to(memory_format=torch.channels_last)\n"
-                             "# and each batch: x = x.to(memory_format=torch.channels_last)"}.get(key)
-    if code is None:
-        return None
-    return Snippet(key, _shown(script, root), line, "at", code, "Once, after the imports (before the model is built).")
-
-
-__all__ = ["CodeChange", "Snippet", "code_change"]
+__all__ = ["CodeChange", "Snippet", "code_change", "command_with_flags", "unified_diff"]
