@@ -50,7 +50,7 @@ def apply_patch(root: Path, change: CodeChange, tmp_path: Path) -> dict[str, Pat
     before = digest(root)
     out = tmp_path / "out"
     written = change.write(out)
-    assert out / "best.patch" in written and (out / "best.patch").read_text() == change.patch
+    assert out / "best.patch" in written and (out / "best.patch").read_bytes() == change.patch.encode()
     assert change.patch.endswith("\n")
     copies = {}
     tools = (["git"] if HAS_GIT else []) + (["patch"] if HAS_PATCH else [])
@@ -437,3 +437,92 @@ def test_write_puts_only_the_markdown_when_there_is_no_patch(tmp_path):
     text = written[0].read_text()
     assert "gc.collect()" in text and "## Notes" in text
     assert CodeChange().markdown().rstrip().endswith("Nothing to change: no setting won over the script as it is.")
+
+
+def test_crlf_and_byte_order_mark_files_keep_their_bytes(tmp_path):
+    root = tmp_path / "project"
+    root.mkdir()
+    (root / "train.py").write_bytes(b"from torch.utils.data import DataLoader\r\nloader = DataLoader(\r\n"
+                                    b"    range(4),\r\n    batch_size=2,\r\n)\r\n")
+    (root / "opt.py").write_bytes(b"\xef\xbb\xbfimport torch\nopt = torch.optim.SGD(params, lr=0.1)\n")
+    targets = Targets(loader_site=(str(root / "train.py"), 2), optimizer_site=(str(root / "opt.py"), 2))
+    change = code_change({"loader.num_workers": 2, "optimizer.impl": "fused"}, targets, root=root, command=[])
+    assert change.notes == []
+    for copy in apply_patch(root, change, tmp_path).values():
+        assert (copy / "train.py").read_bytes() == (b"from torch.utils.data import DataLoader\r\nloader = DataLoader("
+                                                    b"\r\n    range(4),\r\n    batch_size=2,\r\n    num_workers=2,"
+                                                    b"\r\n)\r\n")
+        assert (copy / "opt.py").read_bytes() == (b"\xef\xbb\xbfimport torch\n"
+                                                  b"opt = torch.optim.SGD(params, lr=0.1, fused=True)\n")
+
+
+def test_a_lone_generator_argument_gets_its_parentheses(tmp_path):
+    from trainspeed.patches.keyword_edit import Edit, edit_calls
+
+    new, [outcome] = edit_calls("x = Adam(p for p in ps)\n", [Edit("optimizer.impl", 1, ("Adam",), "fused", True)])
+    assert outcome.status == "set" and new == "x = Adam((p for p in ps), fused=True)\n"
+
+
+def test_sites_recorded_at_run_time_find_their_multi_line_calls(tmp_path):
+    """The doctor records the caller frame's line while DataLoader.__init__ / AdamW.__init__ runs:
+    for a multi-line call CPython reports its first line or its callee's line; both are found."""
+    import runpy
+
+    import torch
+    from torch.utils.data import DataLoader
+
+    root = tmp_path / "project"
+    train = write(root, "train.py", """
+        import torch
+        from torch.utils.data import DataLoader
+
+        a = DataLoader(
+            range(4),
+            batch_size=2,
+        )
+        b = torch.utils.data.DataLoader(range(4),
+                                        batch_size=2)
+        c = (
+            torch.utils.data
+            .DataLoader(range(4), batch_size=2)
+        )
+        d = [DataLoader(range(4), batch_size=1), DataLoader(range(5), batch_size=1)]
+
+        def configure(params, extra):
+            return torch.optim.AdamW(
+                params, lr=1e-3,
+                **extra)
+
+        opt = configure(torch.nn.Linear(2, 2).parameters(), {})
+    """)
+    recorded: list[tuple[str, int]] = []
+
+    def recording(original):
+        def __init__(self, *args, **kwargs):
+            frame = sys._getframe(1)
+            recorded.append((frame.f_code.co_filename, frame.f_lineno))
+            original(self, *args, **kwargs)
+        return __init__
+
+    loader_init, adamw_init = DataLoader.__init__, torch.optim.AdamW.__init__
+    DataLoader.__init__ = recording(loader_init)
+    torch.optim.AdamW.__init__ = recording(adamw_init)
+    try:
+        runpy.run_path(str(train), run_name="__main__")
+    finally:
+        DataLoader.__init__, torch.optim.AdamW.__init__ = loader_init, adamw_init
+    *loaders, optimizer = recorded
+    # two calls on one line are one site: the first is taken (a line number cannot tell them apart)
+    assert len(loaders) == 5 and loaders[3] == loaders[4]
+    assert all(path == str(train) for path, _ in recorded)
+    expected = ["    batch_size=2,\n+    num_workers=3,\n )",
+                "batch_size=2,\n+" + " " * 32 + "num_workers=3)",
+                ".DataLoader(range(4), batch_size=2, num_workers=3)",
+                "+d = [DataLoader(range(4), batch_size=1, num_workers=3), DataLoader(range(5), batch_size=1)]"]
+    for site, text in zip(loaders, expected):
+        change = code_change({"loader.num_workers": 3}, Targets(loader_site=site), root=root, command=[])
+        assert change.notes == [] and text in change.patch, (site, change.patch)
+        assert change.patch.count("num_workers=3") == 1
+    change = code_change({"optimizer.impl": "fused"}, Targets(optimizer_site=optimizer, optimizer_class="AdamW"),
+                         root=root, command=[])
+    assert "         params, lr=1e-3,\n+        fused=True,\n         **extra)" in change.patch

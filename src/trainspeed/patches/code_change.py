@@ -25,7 +25,7 @@ from typing import Any
 from trainspeed.patches.plan import FLAG_PREFIX
 from trainspeed.patches.snippets import RUNTIME_CODE, Snippet, Source, autocast_snippet, model_snippets, \
     runtime_snippet
-from trainspeed.patches.targets import Site, Targets
+from trainspeed.patches.targets import Targets
 
 # setting -> (which call site of Targets, callee last name parts that match, keyword)
 KEYWORDS: dict[str, tuple[str, tuple[str, ...], str]] = {
@@ -92,10 +92,24 @@ class CodeChange:
         out_dir.mkdir(parents=True, exist_ok=True)
         written = []
         if self.patch:
-            atomic_write_text(out_dir / "best.patch", self.patch)
+            _write_exact(out_dir / "best.patch", self.patch)
             written.append(out_dir / "best.patch")
         atomic_write_text(out_dir / "code_change.md", self.markdown(str(out_dir / "best.patch")))
         return written + [out_dir / "code_change.md"]
+
+
+def _write_exact(path: Path, text: str) -> None:
+    """Atomically, with no newline translation: a CRLF file's diff keeps its CRLF lines."""
+    import tempfile
+
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
 
 
 # --- paths -------------------------------------------------------------------------------
@@ -266,7 +280,8 @@ def code_change(settings: dict[str, Any], targets: Targets, *, root: Path, comma
         src = source(path)
         if src is None:
             continue
-        new, outcomes = edit_calls(src.text, file_edits)
+        new, outcomes = edit_calls(src.code, file_edits)
+        new = src.bom + new
         shown = _shown(path, root)
         for o in outcomes:
             text = _outcome(o, shown, user_files, command, styles, change)

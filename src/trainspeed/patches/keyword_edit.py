@@ -109,8 +109,9 @@ class _Finder(cst.CSTVisitor):
             if not (pos.start.line <= edit.line <= pos.end.line and _matches(node, edit)):
                 continue
             on_line = edit.line in (pos.start.line, func_end)
-            # rank: starts (or names its callee) on the line, then innermost
-            rank = (0 if on_line else 1, pos.end.line - pos.start.line, -pos.start.line, -pos.start.column)
+            # rank: starts (or names its callee) on the line, then the innermost (fewest lines,
+            # latest first line), then the first on its line (two calls on one line: one site)
+            rank = (0 if on_line else 1, pos.end.line - pos.start.line, -pos.start.line, pos.start.column)
             if edit not in self.found or rank < self.found[edit][0]:
                 self.found[edit] = (rank, node, pos.start.line)
 
@@ -136,6 +137,10 @@ def _separator(call: cst.Call, args: list[cst.Arg], index: int) -> cst.BaseParen
 def _insert(call: cst.Call, args: list[cst.Arg], new: cst.Arg) -> list[cst.Arg]:
     """`args` with `new` before the first `**mapping`, else last, in the call's layout."""
     index = next((i for i, a in enumerate(args) if a.star == "**"), len(args))
+    if len(args) == 1 and isinstance(args[0].value, cst.GeneratorExp) and not args[0].value.lpar:
+        # `f(x for x in y)`: a generator beside another argument needs its own parentheses
+        args = [args[0].with_changes(value=args[0].value.with_changes(lpar=[cst.LeftParen()],
+                                                                      rpar=[cst.RightParen()]))]
     if index < len(args):  # before **kwargs: after the argument ahead of it, with the same separator
         before = args[index - 1].comma
         new = new.with_changes(comma=cst.Comma(whitespace_after=_clean(before.whitespace_after))

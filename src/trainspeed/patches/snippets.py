@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import ast
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 
@@ -29,10 +28,14 @@ class Source:
 
     def __init__(self, path: str) -> None:
         self.path = path
-        self.text = Path(path).read_text(encoding="utf-8")
-        self.lines = self.text.splitlines()
+        with open(path, encoding="utf-8", newline="") as f:  # as written: CRLF stays CRLF in the diff
+            self.text = f.read()
+        self.bom = "\ufeff" if self.text.startswith("\ufeff") else ""
+        self.code = self.text[len(self.bom):]
+        """The text without a byte order mark (the parsers take it without)."""
+        self.lines = self.code.splitlines()
         try:
-            self.tree: ast.Module | None = ast.parse(self.text)
+            self.tree: ast.Module | None = ast.parse(self.code)
         except SyntaxError:
             self.tree = None
 
