@@ -72,7 +72,7 @@ class CodeChange:
             out += ["## Keyword arguments (best.patch)", ""] + [f"- {e}" for e in self.edits] + [
                 "", "From the directory you ran the tune in: `git apply --check "
                 f"{patch_path}` then `git apply {patch_path}` (or `patch -p1 < {patch_path}`); "
-                f"`git apply -R {patch_path}` undoes it.", "", "```diff", self.patch.rstrip("\n"), "```", ""]
+                f"`git apply -R {patch_path}` undoes it.", "", "```diff", self.patch.replace("\r\n", "\n").rstrip("\n"), "```", ""]
         if self.snippets:
             out += ["## Code to add", ""]
             for s in self.snippets:
