@@ -22,11 +22,15 @@ def step_records(
     wall_offset: float,
     mem: dict[str, Any],
     rank: int,
+    cpu_before: float | None = None,
 ) -> list[dict[str, Any]]:
     """The records of steps first_step + 1, first_step + 2, ...: `resolved` holds each step's
     (t_step, per-phase seconds) from the timeline, `rows` its (samples, tokens, pad, lr, syncs,
-    warmup, t_end on the perf_counter clock), `losses` its loss (NaN when none was given);
-    `wall_offset` turns perf_counter times into wall-clock times."""
+    warmup, t_end on the perf_counter clock[, cpu_end: process CPU seconds at the step's end]),
+    `losses` its loss (NaN when none was given); `wall_offset` turns perf_counter times into
+    wall-clock times; `cpu_before` is the process CPU seconds at the end of the step before
+    first_step + 1. A record's `cpu` is the process's CPU seconds in the step (all threads:
+    more than t_step when intra-op threads work in parallel), null when unknown."""
     version, n_measured = schema.SCHEMA_VERSION, len(MEASURED_PHASES)
     records = []
     for i in range(len(rows)):
@@ -35,7 +39,10 @@ def step_records(
         row = [float(x) for x in phases[:n_measured]]  # the rest is "other"
         phase_map = dict(zip(MEASURED_PHASES, row))
         phase_map["other"] = max(0.0, t_step - sum(row))
-        samples, tokens, pad, lr, syncs, warm, t_end = rows[i]
+        samples, tokens, pad, lr, syncs, warm, t_end = rows[i][:7]
+        cpu_end = rows[i][7] if len(rows[i]) > 7 else None
+        cpu = None if cpu_end is None or cpu_before is None else max(0.0, float(cpu_end - cpu_before))
+        cpu_before = cpu_end
         tok, pad = int(tokens), int(pad)
         records.append(
             {
@@ -43,6 +50,7 @@ def step_records(
                 "step": first_step + i + 1,
                 "t_wall": t_end + wall_offset,
                 "t_step": t_step,
+                "cpu": cpu,
                 "phases": phase_map,
                 "samples": int(samples),
                 "tokens": tok,

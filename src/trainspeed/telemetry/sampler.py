@@ -18,11 +18,41 @@ import numpy as np
 
 from trainspeed.errors import ConfigError
 
-__all__ = ["GpuReader", "NvmlReader", "open_nvml", "SystemSampler", "HOST_FIELDS", "GPU_FIELDS"]
+__all__ = ["GpuReader", "NvmlReader", "open_nvml", "SystemSampler", "HOST_FIELDS", "GPU_FIELDS",
+           "SERIES_FIELDS", "others_cpu_percent"]
 
-HOST_FIELDS: tuple[str, ...] = ("t", "cpu_process", "cpu_system", "rss", "children_rss")
+HOST_FIELDS: tuple[str, ...] = ("t", "cpu_process", "cpu_system", "rss", "children_rss", "cpu_tree", "cpu_others")
+"""cpu_process: this process, % of one core (> 100 when multi-threaded); cpu_system: the whole
+machine, % of all cores; cpu_tree: this process and its children (DataLoader workers, anything it
+spawned), % of one core; cpu_others: every other process on the machine (and time the hypervisor
+stole), % of one core: the contention evidence (a step that got slower while others used the
+cores is not the script's fault). cpu_tree/cpu_others are NaN on the first row (no interval yet)."""
+SERIES_FIELDS: tuple[str, ...] = ("t", "cpu_tree", "cpu_others", "rss", "children_rss")
+"""The columns `series()` returns for the run directory (the `system` event's `series`)."""
 GPU_FIELDS: tuple[str, ...] = ("gpu_util", "gpu_mem_used", "gpu_power_w", "gpu_sm_clock_mhz")
 _BYTES_FIELDS = ("rss", "children_rss", "gpu_mem_used")
+
+
+def others_cpu_percent(busy_s: float, tree_s: float, wall_s: float) -> tuple[float, float]:
+    """(this process tree's CPU, other processes' CPU), both in % of one core, from one
+    interval's deltas: machine-wide busy core-seconds, this tree's CPU seconds, wall seconds.
+    Pure. The tree's share is clipped into [0, busy] (a child reaped between two readings
+    moves its time from the live children to children_user, which can jump either way)."""
+    if not wall_s > 0:
+        return math.nan, math.nan
+    busy = max(0.0, busy_s)
+    tree = min(max(0.0, tree_s), busy)
+    return 100.0 * tree / wall_s, 100.0 * (busy - tree) / wall_s
+
+
+def _busy_seconds(times: Any) -> float:
+    """Machine-wide busy CPU seconds of psutil.cpu_times(): everything but idle and iowait.
+    `steal` (the hypervisor ran another VM) counts: it is time other tenants took. Linux counts
+    guest time inside user already, so guest fields are not added again."""
+    total = 0.0
+    for name in ("user", "nice", "system", "irq", "softirq", "steal"):
+        total += float(getattr(times, name, 0.0) or 0.0)
+    return total
 
 
 class GpuReader(Protocol):
@@ -146,6 +176,9 @@ class SystemSampler:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._proc = None
+        # Cumulative readings of the previous row: (perf_counter, machine busy s, tree CPU s).
+        self._prev_cpu: tuple[float, float, float] | None = None
+        self._kids: dict[int, Any] = {}  # pid -> psutil.Process of the live descendants
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> "SystemSampler":
@@ -157,6 +190,10 @@ class SystemSampler:
         # psutil's cpu_percent(None) measures since the previous call; the first call only primes it.
         self._proc.cpu_percent(None)
         psutil.cpu_percent(None)
+        try:
+            self._prev_cpu = self._cpu_totals(self._children())
+        except Exception:
+            self._prev_cpu = None
         if self._open_gpu:
             self._gpu = open_nvml(self.gpu_index)  # in the caller's thread: NVML init is not instant
         self._stop.clear()
@@ -211,15 +248,20 @@ class SystemSampler:
     def _read(self) -> dict[str, float]:
         import psutil
 
-        from trainspeed.telemetry.memory import process_rss
-
         if self._proc is None:
             self._proc = psutil.Process(os.getpid())
         row: dict[str, float] = {"t": time.time()}
         row["cpu_process"] = float(self._proc.cpu_percent(None))  # % of one core; > 100 when multi-threaded
         row["cpu_system"] = float(psutil.cpu_percent(None))  # % of all cores
-        rss, children = process_rss(include_children=True)
-        row["rss"], row["children_rss"] = float(rss), float(children)
+        kids = self._children()
+        row["rss"] = float(self._proc.memory_info().rss)
+        row["children_rss"] = float(sum(_child_value(k, "rss") for k in kids))
+        totals = self._cpu_totals(kids)
+        if self._prev_cpu is not None:
+            t0, busy0, tree0 = self._prev_cpu
+            row["cpu_tree"], row["cpu_others"] = others_cpu_percent(
+                totals[1] - busy0, totals[2] - tree0, totals[0] - t0)
+        self._prev_cpu = totals
         if self._gpu is not None:
             try:
                 row.update(self._gpu.read())
@@ -227,7 +269,50 @@ class SystemSampler:
                 self._errors += 1
         return row
 
+    def _children(self) -> list:
+        """This process's descendants as psutil handles (kept between rows: creating one reads
+        /proc). Linux lists each thread's children in /proc/PID/task/TID/children, a few small
+        reads; psutil's children() reads every process's stat file on the machine (~2 ms)."""
+        import psutil
+
+        pids = _child_pids(self._proc.pid)
+        if pids is None:
+            try:
+                kids = self._proc.children(recursive=True)
+            except (psutil.NoSuchProcess, psutil.AccessDenied):
+                kids = []
+            self._kids = {k.pid: k for k in kids}
+            return kids
+        known = self._kids
+        self._kids = {}
+        for pid in pids:
+            proc = known.get(pid)
+            if proc is None:
+                try:
+                    proc = psutil.Process(pid)
+                except (psutil.NoSuchProcess, psutil.AccessDenied):
+                    continue
+            self._kids[pid] = proc
+        return list(self._kids.values())
+
+    def _cpu_totals(self, kids: list) -> tuple[float, float, float]:
+        """(perf_counter now, machine busy CPU s, this tree's CPU s), cumulative."""
+        import psutil
+
+        mine = self._proc.cpu_times()
+        tree = mine.user + mine.system + mine.children_user + mine.children_system
+        tree += sum(_child_value(k, "cpu") for k in kids)
+        return time.perf_counter(), _busy_seconds(psutil.cpu_times()), float(tree)
+
     # ------------------------------------------------------------------ reading
+    def series(self) -> dict[str, list[float | None]]:
+        """SERIES_FIELDS over the rows in the ring, oldest first, as JSON-ready lists (None for
+        a missing value): the run directory keeps them, so contention can be told from a slower
+        script afterwards. Bounded by the ring's capacity."""
+        data = self._ordered()
+        return {name: [float(v) if math.isfinite(v) else None for v in data[name].tolist()]
+                for name in SERIES_FIELDS}
+
     def _ordered(self) -> dict[str, np.ndarray]:
         with self._lock:
             n = min(self._count, self.capacity)
@@ -267,3 +352,38 @@ class SystemSampler:
             else:
                 out[f"{name}_mean"], out[f"{name}_max"] = mean, peak
         return out
+
+
+def _child_value(proc: Any, what: str) -> float:
+    """A child's RSS (bytes) or CPU seconds (user + system); 0 for one that just exited."""
+    try:
+        if what == "rss":
+            return float(proc.memory_info().rss)
+        times = proc.cpu_times()
+        return float(times.user + times.system)
+    except Exception:  # NoSuchProcess, ZombieProcess, AccessDenied: the worker is gone
+        return 0.0
+
+
+def _child_pids(pid: int) -> list[int] | None:
+    """Descendants of `pid` from /proc/PID/task/TID/children (Linux), or None where that file
+    does not exist (another OS, a kernel without CONFIG_PROC_CHILDREN): use psutil then."""
+    if not os.path.exists(f"/proc/{pid}/task/{pid}/children"):
+        return None
+    out: list[int] = []
+    stack = [pid]
+    while stack and len(out) < 4096:
+        parent = stack.pop()
+        try:
+            tasks = os.listdir(f"/proc/{parent}/task")
+        except OSError:  # exited meanwhile
+            continue
+        for tid in tasks:
+            try:
+                with open(f"/proc/{parent}/task/{tid}/children") as f:
+                    found = [int(p) for p in f.read().split()]
+            except (OSError, ValueError):
+                continue
+            out.extend(found)
+            stack.extend(found)
+    return out

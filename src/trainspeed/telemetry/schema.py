@@ -14,7 +14,7 @@ runs/<name>/
 
 A step record (all times in seconds, memory in bytes; absent values are null):
 
-  {"schema": 1, "step": 12, "t_wall": 1732240000.12, "t_step": 0.0123,
+  {"schema": 1, "step": 12, "t_wall": 1732240000.12, "t_step": 0.0123, "cpu": 0.0119,
    "phases": {"data": .., "h2d": .., "forward": .., "backward": .., "optimizer": ..,
               "log": .., "ckpt": .., "eval": .., "other": ..},
    "samples": 32, "tokens": 4096, "pad_share": 0.12, "loss": 2.31, "lr": 0.001,
@@ -23,6 +23,10 @@ A step record (all times in seconds, memory in bytes; absent values are null):
 
   `phases` always holds every name in PHASES; "other" is t_step minus the sum of the rest
   (never negative). `warmup` marks steps excluded from throughput (warm-up, compilation).
+  `cpu` (added in schema 1, absent in older records) is the CPU seconds the training process
+  (all its threads) used in the step: a wall time that grows while `cpu` does not is the
+  machine's load, not the script (see telemetry/contention.py). The `system` event carries
+  the sampler's `series` (t, cpu_tree, cpu_others, rss, children_rss; % of one core, bytes).
 
 An event record:
 

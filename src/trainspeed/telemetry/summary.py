@@ -99,6 +99,7 @@ def summarize(run: RunData) -> dict[str, Any]:
     loss = run.array("loss")
     finite_loss = loss[np.isfinite(loss)]
     pad = run.array("pad_share")
+    contention = _contention(run, keep)
     trend = _trend(run, keep)
     return {
         "steps": n,
@@ -121,6 +122,8 @@ def summarize(run: RunData) -> dict[str, Any]:
             "worker_rss_peak": _max_or_none(run.array("mem.worker_rss")),
         },
         "trend": trend,
+        "contention": contention,
+        "cpu_per_step": float(np.nanmedian(run.array("cpu")[keep])) if n and np.isfinite(run.array("cpu")[keep]).any() else None,
         "pad_share": float(np.nanmean(pad)) if np.isfinite(pad).any() else None,
         "loss": {
             "first": float(finite_loss[0]),
@@ -137,21 +140,126 @@ def summarize(run: RunData) -> dict[str, Any]:
     }
 
 
+def system_series(run: RunData) -> dict[str, np.ndarray]:
+    """The system sampler's series of the run (the last `system` event's `series`): t (wall
+    clock), cpu_tree, cpu_others (% of one core), rss, children_rss; {} when not sampled."""
+    for event in reversed(run.events_of("system")):
+        series = (event.get("data") or {}).get("series")
+        if isinstance(series, dict) and series.get("t"):
+            return {k: np.array([np.nan if v is None else float(v) for v in vals], dtype=np.float64)
+                    for k, vals in series.items() if isinstance(vals, list)}
+    return {}
+
+
+def others_per_step(run: RunData, keep: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, float | None]:
+    """(other processes' CPU, % of one core, during each step record in `keep`, the most of
+    that and the neighbouring readings, the quietest reading while those steps ran); NaN where
+    not sampled. See contention.load_per_step and loaded_mask."""
+    from trainspeed.telemetry.contention import load_per_step
+
+    series = system_series(run)
+    t_wall = run.array("t_wall")
+    if keep is not None:
+        t_wall = t_wall[keep]
+    if "cpu_others" not in series:
+        nan = np.full(t_wall.size, np.nan)
+        return nan, nan, None
+    raw = load_per_step(t_wall, series["t"], series["cpu_others"], spread=0)
+    floor = float(np.nanmin(raw)) if np.isfinite(raw).any() else None
+    return raw, load_per_step(t_wall, series["t"], series["cpu_others"], spread=1), floor
+
+
+def _contention(run: RunData, keep: np.ndarray) -> dict[str, Any] | None:
+    from dataclasses import asdict
+
+    from trainspeed.telemetry.contention import detect_contention
+
+    if not keep.any():
+        return None
+    others, near, floor = others_per_step(run, keep)
+    found = detect_contention(run.array("step")[keep], run.array("t_step")[keep], run.array("cpu")[keep],
+                              others, floor=floor, near=near)
+    return asdict(found) if found is not None else None
+
+
+def robust_series(run: RunData, keep: np.ndarray) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray], str]:
+    """(steps, step times, phase times, basis) the script's own trend is judged on, over the
+    steps in `keep`: the quiet steps when other processes loaded the machine for part of the
+    run (basis "quiet"), else the load-free CPU-based times (basis "cpu"), else the wall times
+    as recorded (basis "wall"). See contention.robust_step_times."""
+    from trainspeed.telemetry.contention import loaded_mask, robust_step_times
+
+    steps, times = run.array("step")[keep], run.array("t_step")[keep]
+    phases = {name: run.array(f"phases.{name}")[keep] for name in PHASES}
+    cpu = run.array("cpu")[keep]
+    others, near, floor = others_per_step(run, keep)
+    loaded = loaded_mask(others, floor, near=near, wall=times, cpu=cpu)
+    robust = robust_step_times(times, cpu, phases, loaded)
+    if robust is None:
+        return steps, times, phases, "wall"
+    mask, times, phases, basis = robust
+    return steps[mask], times, phases, basis
+
+
+MIN_TREND_STEPS = 40
+"""Steps a trend needs (after warm-up, loaded steps dropped): a doctor run is ~100-200 steps."""
+PHASE_GROWTH_MIN = 0.05
+"""A phase's own growth is reported when it adds >= 5 % of the baseline step time over the run,
+even when the step total shows no trend (another phase shrank, or the total is too noisy)."""
+
+
 def _trend(run: RunData, keep: np.ndarray) -> dict[str, Any] | None:
+    from trainspeed.telemetry.contention import linear_rate
     from trainspeed.telemetry.trend import detect_trend
 
     if not keep.any():
         return None
-    steps = run.array("step")[keep]
-    times = run.array("t_step")[keep]
-    phases = {name: run.array(f"phases.{name}")[keep] for name in PHASES}
-    found = detect_trend(steps, times, phases)
+    steps, times, phases, basis = robust_series(run, keep)
+    found = detect_trend(steps, times, phases, min_steps=MIN_TREND_STEPS)
+    if found is None:
+        found = _phase_trend(steps, times, phases)
     if found is None:
         return None
+    # RSS is not slowed by other processes: all measured steps
+    rss = linear_rate(run.array("step")[keep], run.array("mem.rss")[keep])
+    slope_s = found.slope_per_1000 * found.baseline  # seconds per 1,000 steps
     return {
         "slope_per_1000": found.slope_per_1000,
         "since_step": found.since_step,
         "phase": found.phase,
         "baseline": found.baseline,
         "message": found.message,
+        "kind": found.kind,
+        "change": found.change,
+        "basis": basis,
+        "ms_per_1000": slope_s * 1e3,
+        "rss_mb_per_1000": rss.per_1000 / 2**20 if rss is not None and rss.z >= 3 else None,
     }
+
+
+def _phase_trend(steps: np.ndarray, times: np.ndarray, phases: dict[str, np.ndarray]):
+    """The fastest-growing phase as a Trend of the step (slope relative to the step's median),
+    when it adds >= PHASE_GROWTH_MIN of the step time; None otherwise."""
+    from trainspeed.telemetry.trend import Trend, detect_trend
+
+    level = float(np.nanmedian(times)) if np.isfinite(times).any() else 0.0
+    if not level > 0:
+        return None
+    best = None
+    for name, values in phases.items():
+        if not np.isfinite(values).any() or not np.nanmedian(values) > 0:
+            continue
+        found = detect_trend(steps, values, min_slowdown=0.2, min_steps=MIN_TREND_STEPS)
+        if found is None or found.kind != "growth":
+            continue
+        rise = found.slope_per_1000 * found.baseline / 1000.0 * float(np.nanmax(steps) - found.since_step)
+        if rise >= PHASE_GROWTH_MIN * level and (best is None or rise > best[0]):
+            best = (rise, name, found)
+    if best is None:
+        return None
+    rise, name, found = best
+    per_1000 = found.slope_per_1000 * found.baseline / level
+    return Trend(slope_per_1000=per_1000, since_step=found.since_step, phase=name, baseline=level,
+                 message=(f"phase '{name}' grows {found.slope_per_1000 * found.baseline * 1e3:.2f} ms per 1,000 "
+                          f"steps since step {found.since_step} ({rise / level * 100:.0f} % of the step time)"),
+                 kind="growth", change=rise / level, z=found.z)

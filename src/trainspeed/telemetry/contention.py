@@ -1,0 +1,302 @@
+"""A busy machine or a slower script? Pure numpy, numbers in and numbers out.
+
+On a shared machine other processes start and stop; each time they take cores, every step of
+the training script gets slower in wall time, in every phase alike, while the CPU time the
+script itself spends per step stays where it was. A script that really gets slower (a growing
+history re-read every step, a checkpoint that grows) spends more CPU time, or a bigger share of
+its step in one phase, whatever the machine does.
+
+  detect_contention   steps whose wall time rose while this process's CPU time per step did
+                      not, and other processes used the cores (from the system sampler)
+  robust_step_times   step and phase times with the machine's load taken out: the CPU time
+                      per step (scaled to wall seconds by the run's usual wall/CPU ratio), each
+                      phase its share of it; what the trend of the script is judged on
+  load_per_step       the sampler's other-process CPU lined up with the steps
+  linear_rate         a robust slope per 1,000 steps (RSS, a phase) with its noise test
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from trainspeed.telemetry.trend import robust_clip, theil_sen
+
+__all__ = ["Contention", "detect_contention", "load_per_step", "loaded_mask", "robust_step_times", "linear_rate",
+           "LOAD_MIN", "SLOWDOWN_MIN", "CPU_SHARE_MAX"]
+
+LOAD_MIN = 40.0
+"""Other processes count as a load when they use at least this many % of one core more than in
+the quietest tenth of the run (a shared machine is never idle; what matters is the change)."""
+SLOWDOWN_MIN = 0.10
+"""A wall-time rise under load of less than 10 % is not worth a finding."""
+CPU_SHARE_MAX = 0.5
+"""The script's own CPU time per step may explain at most half of the wall-time rise for the
+rise to be the machine's: more than that and the script itself does more work."""
+MIN_STEPS = 5
+"""Loaded and quiet steps each needed to compare them."""
+
+
+def _median(values: np.ndarray) -> float:
+    values = values[np.isfinite(values)]
+    return float(np.median(values)) if values.size else math.nan
+
+
+def load_per_step(step_end: np.ndarray, sample_t: np.ndarray, others: np.ndarray, *, spread: int = 1) -> np.ndarray:
+    """Other processes' CPU (% of one core) during each step: the value of the sampler row whose
+    interval (previous row, this row] holds the step's end (`step_end`, wall-clock seconds, as
+    `t_wall` of the step records), or the largest within `spread` rows of it: a row covers a
+    fraction of a second, and a load that starts inside one row reads there as a partial load,
+    so the neighbours keep the edges of a loaded stretch out of the quiet steps. NaN for steps
+    after the last row or with no reading."""
+    step_end = np.asarray(step_end, dtype=np.float64).ravel()
+    t = np.asarray(sample_t, dtype=np.float64).ravel()
+    o = np.asarray(others, dtype=np.float64).ravel()
+    out = np.full(step_end.size, np.nan)
+    ok = np.isfinite(t) & np.isfinite(o)
+    t, o = t[ok], o[ok]
+    if t.size == 0:
+        return out
+    order = np.argsort(t)
+    t, o = t[order], o[order]
+    if spread > 0:
+        padded = np.pad(o, spread, mode="edge")
+        o = np.max(np.lib.stride_tricks.sliding_window_view(padded, 2 * spread + 1), axis=1)
+    idx = np.searchsorted(t, step_end, side="left")
+    inside = (idx < t.size) & np.isfinite(step_end)
+    out[inside] = o[idx[inside]]
+    return out
+
+
+def loaded_mask(
+    others: np.ndarray,
+    floor: float | None = None,
+    *,
+    near: np.ndarray | None = None,
+    wall: np.ndarray | None = None,
+    cpu: np.ndarray | None = None,
+) -> np.ndarray | None:
+    """Steps under other processes' load: their sampler row reads at least LOAD_MIN above
+    `floor` (default: the quietest reading in `others`). A sampler row averages a fraction of a
+    second, so the steps next to a loaded row (`near`: load_per_step with spread=1) may be
+    loaded too: such a step counts as loaded when its wall/CPU ratio stands above the quiet
+    steps' (it waited for the cores). None with too few sampled steps; steps without a
+    reading are not loaded."""
+    o = np.asarray(others, dtype=np.float64).ravel()
+    mask = _loaded_mask(o, floor)
+    if mask is None or near is None or wall is None or cpu is None:
+        return mask
+    if floor is None or not math.isfinite(floor):
+        floor = float(np.nanmin(o))
+    w, c = np.asarray(wall, dtype=np.float64).ravel(), np.asarray(cpu, dtype=np.float64).ravel()
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = np.where(c > 0, w / c, np.nan)
+    quiet = ~mask & np.isfinite(ratio)
+    if quiet.sum() < MIN_STEPS:
+        return mask
+    base = float(np.median(ratio[quiet]))
+    edge = ~mask & (np.asarray(near, dtype=np.float64).ravel() >= floor + LOAD_MIN) & (ratio > base * (1.0 + SLOWDOWN_MIN))
+    return mask | edge
+
+
+@dataclass(kw_only=True, slots=True)
+class Contention:
+    """Steps slowed down by other processes, not by the script."""
+
+    first_step: int
+    """First step under load."""
+    last_step: int
+    """Last step under load."""
+    loaded_steps: int
+    """Steps under load (they need not be contiguous: loads come and go)."""
+    quiet_steps: int
+    wall_quiet: float
+    """Median wall seconds per step without the load."""
+    wall_loaded: float
+    """Median wall seconds per step under the load."""
+    cpu_quiet: float
+    """Median CPU seconds per step of this process without the load."""
+    cpu_loaded: float
+    others_quiet: float
+    """Median CPU of other processes, % of one core, on the quiet steps (NaN: not sampled)."""
+    others_loaded: float
+    slowdown: float
+    """wall_loaded / wall_quiet - 1."""
+    cpu_change: float
+    """cpu_loaded / cpu_quiet - 1."""
+    lost_share: float
+    """Share of the run's wall time the load took: what the loaded steps took beyond the quiet
+    median, over the sum of all step times."""
+    sampled: bool
+    """True when the load was seen by the system sampler; False when it is inferred from wall
+    time rising without CPU time (no sampler series)."""
+    message: str
+
+
+def _loaded_mask(others: np.ndarray, floor: float | None = None) -> np.ndarray | None:
+    finite = np.isfinite(others)
+    if finite.sum() < 2 * MIN_STEPS:
+        return None
+    if floor is None or not math.isfinite(floor):
+        floor = float(np.min(others[finite]))
+    return finite & (others >= floor + LOAD_MIN)
+
+
+def _inferred_mask(wall: np.ndarray, cpu: np.ndarray) -> np.ndarray | None:
+    """Without sampler data: steps whose wall/CPU ratio stands far above the run's usual one
+    (the CPU did not do more, yet the step took longer: time went to someone else)."""
+    ratio = wall / cpu
+    finite = np.isfinite(ratio) & (cpu > 0)
+    if finite.sum() < 2 * MIN_STEPS:
+        return None
+    base = float(np.percentile(ratio[finite], 25))
+    return finite & (ratio >= base * (1.0 + 2.0 * SLOWDOWN_MIN))
+
+
+def detect_contention(
+    steps: np.ndarray,
+    wall: np.ndarray,
+    cpu: np.ndarray,
+    others: np.ndarray | None = None,
+    *,
+    floor: float | None = None,
+    near: np.ndarray | None = None,
+) -> Contention | None:
+    """Steps made slower by other processes, or None.
+
+    `steps`, `wall` (t_step), `cpu` (this process's CPU seconds per step) and `others` (other
+    processes' CPU during the step, % of one core: load_per_step) are per step record, warm-up
+    removed; `floor` is the quietest reading and `near` the readings next to each step's (see
+    loaded_mask). The load is taken from `others` when it was sampled, else inferred from steps
+    whose wall time outgrew their CPU time (then `sampled` is False). It is contention when the
+    loaded steps' median wall time is >= SLOWDOWN_MIN above the quiet steps' and the script's
+    own CPU time per step explains at most CPU_SHARE_MAX of that rise.
+    """
+    x = np.asarray(steps, dtype=np.float64).ravel()
+    w = np.asarray(wall, dtype=np.float64).ravel()
+    c = np.asarray(cpu, dtype=np.float64).ravel()
+    if not (x.size == w.size == c.size) or x.size < 2 * MIN_STEPS:
+        return None
+    o = np.full(x.size, np.nan) if others is None else np.asarray(others, dtype=np.float64).ravel()
+    if o.size != x.size:
+        return None
+    usable = np.isfinite(w) & np.isfinite(c) & (w > 0)
+    sampled = True
+    loaded = loaded_mask(np.where(usable, o, np.nan), floor, near=near, wall=w, cpu=c)
+    if loaded is None:
+        sampled = False
+        loaded = _inferred_mask(np.where(usable, w, np.nan), np.where(usable, c, np.nan))
+        if loaded is None:
+            return None
+    loaded &= usable
+    quiet = usable & ~loaded
+    if sampled:
+        quiet &= np.isfinite(o)
+    if loaded.sum() < MIN_STEPS or quiet.sum() < MIN_STEPS:
+        return None
+    wq, wl = _median(w[quiet]), _median(w[loaded])
+    cq, cl = _median(c[quiet]), _median(c[loaded])
+    if not (wq > 0 and cq > 0):
+        return None
+    slowdown = wl / wq - 1.0
+    if slowdown < SLOWDOWN_MIN:
+        return None
+    # The rise the script's own CPU time explains, in wall seconds (CPU scaled by the quiet
+    # wall/CPU ratio: a data-waiting or multi-threaded step does not have wall == CPU).
+    cpu_rise = (cl - cq) * (wq / cq)
+    if cpu_rise > CPU_SHARE_MAX * (wl - wq):
+        return None
+    lost = float(np.nansum(np.maximum(0.0, w[loaded] - wq)))
+    total = float(np.nansum(w[usable]))
+    idx = np.flatnonzero(loaded)
+    first, last = int(round(x[idx[0]])), int(round(x[idx[-1]]))
+    oq, ol = _median(o[quiet]), _median(o[loaded])
+    others_text = (f" while other processes used {ol / 100:.1f} cores (vs {oq / 100:.1f})"
+                   if sampled and math.isfinite(ol) else " (no system samples: inferred from wall time "
+                   "rising without CPU time)")
+    message = (f"steps {first}-{last} ({int(loaded.sum())} steps) took {slowdown * 100:.0f} % longer "
+               f"({wq * 1e3:.1f} -> {wl * 1e3:.1f} ms){others_text}; this process's CPU time per step "
+               f"stayed {cq * 1e3:.1f} -> {cl * 1e3:.1f} ms")
+    return Contention(
+        first_step=first, last_step=last, loaded_steps=int(loaded.sum()), quiet_steps=int(quiet.sum()),
+        wall_quiet=wq, wall_loaded=wl, cpu_quiet=cq, cpu_loaded=cl, others_quiet=oq, others_loaded=ol,
+        slowdown=slowdown, cpu_change=cl / cq - 1.0, lost_share=lost / total if total > 0 else 0.0,
+        sampled=sampled, message=message,
+    )
+
+
+QUIET_MIN = 0.3
+"""Share of the steps (and at least 30) that must be quiet for the trend to be judged on them
+alone."""
+
+
+def robust_step_times(
+    wall: np.ndarray, cpu: np.ndarray, phases: dict[str, np.ndarray], loaded: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray], str] | None:
+    """(mask of the steps kept, step times, phase times, basis) with the machine's load taken
+    out, or None when nothing can take it out (no load seen and no CPU times).
+
+    "quiet": with steps under other processes' load (`loaded`, from loaded_mask) and enough
+    quiet steps (QUIET_MIN), the loaded steps are dropped: their wall time says how busy the
+    machine was, not how fast the script is, and even their CPU time is inflated (threads
+    that spin while they wait for a descheduled sibling). "cpu": otherwise each step's CPU
+    time, times the run's median wall/CPU ratio (so it reads in the usual wall seconds: a step
+    that waits for data half of the time keeps that half), each phase its share of it.
+    """
+    w = np.asarray(wall, dtype=np.float64).ravel()
+    c = np.asarray(cpu, dtype=np.float64).ravel()
+    if w.size != c.size:
+        return None
+    phases = {name: np.asarray(v, dtype=np.float64).ravel() for name, v in phases.items()
+              if np.asarray(v).size == w.size}
+    if loaded is not None and np.asarray(loaded).size == w.size and np.any(loaded):
+        quiet = ~np.asarray(loaded, dtype=bool)
+        if quiet.sum() >= max(30, QUIET_MIN * w.size):
+            return quiet, w[quiet], {k: v[quiet] for k, v in phases.items()}, "quiet"
+    ok = np.isfinite(w) & np.isfinite(c) & (w > 0) & (c > 0)
+    if ok.sum() < max(10, w.size // 2):
+        return None
+    ratio = float(np.median(w[ok] / c[ok]))
+    robust = np.where(ok, c * ratio, w)
+    scale = np.where(ok, robust / np.where(w > 0, w, 1.0), 1.0)
+    return np.ones(w.size, dtype=bool), robust, {k: v * scale for k, v in phases.items()}, "cpu"
+
+
+@dataclass(kw_only=True, slots=True)
+class Rate:
+    """A robust linear rate of a series over the steps."""
+
+    per_1000: float
+    """Units per 1,000 steps (Theil-Sen slope)."""
+    first: float
+    """Fitted value at the first step."""
+    last: float
+    """Fitted value at the last step."""
+    z: float
+    """Rise over the run in standard errors of the noise."""
+
+
+def linear_rate(steps: np.ndarray, values: np.ndarray, *, min_points: int = 10) -> Rate | None:
+    """Theil-Sen slope of `values` over `steps` (spikes clipped), or None with too few points.
+    Constant stretches (RSS read once per log interval) are kept: the slope of a staircase is
+    its rise."""
+    x = np.asarray(steps, dtype=np.float64).ravel()
+    y = np.asarray(values, dtype=np.float64).ravel()
+    ok = np.isfinite(x) & np.isfinite(y)
+    x, y = x[ok], y[ok]
+    if x.size < min_points:
+        return None
+    yc = robust_clip(y)
+    slope, intercept = theil_sen(x, yc)
+    if not np.isfinite(slope):
+        return None
+    resid = yc - (intercept + slope * x)
+    sigma = 1.4826 * float(np.median(np.abs(resid - np.median(resid))))
+    span = float(x[-1] - x[0])
+    sxx = float(((x - x.mean()) ** 2).sum())
+    se = 1.1 * sigma / math.sqrt(sxx) * span if sxx > 0 and sigma > 0 else 0.0
+    rise = slope * span
+    z = rise / se if se > 0 else (math.inf if rise > 0 else 0.0)
+    return Rate(per_1000=slope * 1000.0, first=intercept + slope * x[0], last=intercept + slope * x[-1], z=z)
