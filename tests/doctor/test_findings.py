@@ -12,10 +12,25 @@ def _f(id_, severity, impact):
     return Finding(id=id_, severity=severity, title=id_, evidence="e", recommendation="r", impact=impact)
 
 
-def test_rank_orders_by_severity_then_impact():
+def test_rank_orders_by_time_at_stake_then_severity():
     ranked = rank([_f("a", "info", 0.9), _f("b", "warning", 0.1), _f("c", "critical", 0.05),
                    _f("d", "warning", 0.4)])
-    assert [f["id"] for f in ranked] == ["c", "d", "b", "a"]
+    assert [f["id"] for f in ranked] == ["a", "d", "b", "c"]
+    # equal time at stake (whole percent): severity decides
+    ranked = rank([_f("x", "info", 0.2), _f("y", "critical", 0.2), _f("z", "warning", 0.201)])
+    assert [f["id"] for f in ranked] == ["y", "z", "x"]
+
+
+def test_nothing_at_stake_never_ranks_above_real_time():
+    ranked = rank([_f("contention", "critical", 0.0), _f("syncs", "warning", 0.001), _f("ckpt", "info", 0.3),
+                   _f("log", "warning", 0.05)])
+    assert [f["id"] for f in ranked] == ["ckpt", "log", "contention", "syncs"]
+
+
+def test_estimated_impact_is_labelled():
+    f = Finding(id="s", severity="info", title="t", evidence="e", recommendation="r", impact=0.05,
+                impact_estimated=True)
+    assert "~5% of step time, estimated" in format_findings(rank([f]))
 
 
 def test_impact_is_clamped_and_nan_ranks_last():

@@ -5,8 +5,11 @@ A finding is written to report.json as a plain dict (see the shared contract):
     {"id": "data_bound", "severity": "critical"|"warning"|"info", "title": str,
      "evidence": str, "recommendation": str, "verify_with": str|None, "impact": float}
 
-`impact` is the estimated fraction of step time at stake (0..1); findings are ranked by
-severity first, then impact, so the first line of a report is the thing to fix first.
+`impact` is the fraction of step time at stake (0..1), measured or, where `impact_estimated`
+is true, estimated (the estimate is labelled as such in reports). Findings are ranked by the
+time at stake first (in whole percent; severity breaks ties, then the exact impact), so the
+first line of a report is the thing that wins the most time, and a finding with nothing at
+stake (a busy machine, host syncs on a CPU) is never above one with real time at stake.
 """
 
 from __future__ import annotations
@@ -37,7 +40,10 @@ class Finding:
     verify_with: str | None = None
     """A command that measures the fix (`trainspeed tune ... --knobs ...`), when one exists."""
     impact: float = 0.0
-    """Estimated fraction of step time at stake, 0..1 (ranking key after severity)."""
+    """Fraction of step time at stake, 0..1: the first ranking key."""
+    impact_estimated: bool = False
+    """True when `impact` is an estimate (what a sync would cost on a GPU, a projection), not a
+    share measured in this run."""
 
     def __post_init__(self) -> None:
         if self.severity not in _RANK:
@@ -55,13 +61,23 @@ class Finding:
         return asdict(self)
 
 
+def _impact(f: dict[str, Any]) -> float:
+    try:
+        value = float(f.get("impact") or 0.0)
+    except (TypeError, ValueError):
+        return 0.0
+    return value if value == value else 0.0
+
+
 def rank(findings: Iterable[Finding | dict[str, Any]]) -> list[dict[str, Any]]:
-    """Findings as dicts, sorted by severity (critical first), then impact (largest first),
-    then id (so equal findings keep a deterministic order)."""
+    """Findings as dicts, sorted by the share of step time at stake in whole percent (largest
+    first; below half a percent counts as nothing), then severity (critical first), then the
+    exact impact, then id (so equal findings keep a deterministic order). A severity never
+    lifts a finding with nothing at stake above one that can win time."""
     dicts = [f.to_dict() if isinstance(f, Finding) else dict(f) for f in findings]
     return sorted(
         dicts,
-        key=lambda f: (_RANK.get(f.get("severity"), len(_RANK)), -float(f.get("impact") or 0.0),
+        key=lambda f: (-round(_impact(f), 2), _RANK.get(f.get("severity"), len(_RANK)), -_impact(f),
                        str(f.get("id"))),
     )
 
@@ -74,7 +90,8 @@ def format_findings(findings: list[dict[str, Any]], *, limit: int | None = None)
     shown = findings if limit is None else findings[:limit]
     for i, f in enumerate(shown, start=1):
         impact = f.get("impact") or 0.0
-        at_stake = f" (~{impact:.0%} of step time)" if impact >= 0.005 else ""
+        label = ", estimated" if f.get("impact_estimated") else ""
+        at_stake = f" (~{impact:.0%} of step time{label})" if impact >= 0.005 else ""
         lines.append(f"{i}. [{f.get('severity', '?').upper()}] {f.get('title')}{at_stake}")
         lines.append(f"   evidence: {f.get('evidence')}")
         lines.append(f"   fix:      {f.get('recommendation')}")

@@ -16,39 +16,76 @@ from trainspeed.telemetry.rundir import RunData
 TUNE_KNOBS = {
     "num_workers": "num_workers",
     "pin_memory": "pin_memory",
+    "persistent_workers": "persistent_workers",
+    "prefetch_factor": "prefetch_factor",
     "padding": "dynamic_padding",
+    "dynamic_padding": "dynamic_padding",
+    "bucketing": "bucketing",
     "precision": "precision",
     "compile": "compile",
     "fused": "fused_optimizer",
+    "fused_optimizer": "fused_optimizer",
+    "attention": "attention",
+    "channels_last": "channels_last",
+    "threads": "torch_threads",
     "batch_size": "batch_size",
     "logging": "log_every",
+    "log_every": "log_every",
     "checkpoint": "checkpoint_every",
+    "checkpoint_every": "checkpoint_every",
 }
-"""Doctor topic -> knob name of `trainspeed tune CONFIG --knobs` (one place to keep them in sync)."""
+"""Doctor topic (or script knob name) -> knob of `trainspeed tune CONFIG --knobs` (tune/knobs.py);
+topics missing here have no engine knob."""
 
 SCRIPT_TUNE_KNOBS = {
     "num_workers": "num_workers",
     "pin_memory": "pin_memory",
+    "persistent_workers": "persistent_workers",
+    "prefetch_factor": "prefetch_factor",
     "precision": "precision",
     "compile": "compile",
     "fused": "fused_optimizer",
+    "fused_optimizer": "fused_optimizer",
+    "threads": "threads",
+    "tf32": "tf32",
+    "cudnn_benchmark": "cudnn_benchmark",
+    "channels_last": "channels_last",
+    "attention": "attention",
     "logging": "log_every",
+    "log_every": "log_every",
     "checkpoint": "checkpoint_every",
+    "checkpoint_every": "checkpoint_every",
+    "eval": "eval_every",
+    "eval_every": "eval_every",
+    "gc": "no_gc",
+    "no_gc": "no_gc",
 }
-"""Doctor topic -> knob of `trainspeed tune --knobs K -- CMD` (tune/script_knobs.py); topics
-missing here (padding, batch size) are code changes no run-time setting makes."""
+"""Doctor topic (or knob name) -> knob of `trainspeed tune --knobs K -- CMD` (the SCRIPT tuner's
+names, tune/script_knobs.py; log_every, checkpoint_every and no_gc are what-ifs there when the
+script has no flag for them). Topics missing here (padding, batch size) are code changes no
+run-time setting makes: a script run's finding re-runs the doctor on its command instead."""
+
+
+def _knobs(topics: tuple[str, ...], table: dict[str, str]) -> str:
+    out: list[str] = []
+    for topic in topics:
+        knob = table.get(topic)
+        if knob and knob not in out:
+            out.append(knob)
+    return ",".join(out)
 
 
 def tune_command(*topics: str, command: list[str] | None = None, config: str | None = None) -> str | None:
-    """The command that measures the fix: for a script run, the script tune of the recorded
-    command (None when no topic has a script knob); for an engine run, the tune of its config."""
+    """The command that measures the fix, or None when no knob covers the topics: for a script
+    run, the script tune of the recorded command (`trainspeed tune --knobs K -- python train.py
+    ARGS`, shell-quoted); for an engine run, the tune of its config (CONFIG.yaml when unknown)."""
     import shlex
 
     if command:
-        knobs = [SCRIPT_TUNE_KNOBS[t] for t in topics if t in SCRIPT_TUNE_KNOBS]
-        return f"trainspeed tune --knobs {','.join(knobs)} -- {shlex.join(command)}" if knobs else None
-    knobs = ",".join(TUNE_KNOBS.get(t, t) for t in topics)
-    return f"trainspeed tune {config or 'CONFIG.yaml'} --knobs {knobs}"
+        knobs = _knobs(topics, SCRIPT_TUNE_KNOBS)
+        return f"trainspeed tune --knobs {knobs} -- {shlex.join(command)}" if knobs else None
+    knobs = _knobs(topics, TUNE_KNOBS)
+    return f"trainspeed tune {shlex.quote(config) if config else 'CONFIG.yaml'} --knobs {knobs}" if knobs else None
 
 
 def pct(x: float | None) -> str:
@@ -95,9 +132,13 @@ class CheckContext:
         return f"trainspeed doctor{f' --steps {steps}' if steps else ''} -- {cmd}"
 
     def tune_command(self, *topics: str) -> str | None:
-        """The tune that measures a fix on this run's own script or config (see tune_command)."""
+        """The one place checks get their `verify_with` tune command from: the tune that
+        measures a fix on this run's own script (the recorded command, the script tuner's knob
+        names) or config. A topic without a script knob (padding, batch size) re-runs the
+        doctor on the command, after the change the finding describes; an engine topic without
+        a knob gives None."""
         if self.command:
-            return tune_command(*topics, command=self.command) or self.doctor_command()
+            return tune_command(*topics, command=self.command) or f"{self.doctor_command()} (after the change)"
         config = self.run.path / "config.yaml"
         return tune_command(*topics, config=str(config) if config.is_file() else None)
 

@@ -172,7 +172,7 @@ def persistent_workers(ctx: CheckContext) -> Finding | None:
         evidence=(f"{iters} iter() calls on loader(s) with workers and persistent_workers=False; "
                   f"starting them took {ms(seconds)} ({pct(share)} of the run)"),
         recommendation="DataLoader(..., persistent_workers=True) (engine: data.persistent_workers=true)",
-        verify_with=ctx.tune_command("num_workers"),
+        verify_with=ctx.tune_command("persistent_workers"),
         impact=share,
     )
 

@@ -288,7 +288,7 @@ def evaluation_share(ctx: CheckContext) -> Finding | None:
                   f"of step time ({ms(ctx.phase_mean('eval'))} per training step)"),
         recommendation=("evaluate every N steps instead of every step, on a fixed subset, under "
                         "torch.inference_mode() (engine: eval.every_steps=500)"),
-        verify_with=None,
+        verify_with=ctx.tune_command("eval"),
         impact=share,
     )
 
