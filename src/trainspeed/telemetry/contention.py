@@ -216,9 +216,10 @@ def detect_contention(
     others_text = (f" while other processes used {ol / 100:.1f} cores (vs {oq / 100:.1f})"
                    if sampled and math.isfinite(ol) else " (no system samples: inferred from wall time "
                    "rising without CPU time)")
+    explained = cpu_rise / (wl - wq) if wl > wq else 0.0
     message = (f"steps {first}-{last} ({int(loaded.sum())} steps) took {slowdown * 100:.0f} % longer "
                f"({wq * 1e3:.1f} -> {wl * 1e3:.1f} ms){others_text}; this process's CPU time per step "
-               f"stayed {cq * 1e3:.1f} -> {cl * 1e3:.1f} ms")
+               f"({cq * 1e3:.1f} -> {cl * 1e3:.1f} ms) explains {max(0.0, explained) * 100:.0f} % of that")
     return Contention(
         first_step=first, last_step=last, loaded_steps=int(loaded.sum()), quiet_steps=int(quiet.sum()),
         wall_quiet=wq, wall_loaded=wl, cpu_quiet=cq, cpu_loaded=cl, others_quiet=oq, others_loaded=ol,

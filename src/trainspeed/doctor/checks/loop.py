@@ -132,13 +132,14 @@ def step_time_growth(ctx: CheckContext) -> Finding | None:
     (summary.robust_series: the quiet steps, else CPU time per step and phase shares), so a
     busy machine is machine_contention, never this, and a real growth is found while the
     machine's load goes up and down."""
+    from trainspeed.telemetry.contention import linear_rate
     from trainspeed.telemetry.summary import robust_series
 
     trend: dict[str, Any] | None = ctx.summary.get("trend")
     if not trend:
         return None
     keep = _measured(ctx)
-    _, times, phases, basis = robust_series(ctx.run, keep)
+    steps, times, phases, basis = robust_series(ctx.run, keep)
     quarters = _quarter_medians(times)
     if quarters is None or quarters[0] <= 0:
         return None
@@ -154,9 +155,10 @@ def step_time_growth(ctx: CheckContext) -> Finding | None:
     if ratio < GROWTH_MIN_RATIO:
         return None
     n_run = int(np.nanmax(ctx.run.array("step"))) if ctx.steps else 0
-    per_1000_s = float(trend.get("ms_per_1000") or 0.0) / 1e3
-    if per_1000_s <= 0 and n_run:
-        per_1000_s = growth / max(1, n_run) * 1000.0
+    # The rate: a Theil-Sen line through the growing phase (else the step), over the same
+    # steps; the trend's own slope is fitted from its onset and can be steep over a short span.
+    rate = linear_rate(steps, phases[phase] if phase in phases and delta > 0 else times)
+    per_1000_s = rate.per_1000 if rate is not None and rate.per_1000 > 0 else float(trend.get("ms_per_1000") or 0.0) / 1e3
     shown = ("outside the measured phases (\"other\": your own code between them)" if phase == "other"
              else f"in phase \"{phase}\"")
     evidence = (f"step time grows {per_1000_s * 1e3:.1f} ms per 1,000 steps since step {trend.get('since_step')} "
@@ -167,7 +169,7 @@ def step_time_growth(ctx: CheckContext) -> Finding | None:
     if isinstance(rss_rate, (int, float)) and rss_rate > 0:
         evidence += f"; process RSS grows {rss_rate:.1f} MB per 1,000 steps"
     if n_run:
-        projected = early + growth + per_1000_s / 1000.0 * 9 * n_run
+        projected = early + growth + per_1000_s / 1000.0 * 9 * n_run  # from the last quarter on
         evidence += (f"; at 10x the steps run ({10 * n_run}) a step would take ~{ms(projected)} "
                      f"(x{projected / early:.1f}, linear projection)")
     notes = _correlates(ctx)
