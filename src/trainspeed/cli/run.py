@@ -66,18 +66,13 @@ def run(args: argparse.Namespace) -> int:
         say(f"command: {shlex.join(command)}")
     target = parse_command(command)  # a ConfigError before anything is installed
     applied = _install(plan, say)
+    result = None
     try:
         if args.doctor:
             config = DoctorConfig(command=command, steps=args.steps or None, out=args.out,
                                   warmup_steps=args.warmup_steps, count_flops=False, system_sampler=False,
                                   sinks=("jsonl",))
             result = run_doctor(config)
-            _write_notes(result.run_dir, plan.settings, applied.notes)
-            if not args.quiet:
-                from trainspeed.doctor.findings import format_findings
-
-                print(format_findings(result.findings, limit=5))
-                print(f"trainspeed run: {result.stopped} after {result.steps} steps; run directory {result.run_dir}")
             return result.exit_code
         try:
             execute(target)
@@ -85,8 +80,15 @@ def run(args: argparse.Namespace) -> int:
             return exit_code_of(exc)
         return 0
     finally:
-        applied.uninstall()
-        if not args.doctor:
+        applied.uninstall()  # some notes come at uninstall ("no trained module was called")
+        if result is not None:
+            _write_notes(result.run_dir, plan.settings, applied.notes)
+            if not args.quiet:
+                from trainspeed.doctor.findings import format_findings
+
+                print(format_findings(result.findings, limit=5))
+                print(f"trainspeed run: {result.stopped} after {result.steps} steps; run directory {result.run_dir}")
+        else:
             for note in applied.notes:
                 say(note)
 

@@ -250,8 +250,10 @@ def run_doctor(config: DoctorConfig) -> DoctorResult:
                       stopped=stopped, exit_code=code, max_steps=steps)
     record_peak(monitor, session.observations.values(), device)
     trace = None
+    summary_line = None
     if error is not None:
         trace = "".join(traceback.format_exception(type(error), error, error.__traceback__))
+        summary_line = f"{type(error).__name__}: {(str(error).strip().splitlines() or [''])[0]}"
     if rank > 0:  # rank 0 reads this rank's records and reports
         summary = monitor.close(error=error)
         return DoctorResult(exit_code=code, run_dir=run_dir, summary=summary, findings=[],
@@ -270,7 +272,7 @@ def run_doctor(config: DoctorConfig) -> DoctorResult:
         "summary": summary,
         "findings": findings,
         "traceback": trace,
-        "doctor": {"command": command, "stopped": stopped, "exit_code": code,
+        "doctor": {"command": command, "stopped": stopped, "exit_code": code, "error": summary_line,
                    "steps": monitor.steps_done, "max_steps": steps},
     })
     return DoctorResult(exit_code=code, run_dir=run_dir, summary=summary, findings=findings,

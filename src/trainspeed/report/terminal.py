@@ -196,8 +196,10 @@ def render_terminal(run: Any, summary: dict[str, Any], findings: list[dict[str, 
     print_findings(con, findings)
     report = run.report if isinstance(getattr(run, "report", None), dict) else {}
     if isinstance(report.get("traceback"), str) and report["traceback"]:
-        last = report["traceback"].strip().splitlines()[-1]
-        con.print(Text(f"The run crashed: {last}", style="bold red"))
+        # The exception's type and first line (a multi-line message's last line says little);
+        # runs written before the doctor recorded it fall back to the traceback's last line.
+        error = (report.get("doctor") or {}).get("error") or report["traceback"].strip().splitlines()[-1]
+        con.print(Text(f"The run crashed: {error}", style="bold red"))
     print_traces(con, run)
     print_notes(con, list(getattr(run, "skipped", []) or []))
 

@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 
+from trainspeed.doctor.checks.script_flags import evaluation_advice, logging_advice
 from trainspeed.doctor.checks.context import CheckContext, describe_site, ms, pct
 from trainspeed.doctor.findings import Finding
 
@@ -230,9 +231,8 @@ def logging_overhead(ctx: CheckContext) -> Finding | None:
         severity="critical" if share >= LOG_CRITICAL else "warning",
         title="Logging costs a large share of every step",
         evidence=f"logging takes {pct(share)} of step time ({ms(ctx.phase_mean('log'))} per step){where}",
-        recommendation=("log every K steps instead of every step (`if step % 50 == 0:`), keep metrics on the "
-                        "device until then, and write from a background thread (engine: logging.every=50, "
-                        "async sinks)"),
+        recommendation=(f"{logging_advice(ctx)}, keep metrics on the device until then, and write from a "
+                        "background thread (engine: logging.every=50, async sinks)"),
         verify_with=ctx.tune_command("logging"),
         impact=share,
     )
@@ -282,14 +282,14 @@ def evaluation_share(ctx: CheckContext) -> Finding | None:
     share = ctx.share("eval")
     if share < EVAL_WARNING:
         return None
+    extra, advice = evaluation_advice(ctx)
     return Finding(
         id="evaluation_share",
         severity="critical" if share >= EVAL_CRITICAL else "warning",
         title="Evaluation takes a large share of the training time",
         evidence=(f"evaluation (forward passes under no_grad/eval() and their data) takes {pct(share)} "
-                  f"of step time ({ms(ctx.phase_mean('eval'))} per training step)"),
-        recommendation=("evaluate every N steps instead of every step, on a fixed subset, under "
-                        "torch.inference_mode() (engine: eval.every_steps=500)"),
+                  f"of step time ({ms(ctx.phase_mean('eval'))} per training step){extra}"),
+        recommendation=advice,
         verify_with=ctx.tune_command("eval"),
         impact=share,
     )

@@ -85,7 +85,7 @@ def install(session: Session, patches: Patches) -> None:
         finally:
             s.in_data = False
             s.mon.end("data")
-        s.on_batch(batch)
+        s.on_batch(batch, loader=getattr(self, "_trainspeed_loader", None))
         return batch
 
     def __iter__(self: DataLoader) -> Any:
@@ -111,7 +111,12 @@ def install(session: Session, patches: Patches) -> None:
         if phase:
             s.mon.begin(phase)
         try:
-            return orig_iter(self)
+            it = orig_iter(self)
+            try:  # the batch's loader, for the session's per-loader count of training fetches
+                it._trainspeed_loader = id(self)
+            except AttributeError:  # an iterator with __slots__: the count falls back to batch sizes
+                pass
+            return it
         finally:
             if phase:
                 s.mon.end(phase)
