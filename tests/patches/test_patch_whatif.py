@@ -57,7 +57,10 @@ def test_log_save_and_gc_what_ifs(script, tmp_path, capsys, monkeypatch):
     (tmp_path / "lib").mkdir()
     (tmp_path / "lib" / "wandb.py").write_text(FAKE_WANDB)
     monkeypatch.syspath_prepend(str(tmp_path / "lib"))
-    monkeypatch.delitem(sys.modules, "wandb", raising=False)
+    # setitem first: teardown then restores sys.modules['wandb'] as it was (absent, or the real
+    # package), so the fake imported below does not outlive this test
+    monkeypatch.setitem(sys.modules, "wandb", None)
+    monkeypatch.delitem(sys.modules, "wandb")
     collected = []
     real_collect = gc.collect
     monkeypatch.setattr(gc, "collect", lambda *a: collected.append(1) or real_collect(*a))
