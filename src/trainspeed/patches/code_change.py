@@ -22,7 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from trainspeed.patches.plan import FLAG_PREFIX
+from trainspeed.patches.plan import (FLAG_PREFIX, apply_flags, command_with_flags, flag_style,  # noqa: F401 - command_with_flags re-exported
+                                     render_flag)
 from trainspeed.patches.snippets import RUNTIME_CODE, Snippet, Source, autocast_snippet, model_snippets, \
     runtime_snippet
 from trainspeed.patches.targets import Targets
@@ -141,46 +142,6 @@ def _where_not(setting: str, path: str, place: str, root: Path) -> str | None:
 # --- flags -------------------------------------------------------------------------------
 
 
-def _render_flag(option: str, value: Any, style: str) -> list[str]:
-    if style == "bare":
-        return [option] if value else []
-    return [f"{option}={value}"] if style == "equals" else [option, str(value)]
-
-
-def _takes_value(token: str) -> bool:
-    if not token.startswith("-"):
-        return True
-    try:
-        float(token)  # --lr -1e-3
-        return True
-    except ValueError:
-        return False
-
-
-def command_with_flags(command: list[str], flags: list[str]) -> list[str]:
-    """The command with each flag (`--workers 4`, `--compile=True`, `--compile`) set: its first
-    occurrence, `--x 1` or `--x=1`, is replaced in place (later ones removed), else it is added."""
-    out = list(command)
-    for flag in flags:
-        parts = shlex.split(flag)
-        if not parts:
-            continue
-        option = parts[0].split("=", 1)[0] if parts[0].startswith("-") else parts[0]
-        where = None
-        i = 0
-        while i < len(out):
-            arg = out[i]
-            if arg == option or arg.startswith(option + "="):
-                width = 2 if arg == option and i + 1 < len(out) and _takes_value(out[i + 1]) \
-                    and (len(parts) > 1 or "=" in parts[0]) else 1
-                del out[i:i + width]
-                where = i if where is None else where
-                continue
-            i += 1
-        out[where if where is not None else len(out):where if where is not None else len(out)] = parts
-    return out
-
-
 def _flag_options(sources: list[str]) -> set[str]:
     """`--option` strings written in the user's files (argparse add_argument calls)."""
     found: set[str] = set()
@@ -297,18 +258,14 @@ def _flags(flags: dict[str, Any], styles: dict[str, str], command: list[str], ch
     if not flags:
         return
     rendered = []
-    removed = []
     for option, value in flags.items():
-        style = styles.get(option) or ("equals" if any(a.startswith(option + "=") for a in command) else "space")
-        parts = _render_flag(option, value, style)
+        parts = render_flag(option, value, flag_style(option, styles, command))
         if parts:
             rendered.append(shlex.join(parts) if len(parts) > 1 else parts[0])
         else:
-            removed.append(option)
             change.notes.append(f"args.{option}={value}: leave {option} out of the command")
     change.flags = rendered
-    cmd = [a for a in command if a not in removed]
-    change.command = command_with_flags(cmd, rendered)
+    change.command = apply_flags(command, flags, styles)  # the command `trainspeed run --with` runs
 
 
 def _outcome(o: Any, shown: str, user_files: list[str], command: list[str], styles: dict[str, str],
@@ -331,7 +288,7 @@ def _outcome(o: Any, shown: str, user_files: list[str], command: list[str], styl
     if o.status == "computed":
         base, option = _from_flag(o.detail, user_files, command)
         if option:
-            flag = shlex.join(_render_flag(option, e.value, styles.get(option, "space")) or [option])
+            flag = shlex.join(render_flag(option, e.value, styles.get(option, "space")) or [option])
             return f"{e.setting}: {e.keyword} comes from {o.detail} ({at}): pass {flag}"
         where = f"where {base} is defined" if base else "where that value comes from"
         return (f"{e.setting}: {e.keyword}={o.detail} is computed at {at}; set it to {e.value!r} {where} "

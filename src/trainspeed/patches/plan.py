@@ -85,32 +85,73 @@ def load_plan(path: str | Path) -> Plan:
                 flag_styles={str(k): str(v) for k, v in (data.get("flag_styles") or {}).items()})
 
 
-def _render(option: str, value: Any, style: str) -> list[str]:
+def render_flag(option: str, value: Any, style: str) -> list[str]:
+    """The command-line words of one flag: `--x 1`, `--x=1`, or bare `--x` (none when False)."""
     if style == "bare":
         return [option] if value else []
     text = str(value)
     return [f"{option}={text}"] if style == "equals" else [option, text]
 
 
-def apply_flags(command: list[str], flags: dict[str, Any], styles: dict[str, str] | None = None) -> list[str]:
-    """The command with each flag set: an occurrence (`--x 1` or `--x=1`) is replaced in
-    place, a missing one appended. A bare flag (store_true) set to False is removed."""
-    styles = styles or {}
+def flag_style(option: str, styles: dict[str, str] | None, command: list[str]) -> str:
+    """How `option` is written: its recorded style, else `=` when the command already writes
+    it so, else `--x 1`."""
+    return (styles or {}).get(option) or ("equals" if any(a.startswith(option + "=") for a in command)
+                                          else "space")
+
+
+def _takes_value(token: str) -> bool:
+    """Whether the word after a flag is its value (`--lr -1e-3` is; `--amp --lr` is not)."""
+    if not token.startswith("-"):
+        return True
+    try:
+        float(token)
+        return True
+    except ValueError:
+        return False
+
+
+def set_flag(command: list[str], option: str, words: list[str]) -> list[str]:
+    """The command with `option` written as `words`: its first occurrence (`--x 1`, `--x=1`,
+    bare `--x`) is replaced in place and later ones removed; a missing one is appended. Empty
+    `words` remove the option (a bare flag set to False)."""
     out = list(command)
-    for option, value in flags.items():
-        style = styles.get(option) or ("equals" if any(a.startswith(option + "=") for a in out) else "space")
-        new = _render(option, value, style)
-        for i, arg in enumerate(out):
-            if arg == option:
-                takes_value = style != "bare" and i + 1 < len(out)
-                out[i:i + (2 if takes_value else 1)] = new
-                break
-            if arg.startswith(option + "="):
-                out[i:i + 1] = new
-                break
-        else:
-            out += new
+    where = None
+    i = 0
+    while i < len(out):
+        arg = out[i]
+        if arg == option or arg.startswith(option + "="):
+            with_value = len(words) > 1 or (bool(words) and "=" in words[0])
+            width = 2 if arg == option and with_value and i + 1 < len(out) and _takes_value(out[i + 1]) else 1
+            del out[i:i + width]
+            where = i if where is None else where
+            continue
+        i += 1
+    at = len(out) if where is None else where
+    out[at:at] = words
     return out
 
 
-__all__ = ["FLAG_PREFIX", "KIND", "Plan", "apply_flags", "load_plan", "save_plan"]
+def apply_flags(command: list[str], flags: dict[str, Any], styles: dict[str, str] | None = None) -> list[str]:
+    """The command with each flag set to its value, in the script's own style (set_flag)."""
+    out = list(command)
+    for option, value in flags.items():
+        out = set_flag(out, option, render_flag(option, value, flag_style(option, styles, out)))
+    return out
+
+
+def command_with_flags(command: list[str], flags: list[str]) -> list[str]:
+    """The command with each flag as typed (`--workers 4`, `--compile=True`, `--compile`) set."""
+    import shlex
+
+    out = list(command)
+    for flag in flags:
+        words = shlex.split(flag)
+        if words:
+            option = words[0].split("=", 1)[0] if words[0].startswith("-") else words[0]
+            out = set_flag(out, option, words)
+    return out
+
+
+__all__ = ["FLAG_PREFIX", "KIND", "Plan", "apply_flags", "command_with_flags", "flag_style", "load_plan",
+           "render_flag", "save_plan", "set_flag"]
