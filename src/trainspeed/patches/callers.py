@@ -14,10 +14,15 @@ import trainspeed
 
 _TORCH = os.path.dirname(torch.__file__) + os.sep
 _OURS = os.path.dirname(trainspeed.__file__) + os.sep
+# The standard library proper. Not sysconfig's "platstdlib": inside a virtualenv that is
+# `<venv>/lib/pythonX.Y`, a prefix of site-packages, and would hide every Lightning or
+# transformers frame.
 _STDLIB = tuple({os.path.dirname(os.__file__) + os.sep, (sysconfig.get_paths().get("stdlib") or "") + os.sep} - {os.sep})
 
 
 def _library(filename: str) -> bool:
+    # A third-party package that happens to live under the stdlib tree (a system Python's
+    # site-packages or dist-packages) is library code the user runs, not the stdlib.
     if filename.startswith(("<frozen", _TORCH, _OURS)):
         return True
     return filename.startswith(_STDLIB) and "site-packages" not in filename and "dist-packages" not in filename

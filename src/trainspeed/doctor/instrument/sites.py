@@ -10,36 +10,19 @@ from __future__ import annotations
 import linecache
 import os
 import sys
-import sysconfig
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
 import trainspeed
+from trainspeed.patches.callers import user_caller
 
 TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
 """Calls whose direct caller lives here are torch internals (e.g. Adam's step counter
 `.item()`), not something the user can change; hooks ignore them."""
 
 _TRAINSPEED_DIR = os.path.dirname(trainspeed.__file__) + os.sep
-# The standard library proper. Not sysconfig's "platstdlib": inside a virtualenv that is
-# `<venv>/lib/pythonX.Y`, a prefix of site-packages, and would hide every Lightning or
-# transformers frame.
-_STDLIB_DIRS = tuple({os.path.dirname(os.__file__) + os.sep, (sysconfig.get_paths().get("stdlib") or "") + os.sep}
-                     - {os.sep})
-_SKIP = (TORCH_DIR, _TRAINSPEED_DIR, *_STDLIB_DIRS)
-
-
-def _skipped(filename: str) -> bool:
-    if filename.startswith("<frozen"):
-        return True
-    if not filename.startswith(_SKIP):
-        return False
-    # A third-party package that happens to live under the stdlib tree (a system Python's
-    # site-packages or dist-packages) is library code the user runs, not the stdlib.
-    return filename.startswith((TORCH_DIR, _TRAINSPEED_DIR)) or (
-        "site-packages" not in filename and "dist-packages" not in filename)
 MAX_DEPTH = 60
 """Frames walked at most per lookup (bounds the cost of one hook call)."""
 MAX_SITES = 2000
@@ -59,19 +42,8 @@ _IGNORED_CALLERS = tuple(
 def caller_site(start: int = 2) -> tuple[str, int] | None:
     """(filename, lineno) of the innermost frame, from `start` frames up, that is not torch,
     trainspeed or the standard library: the user's line, or the library line (Lightning,
-    transformers) that made the call."""
-    try:
-        frame = sys._getframe(start)
-    except ValueError:
-        return None
-    depth = 0
-    while frame is not None and depth < MAX_DEPTH:
-        filename = frame.f_code.co_filename
-        if not _skipped(filename):
-            return filename, frame.f_lineno
-        frame = frame.f_back
-        depth += 1
-    return None
+    transformers) that made the call. The same rule the run-time settings match sites by."""
+    return user_caller(start + 1, MAX_DEPTH)
 
 
 def called_from_torch(depth: int = 2) -> bool:
