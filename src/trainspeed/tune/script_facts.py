@@ -14,20 +14,14 @@ from pathlib import Path
 from typing import Any
 
 from trainspeed.doctor.checks.context import CheckContext
+from trainspeed.doctor.checks.script_flags import find_flag
 from trainspeed.patches.targets import Targets
 from trainspeed.telemetry.rundir import read_run
 
-# Flag names (argparse dest or nanoGPT-style key) that hold a setting a knob varies, so the
-# trial passes the script's own flag instead of patching behind its back.
-FLAG_DESTS: dict[str, tuple[str, ...]] = {
-    "num_workers": ("num_workers", "workers", "dataloader_num_workers", "n_workers", "j"),
-    "compile": ("compile", "torch_compile", "use_compile"),
-    "log_every": ("log_interval", "log_every", "log_freq", "print_freq", "print_every", "log_steps",
-                  "logging_steps"),
-    "checkpoint_every": ("save_every", "save_interval", "checkpoint_every", "ckpt_every",
-                         "checkpoint_interval", "save_steps", "save_freq"),
-    "eval_every": ("eval_interval", "eval_every", "val_every", "eval_steps", "val_interval", "val_check_interval"),
-}
+# Knob -> the doctor's flag topic (checks/script_flags.TOPIC_FLAGS holds the flag names):
+# a trial passes the script's own flag instead of patching behind its back.
+KNOB_TOPICS = {"num_workers": "num_workers", "compile": "compile", "log_every": "log_interval",
+               "checkpoint_every": "checkpoint_interval", "eval_every": "eval_interval"}
 
 
 @dataclass(kw_only=True)
@@ -50,13 +44,8 @@ class ScriptFacts:
     """The doctor's findings on the script, when the run has a report."""
 
     def flag_for(self, topic: str) -> dict[str, Any] | None:
-        """The script's flag that holds `topic` (num_workers, compile), if it has one."""
-        names = FLAG_DESTS.get(topic, (topic,))
-        for flag in self.flags:
-            dest = str(flag.get("dest") or "").lower()
-            if dest in names:
-                return flag
-        return None
+        """The script's flag that holds knob `topic` (num_workers, compile, ...), if it has one."""
+        return find_flag(self.flags, KNOB_TOPICS.get(topic, topic))
 
 
 def _site(path: Any) -> tuple[str, int] | None:
@@ -125,4 +114,4 @@ def read_facts(run_dir: str | Path) -> ScriptFacts:
     )
 
 
-__all__ = ["FLAG_DESTS", "ScriptFacts", "read_facts"]
+__all__ = ["KNOB_TOPICS", "ScriptFacts", "read_facts"]

@@ -26,6 +26,8 @@ TOPIC_FLAGS: dict[str, tuple[str, ...]] = {
     "log_interval": ("log_interval", "log_every", "log_freq", "print_freq", "print_every", "logging_steps",
                      "log_every_n_steps", "log_steps", "display_interval", "report_interval"),
     "compile": ("compile", "use_compile", "torch_compile", "compile_model"),
+    "checkpoint_interval": ("save_every", "save_interval", "checkpoint_every", "ckpt_every", "checkpoint_interval",
+                            "save_steps", "save_freq"),
 }
 """Setting -> flag names (argparse dests, lower case, '-' as '_') that hold it in scripts."""
 
@@ -34,15 +36,24 @@ def _norm(name: Any) -> str:
     return str(name or "").lstrip("-").lower().replace("-", "_")
 
 
+def find_flag(flags: list[Any], topic: str) -> dict[str, Any] | None:
+    """The flag among `flags` (rows of a "script_flags" observation) that holds `topic` (a
+    TOPIC_FLAGS key), or None. Shared by the doctor's advice and the script tuner's knobs, so a
+    finding names the flag the tune varies."""
+    rows = [r for r in flags or [] if isinstance(r, dict)]
+    for wanted in TOPIC_FLAGS.get(topic, ()):  # in order of preference
+        for row in rows:
+            if _norm(row.get("dest")) == wanted or _norm(row.get("option")) == wanted:
+                return row
+    return None
+
+
 def script_flag(ctx: CheckContext, topic: str) -> dict[str, Any] | None:
     """The script's flag for `topic` (a TOPIC_FLAGS key), as recorded, or None."""
-    names = TOPIC_FLAGS.get(topic, ())
     for obs in ctx.obs("script_flags"):
-        rows = [r for r in obs.get("flags") or [] if isinstance(r, dict)]
-        for wanted in names:  # in order of preference
-            for row in rows:
-                if _norm(row.get("dest")) == wanted or _norm(row.get("option")) == wanted:
-                    return row
+        found = find_flag(obs.get("flags") or [], topic)
+        if found is not None:
+            return found
     return None
 
 
