@@ -76,14 +76,14 @@ def _split_rest(args) -> list[str]:
 def is_script_command(target: str | None) -> bool:
     """`python ...`, `python3.11 ...`, `train.py ...`, `torchrun ...`: a command, not a config."""
     import os
-    import re
     import sys
+
+    from trainspeed.doctor.runner import PYTHON_NAME
 
     if not target:
         return False
     name = os.path.basename(target)
-    return bool(re.match(r"^python(\d+(\.\d+)?)?(\.exe)?$", name) or target == sys.executable
-                or name.endswith(".py") or name == "torchrun")
+    return bool(PYTHON_NAME.match(name) or target == sys.executable or name.endswith(".py") or name == "torchrun")
 
 
 def _print_knobs() -> int:

@@ -24,7 +24,8 @@ from typing import Any, Iterable, Sequence
 
 from trainspeed.errors import ConfigError
 
-_PYTHON = re.compile(r"^python(\d+(\.\d+)?)?(\.exe)?$")
+PYTHON_NAME = re.compile(r"^python(\d+(\.\d+)?)?(\.exe)?$")
+"""An interpreter's file name (python, python3.11, python.exe): what starts a command."""
 # Interpreter options that take a value (python -W error -X dev train.py ...).
 _OPTS_WITH_VALUE = {"-W", "-X", "-Q"}
 
@@ -96,7 +97,7 @@ def parse_command(command: Sequence[str]) -> Target:
         argv = argv[1:]
     if not argv:
         raise ConfigError("doctor: no command given. Usage: trainspeed doctor -- python train.py ARGS")
-    if _PYTHON.match(os.path.basename(argv[0])) or argv[0] == sys.executable:
+    if PYTHON_NAME.match(os.path.basename(argv[0])) or argv[0] == sys.executable:
         argv = argv[1:]
         while argv and argv[0].startswith("-") and argv[0] != "-m":
             opt = argv.pop(0)
