@@ -39,6 +39,7 @@ import torch
 
 from trainspeed import mark
 from trainspeed.doctor.instrument.batch import SEQ_FIRST_TYPES, BatchStats, batch_dim_from_layer, module_facts
+from trainspeed.doctor.instrument.flop_window import FlopWindow
 from trainspeed.doctor.instrument.sites import SiteCounter
 
 SAMPLE_FIRST_BATCHES = 8
@@ -155,8 +156,7 @@ class Session:
         self.accelerator: str | None = None  # device type of the trained parameters
         self.batches_seen = 0
         self.last_pad_share = 0.0
-        self.count_flops_at = count_flops_at
-        self._flop_counter: Any = None
+        self.flops = FlopWindow(count_flops_at)
         self.t_start = time.perf_counter()
         _CURRENT = self
         self._previous_mark = mark.set_step_handler(self.mark_step)
@@ -172,7 +172,7 @@ class Session:
     def close(self) -> None:
         global _CURRENT
         self.enabled = False
-        self.stop_flop_count()
+        self.flops.stop()
         if mark._handler == self.mark_step:  # noqa: SLF001 - ours: give the previous one back
             mark.set_step_handler(self._previous_mark)
         if _CURRENT is self:
@@ -472,51 +472,6 @@ class Session:
         self.bwd_since_fwd = False
         self.batch_ids.clear()
         self.fwd_depth = 0  # heals a forward that raised on torch without always_call hooks
-        self._flop_window()
+        self.flops.after_step(self)
         if self.max_steps is not None and self.mon.steps_done >= self.max_steps:
             raise StopDoctor(f"stopped after {self.mon.steps_done} steps")
-
-    # ------------------------------------------------------------ FLOPs (for MFU)
-    def _flop_window(self) -> None:
-        """Count the FLOPs of one real step of the script with FlopCounterMode, between two
-        step boundaries, instead of re-running the user's model (which we cannot do safely).
-        The counted step runs slower, so it is marked as warm-up."""
-        at = self.count_flops_at
-        if at is None:
-            return
-        done = self.mon.steps_done
-        if done == at and self._flop_counter is None:
-            if self.observations.get("compiled"):
-                self.count_flops_at = None  # dispatch modes and compiled graphs do not mix
-                return
-            try:
-                from trainspeed.telemetry.flops import flop_counter
-
-                counter = flop_counter()  # counts CPU attention too (see missing_formulas)
-                counter.__enter__()
-                self._flop_counter = counter
-                self.mon.mark_warmup()  # the step now open is the counted (slower) one
-            except Exception:  # noqa: BLE001 - MFU is optional; the diagnosis goes on
-                self.count_flops_at = None
-        elif done == at + 1 and self._flop_counter is not None:
-            flops = self.stop_flop_count()
-            if flops:
-                self.internal += 1
-                try:
-                    self.mon.set_flops_per_step(float(flops))
-                finally:
-                    self.internal -= 1
-
-    def stop_flop_count(self) -> int | None:
-        counter, self._flop_counter = self._flop_counter, None
-        if counter is None:
-            return None
-        try:
-            counter.__exit__(None, None, None)
-            return int(counter.get_total_flops())
-        except Exception:  # noqa: BLE001
-            return None
-
-    @property
-    def counting_flops(self) -> bool:
-        return self._flop_counter is not None

@@ -1,0 +1,57 @@
+"""The FLOPs of one real step of the script, for MFU: FlopCounterMode is entered at one step
+boundary and left at the next, instead of re-running the user's model (which we cannot do
+safely). The counted step runs slower, so it is marked as warm-up."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class FlopWindow:
+    def __init__(self, count_at: int | None) -> None:
+        self.count_at = count_at
+        """The step after which counting starts (None: never, or given up)."""
+        self._counter: Any = None
+
+    @property
+    def counting(self) -> bool:
+        return self._counter is not None
+
+    def after_step(self, session: Any) -> None:
+        """Called at every step boundary: open the window at `count_at`, close it one step later."""
+        at = self.count_at
+        if at is None:
+            return
+        done = session.mon.steps_done
+        if done == at and self._counter is None:
+            if session.observations.get("compiled"):
+                self.count_at = None  # dispatch modes and compiled graphs do not mix
+                return
+            try:
+                from trainspeed.telemetry.flops import flop_counter
+
+                counter = flop_counter()  # counts CPU attention too (see missing_formulas)
+                counter.__enter__()
+                self._counter = counter
+                session.mon.mark_warmup()  # the step now open is the counted (slower) one
+            except Exception:  # noqa: BLE001 - MFU is optional; the diagnosis goes on
+                self.count_at = None
+        elif done == at + 1 and self._counter is not None:
+            flops = self.stop()
+            if flops:
+                session.internal += 1
+                try:
+                    session.mon.set_flops_per_step(float(flops))
+                finally:
+                    session.internal -= 1
+
+    def stop(self) -> int | None:
+        """Leave the counter (if open); the FLOPs it counted."""
+        counter, self._counter = self._counter, None
+        if counter is None:
+            return None
+        try:
+            counter.__exit__(None, None, None)
+            return int(counter.get_total_flops())
+        except Exception:  # noqa: BLE001
+            return None
