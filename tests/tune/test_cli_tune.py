@@ -69,3 +69,17 @@ def test_tune_cli_rejects_an_unknown_knob(tmp_path):
                           "--out", str(tmp_path)], capture_output=True, text=True, timeout=60, env=env)
     assert res.returncode == 2
     assert "did you mean 'precision'" in res.stderr
+
+
+def test_no_winner_line_tells_unmeasured_from_measured_and_slower():
+    from trainspeed.cli.tune import no_winner_line
+    from trainspeed.tune.result import Row, TuneResult
+
+    killed = Row(knob="compile", setting="default", verdict="slower", note="far slower: stopped after 30 s")
+    common = dict(combination=[], best_settings={}, final=None, baseline_cost_s=1e-3, trials_run=3,
+                  trials_reused=0, elapsed_s=40.0)
+    unmeasured = TuneResult(ablation=[killed], **common)
+    line = no_winner_line(unmeasured)
+    assert line.startswith("no setting could be measured") and "compile=default: far slower" in line
+    lost = Row(knob="num_workers", setting="2", verdict="slower", speedup=0.8)
+    assert no_winner_line(TuneResult(ablation=[killed, lost], **common)).startswith("nothing won over the baseline")

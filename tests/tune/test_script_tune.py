@@ -122,3 +122,12 @@ def test_tune_cli_with_a_missing_script_says_so(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     assert main(["tune", "--", "python", "nope.py"]) == 2
     assert "script 'nope.py' not found" in capsys.readouterr().err
+
+
+def test_rescaled_wall_keeps_the_start_up_and_scales_the_steps():
+    from trainspeed.tune.script_session import rescaled_wall
+    from trainspeed.tune.trials import TrialResult
+
+    base = TrialResult(ok=True, key="k", label="baseline", repeat=0, wall_s=3.0, step_times=[0.02] * 25)
+    assert rescaled_wall(base, 175) == pytest.approx(2.5 + 0.02 * 175)
+    assert rescaled_wall(TrialResult(ok=True, key="k", label="b", repeat=0, wall_s=3.0), 175) == 3.0

@@ -444,3 +444,55 @@ def test_no_compute_bound_note_after_a_win_at_low_or_unknown_or_impossible_mfu(b
                    knobs=["precision"]).run()
     assert not any("model's own arithmetic" in n for n in result.notes)
     assert result.baseline_mfu == (None if mfu is None else pytest.approx(mfu))
+
+
+def test_a_compile_trial_is_allowed_its_compile_time_before_the_far_slower_cutoff(base_config, cpu, tmp_path):
+    """A cold inductor compile takes tens of seconds before the first step: the cutoff that
+    stops a far slower trial must not read that as slow steps (makemore's compile trial was
+    killed at 30 s and the table said 'slower'). Combinations holding compile keep the allowance."""
+    from trainspeed.tune.knobs import COMPILE_STARTUP_S
+    from trainspeed.tune.search import MIN_CUTOFF_S
+    from trainspeed.tune.trials import SLOW_CUTOFF
+
+    runner = FakeRunner({"compile.mode=default": 0.5, BF16: 0.6}, wall_s=20.0)
+    result = tuner(base_config, cpu, runner, tmp_path, knobs=["precision", "compile"]).run()
+    base_cutoff = max(MIN_CUTOFF_S, SLOW_CUTOFF * 20.0)
+    compiled = [c for c in runner.calls if "compile.mode=default" in c.overrides]
+    plain = [c for c in runner.calls if c.overrides and "compile.mode=default" not in c.overrides]
+    assert compiled and all(c.timeout_s >= base_cutoff + COMPILE_STARTUP_S for c in compiled)
+    assert plain and all(c.timeout_s <= base_cutoff * 3 for c in plain)  # bf16 alone: no allowance
+    assert result.best_settings.get("compile.mode") == "default"
+
+
+def test_trials_are_priced_from_the_trial_price_not_the_first_baselines_wall(base_config, cpu, tmp_path):
+    """The script tuner lengthens its trials after the first baseline: the cutoff and the
+    budget follow the new price (a 1.4 s first baseline priced 5 s trials at 1.4 s)."""
+    from trainspeed.tune.search import MIN_CUTOFF_S
+    from trainspeed.tune.trials import SLOW_CUTOFF
+
+    runner = FakeRunner({BF16: 0.5}, wall_s=1.0)
+    options = TuneOptions(budget_s=10_000, knobs=["precision"])
+    t = Tuner(base_config=base_config, base_hash="h", device=cpu, runner=runner, store=TrialStore(tmp_path),
+              options=options, say=lambda s: None, trial_price=lambda base: 50.0 * base.wall_s)
+    t.run()
+    assert t.base_wall == 50.0
+    later = [c for c in runner.calls[1:] if c.overrides]
+    assert later and all(c.timeout_s == max(MIN_CUTOFF_S, SLOW_CUTOFF * 50.0) for c in later)
+
+
+def test_a_bundle_leaves_out_worker_settings_once_a_bigger_hopeful_turns_workers_off(base_config, cpu, tmp_path):
+    """makemore (4 workers on 2 cores): num_workers=0, prefetch_factor=4 and persistent_workers
+    each 'no measurable change' with an interval above 1. With workers off the other two do
+    nothing, so the bundle must not carry them into best.yaml."""
+    base = {**base_config, "data": {**base_config["data"], "num_workers": 2}}
+    runner = FakeRunner({"data.num_workers=0": 0.98, "data.prefetch_factor=4": 0.981,
+                         "data.persistent_workers=true": 0.985, FUSED: 0.98, "data.num_workers=1": 1.2,
+                         "data.prefetch_factor=8": 1.1})
+    result = tuner(base, cpu, runner, tmp_path,
+                   knobs=["num_workers", "fused_optimizer", "persistent_workers", "prefetch_factor"]).run()
+    together = [r for r in result.combination if r.knob == "together"]
+    assert len(together) == 1 and set(together[0].setting.split(", ")) == {"num_workers=0", "fused_optimizer=fused"}
+    assert result.best_settings.get("data.num_workers") == 0
+    assert "prefetch" not in together[0].setting and "persistent" not in together[0].setting
+    assert "data.prefetch_factor" not in result.best_settings
+    assert "data.persistent_workers" not in result.best_settings

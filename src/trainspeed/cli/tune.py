@@ -136,8 +136,18 @@ def run_script(args, command: list[str]) -> int:
         elif (out / "code_change.md").is_file():
             print(f"code change:  {out / 'code_change.md'}")
     else:
-        print("nothing won over the baseline: your script's settings are already the fastest measured here")
+        print(no_winner_line(result))
     return 0
+
+
+def no_winner_line(result) -> str:
+    """Why best.yaml keeps the script as it is: measured settings lost, or none could be measured
+    (a crash, a far-slower stop, the budget): the latter is no verdict on the script."""
+    measured = [row for row in result.ablation if row.speedup is not None]
+    if measured:
+        return "nothing won over the baseline: your script's settings are already the fastest measured here"
+    unmeasured = "; ".join(f"{row.knob}={row.setting}: {row.note or row.verdict}" for row in result.ablation)
+    return f"no setting could be measured, so nothing is known to win ({unmeasured or 'no knob applied'})"
 
 
 def run(args) -> int:

@@ -17,6 +17,11 @@ from typing import Any, Callable
 from trainspeed.errors import ConfigError
 
 
+COMPILE_STARTUP_S = 90.0
+"""Seconds a compile trial may spend compiling before the far-slower cutoff counts: a cold
+inductor compile of a small transformer took 25-60 s on a loaded 2-core CPU machine."""
+
+
 @dataclass(frozen=True, slots=True)
 class Candidate:
     """One setting of one knob: a label for the table and the overrides it applies."""
@@ -26,6 +31,9 @@ class Candidate:
     settings: dict[str, Any]
     cost_factor: float = 1.0
     """Expected trial time relative to the baseline's (bigger batches take longer per step)."""
+    startup_s: float = 0.0
+    """One-time seconds the setting adds before its first step (compilation). The far-slower
+    cutoff allows for them: a trial is stopped for slow steps, not for compiling."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,7 +150,8 @@ def compile(ctx: KnobContext) -> list:  # noqa: A001 - the knob's name
             out.append(Skip("compile", mode, "torch.compile on CPU needs a C++ compiler (g++/clang++) on PATH"))
         else:
             # Compilation happens in the trial's warm-up steps, which the tuner excludes.
-            out.append(Candidate("compile", mode, {"compile.mode": mode}, cost_factor=3.0))
+            out.append(Candidate("compile", mode, {"compile.mode": mode}, cost_factor=3.0,
+                                 startup_s=COMPILE_STARTUP_S))
     return out
 
 

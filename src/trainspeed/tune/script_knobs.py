@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from trainspeed.tune.knobs import Candidate, DeviceInfo, Skip, _powers_up_to
+from trainspeed.tune.knobs import COMPILE_STARTUP_S, Candidate, DeviceInfo, Skip, _powers_up_to
 from trainspeed.tune.script_facts import ScriptFacts
 
 
@@ -141,9 +141,10 @@ def compile(ctx: ScriptContext) -> list:  # noqa: A001 - the knob's name
         return [Skip("compile", "default", "torch.compile on CPU needs a C++ compiler (g++/clang++) on PATH")]
     if flag is not None and flag.get("kind") in ("storetrue", "equals", "store", "booleanoptional"):
         value = True if flag.get("kind") != "store" or flag.get("type") in (None, "bool") else 1
-        return [Candidate("compile", "default", {f"args.{flag['option']}": value}, cost_factor=3.0)]
+        return [Candidate("compile", "default", {f"args.{flag['option']}": value}, cost_factor=3.0,
+                          startup_s=COMPILE_STARTUP_S)]
     # Compilation happens in the warm-up steps, which a trial excludes.
-    return [Candidate("compile", "default", {"compile": "default"}, cost_factor=3.0)]
+    return [Candidate("compile", "default", {"compile": "default"}, cost_factor=3.0, startup_s=COMPILE_STARTUP_S)]
 
 
 def fused_optimizer(ctx: ScriptContext) -> list:

@@ -53,6 +53,18 @@ def trial_steps(step_s: float) -> int:
     return int(min(MAX_MEASURED_STEPS, max(MIN_MEASURED_STEPS, math.ceil(MIN_MEASURED_S / step_s))))
 
 
+def rescaled_wall(base: TrialResult, steps_now: int) -> float:
+    """The first baseline trial's wall seconds at a trial length of `steps_now` measured steps:
+    its start-up and warm-up (everything but its measured steps) plus its median step times the
+    new count. The search prices trials and sets the far-slower cutoff from this; the first
+    baseline itself ran the minimum length, 4-15x shorter than the trials after it."""
+    steps = [t for t in base.step_times if t > 0]
+    if not steps:
+        return base.wall_s
+    fixed = max(0.0, base.wall_s - sum(steps))
+    return fixed + statistics.median(steps) * steps_now
+
+
 def command_hash(command: list[str]) -> str:
     """Identity of the tuned command (and where it runs): a resumed tune finds its trials."""
     blob = json.dumps({"command": command, "cwd": os.getcwd()}, sort_keys=True)
@@ -135,7 +147,9 @@ def run_script_tune(command: list[str], out_dir: str | Path, options: TuneOption
             "trainspeed.step()).")
     tuner = Tuner(base_config={}, base_hash=command_hash(list(command)), device=DeviceInfo.detect("cpu"),
                   runner=runner, store=store, options=options, say=say, knob_table=SCRIPT_KNOBS,
-                  make_context=make_context, whatif=is_whatif, baseline_hint=hint, describe=describe_settings)
+                  make_context=make_context, whatif=is_whatif, baseline_hint=hint, describe=describe_settings,
+                  trial_price=(lambda base: rescaled_wall(base, runner.measure_steps))
+                  if isinstance(runner, ScriptRunner) else None)
     result = run_then_close(tuner, runner)
     for row in result.ablation:
         if is_whatif(row.settings) and row.speedup is not None:

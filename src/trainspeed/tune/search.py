@@ -63,7 +63,8 @@ class Tuner:
                  clock: Callable[[], float] = time.monotonic, knob_table: dict[str, Any] | None = None,
                  make_context: Callable[[dict[str, Any], TrialResult | None], Any] | None = None,
                  whatif: Callable[[dict[str, Any]], bool] | None = None, baseline_hint: str | None = None,
-                 describe: Callable[[dict[str, Any]], str] | None = None):
+                 describe: Callable[[dict[str, Any]], str] | None = None,
+                 trial_price: Callable[[TrialResult], float] | None = None):
         self.base_config = base_config
         self.base_hash = base_hash
         self.device = device
@@ -81,6 +82,9 @@ class Tuner:
         # into best settings, since they change what the script does behind its back.
         self.is_whatif = whatif or (lambda settings: False)
         self.describe = describe or (lambda settings: ", ".join(f"{k}={v}" for k, v in sorted(settings.items())))
+        # Expected wall seconds of the trials after the first baseline: the script tuner sets
+        # the trial length from that baseline's step time, so its own wall is the wrong price.
+        self.trial_price = trial_price or (lambda base: base.wall_s)
         self.baseline_hint = baseline_hint or "Fix the config so `trainspeed train` runs it, then tune again."
         self.t0 = clock()
         self.spent = 0.0  # wall seconds of trials actually run (reused ones cost nothing)
@@ -88,6 +92,9 @@ class Tuner:
         self.reused = 0
         self.base_wall = 0.0  # wall time of the first baseline trial: the price of a trial
         self.cost_factor: dict[str, float] = {}  # config key -> expected cost vs the baseline
+        # (setting, value) -> one-time seconds before the first step (compiling): any config
+        # holding it, a greedy combination or the verified best included, is allowed them.
+        self.startup_s: dict[tuple[str, str], float] = {}
         # config key -> next unused repeat number: every on-top comparison runs fresh repeats of
         # its reference, interleaved with the candidate's (the ablation used 0..R-1). Assigned
         # in the search's own order, so a resumed tune finds the same numbers in its store.
@@ -109,6 +116,9 @@ class Tuner:
     def _price(self, key: str) -> float:
         """Expected wall seconds of one trial of `key`: the baseline's, times its cost factor."""
         return self.base_wall * self.cost_factor.get(key, 1.0)
+
+    def _startup(self, settings: dict[str, Any]) -> float:
+        return max((self.startup_s.get((k, repr(v)), 0.0) for k, v in settings.items()), default=0.0)
 
     def _verify_reserve(self) -> float:
         """Budget the final verification needs: baseline + best, verify_repeats rounds each."""
@@ -133,7 +143,7 @@ class Tuner:
             return None
         cutoff = None
         if self.base_wall:  # known after the baseline: a far slower trial is stopped early
-            cutoff = max(MIN_CUTOFF_S, SLOW_CUTOFF * self._price(key))
+            cutoff = max(MIN_CUTOFF_S, SLOW_CUTOFF * self._price(key)) + self._startup(settings)
         request = TrialRequest(key=key, label=label, overrides=overrides_of(settings), repeat=repeat,
                                timeout_s=cutoff)
         self.say(f"  trial {label} (repeat {repeat + 1}) ...")
@@ -252,9 +262,9 @@ class Tuner:
         if base is None or not base.ok:
             raise TuneError("the baseline trial failed, so there is nothing to compare against: "
                             f"{base.error if base else 'no budget'}. {self.baseline_hint}")
-        self.base_wall = base.wall_s
         ctx = self.make_context({}, base)
-        candidates, skipped, deferred = self._candidates(ctx, base.wall_s)
+        self.base_wall = self.trial_price(base)
+        candidates, skipped, deferred = self._candidates(ctx, self.base_wall)
         R, every = self.opt.repeats, self.opt.baseline_every
         for r in range(R if candidates else 0):  # nothing to compare: no more baselines
             self.say(f"ablation round {r + 1}/{R}")
@@ -319,6 +329,8 @@ class Tuner:
                     continue
                 settings = item.settings
                 self.cost_factor[config_key(self.base_hash, settings)] = item.cost_factor
+                for k, v in settings.items():
+                    self.startup_s[(k, repr(v))] = max(item.startup_s, self.startup_s.get((k, repr(v)), 0.0))
                 already = self.results(settings)
                 cost = base_wall * item.cost_factor * max(0, self.opt.repeats - len(already))
                 if len(candidates) % self.opt.baseline_every == 0:
@@ -405,8 +417,8 @@ class Tuner:
                 hopefuls[row.knob] = (row, own)
         bundle: dict[str, Any] = {}
         joined: list[Row] = []
-        for row, own in hopefuls.values():
-            if not set(own) & set(bundle):
+        for row, own in sorted(hopefuls.values(), key=lambda item: -(item[0].speedup or 0)):
+            if not set(own) & set(bundle) and self._offered(row, {**current, **bundle}):
                 bundle.update(own)
                 joined.append(row)
         if len(joined) < 2 and not (joined and current):
@@ -417,6 +429,16 @@ class Tuner:
                                     max(r.cost_factor for r in joined))
         combination.append(step)
         return {**current, **bundle} if step.verdict == stats.FASTER else current
+
+    def _offered(self, row: Row, settings: dict[str, Any]) -> bool:
+        """Whether the row's knob still offers its setting on top of `settings`: worker-only
+        settings are moot once a bigger hopeful set num_workers=0 (the patch would drop them,
+        and best.yaml would keep settings that do nothing)."""
+        if row.knob not in self.knobs:
+            return True
+        items = self.knobs[row.knob](self.make_context(settings, None))
+        return any(isinstance(item, Candidate) and all(row.settings.get(k, _UNSET) == v for k, v in item.settings.items())
+                   for item in items)
 
     def _try_deferred(self, current: dict[str, Any], pending: list[str],
                       combination: list[Row]) -> tuple[dict[str, Any], list[str]]:
