@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 import hashlib
+import os
 import shutil
 import subprocess
 import sys
@@ -526,3 +527,58 @@ def test_sites_recorded_at_run_time_find_their_multi_line_calls(tmp_path):
     change = code_change({"optimizer.impl": "fused"}, Targets(optimizer_site=optimizer, optimizer_class="AdamW"),
                          root=root, command=[])
     assert "         params, lr=1e-3,\n+        fused=True,\n         **extra)" in change.patch
+
+
+def test_whole_statement_snippets_go_into_the_patch_with_the_keyword_edits_below_them(tmp_path):
+    """compile and threads are lines to insert (indented as the statement they precede), so
+    best.patch carries them next to the keyword edit at the optimizer line they push down;
+    the patched script runs; autocast, which wraps lines, stays a snippet to place by hand."""
+    root = tmp_path / "project"
+    train = write(root, "train.py", """
+        import torch
+        from torch import nn
+
+
+        def main():
+            net = nn.Conv2d(3, 4, 3)
+            criterion = nn.MSELoss()
+            optimizer = torch.optim.SGD(net.parameters(), lr=0.1)  # OPT
+            for images, target in [(torch.randn(2, 3, 8, 8), torch.randn(2, 4, 6, 6))]:
+                output = net(images)  # CALL
+                loss = criterion(output, target)
+                optimizer.zero_grad()
+                loss.backward()
+                optimizer.step()
+
+
+        main()
+    """)
+    call, opt = line_of(train, "# CALL"), line_of(train, "# OPT")
+    targets = Targets(script=str(train), model_call_site=(str(train), call), optimizer_site=(str(train), opt),
+                      optimizer_class="SGD")
+    change = code_change({"compile": "default", "threads": 1, "optimizer.impl": "foreach", "precision": "bf16"},
+                         targets, root=root, command=[])
+    assert [s.setting for s in change.inserted] == ["compile", "threads"]
+    assert "+    net.compile()\n" in change.patch and "+torch.set_num_threads(1)\n" in change.patch
+    assert "foreach=True" in change.patch
+    md = change.markdown()
+    assert "## Code to add" in md and "### precision: around" in md and "### compile" not in md
+    assert f"compile: train.py:{opt}: `net.compile()` inserted before line {opt}" in change.edits
+    for copy in apply_patch(root, change, tmp_path).values():
+        lines = (copy / "train.py").read_text().splitlines()
+        at = next(i for i, text in enumerate(lines) if "# OPT" in text)
+        assert lines[at - 1] == "    net.compile()"
+        assert "foreach=True" in lines[at]
+        assert "torch.set_num_threads(1)" in lines
+        # the lines run as placed; compiling itself is torch's business (and 10 s of CI time)
+        env = {**os.environ, "TORCH_COMPILE_DISABLE": "1"}
+        subprocess.run([PYTHON, str(copy / "train.py")], check=True, timeout=120, capture_output=True, env=env)
+
+
+def test_a_script_that_already_compiles_gets_no_second_compile_line(tmp_path):
+    root = tmp_path / "project"
+    train = write(root, "train.py", TRAIN_LOOP)
+    targets = Targets(script=str(train), model_call_site=(str(train), line_of(train, "# CALL")),
+                      optimizer_site=(str(train), line_of(train, "# OPT")), compiled=True)
+    change = code_change({"compile": "max-autotune"}, targets, root=root, command=[])
+    assert change.patch == "" and change.inserted == [] and "already compiles" in change.snippets[0].why

@@ -18,12 +18,13 @@ import difflib
 import os
 import re
 import shlex
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from trainspeed.patches.plan import (FLAG_PREFIX, apply_flags, command_with_flags, flag_style,  # noqa: F401 - command_with_flags re-exported
                                      render_flag)
+from trainspeed.patches.insert_lines import insert_snippets, patchable, shifted
 from trainspeed.patches.snippets import RUNTIME_CODE, Snippet, Source, autocast_snippet, model_snippets, \
     runtime_snippet
 from trainspeed.patches.targets import Targets
@@ -63,6 +64,8 @@ class CodeChange:
     """What best.patch does, one line a keyword: `loader.num_workers: train.py:12: num_workers=4 (was 0)`."""
     command: list[str] = field(default_factory=list)
     """The command with the flags set (empty when no flag changed)."""
+    inserted: list[Snippet] = field(default_factory=list)
+    """Snippets best.patch inserts as lines (the rest are shown for the user to place)."""
 
     def markdown(self, patch_path: str = "best.patch") -> str:
         out = ["# The code change for the settings that won", ""]
@@ -70,13 +73,19 @@ class CodeChange:
             out += ["## Your script's own flags", "", "Pass " + ", ".join(f"`{f}`" for f in self.flags)
                     + " (no code change):", "", "```bash", shlex.join(self.command), "```", ""]
         if self.patch:
-            out += ["## Keyword arguments (best.patch)", ""] + [f"- {e}" for e in self.edits] + [
+            out += ["## best.patch", ""] + [f"- {e}" for e in self.edits] + [
                 "", "From the directory you ran the tune in: `git apply --check "
                 f"{patch_path}` then `git apply {patch_path}` (or `patch -p1 < {patch_path}`); "
                 f"`git apply -R {patch_path}` undoes it.", "", "```diff", self.patch.replace("\r\n", "\n").rstrip("\n"), "```", ""]
-        if self.snippets:
+        if self.inserted:
+            out += ["## Why these lines", ""]
+            for s in self.inserted:
+                out += [f"- {s.setting} ({s.file}:{s.line}): {s.why}"]
+            out += [""]
+        to_place = [s for s in self.snippets if s not in self.inserted]
+        if to_place:
             out += ["## Code to add", ""]
-            for s in self.snippets:
+            for s in to_place:
                 out += [f"### {s.setting}: {s.where} {s.file}:{s.line}", "", s.why, "",
                         "```python", s.code, "```", ""]
         if self.notes:
@@ -237,12 +246,28 @@ def code_change(settings: dict[str, Any], targets: Targets, *, root: Path, comma
 
     _flags(flags, styles, command, change)
     parts = []
-    for path, file_edits in sorted(edits.items()):
+    inserts_by_file: dict[str, list[Snippet]] = {}
+    for real in list(sources):
+        here = [s for s in change.snippets if s.file == _shown(real, root) and patchable(s)]
+        if here:
+            inserts_by_file[real] = here
+    for path in sorted(set(edits) | set(inserts_by_file)):
         src = source(path)
         if src is None:
             continue
-        new, outcomes = edit_calls(src.code, file_edits)
+        text, inserts = insert_snippets(src, inserts_by_file.get(path, []))
+        moved = shifted(edits.get(path, []), inserts)
+        new, outcomes = edit_calls(text, moved)
         new = src.bom + new
+        # the notes name the lines of the file as the user has it, not of the patched text
+        below = sum(n for _, n in inserts)
+        original = {id(m): e for m, e in zip(moved, edits.get(path, []))}
+        outcomes = [replace(o, edit=original.get(id(o.edit), o.edit),
+                            call_line=_unshift(o.call_line, inserts) if below else o.call_line) for o in outcomes]
+        for s in inserts_by_file.get(path, []):
+            change.inserted.append(s)
+            change.edits.append(f"{s.setting}: {s.file}:{s.line}: `{s.code.splitlines()[-1]}` inserted {s.where} "
+                                f"line {s.line}")
         shown = _shown(path, root)
         for o in outcomes:
             text = _outcome(o, shown, user_files, command, styles, change)
@@ -252,6 +277,18 @@ def code_change(settings: dict[str, Any], targets: Targets, *, root: Path, comma
             parts.append(unified_diff(src.text, new, shown))
     change.patch = "".join(parts)
     return change
+
+
+def _unshift(line: int, inserts: list[tuple[int, int]]) -> int:
+    """A 1-based line of the text with `inserts` ((original index, lines) pairs, see
+    insert_lines.shifted) back to the line of the text without them."""
+    x = line
+    for _ in range(len(inserts) + 1):  # the shift only grows with x: this settles in a few rounds
+        nxt = line - sum(n for at, n in inserts if at < x)
+        if nxt == x:
+            break
+        x = nxt
+    return x
 
 
 def _flags(flags: dict[str, Any], styles: dict[str, str], command: list[str], change: CodeChange) -> None:

@@ -21,6 +21,9 @@ class Snippet:
     """"before", "after" or "around" the line."""
     code: str
     why: str
+    patchable: bool = True
+    """False where the code is advice to adapt, not a line to insert as is (the script
+    already compiles: change its mode there)."""
 
 
 class Source:
@@ -216,7 +219,7 @@ def model_snippets(setting: str, value: Any, source: Source, call_line: int, sho
                f"`{var}` is what line {call_line} calls.")
         if compiled:
             why += " Your script already compiles it: set this mode where it does instead."
-        return [Snippet(setting, shown, line, where, f"{var}.compile({mode})", why)]
+        return [Snippet(setting, shown, line, where, f"{var}.compile({mode})", why, patchable=not compiled)]
     out = [Snippet(setting, shown, line, where, f"{var} = {var}.to(memory_format=torch.channels_last)",
                    f"Convolutions run in NHWC: convert the model once, {what}.")]
     arg = found[1].args[0] if found and found[1].args else None
