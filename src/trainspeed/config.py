@@ -28,10 +28,22 @@ __all__ = [
     "TrainConfig", "RunConfig", "RecipeConfig", "DataConfig", "OptimConfig", "PrecisionConfig",
     "CompileConfig", "AccumulationConfig", "LoggingConfig", "CheckpointConfig",
     "DistributedConfig", "EvalConfig", "BatchConfig", "ProfileConfig",
-    "load_config", "config_to_dict", "dump_config", "apply_overrides", "config_hash",
+    "load_config", "config_to_dict", "dump_config", "apply_overrides", "config_hash", "recipe_label",
 ]
 
 SINKS = ("jsonl", "csv", "tensorboard", "console", "wandb")
+IMPORT_PATH = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
+"""`recipe.name` of your own model: 'module:attr' (recipes/imported.py, docs/own-model.md)."""
+
+
+def recipe_label(name: str | None) -> str:
+    """A recipe name fit for a directory name: 'gpt' -> 'gpt', 'mypkg.models:build' -> 'models-build'."""
+    if not name:
+        return "run"
+    if ":" not in name:
+        return name
+    module, attr = name.split(":", 1)
+    return f"{module.rsplit('.', 1)[-1]}-{attr.rsplit('.', 1)[-1]}"
 
 
 @dataclass(kw_only=True, slots=True)
@@ -75,12 +87,15 @@ class RunConfig(_Section):
 class RecipeConfig(_Section):
     _key: ClassVar[str] = "recipe"
     name: str | None = None
-    """Built-in recipe (`trainspeed recipes` lists them); null when you pass your own model."""
+    """Built-in recipe (`trainspeed recipes` lists them), or your own model as an import path
+    'module:attr' (a function returning RecipeParts, or a Recipe class; docs/own-model.md)."""
     options: dict[str, Any] = field(default_factory=dict)
     """Recipe-specific settings, validated by the recipe (errors name recipe.options.<key>)."""
 
     def __post_init__(self) -> None:
         self._check()
+        if self.name is not None and ":" in self.name and not IMPORT_PATH.fullmatch(self.name):
+            self._fail("name", "a recipe name or an import path 'module:attr' (e.g. 'mypkg.models:build')")
 
 
 @dataclass(kw_only=True, slots=True)
@@ -418,7 +433,7 @@ class TrainConfig(_Section):
         self._check()
         if self.run.name is None:
             # Derived once, here, so the dumped config names the run directory it wrote.
-            self.run.name = f"{self.recipe.name or 'run'}-{time.strftime('%Y%m%d-%H%M%S')}"
+            self.run.name = f"{recipe_label(self.recipe.name)}-{time.strftime('%Y%m%d-%H%M%S')}"
         if self.data.bucket_max_tokens is not None and not self.data.bucketing:
             raise ConfigError(
                 "data.bucket_max_tokens is set but data.bucketing=false; "
