@@ -246,6 +246,28 @@ def from_dict(cls: type, data: Any, prefix: str = "", *, all_keys: Sequence[str]
     return cls(**kwargs)
 
 
+def field_docs(cls: type) -> dict[str, str]:
+    """The docstring under each field of dataclass `cls` ({} when its source is not readable):
+    what `trainspeed train TARGET --help` prints next to each key."""
+    import ast
+    import inspect
+    import textwrap
+
+    docs: dict[str, str] = {}
+    for klass in reversed(cls.__mro__):
+        try:
+            tree = ast.parse(textwrap.dedent(inspect.getsource(klass)))
+        except (OSError, TypeError, SyntaxError):
+            continue
+        body = tree.body[0].body if tree.body and isinstance(tree.body[0], ast.ClassDef) else []
+        for stmt, nxt in zip(body, body[1:]):
+            if (isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name)
+                    and isinstance(nxt, ast.Expr) and isinstance(nxt.value, ast.Constant)
+                    and isinstance(nxt.value.value, str)):
+                docs[stmt.target.id] = " ".join(nxt.value.value.split())
+    return docs
+
+
 def to_dict(obj: Any) -> Any:
     """Dataclass tree -> plain dicts/lists/scalars (tuples become lists, so YAML stays plain)."""
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):

@@ -36,8 +36,29 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def unknown_command(parser: argparse.ArgumentParser, argv: list[str]) -> str | None:
+    """The error for a first word that is no subcommand (`trainspeed trian`), with a "did you
+    mean"; None when the first word is a subcommand or an option."""
+    import difflib
+
+    if not argv or argv[0].startswith("-"):
+        return None
+    commands = next((list(a.choices) for a in parser._actions  # noqa: SLF001 - argparse has no public accessor
+                     if isinstance(a, argparse._SubParsersAction)), [])  # noqa: SLF001
+    if argv[0] in commands:
+        return None
+    close = difflib.get_close_matches(argv[0], commands, n=1, cutoff=0.5)
+    hint = f"did you mean '{close[0]}'? " if close else ""
+    return f"unknown command '{argv[0]}'; {hint}commands: {', '.join(commands)} (trainspeed --help)"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    wrong = unknown_command(parser, argv)
+    if wrong:
+        print(f"trainspeed: error: {wrong}", file=sys.stderr)
+        return 2
     args = parser.parse_args(argv)
     if not getattr(args, "command", None):
         parser.print_help()

@@ -153,7 +153,8 @@ def no_winner_line(result) -> str:
 def run(args) -> int:
     from pathlib import Path
 
-    from trainspeed.engine.from_recipe import load_target
+    from trainspeed.cli import _target
+    from trainspeed.config import recipe_label
     from trainspeed.errors import ConfigError
     from trainspeed.tune.knobs import parse_knobs
     from trainspeed.tune.search import TuneOptions
@@ -172,15 +173,25 @@ def run(args) -> int:
     args.steps = 25 if args.steps is None else args.steps
     if args.steps < 3 or args.warmup_steps < 0:
         raise ConfigError(f"--steps must be >= 3 and --warmup-steps >= 0, got {args.steps} and {args.warmup_steps}")
+    # Before _split_rest: its parser would read `--help` as an abbreviation of --help-knobs.
+    asked_help, print_config, args.rest = _target.pop_flags(args.rest)
     overrides = _split_rest(args)
-    cfg = load_target(args.target, overrides, args.variant)
+    if asked_help:
+        print(_target.target_help("tune", args.target, overrides, args.variant), end="")
+        print("\nTune options (--budget, --knobs, --out, ...): trainspeed tune --help")
+        return 0
+    cfg, found = _target.load(args.target, overrides, args.variant)
+    if print_config:
+        print(_target.config_yaml(cfg, keep_name=_target.named(found, overrides)), end="")
+        return 0
+    _target.check_extras(cfg)  # before any trial: each would fail on it
     # Options left out keep TuneOptions' defaults (documented there, not repeated here).
     optional = {name: value for name, value in (("verify_repeats", args.verify_repeats),
                                                 ("baseline_every", args.baseline_every)) if value is not None}
     options = TuneOptions(knobs=parse_knobs(args.knobs), budget_s=parse_budget(args.budget),
                           repeats=args.repeats, loss_tolerance=args.loss_tolerance,
                           min_effect=args.min_effect, fork_server=args.fork_server, **optional)
-    out = Path(args.out or f"runs/tune-{cfg.recipe.name or Path(args.target).stem}")
+    out = Path(args.out or f"runs/tune-{recipe_label(cfg.recipe.name) if cfg.recipe.name else Path(args.target).stem}")
     print(f"trainspeed: tuning {cfg.recipe.name or args.target} -> {out} "
           f"(budget {options.budget_s:.0f} s, knobs: {', '.join(options.knobs)})")
     result = run_tune(cfg, out, options, trial_timeout_s=args.trial_timeout,
