@@ -156,3 +156,10 @@ def test_several_missing_extras_make_one_pip_command(monkeypatch, capsys, no_tra
     monkeypatch.setitem(sys.modules, "wandb", None)
     assert main(["tune", "gpt", "logging.sinks=[jsonl,tensorboard,wandb]"]) == 2
     assert "pip install 'trainspeed[tensorboard,wandb]'" in capsys.readouterr().err
+
+
+def test_recipes_listing_says_how_to_see_keys_and_use_your_own_model(capsys):
+    assert main(["recipes"]) == 0
+    out = capsys.readouterr().out
+    assert "trainspeed train RECIPE --help" in out
+    assert "recipe: {name: mymodel:build}" in out and "docs/own-model.md" in out

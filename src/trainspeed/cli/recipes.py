@@ -11,7 +11,8 @@ def register(subparsers) -> None:
         "recipes",
         help="list built-in recipes and their naive/fast config files",
         description="List built-in recipes with their naive ('before') and fast config files. "
-        "Train one with: trainspeed train <config path>",
+        "Train one with: trainspeed train <config path>; its keys: trainspeed train RECIPE --help. "
+        "Your own model: recipe: {name: mymodel:build} in a YAML (docs/own-model.md)",
     )
     parser.add_argument("--json", action="store_true", help="print a JSON list instead of text")
     parser.set_defaults(run=run)
@@ -39,4 +40,6 @@ def run(args: argparse.Namespace) -> int:
         print(f"{row['name']}: {row['description']}")
         for variant in VARIANTS:
             print(f"  {variant:<6} {row[variant]}")
+    print("\nEvery key of one, with its value and meaning: trainspeed train RECIPE --help")
+    print("Your own model: a YAML with recipe: {name: mymodel:build} (docs/own-model.md)")
     return 0
