@@ -186,3 +186,20 @@ def test_malformed_import_paths_and_dotted_names():
         get_recipe("mypkg.models.build")
     with pytest.raises(ConfigError, match=r"unknown recipe 'gtp'; did you mean 'gpt'\?.*mymodel:build"):
         get_recipe("gtp")
+
+
+def test_options_given_to_a_recipe_without_an_options_method_are_refused(user_module):
+    mod = user_module(MODEL + "\n\nclass Plain:\n    def build(self, config):\n        return build(config)\n")
+    cfg = cfg_for(f"{mod}:Plain", width=4)
+    with pytest.raises(ConfigError, match=r"recipe.options.width: the recipe .* has no options\(\) method"):
+        get_recipe(cfg.recipe.name).build(cfg)
+    assert isinstance(get_recipe(cfg.recipe.name).build(cfg_for(f"{mod}:Plain")), RecipeParts)
+
+
+def test_an_import_path_target_has_no_naive_variant(user_module):
+    from trainspeed.engine.from_recipe import resolve
+
+    mod = user_module()
+    assert resolve(f"{mod}:build").source == {"recipe": {"name": f"{mod}:build"}}
+    with pytest.raises(ConfigError, match=r"ships no 'naive' config; write a YAML"):
+        resolve(f"{mod}:build", "naive")

@@ -46,6 +46,8 @@ def resolve(target: str, variant: str = "fast") -> Target:
         own = getattr(recipe, "has_config_path", lambda: True)()
         if own:
             return Target(Path(recipe.config_path(variant)), "import", f"recipe {target} ({variant} config)")
+        if variant != "fast":
+            recipe.config_path(variant)  # ConfigError: it ships no such config; write a YAML
         return Target({"recipe": {"name": target}}, "import", f"recipe {target} (defaults)")
     names = recipe_names()
     if path.suffix in (".yaml", ".yml"):

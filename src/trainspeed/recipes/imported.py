@@ -147,7 +147,13 @@ class ImportedRecipe:
         user's Recipe.options returns (None when it has no options method)."""
         if self._recipe is not None:
             own = getattr(self._recipe, "options", None)
-            return own(config) if callable(own) else None
+            if callable(own):
+                return own(config)
+            if config.recipe.options:
+                keys = ", ".join(f"recipe.options.{k}" for k in config.recipe.options)
+                raise ConfigError(f"{keys}: the recipe {self.name!r} has no options() method to read "
+                                  "them; remove them or give the recipe an options(config) method")
+            return None
         from trainspeed.recipes.base import parse_options
 
         given = config.recipe.options or {}
@@ -162,10 +168,7 @@ class ImportedRecipe:
         from trainspeed.recipes.base import RecipeParts
 
         if self._recipe is not None:
-            if config.recipe.options and not callable(getattr(self._recipe, "options", None)):
-                keys = ", ".join(f"recipe.options.{k}" for k in config.recipe.options)
-                raise ConfigError(f"{keys}: the recipe {self.name!r} has no options() method to read "
-                                  "them; remove them or read config.recipe.options in its build()")
+            self.options(config)  # options given to a recipe that cannot read them are refused
             call, what = (lambda: self._recipe.build(config)), f"{type(self._recipe).__name__}.build(config)"
         else:
             opts = self.options(config)
