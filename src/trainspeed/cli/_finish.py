@@ -10,19 +10,12 @@ from pathlib import Path
 from typing import Any
 
 
-def add_findings(run_dir: Path) -> list[dict[str, Any]]:
-    """Run the doctor's checks over a finished run and store the findings in report.json."""
-    try:
-        from trainspeed.doctor.checks import diagnose
-    except ImportError:
-        return []
-    from trainspeed.telemetry.rundir import read_run, write_json
+def add_findings(run_dir: Path, *, force: bool = False) -> list[dict[str, Any]]:
+    """The run's findings, stored in report.json: those its end of run computed (Monitor.close,
+    the doctor), else the rules run now over the run directory (telemetry/diagnosis.py)."""
+    from trainspeed.telemetry.diagnosis import ensure_findings
 
-    run = read_run(run_dir)
-    findings = diagnose(run, (run.report or {}).get("summary"))
-    report = dict(run.report or {"schema": 1})
-    report["findings"] = findings
-    write_json(run_dir / "report.json", report)
+    findings, _ = ensure_findings(run_dir, force=force)
     return findings
 
 

@@ -20,6 +20,9 @@ def register(subparsers) -> None:
     parser.add_argument("--no-html", action="store_true", help="terminal only; write no HTML")
     parser.add_argument("--json", action="store_true",
                         help="print summary, findings and skipped-line notes as JSON instead of tables")
+    parser.add_argument("--rediagnose", action="store_true",
+                        help="recompute the findings with this version's rules and store them in report.json "
+                             "(by default a run's stored findings are shown; a run without them is diagnosed)")
     parser.set_defaults(run=run)
 
 
@@ -33,6 +36,8 @@ def run(args: argparse.Namespace) -> int:
     from trainspeed.report.render import render_compare, render_run, report_json
 
     html: bool | str = False if args.no_html else (args.html or True)
+    for run_dir in filter(None, (args.run_dir, args.compare)):
+        _ensure_findings(run_dir, force=args.rediagnose)
     if args.json:
         # stdout carries only the JSON document; the HTML path note goes to stderr.
         a = load_run(args.run_dir)
@@ -52,3 +57,18 @@ def run(args: argparse.Namespace) -> int:
         render_run(args.run_dir, html=html, console=console)
     sys.stdout.flush()
     return 0
+
+
+def _ensure_findings(run_dir: str, *, force: bool) -> None:
+    """Findings are a function of the run directory: a run whose report.json has none (a
+    Monitor or Trainer run from before findings were stored at every run's end, a crashed run)
+    is diagnosed now, and report.json updated, so the terminal, HTML and --json all show them."""
+    import sys
+
+    from trainspeed.doctor.findings import format_findings
+    from trainspeed.telemetry.diagnosis import ensure_findings
+
+    findings, stored = ensure_findings(run_dir, force=force)
+    if not stored:  # a read-only copy of a run: say them here, the report below cannot
+        print(f"trainspeed: {run_dir}/report.json is not writable; its findings, computed now:\n"
+              f"{format_findings(findings)}", file=sys.stderr)

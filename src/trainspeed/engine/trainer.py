@@ -27,6 +27,7 @@ from trainspeed.engine.evaluation import evaluate
 from trainspeed.engine.events import Callback, CallbackList, Event, TrainerState
 from trainspeed.engine.microbatch import MicroBatcher, auto_microbatch_enabled, free_after_oom, is_oom
 from trainspeed.engine.nonfinite import NonFiniteGuard, NonFiniteLossError  # noqa: F401 - re-exported
+from trainspeed.engine.observations import emit_observations
 from trainspeed.engine.schedule import build_loop_scheduler, loop_length, steps_per_epoch
 from trainspeed.engine.setup import (
     DataParts, build_loaders, prepare_model, resolve_device, run_dir_for, seed_everything,
@@ -149,6 +150,9 @@ class Trainer:
         )
         for note in self.notes + loaders.notes:
             mon.event("note", message=note)
+        # The loaders and device as the checks read them: findings at the run's end (written by
+        # Monitor.close) then name the engine's settings (observations.py).
+        emit_observations(mon, loaders, self.data, cfg, self.device)
         self._record_peak(mon)
         # Seed right before the loop: setup above (peak measurement, loader creation) must not
         # shift the random stream that dropout and augmentation see. A resume then restores

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import math
 import os
+import sys
 import time
 import traceback as tb_module
 from collections import deque
@@ -33,6 +34,7 @@ import numpy as np
 
 from trainspeed.errors import ConfigError
 from trainspeed.telemetry import schema
+from trainspeed.telemetry.loader_facts import observe_loader
 from trainspeed.telemetry.phase_context import PHASE_INDEX, MarkPhase, Phase, PhaseTable, unknown_phase
 from trainspeed.telemetry.records import step_records
 from trainspeed.telemetry.schema import MEASURED_PHASES, PHASES
@@ -143,6 +145,8 @@ class Monitor:
         context = MarkPhase if isinstance(self._timeline, CpuTimeline) else Phase
         self._phase_ctx = PhaseTable({name: context(self, name) for name in MEASURED_PHASES})
         self.phase = self._phase_ctx.__getitem__  # type: ignore[method-assign]
+        # Loaders handed to loader() (ids, bounded): each one's settings are recorded once.
+        self._loaders_seen: set[int] = set()
         # The most recent records, for an in-memory summary when there is no run directory.
         self.recent: deque[dict[str, Any]] = deque(maxlen=4096)
 
@@ -216,6 +220,9 @@ class Monitor:
             warmup_steps=self.warmup_steps,
             pid=os.getpid(),
             rank=self.rank,
+            # The process's command: what a verify command re-runs for a script's own Monitor loop
+            argv=list(getattr(sys, "orig_argv", None) or [sys.executable, *sys.argv]),
+            cwd=os.getcwd(),
         )
 
     # ---------------------------------------------------------------- phases
@@ -255,7 +262,10 @@ class Monitor:
         return self._phase_ctx[name]
 
     def loader(self, iterable: Iterable[Any]) -> Iterator[Any]:
-        """Wrap a data iterable: the time spent waiting in `next()` is the "data" phase."""
+        """Wrap a data iterable: the time spent waiting in `next()` is the "data" phase. A
+        DataLoader's settings are recorded once (the first is the training loader), so the
+        findings at close name its num_workers, not "no DataLoader"."""
+        observe_loader(self, iterable, self._loaders_seen)
         iterator = iter(iterable)
         if not isinstance(self._timeline, CpuTimeline):
             data = self.phase("data")
@@ -431,7 +441,8 @@ class Monitor:
         findings: list[dict[str, Any]] | None = None,
         error: BaseException | None = None,
     ) -> dict[str, Any]:
-        """Flush, stop the writer and sampler, write report.json; return the summary."""
+        """Flush, stop the writer and sampler, write report.json with the run's findings (those
+        given, else diagnosed from the run directory; telemetry/diagnosis.py); return the summary."""
         if self._closed:
             return self._summary
         self._closed = True
@@ -450,23 +461,22 @@ class Monitor:
             self.event("system", **self._sampler.summary(), series=self._sampler.series())
         self.event("run_end", steps=self.steps_done)
         self.writer.close()
-        self._summary = self._summarize()
+        run, self._summary = self._summarize()
         if self.run_dir is not None and self.rank == 0:
+            from trainspeed.telemetry.diagnosis import end_of_run_findings
             from trainspeed.telemetry.rundir import write_json
 
-            write_json(
-                self.run_dir / schema.REPORT_JSON,
-                {
-                    "schema": schema.SCHEMA_VERSION,
-                    "kind": self.kind,
-                    "summary": self._summary,
-                    "findings": findings or [],
-                    "traceback": trace,
-                },
-            )
+            report = {"schema": schema.SCHEMA_VERSION, "kind": self.kind, "summary": self._summary,
+                      "findings": findings or [], "traceback": trace}
+            # Findings of the run directory (telemetry/diagnosis.py): as given, else the rules'
+            diagnosis = end_of_run_findings(run, self._summary, given=findings, kind=self.kind)
+            if diagnosis is not None:
+                report["findings"], report["diagnosis"] = diagnosis
+            write_json(self.run_dir / schema.REPORT_JSON, report)
         return self._summary
 
-    def _summarize(self) -> dict[str, Any]:
+    def _summarize(self) -> tuple[Any, dict[str, Any]]:
+        """(the run as read back, its summary)."""
         from trainspeed.telemetry.rundir import RunData, read_run
         from trainspeed.telemetry.summary import summarize
 
@@ -477,7 +487,7 @@ class Monitor:
             run.events = [schema.make_event("run_start", 0, 0.0, flops_per_step=self.flops_per_step,
                                             device=str(self.device or "cpu"),
                                             precision=self.precision)]
-        return summarize(run)
+        return run, summarize(run)
 
     def __enter__(self) -> "Monitor":
         return self

@@ -35,12 +35,17 @@ def run_checks(ctx: CheckContext, checks: tuple[Check, ...] = CHECKS) -> list[Fi
 
 
 def diagnose(run: RunData, summary: dict[str, Any] | None = None) -> list[dict[str, Any]]:
-    """Ranked findings (dicts) of a run directory; `summary` defaults to summarize(run)."""
+    """Ranked findings (dicts) of a run directory, whoever wrote it; `summary` defaults to
+    summarize(run). A script's own Monitor loop is diagnosed as that script's run, and verify
+    commands that would need a config the run does not have are replaced (run_kinds.py)."""
+    from trainspeed.doctor.checks.run_kinds import as_diagnosed, runnable_verify
+
     if summary is None:
         from trainspeed.telemetry.summary import summarize
 
         summary = summarize(run)
-    return rank(run_checks(CheckContext.from_run(run, summary)))
+    view = as_diagnosed(run)
+    return runnable_verify(view, rank(run_checks(CheckContext.from_run(view, summary))))
 
 
 __all__ = ["CHECKS", "CheckContext", "diagnose", "run_checks"]

@@ -1,0 +1,33 @@
+"""What the engine knows about its own run, written as the observation events the checks read.
+
+The doctor observes a foreign script's DataLoaders and device from outside; the Trainer built
+them, so it states them (same event shape: `observation` with a `kind`). Without them a Trainer
+run that waits for data was diagnosed as a script building batches in its loop ("no
+DataLoader"), with advice to write one, where the fix is the engine's `data.num_workers`.
+Written once, at the start of fit(); nothing per step.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from trainspeed.config import TrainConfig
+from trainspeed.telemetry.loader_facts import available_cores, loader_facts
+
+
+def emit_observations(mon: Any, loaders: Any, parts: Any, cfg: TrainConfig, device: Any) -> None:
+    """The training (and validation) loader and the device, as `observation` events of `mon`.
+    A DataLoader passed to the Trainer (`parts`: DataParts) is used as is, so "built_by" user."""
+    cores = available_cores()
+
+    def facts(loader: Any, given: Any, role: str) -> dict[str, Any]:
+        return loader_facts(loader, role, built_by="user" if loader is given else "engine", cores=cores)
+
+    mon.event("observation", kind="dataloader", **facts(loaders.train, parts.train, "train"))
+    if loaders.val is not None:
+        mon.event("observation", kind="dataloader", **facts(loaders.val, parts.val, "eval"))
+    mon.event("observation", kind="device", type=getattr(device, "type", str(device)), cores=cores,
+              engine=True, precision=cfg.precision.mode)
+
+
+__all__ = ["emit_observations"]
