@@ -53,9 +53,11 @@ def counts_as_sync(session: Session, tensor: torch.Tensor) -> bool:
 
 def record(session: Session, kind: str, seconds: float) -> None:
     """Count one sync in the current step and remember where it came from. Reads during
-    setup (before the first optimizer step: building a dataset, loading weights) are not
-    part of the training loop and are not counted."""
-    if session.primary_opt is None:
+    setup (before the first step boundary: building a dataset, loading weights) are not
+    part of the training loop and are not counted. The first boundary is an optimizer step,
+    a trainspeed.step() mark, or, in a loop without torch.optim (manual SGD), the forward
+    after the first backward: gating on the optimizer alone counted nothing in such loops."""
+    if session.primary_opt is None and session.boundary is None:
         return
     session.mon.count_sync()
     # frames: record <- wrapper <- caller
