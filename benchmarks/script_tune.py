@@ -37,10 +37,10 @@ SCRIPTS = {
 }
 
 
-def trainspeed(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+def trainspeed(*args: str, check: bool = True, cwd: Path | None = None) -> subprocess.CompletedProcess:
     cmd = [sys.executable, "-m", "trainspeed", *args]
-    print("$", shlex.join(["trainspeed", *args]), flush=True)
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+    print("$", shlex.join(["trainspeed", *args]), f"(in {cwd})" if cwd else "", flush=True)
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=cwd)
     if check and proc.returncode != 0:
         raise SystemExit(f"failed ({proc.returncode}): {shlex.join(cmd)}\n{proc.stderr[-3000:]}")
     return proc

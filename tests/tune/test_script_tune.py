@@ -131,3 +131,12 @@ def test_rescaled_wall_keeps_the_start_up_and_scales_the_steps():
     base = TrialResult(ok=True, key="k", label="baseline", repeat=0, wall_s=3.0, step_times=[0.02] * 25)
     assert rescaled_wall(base, 175) == pytest.approx(2.5 + 0.02 * 175)
     assert rescaled_wall(TrialResult(ok=True, key="k", label="b", repeat=0, wall_s=3.0), 175) == 3.0
+
+
+def test_the_trial_length_follows_the_quiet_steps_of_a_baseline_hit_by_a_burst():
+    from trainspeed.tune.script_session import quiet_step_time, trial_steps
+
+    burst = [0.16] * 12 + [0.022] * 18  # a neighbour's burst over the first 12 steps
+    assert quiet_step_time(burst) == 0.022
+    assert trial_steps(quiet_step_time(burst)) >= 4 / 0.022 - 1
+    assert quiet_step_time([]) == 0.0

@@ -1,0 +1,143 @@
+"""The script tuner on real open-source training scripts, as their users would run it: tune the
+unchanged script, apply best.patch with `git apply` and pass the winning flags, then time the
+patched script against the original side by side.
+
+    python benchmarks/real_script_tune.py --repo makemore=/path/to/makemore [--budget 10m] [--rounds 4]
+
+The repositories are not vendored: bring them yourself (`git clone
+https://github.com/karpathy/makemore`); SCRIPTS below holds each one's command, written with
+its own flags only. For each:
+1. the repository is copied twice (plain, patched); `trainspeed tune --budget B --out OUT --
+   CMD` runs in the plain copy, exactly what a user types;
+2. `git apply OUT/best.patch` in the patched copy (the check fails the benchmark if the patch
+   does not apply), and the tuned command is tune.json's `tuned_command` (the flags that won);
+3. rounds of A, B and A' in rotating order: A = the original script and command, B = the
+   patched copy and the tuned command, A' = the original again (A/A' is the machine's noise
+   floor, reported beside the figure), both under `trainspeed run --doctor --steps N` with an empty plan
+   (the same light instrumentation; B's speed comes from the code change, not from patching at
+   run time). The figure is the ratio of the median steady-state step times (warm-up and
+   compile steps excluded), and each side's whole-process wall time, start-up and compilation
+   included, is recorded next to it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import harness  # noqa: E402
+from script_tune import measured_steps, trainspeed  # noqa: E402
+
+SCRIPTS = {
+    # name: command run in the repository's root, with {out} for a scratch folder
+    "makemore": ["python", "makemore.py", "-i", "names.txt", "-o", "{out}", "--max-steps", "100000"],
+}
+
+
+def copy_repo(src: Path, dst: Path) -> None:
+    shutil.copytree(src, dst, ignore=shutil.ignore_patterns(".git", "out", "__pycache__"))
+    subprocess.run(["git", "init", "-q"], cwd=dst, check=True)  # `git apply` as the user runs it
+
+
+def side_by_side(arms: dict[str, tuple[Path, list[str]]], out: Path, rounds: int, steps: int,
+                 warmup: int) -> dict:
+    empty = out / "empty.yaml"
+    empty.write_text("schema: 1\nkind: script-settings\nsettings: {}\n")
+    pooled: dict[str, list[float]] = {a: [] for a in arms}
+    medians: dict[str, list[float]] = {a: [] for a in arms}
+    walls: dict[str, list[float]] = {a: [] for a in arms}
+    names = list(arms)
+    for r in range(rounds):
+        for arm in names[r % len(names):] + names[:r % len(names)]:  # each arm first once per 3 rounds
+            cwd, command = arms[arm]
+            run_dir = out / f"side-{arm}-{r}"
+            t0 = time.perf_counter()
+            trainspeed("run", "--with", str(empty), "--doctor", "--quiet", "--steps", str(steps),
+                       "--warmup-steps", str(warmup), "--out", str(run_dir), "--", *command, cwd=cwd)
+            walls[arm].append(time.perf_counter() - t0)
+            times = measured_steps(run_dir)
+            pooled[arm] += times
+            medians[arm].append(statistics.median(times))
+    a, b, again = names
+    return {
+        "speedup": statistics.median(pooled[a]) / statistics.median(pooled[b]),
+        "speedup_by_round": [x / y for x, y in zip(medians[a], medians[b])],
+        "aa_floor": statistics.median(pooled[a]) / statistics.median(pooled[again]),
+        "aa_by_round": [x / y for x, y in zip(medians[a], medians[again])],
+        "median_step_ms": {k: 1e3 * statistics.median(v) for k, v in pooled.items()},
+        "wall_s": walls,
+        "steps_per_side_per_round": steps - warmup,
+    }
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--repo", action="append", required=True, help="NAME=PATH of a repository in SCRIPTS")
+    ap.add_argument("--budget", default="10m")
+    ap.add_argument("--rounds", type=int, default=4)
+    ap.add_argument("--steps", type=int, default=300, help="steps per side-by-side run (warm-up included)")
+    ap.add_argument("--warmup", type=int, default=20, help="steps excluded (compilation happens here)")
+    ap.add_argument("--knobs", default=None, help="the tune's --knobs (default: all)")
+    ap.add_argument("--out", default=None, help="scratch folder (default: a temporary one)")
+    args = ap.parse_args()
+    results = {}
+    for spec in args.repo:
+        name, _, path = spec.partition("=")
+        if name not in SCRIPTS or not Path(path).is_dir():
+            raise SystemExit(f"--repo {spec}: expected NAME=PATH with NAME in {sorted(SCRIPTS)} and PATH a folder")
+        work = Path(args.out or tempfile.mkdtemp(prefix="real-tune-")) / name
+        if work.exists():
+            shutil.rmtree(work)
+        plain, patched = work / "plain", work / "patched"
+        copy_repo(Path(path), plain)
+        copy_repo(Path(path), patched)
+        command = [part.replace("{out}", str(work / "scratch")) for part in SCRIPTS[name]]
+        tune_dir = work / "tune"
+        t0 = time.perf_counter()
+        knobs = ["--knobs", args.knobs] if args.knobs else []
+        trainspeed("tune", "--budget", args.budget, *knobs, "--out", str(tune_dir), "--", *command, cwd=plain)
+        tune_s = time.perf_counter() - t0
+        tune = json.loads((tune_dir / "tune.json").read_text())
+        tuned = list(tune.get("tuned_command") or command)
+        patch = tune_dir / "best.patch"
+        diff = patch.read_text() if patch.is_file() else ""
+        if diff:
+            subprocess.run(["git", "apply", "--check", str(patch)], cwd=patched, check=True)
+            subprocess.run(["git", "apply", str(patch)], cwd=patched, check=True)
+        entry = {
+            "command": f"python benchmarks/real_script_tune.py --repo {name}=PATH --budget {args.budget} "
+                       f"--rounds {args.rounds} --steps {args.steps} --warmup {args.warmup}"
+                       + (f" --knobs {args.knobs}" if args.knobs else ""),
+            "script_command": command, "tuned_command": tuned, "best_settings": tune.get("best_settings"),
+            "best_patch": diff, "tune_s": tune_s, "verified_in_tune": tune.get("final"),
+            "ablation": [{k: r.get(k) for k in ("knob", "setting", "verdict", "speedup", "ci", "note")}
+                         for r in tune.get("ablation", [])],
+            "code_change_md": (tune_dir / "code_change.md").read_text() if (tune_dir / "code_change.md").is_file() else None,
+        }
+        entry.update(side_by_side({"original": (plain, command), "patched": (patched, tuned),
+                                   "original-again": (plain, command)}, work, args.rounds, args.steps, args.warmup))
+        results[name] = entry
+        print(f"{name}: best {entry['best_settings'] or '(plain)'}; patched + flags vs original, side by side "
+              f"{entry['speedup']:.2f}x (rounds {', '.join(f'{x:.2f}' for x in entry['speedup_by_round'])}); "
+              f"A/A floor {entry['aa_floor']:.2f}x", flush=True)
+    merged = harness.with_previous("real_script_tune", results)
+    headline = {"label": "best.patch applied + winning flags vs the original script, side by side: " + ", ".join(
+        f"{k} {v['speedup']:.2f}x" for k, v in merged.items()),
+        "value": min(v["speedup"] for v in merged.values()),
+        "aa_floor": {k: v.get("aa_floor") for k, v in merged.items()}}
+    path = harness.write_result("real_script_tune", merged, headline=headline,
+                                command=harness.entry_commands(merged))
+    print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
