@@ -32,6 +32,7 @@ def run(args: argparse.Namespace) -> int:
 
     from rich.console import Console
 
+    from trainspeed.report.compare import comparability
     from trainspeed.report.load import load_run
     from trainspeed.report.render import render_compare, render_run, report_json
 
@@ -42,7 +43,10 @@ def run(args: argparse.Namespace) -> int:
         # stdout carries only the JSON document; the HTML path note goes to stderr.
         a = load_run(args.run_dir)
         b = load_run(args.compare) if args.compare else None
-        print(json.dumps(report_json(a, b), indent=2, default=str))
+        doc = report_json(a, b)
+        if b is not None:
+            doc["comparability"] = comparability(a.run, b.run).as_dict()
+        print(json.dumps(doc, indent=2, default=str))
         if html is not False:
             err = Console(stderr=True)
             if b is None:
@@ -52,6 +56,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     console = Console()
     if args.compare:
+        _print_comparability(console, args.run_dir, args.compare)
         render_compare(args.run_dir, args.compare, html=html, console=console)
     else:
         render_run(args.run_dir, html=html, console=console)
@@ -72,3 +77,16 @@ def _ensure_findings(run_dir: str, *, force: bool) -> None:
     if not stored:  # a read-only copy of a run: say them here, the report below cannot
         print(f"trainspeed: {run_dir}/report.json is not writable; its findings, computed now:\n"
               f"{format_findings(findings)}", file=sys.stderr)
+
+
+def _print_comparability(console, a_dir: str, b_dir: str) -> None:
+    """Above the side-by-side table: how the runs differ in what they measured (model, data,
+    device, world size), and the throughput ratio's 95 % bootstrap interval, so "1.80x faster"
+    is read against the runs' own step-to-step noise."""
+    from rich.text import Text
+
+    from trainspeed.report.compare import comparability
+    from trainspeed.telemetry.rundir import read_run
+
+    for line in comparability(read_run(a_dir), read_run(b_dir)).lines():
+        console.print(Text(line, style="bold yellow" if line.startswith("Warning") else "bold"))

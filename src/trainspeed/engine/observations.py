@@ -15,10 +15,15 @@ from trainspeed.config import TrainConfig
 from trainspeed.telemetry.loader_facts import available_cores, loader_facts
 
 
-def emit_observations(mon: Any, loaders: Any, parts: Any, cfg: TrainConfig, device: Any) -> None:
+def emit_observations(mon: Any, loaders: Any, parts: Any, cfg: TrainConfig, device: Any, model: Any) -> None:
     """The training (and validation) loader and the device, as `observation` events of `mon`.
-    A DataLoader passed to the Trainer (`parts`: DataParts) is used as is, so "built_by" user."""
+    A DataLoader passed to the Trainer (`parts`: DataParts) is used as is, so "built_by" user.
+    The model's class and parameter count go in a `model` event (`trainspeed report --compare`
+    warns when two runs trained different models; not an observation: the doctor's model
+    checks read those, for a foreign script's module)."""
     cores = available_cores()
+    params = sum(p.numel() for p in model.parameters())  # one pass, at setup
+    mon.event("model", name=type(model).__name__, params=int(params))
 
     def facts(loader: Any, given: Any, role: str) -> dict[str, Any]:
         return loader_facts(loader, role, built_by="user" if loader is given else "engine", cores=cores)

@@ -2,11 +2,20 @@
 
 Every row carries A's and B's value, the ratio B/A, and the ratio read as words
 ("1.83x faster"), with the direction that is better for that metric.
+
+A ratio alone does not say whether B is faster or the runs were noisy, nor whether the two
+runs did the same work. `comparability(a, b)` adds both: the 95 % bootstrap interval of the
+throughput ratio (ratio of median per-step throughputs, resampling each run's steady-state
+steps), and a warning for each way the runs differ in what they measured (model, data,
+device, world size).
 """
 
 from __future__ import annotations
 
+from dataclasses import asdict, dataclass, field
 from typing import Any
+
+import numpy as np
 
 from trainspeed.report.fmt import fmt_bytes, fmt_ms, fmt_rate, is_num, ratio, verdict
 from trainspeed.telemetry.schema import PHASES
@@ -76,3 +85,188 @@ def headline(rows: list[dict[str, Any]]) -> str | None:
         return None
     words = "as fast as" if best["verdict"] == "same" else f"{best['verdict']} than"
     return f"B is {words} A ({best['group']} {best['metric']}, B/A = {best['ratio']:.2f})"
+
+
+# --------------------------------------------------------------------------- noise and sameness
+
+BOOTSTRAP_RESAMPLES = 2000
+"""Bootstrap resamples of each run's steps (fewer for very long runs: at most ~4M values drawn)."""
+MIN_STEPS = 5
+"""Steady-state steps each run needs for an interval."""
+
+
+@dataclass(kw_only=True, slots=True)
+class RatioInterval:
+    """Throughput ratio B/A (ratio of median per-step throughputs) and its bootstrap interval."""
+
+    metric: str
+    """What a step's throughput counts: "tokens/s", "samples/s" or "steps/s"."""
+    ratio: float
+    """median(B) / median(A) of per-step throughput; > 1: B is faster."""
+    low: float
+    """Lower end of the interval (the `level` quantiles of the bootstrapped ratios)."""
+    high: float
+    level: float = 0.95
+    steps: tuple[int, int] = (0, 0)
+    """Steady-state steps of A and B resampled."""
+
+    @property
+    def significant(self) -> bool:
+        """The interval excludes 1: the runs differ beyond their step-to-step noise."""
+        return self.low > 1.0 or self.high < 1.0
+
+    def text(self) -> str:
+        """"B/A throughput (samples/s, median per step) = 1.80, 95% interval 1.71-1.90: B is faster"."""
+        if self.significant:
+            reading = "B is faster" if self.ratio > 1 else "B is slower"
+        else:
+            reading = "within the noise: no measurable difference"
+        return (f"B/A {self.metric} (median per step) = {self.ratio:.2f}, {self.level:.0%} interval "
+                f"{self.low:.2f}-{self.high:.2f} ({self.steps[0]} and {self.steps[1]} steps resampled): {reading}")
+
+    def as_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "steps": list(self.steps), "significant": self.significant}
+
+
+def step_rates(run: Any) -> tuple[np.ndarray, str]:
+    """Per-step throughput of the steady-state steps (warm-up excluded, as the summary does):
+    tokens/s when the run counts tokens, else samples/s, else steps/s."""
+    t = run.array("t_step")
+    keep = np.isfinite(t) & (t > 0) & ~(run.array("warmup") > 0.5)
+    for key, metric in (("tokens", "tokens/s"), ("samples", "samples/s")):
+        work = run.array(key)
+        if keep.any() and np.all(np.isfinite(work[keep])) and np.all(work[keep] > 0):
+            return work[keep] / t[keep], metric
+    return 1.0 / t[keep], "steps/s"
+
+
+def bootstrap_ratio(a: np.ndarray, b: np.ndarray, *, level: float = 0.95, resamples: int = BOOTSTRAP_RESAMPLES,
+                    seed: int = 0) -> tuple[float, float, float]:
+    """(median(b)/median(a), low, high): percentile bootstrap, each sample resampled on its own.
+    Steps are treated as independent; a slow drift within a run makes the interval too narrow,
+    which the trend finding reports separately."""
+    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    rng = np.random.default_rng(seed)
+    n = max(200, min(resamples, int(4e6 // max(len(a), len(b), 1))))
+    ma = np.median(a[rng.integers(0, len(a), (n, len(a)))], axis=1)
+    mb = np.median(b[rng.integers(0, len(b), (n, len(b)))], axis=1)
+    ratios = mb / ma
+    tail = (1.0 - level) / 2.0
+    low, high = np.quantile(ratios, [tail, 1.0 - tail])
+    return float(np.median(b) / np.median(a)), float(low), float(high)
+
+
+def ratio_interval(run_a: Any, run_b: Any, *, level: float = 0.95) -> RatioInterval | None:
+    """The throughput ratio's interval, or None when a run has too few steps (or the two count
+    different work: tokens in one, samples in the other, then both fall back to steps/s)."""
+    ra, metric_a = step_rates(run_a)
+    rb, metric_b = step_rates(run_b)
+    if metric_a != metric_b:
+        ra, rb, metric_a = _steps_per_s(run_a), _steps_per_s(run_b), "steps/s"
+    if len(ra) < MIN_STEPS or len(rb) < MIN_STEPS:
+        return None
+    value, low, high = bootstrap_ratio(ra, rb, level=level)
+    return RatioInterval(metric=metric_a, ratio=value, low=low, high=high, level=level, steps=(len(ra), len(rb)))
+
+
+def _steps_per_s(run: Any) -> np.ndarray:
+    t = run.array("t_step")
+    keep = np.isfinite(t) & (t > 0) & ~(run.array("warmup") > 0.5)
+    return 1.0 / t[keep]
+
+
+def _observations(run: Any, kind: str) -> list[dict[str, Any]]:
+    found = [e.get("data") for e in run.events_of("observation")]
+    return [d for d in found if isinstance(d, dict) and d.get("kind") == kind]
+
+
+def model_identity(run: Any) -> dict[str, Any]:
+    """{"name", "params"} of the trained model, from what the run recorded: the recipe (engine
+    config), the model facts (the Trainer's `model` event, the doctor's observations), or the
+    script (a doctor or Monitor run's command)."""
+    config = run.config if isinstance(run.config, dict) else {}
+    recipe = config.get("recipe") if isinstance(config.get("recipe"), dict) else {}
+    models = [e["data"] for e in run.events_of("model") if isinstance(e.get("data"), dict)] + _observations(run, "model")
+    params = sum(int(m.get("params") or 0) for m in models) or None
+    classes = sorted({str(m.get("class") or m.get("name")) for m in models if m.get("class") or m.get("name")})
+    user_model = config.get("model")  # a Monitor's own config: {"model": {...}} or a name
+    name = recipe.get("name") or (str(user_model) if user_model else None) or (", ".join(classes) if classes else None)
+    if recipe.get("options"):
+        name = f"{name} {recipe['options']}"
+    return {"name": name, "params": params}
+
+
+def data_identity(run: Any) -> dict[str, Any]:
+    """{"dataset", "samples"} of the training loader, as recorded (Trainer, Monitor.loader, doctor)."""
+    loaders = [o for o in _observations(run, "dataloader") if o.get("role") == "train"] or _observations(run, "dataloader")
+    first = loaders[0] if loaders else {}
+    return {"dataset": first.get("dataset"), "samples": first.get("dataset_len")}
+
+
+def device_identity(run: Any) -> dict[str, Any]:
+    """{"device", "name"}: the device type the run trained on and its model (GPU or CPU name)."""
+    start = next((e.get("data") or {} for e in run.events_of("run_start")), {})
+    start = start if isinstance(start, dict) else {}
+    device = str(start.get("device") or "cpu").split(":")[0]
+    env = run.env if isinstance(run.env, dict) else {}
+    if device == "cuda":
+        devices = env.get("devices") if isinstance(env.get("devices"), list) else []
+        names = sorted({str(d.get("name")) for d in devices if isinstance(d, dict) and d.get("name")})
+        name = ", ".join(names) or None
+    else:
+        cpu = env.get("cpu")
+        name = cpu.get("model") if isinstance(cpu, dict) else (str(cpu) if cpu else None)
+    return {"device": device, "name": name}
+
+
+def world_size(run: Any) -> int:
+    """Processes that trained: rank 0 plus the ranks whose records the run directory holds."""
+    return 1 + len(getattr(run, "rank_steps", None) or {})
+
+
+def _fmt_model(m: dict[str, Any]) -> str:
+    n = m.get("params")
+    params = ("parameters unknown" if not n else f"{n:,} parameters" if n < 1e6 else f"{n / 1e6:.3g}M parameters")
+    return f"{m.get('name') or 'unnamed model'} ({params})"
+
+
+def sameness_warnings(run_a: Any, run_b: Any) -> list[str]:
+    """One sentence per way the two runs differ in what they measured; a fact either run did
+    not record is not compared (no warning from missing data)."""
+    out: list[str] = []
+    ma, mb = model_identity(run_a), model_identity(run_b)
+    if (ma["params"] and mb["params"] and ma["params"] != mb["params"]) or \
+            (ma["name"] and mb["name"] and ma["name"] != mb["name"]):
+        out.append(f"different models: A {_fmt_model(ma)}, B {_fmt_model(mb)}")
+    da, db = data_identity(run_a), data_identity(run_b)
+    if any(da[k] is not None and db[k] is not None and da[k] != db[k] for k in da):
+        out.append(f"different data: A {da['dataset']} ({da['samples']} samples), B {db['dataset']} ({db['samples']} samples)")
+    va, vb = device_identity(run_a), device_identity(run_b)
+    if va["device"] != vb["device"] or (va["name"] and vb["name"] and va["name"] != vb["name"]):
+        out.append(f"different devices: A {va['device']} ({va['name'] or 'unknown'}), B {vb['device']} ({vb['name'] or 'unknown'})")
+    wa, wb = world_size(run_a), world_size(run_b)
+    if wa != wb:
+        out.append(f"different world sizes: A {wa} process(es), B {wb}: per-process and total throughput differ")
+    return out
+
+
+@dataclass(kw_only=True, slots=True)
+class Comparability:
+    """What a comparison of two runs can claim: its noise interval and how the runs differ."""
+
+    interval: RatioInterval | None = None
+    warnings: list[str] = field(default_factory=list)
+
+    def lines(self) -> list[str]:
+        out = [f"Warning: A and B differ: {w}; the ratios below compare unlike runs" for w in self.warnings]
+        out.append(self.interval.text() if self.interval is not None else
+                   f"no noise interval: a run has fewer than {MIN_STEPS} steady-state steps")
+        return out
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"interval": self.interval.as_dict() if self.interval else None, "warnings": list(self.warnings)}
+
+
+def comparability(run_a: Any, run_b: Any) -> Comparability:
+    """The interval of the throughput ratio and the sameness warnings of two RunData."""
+    return Comparability(interval=ratio_interval(run_a, run_b), warnings=sameness_warnings(run_a, run_b))

@@ -12,8 +12,8 @@ diagnosis since findings are computed at every run's end (telemetry/diagnosis.py
 - a `Trainer` built in Python on the user's own model: config.yaml holds the TrainConfig, but
   with no `recipe.name` the tuner cannot build the model (`trainspeed tune CONFIG` refuses).
 
-For those, a verify command that names a config (or the CONFIG.yaml placeholder) is replaced by
-the comparison the user can run: this run against one re-run with the change, with the engine
+For those, a verify command that names a config (or the CONFIG.yaml placeholder), or the doctor
+on the `python train.py` placeholder, is replaced by the comparison the user can run: this run against one re-run with the change, with the engine
 setting the finding names (`(engine: data.num_workers=1)` in its recommendation) for a Trainer.
 """
 
@@ -73,9 +73,13 @@ def as_diagnosed(run: RunData) -> RunData:
     return dataclasses.replace(run, config={**config, "command": command})
 
 
-def _tunes_config(verify: str) -> bool:
-    """`trainspeed tune CONFIG --knobs K` (not the script form `... -- CMD`)."""
-    return verify.startswith("trainspeed tune ") and " -- " not in verify
+def _needs_config_or_script(verify: str) -> bool:
+    """`trainspeed tune CONFIG --knobs K` (not the script form `... -- CMD`), or a doctor command,
+    which for a run with no recorded command names the `python train.py` placeholder."""
+    return (verify.startswith("trainspeed tune ") and " -- " not in verify) or verify.startswith("trainspeed doctor")
+
+
+_SUFFIX = re.compile(r"\(([^()]*)\)$")
 
 
 def _user_loader(run: RunData, finding: dict[str, Any]) -> bool:
@@ -90,10 +94,17 @@ def _user_loader(run: RunData, finding: dict[str, Any]) -> bool:
 
 
 def compare_command(run: RunData, finding: dict[str, Any]) -> str:
-    """Verify by re-running with the change and comparing the two runs (with a noise interval)."""
+    """Verify by re-running with the change and comparing the two runs (with a noise interval);
+    a condition the original command carried ("(on a quiet machine)") is kept."""
     hint = _ENGINE_HINT.search(str(finding.get("recommendation") or ""))
     engine = is_engine_config(run.config or {}) and not _user_loader(run, finding)
-    change = f"re-running with {hint.group(1)}" if hint and engine else "the change"
+    suffix = _SUFFIX.search(str(finding.get("verify_with") or "").strip())
+    if hint and engine:
+        change = f"re-running with {hint.group(1)}"
+    elif suffix and not suffix.group(1).startswith("after"):
+        change = f"re-running {suffix.group(1)}"
+    else:
+        change = "the change"
     return f"trainspeed report {shlex.quote(str(run.path))} --compare NEW_RUN_DIR (after {change})"
 
 
@@ -108,7 +119,7 @@ def runnable_verify(run: RunData, findings: list[dict[str, Any]]) -> list[dict[s
     out = []
     for finding in findings:
         verify = finding.get("verify_with")
-        if isinstance(verify, str) and _tunes_config(verify):
+        if isinstance(verify, str) and _needs_config_or_script(verify):
             finding = {**finding, "verify_with": compare_command(run, finding)}
         out.append(finding)
     return out
