@@ -18,9 +18,25 @@ def register(subparsers) -> None:
     parser.add_argument("--precision", metavar="P", default=None,
                         help="also name the MFU peak for this precision (fp32, tf32, bf16-mixed, fp16-mixed)")
     parser.add_argument("--measure-peak", action="store_true",
-                        help="time a matmul to measure the peak when the device is not in the datasheet "
-                             "table (CPUs, unknown GPUs); takes a few seconds")
+                        help="name the measured matmul peak when the device is not in the datasheet table "
+                             "(CPUs, unknown GPUs): timed once per machine (a few seconds) and cached in "
+                             "$XDG_CACHE_HOME/trainspeed/peaks.json; TRAINSPEED_REMEASURE_PEAK=1 times it again")
     parser.set_defaults(run=run)
+
+
+def _cache_note(peak: dict[str, Any]) -> str:
+    """Where a measured peak came from: the per-machine cache (and when it was timed), or now."""
+    if peak.get("source") != "measured" or "measured_at" not in peak:  # a table row, or an old env.json
+        return ""
+    import time
+
+    from trainspeed.telemetry.peak_cache import CACHE_FILE, REMEASURE_ENV, cache_dir
+
+    when = peak.get("measured_at")
+    stamp = time.strftime("%Y-%m-%d %H:%M", time.localtime(when)) if isinstance(when, (int, float)) else "at an unknown time"
+    where = "from the cache" if peak.get("cached") else "timed now, cached"
+    return (f"; {where} ({cache_dir() / CACHE_FILE}, measured {stamp}): every run on this machine uses this "
+            f"figure; {REMEASURE_ENV}=1 measures again")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -131,7 +147,7 @@ def advice(env: dict[str, Any]) -> list[tuple[str, str]]:
     if isinstance(peak, dict) and peak.get("flops"):
         how = "vendor datasheet, dense" if peak.get("source") == "table" else "measured matmul on this machine"
         out.append(("MFU peak", f"MFU is reported against {peak.get('name')} {peak.get('dtype')}: "
-                                f"{peak['flops'] / 1e12:.3g} TFLOP/s ({how})."))
+                                f"{peak['flops'] / 1e12:.3g} TFLOP/s ({how}){_cache_note(peak)}."))
     for d in devices:
         peaks = d.get("peak_flops") or {}
         if any(peaks.values()):

@@ -38,6 +38,10 @@ class PeakFlops:
     """Dense peak FLOP/s."""
     source: str
     """"table" (vendor datasheet) or "measured" (timed matmul on this machine)."""
+    cached: bool = False
+    """A measured peak read from the per-machine cache (telemetry/peak_cache.py), not timed now."""
+    measured_at: float | None = None
+    """Unix time the measured peak was timed (this run, or the run that filled the cache)."""
 
     @property
     def label(self) -> str:
@@ -45,7 +49,10 @@ class PeakFlops:
         return f"{self.name} {self.dtype} ({how})"
 
     def as_dict(self) -> dict[str, object]:
-        return {"name": self.name, "dtype": self.dtype, "flops": self.flops, "source": self.source}
+        out: dict[str, object] = {"name": self.name, "dtype": self.dtype, "flops": self.flops, "source": self.source}
+        if self.measured_at is not None:  # a measured peak (cached or timed now)
+            out.update(cached=self.cached, measured_at=self.measured_at)
+        return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -210,26 +217,39 @@ def _cpu_threads() -> int:
 
 @functools.lru_cache(maxsize=32)
 def _measured(device: str, dtype: str) -> PeakFlops:
+    """The measured peak of (device, dtype): from the per-machine cache when it has one for this
+    machine's key, else timed now and cached (peak_cache.py; TRAINSPEED_REMEASURE_PEAK=1 times
+    it again). Kept for the process: one lookup per (device, dtype)."""
+    import torch
+
+    from trainspeed.telemetry.peak_cache import cached_measurement, machine_key
+
+    dev = torch.device(device)
+    flops, cached, when = cached_measurement(machine_key(device, dtype), lambda: _time_matmul(dev, dtype))
+    name = torch.cuda.get_device_name(dev) if dev.type == "cuda" else f"{dev.type} ({_cpu_threads()} threads)"
+    return PeakFlops(name=name, dtype=dtype, flops=flops, source="measured", cached=cached, measured_at=when)
+
+
+def _time_matmul(dev: "torch.device", dtype: str) -> float:
     import torch
 
     tdt = {"fp32": torch.float32, "tf32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[dtype]
-    dev = torch.device(device)
     if dev.type == "cuda" and dtype in ("fp32", "tf32"):
         # TF32 is a mode of fp32 matmuls; set it only for the measurement and restore it.
         old = torch.backends.cuda.matmul.allow_tf32
         torch.backends.cuda.matmul.allow_tf32 = dtype == "tf32"
         try:
-            return measure_matmul_peak(dev, tdt, n=4096, repeats=10)
+            return measure_matmul_peak(dev, tdt, n=4096, repeats=10).flops
         finally:
             torch.backends.cuda.matmul.allow_tf32 = old
-    peak = measure_matmul_peak(dev, tdt)
     # CPU has no TF32: a "tf32" run executes fp32 matmuls.
-    return PeakFlops(name=peak.name, dtype=dtype, flops=peak.flops, source=peak.source)
+    return measure_matmul_peak(dev, tdt).flops
 
 
 def peak_for(device: "torch.device | str", dtype: str, measure_if_unknown: bool = True) -> PeakFlops | None:
     """The peak MFU is computed against: the datasheet row for a known CUDA device, else (when
-    allowed) a measured matmul peak, cached per (device, dtype) for the process."""
+    allowed) a measured matmul peak, cached per machine on disk (peak_cache.py: the same key
+    reuses the first measurement; TRAINSPEED_REMEASURE_PEAK=1 measures again)."""
     import torch
 
     d = _check_dtype(dtype)
@@ -257,4 +277,25 @@ def record_peak(monitor: Any, device: "torch.device | str", dtype: str, *,
         monitor.event("warning", message=f"peak FLOP/s unknown: {exc}")
         return
     if peak is not None:
-        monitor.event("peak_flops", name=peak.name, dtype=peak.dtype, flops=peak.flops, source=peak.source)
+        monitor.event("peak_flops", **peak.as_dict())
+        _note_in_env(monitor, peak)
+
+
+def _note_in_env(monitor: Any, peak: PeakFlops) -> None:
+    """env.json (written at the Monitor's start) names the peak MFU uses and, when measured,
+    whether it came from the per-machine cache and when it was timed. Setup time, rank 0."""
+    import json
+
+    run_dir = getattr(monitor, "run_dir", None)
+    if run_dir is None or getattr(monitor, "rank", 0) != 0:
+        return
+    from trainspeed.telemetry import schema
+    from trainspeed.telemetry.rundir import write_json
+
+    path = run_dir / schema.ENV_FILE
+    try:
+        env = json.loads(path.read_text(encoding="utf-8")) if path.exists() else {"schema": 1}
+        env["peak_flops"] = peak.as_dict()
+        write_json(path, env)
+    except (OSError, ValueError):
+        pass  # the peak_flops event carries the same facts
