@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 EXTRAS ?= dev,tensorboard,report,lightning,hf,vision,wandb,patch
-DEMO_STEPS ?= 100
+DEMO_STEPS ?= 40
 
 .PHONY: venv demo test test-fast gpu-test bench browser clean
 

@@ -3,7 +3,8 @@ against the plain script, side by side in one run.
 
     python benchmarks/script_tune.py [--scripts data_bound,log_heavy,compute_bound] [--budget 6m] [--rounds 3]
 
-For each script in benchmarks/scripts/ (plain PyTorch, no trainspeed inside):
+For each script in benchmarks/scripts/ and data_bound, the demo's src/trainspeed/demo_assets/slow_images.py
+(plain PyTorch, no trainspeed inside):
 1. `trainspeed tune --budget B --out OUT -- python SCRIPT ARGS` (what a user runs);
 2. rounds of A/B alternated (ABBA): A = the plain script, B = the script with OUT/best.yaml
    applied, both as `trainspeed run --with PLAN --doctor --steps N` so that both sides pay the
@@ -35,6 +36,13 @@ SCRIPTS = {
     "log_heavy": (["--steps", "100000"], 1.5),
     "compute_bound": (["--steps", "100000"], None),
 }
+
+
+def script_path(name: str) -> Path:
+    """benchmarks/scripts/NAME.py; data_bound is the demo's script (trainspeed/demo_assets)."""
+    if name == "data_bound":
+        return HERE.parent / "src" / "trainspeed" / "demo_assets" / "slow_images.py"
+    return HERE / "scripts" / f"{name}.py"
 
 
 def trainspeed(*args: str, check: bool = True, cwd: Path | None = None) -> subprocess.CompletedProcess:
@@ -95,7 +103,7 @@ def main() -> int:
     results = {}
     for name in args.scripts.split(","):
         script_args, goal = SCRIPTS[name]
-        command = ["python", str(HERE / "scripts" / f"{name}.py"), *script_args]
+        command = ["python", str(script_path(name)), *script_args]
         out = Path(args.out) / name
         t0 = time.perf_counter()
         trainspeed("tune", "--budget", args.budget, "--out", str(out), "--", *command)

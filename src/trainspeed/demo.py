@@ -1,16 +1,27 @@
-"""`make demo`: the story a new user should see first, on any machine, with no download.
+"""`make demo`: the story trainspeed exists for, on a script that is slow for a reason, in about
+two minutes on a 2-core CPU, with no download.
 
-1. the gpt recipe's naive config (fp32, workers 0, log every step), diagnosed by the doctor;
-2. the fast config, trained by the engine;
-3. the compare report of the two: terminal summary plus the path of the HTML file.
+The script is demo_assets/slow_images.py: plain PyTorch, written the way an image loop is
+often first written (every PNG read and decoded in the training process, num_workers=0). It is
+copied into the demo's folder as `train.py`, so it stands for the user's own script:
+1. `trainspeed doctor -- python train.py`: where the step time goes; data-bound, ranked first;
+2. `trainspeed tune --knobs num_workers,threads -- python train.py`: the fix measured, trial by
+   trial, on this machine; best.yaml and best.patch written;
+3. `trainspeed run --with best.yaml --doctor -- python train.py`: the same script with the
+   winning settings applied at run time;
+4. `trainspeed report BEFORE --compare AFTER`: before/after, with the noise interval;
+5. the patch to keep the gain, and the command to run on your own script.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import sys
 from pathlib import Path
+
+SCRIPT = Path(__file__).resolve().parent / "demo_assets" / "slow_images.py"
 
 
 def _cli(argv: list[str]) -> int:
@@ -20,26 +31,69 @@ def _cli(argv: list[str]) -> int:
     return main(argv)
 
 
+def _needs_pillow() -> str | None:
+    try:
+        import PIL  # noqa: F401
+    except ImportError:
+        return ("the demo's script decodes PNG files with Pillow, which is not installed: "
+                "pip install 'trainspeed[vision]' (make demo installs it)")
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m trainspeed.demo")
-    ap.add_argument("--steps", type=int, default=100)  # ~1.5 minutes on a 2-core CPU
+    ap = argparse.ArgumentParser(prog="python -m trainspeed.demo", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--steps", type=int, default=40, help="steps of the doctor's before and after runs")
+
+    ap.add_argument("--budget", default="3m", help="the tune's budget (a quiet 2-core machine needs ~70 s)")
     ap.add_argument("--out", default="runs/demo")
     args = ap.parse_args(argv)
-    out = Path(args.out)
+    missing = _needs_pillow()
+    if missing:
+        print(f"trainspeed demo: {missing}", file=sys.stderr)
+        return 2
+    out = Path(args.out).resolve()
     if out.exists():
         shutil.rmtree(out)
-    naive, fast = out / "gpt-naive", out / "gpt-fast"
-    common = [f"run.max_steps={args.steps}", f"run.out_dir={out}"]
+    out.mkdir(parents=True)
+    shutil.copy(SCRIPT, out / "train.py")
+    # the images live beside the script, made on its first run (a few seconds)
+    command = ["python", "train.py", "--epochs", "1000", "--data", "images"]
+    steps = str(args.steps)
+    here = os.getcwd()
+    os.chdir(out)  # as a user runs their script: from its folder, where best.patch applies
+    try:
+        print(f"trainspeed demo: a plain PyTorch script that is slow for a reason, copied to {out / 'train.py'}")
+        rc = _cli(["doctor", "--steps", steps, "--out", "before", "--", *command])
+        if rc != 0:
+            return rc
+        rc = _cli(["tune", "--knobs", "num_workers,threads", "--budget", args.budget, "--steps", "40",
+                   "--out", "tune", "--", *command])
+        if rc != 0:
+            return rc
+        rc = _cli(["run", "--with", "tune/best.yaml", "--doctor", "--quiet", "--steps", steps,
+                   "--out", "after", "--", *command])
+        if rc != 0:
+            return rc
+        rc = _cli(["report", "before", "--compare", "after"])
+        if rc != 0:
+            return rc
+        print(_closing(out))
+        return 0
+    finally:
+        os.chdir(here)
 
-    rc = _cli(["doctor", "--steps", str(args.steps), "--out", str(naive), "--",
-               "python", "-m", "trainspeed", "train", "gpt", "--naive", "--no-report",
-               *common, "run.name=gpt-naive-engine", "logging.progress=false"])
-    if rc != 0:
-        return rc
-    rc = _cli(["train", "gpt", *common, "run.name=gpt-fast"])
-    if rc != 0:
-        return rc
-    return _cli(["report", str(naive), "--compare", str(fast)])
+
+def _closing(out: Path) -> str:
+    lines = ["", "trainspeed demo: done."]
+    if (out / "tune" / "best.patch").is_file():
+        lines.append(f"  keep the gain in the code: cd {out} && git apply tune/best.patch "
+                     f"(what and why: {out / 'tune' / 'code_change.md'})")
+    elif (out / "tune" / "code_change.md").is_file():
+        lines.append(f"  keep the gain: {out / 'tune' / 'code_change.md'}")
+    lines.append("  now your own script:  trainspeed doctor -- python train.py ARGS   "
+                 "(then: trainspeed tune -- python train.py ARGS)")
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

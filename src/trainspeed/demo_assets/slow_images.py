@@ -1,9 +1,11 @@
 """A data-bound training script, written the way it is often first written: every sample is
 read from disk and decoded + augmented in the main process (num_workers=0), so the step
 waits on the data. Each file read also waits --latency-ms (default 0.5 ms), the latency of a
-network disk or a bucket mount, where training data usually lives. Used unchanged by benchmarks/script_tune.py (no trainspeed inside).
+network disk or a bucket mount, where training data usually lives. No trainspeed inside: `make
+demo` (trainspeed/demo.py) copies it into its run folder and diagnoses, tunes and patches it
+as a user's own train.py; benchmarks/script_tune.py tunes it as `data_bound`.
 
-    python data_bound.py --epochs 1 [--data DIR]
+    python slow_images.py --epochs 1 [--data DIR]
 """
 
 import argparse

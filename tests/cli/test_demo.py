@@ -1,0 +1,28 @@
+"""`make demo` end to end, short: the doctor names the planted cause, the tune writes its
+table, the after run and the comparison exist, and the closing lines say what to do next."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from trainspeed import demo
+
+pytestmark = pytest.mark.timeout(300)
+
+
+def test_demo_tells_the_story_on_its_slow_script(tmp_path, capsys):
+    pytest.importorskip("PIL")
+    out = tmp_path / "demo"
+    assert demo.main(["--steps", "12", "--budget", "25s", "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    before = json.loads((out / "before" / "report.json").read_text())
+    assert before["findings"][0]["id"] == "data_bound"
+    assert before["summary"]["steps"] == 12
+    assert "python train.py" in before["findings"][0]["verify_with"]  # runnable from the demo folder
+    assert (out / "tune" / "tune.json").is_file() and (out / "after" / "report.json").is_file()
+    assert (out / "after" / "compare.html").is_file() or (out / "before" / "compare.html").is_file()
+    assert (out / "train.py").read_bytes() == demo.SCRIPT.read_bytes()  # the demo's copy is never edited
+    assert "now your own script:  trainspeed doctor -- python train.py ARGS" in text
+    assert "Traceback" not in text
