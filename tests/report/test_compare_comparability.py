@@ -133,3 +133,17 @@ def test_compare_cli_json_carries_comparability(trainer_runs, capsys):
 def test_same_model_twice_has_no_warning(trainer_runs):
     a, _ = trainer_runs
     assert sameness_warnings(read_run(a), read_run(a)) == []
+
+
+def test_the_headline_reads_the_interval_not_the_bare_ratio():
+    """The demo printed 'B is 1.15x faster' under an interval of 0.83-2.30: the headline now
+    says 'within the noise' when the interval holds 1, and the factor with its interval when not."""
+    from trainspeed.report.compare import RatioInterval, headline
+
+    rows = [{"group": "throughput", "metric": "samples/s", "ratio": 1.15, "verdict": "1.15x faster"}]
+    noisy = RatioInterval(metric="samples/s", ratio=1.69, low=0.83, high=2.30, steps=(36, 36))
+    assert headline(rows, noisy).startswith("B and A are within the noise of each other")
+    assert "0.83-2.30" in headline(rows, noisy)
+    slower = RatioInterval(metric="tokens/s", ratio=0.5, low=0.45, high=0.55, steps=(50, 50))
+    assert headline(rows, slower).startswith("B is 2.00x slower than A (tokens/s")
+    assert headline(rows) == "B is 1.15x faster than A (throughput samples/s, B/A = 1.15)"

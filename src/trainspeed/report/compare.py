@@ -76,8 +76,18 @@ def fmt_value(value: Any, kind: str) -> str:
     return str(value) if value is not None else "—"
 
 
-def headline(rows: list[dict[str, Any]]) -> str | None:
-    """One sentence for the top of a comparison, from the most informative throughput row."""
+def headline(rows: list[dict[str, Any]], interval: RatioInterval | None = None) -> str | None:
+    """One sentence for the top of a comparison. With the throughput ratio's interval, that
+    ratio and its reading (a 1.15x inside a 0.83-2.30 interval is no difference); else the most
+    informative throughput row."""
+    if interval is not None:
+        bounds = f"{interval.level:.0%} interval {interval.low:.2f}-{interval.high:.2f}"
+        if not interval.significant:
+            return (f"B and A are within the noise of each other ({interval.metric}, median per step: "
+                    f"B/A = {interval.ratio:.2f}, {bounds})")
+        factor = interval.ratio if interval.ratio > 1 else 1 / interval.ratio
+        words = "faster" if interval.ratio > 1 else "slower"
+        return f"B is {factor:.2f}x {words} than A ({interval.metric}, median per step: B/A = {interval.ratio:.2f}, {bounds})"
     best = next((r for r in rows if r["group"] == "throughput" and r["metric"] == "tokens/s" and r["ratio"]), None)
     best = best or next((r for r in rows if r["group"] == "throughput" and r["ratio"]), None)
     best = best or next((r for r in rows if r["group"] == "step time" and r["metric"] == "p50" and r["ratio"]), None)
@@ -154,6 +164,12 @@ def bootstrap_ratio(a: np.ndarray, b: np.ndarray, *, level: float = 0.95, resamp
     tail = (1.0 - level) / 2.0
     low, high = np.quantile(ratios, [tail, 1.0 - tail])
     return float(np.median(b) / np.median(a)), float(low), float(high)
+
+
+def loaded_interval(a: Any, b: Any) -> RatioInterval | None:
+    """ratio_interval of two LoadedRun (report/load.py), or None without their step records."""
+    run_a, run_b = getattr(a, "run", None), getattr(b, "run", None)
+    return ratio_interval(run_a, run_b) if run_a is not None and run_b is not None else None
 
 
 def ratio_interval(run_a: Any, run_b: Any, *, level: float = 0.95) -> RatioInterval | None:

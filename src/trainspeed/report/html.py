@@ -9,7 +9,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from trainspeed.report.compare import compare_rows, fmt_value, headline
+from trainspeed.report.compare import compare_rows, fmt_value, headline, loaded_interval
 from trainspeed.report.fmt import fmt_ms, fmt_share, is_num, mfu_text, rank_findings
 from trainspeed.report.load import LoadedRun, from_run
 from trainspeed.report.plots import Series, render_plots
@@ -139,7 +139,7 @@ def _details(lr: LoadedRun) -> str:
 
 def _compare_table(a: LoadedRun, b: LoadedRun) -> str:
     rows = compare_rows(a.summary, b.summary)
-    head = headline(rows)
+    head = headline(rows, loaded_interval(a, b))
     body = []
     for r in rows:
         cls = "better" if ("faster" in r["verdict"] or "less" in r["verdict"]) else \
@@ -232,3 +232,4 @@ def _compare_page(a: LoadedRun, b: LoadedRun) -> str:
     )
     return _page(f"trainspeed compare: {a.name} vs {b.name}",
                  f"A = {a.run.path} · B = {b.run.path} · generated {_generated()}", body)
+

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from trainspeed.report.compare import compare_rows, fmt_value, headline
+from trainspeed.report.compare import compare_rows, fmt_value, headline, loaded_interval
 from trainspeed.report.fmt import (
     fmt_bytes,
     fmt_ms,
@@ -226,7 +226,7 @@ def render_terminal_compare(a: Any, b: Any, console: Any = None) -> list[dict[st
     con = _console(console)
     con.print(Rule(Text(f"trainspeed compare: A = {a.name}, B = {b.name}", style="bold"), align="left"))
     rows = compare_rows(a.summary, b.summary)
-    head = headline(rows)
+    head = headline(rows, loaded_interval(a, b))
     if head:
         con.print(Text(head, style="bold"))
     table = Table()
@@ -247,3 +247,4 @@ def render_terminal_compare(a: Any, b: Any, console: Any = None) -> list[dict[st
     print_notes(con, list(a.run.skipped or []), label=f" for A ({a.name})")
     print_notes(con, list(b.run.skipped or []), label=f" for B ({b.name})")
     return rows
+
