@@ -35,6 +35,12 @@ SLOWDOWN_MIN = 0.10
 CPU_SHARE_MAX = 0.5
 """The script's own CPU time per step may explain at most half of the wall-time rise for the
 rise to be the machine's: more than that and the script itself does more work."""
+PARTIAL_LOAD_MIN = LOAD_MIN / 2
+"""A smaller rise counts for a step that also waited for the cores (its wall/CPU ratio stands
+above the quiet steps'): on a machine whose cores were all busy already, other processes can
+only gain what this process loses (two busy loops started on a saturated 2-core VM raised
+them from 1.3 to 1.6 cores while the script fell from 0.7 to 0.4 of one), so LOAD_MIN alone
+left most loaded steps among the quiet ones, and their wall times read as a growing step."""
 MIN_STEPS = 5
 """Loaded and quiet steps each needed to compare them."""
 
@@ -81,9 +87,9 @@ def loaded_mask(
     """Steps under other processes' load: their sampler row reads at least LOAD_MIN above
     `floor` (default: the quietest reading in `others`). A sampler row averages a fraction of a
     second, so the steps next to a loaded row (`near`: load_per_step with spread=1) may be
-    loaded too: such a step counts as loaded when its wall/CPU ratio stands above the quiet
-    steps' (it waited for the cores). None with too few sampled steps; steps without a
-    reading are not loaded."""
+    loaded too, and a busy machine shows a smaller rise (PARTIAL_LOAD_MIN): such a step counts
+    as loaded when its wall/CPU ratio stands above the quiet steps' (it waited for the cores).
+    None with too few sampled steps; steps without a reading are not loaded."""
     o = np.asarray(others, dtype=np.float64).ravel()
     mask = _loaded_mask(o, floor)
     if mask is None or near is None or wall is None or cpu is None:
@@ -97,7 +103,7 @@ def loaded_mask(
     if quiet.sum() < MIN_STEPS:
         return mask
     base = float(np.median(ratio[quiet]))
-    edge = ~mask & (np.asarray(near, dtype=np.float64).ravel() >= floor + LOAD_MIN) & (ratio > base * (1.0 + SLOWDOWN_MIN))
+    edge = ~mask & (np.asarray(near, dtype=np.float64).ravel() >= floor + PARTIAL_LOAD_MIN) & (ratio > base * (1.0 + SLOWDOWN_MIN))
     return mask | edge
 
 

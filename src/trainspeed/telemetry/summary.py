@@ -194,6 +194,11 @@ def robust_series(run: RunData, keep: np.ndarray) -> tuple[np.ndarray, np.ndarra
     cpu = run.array("cpu")[keep]
     others, near, floor = others_per_step(run, keep)
     loaded = loaded_mask(others, floor, near=near, wall=times, cpu=cpu)
+    if loaded is not None and loaded.any():
+        # The trend is judged on steps known to be quiet, not on those after the sampler's last
+        # reading: a load that lasts to the end of the run covers them too (a second of steps
+        # at 3x their quiet time, read as growth at the end of the run)
+        loaded = loaded | ~np.isfinite(others)
     robust = robust_step_times(times, cpu, phases, loaded)
     if robust is None:
         return steps, times, phases, "wall"
