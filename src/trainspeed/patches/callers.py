@@ -42,6 +42,51 @@ def user_caller(start: int = 2, depth: int = 60) -> tuple[str, int] | None:
     return None
 
 
+DELEGATING = ("deepspeed",)
+"""Packages a script hands its whole step to (`engine.backward`, `engine.step`,
+`engine.save_checkpoint`): a call made inside one is the user's line that called into it, with
+the package's own line beside it (`delegated_caller`)."""
+
+
+def _delegating_dirs() -> tuple[str, ...]:
+    """Source folders of the DELEGATING packages imported so far (none imported: nothing to do)."""
+    dirs = []
+    for name in DELEGATING:
+        module = sys.modules.get(name)
+        path = getattr(module, "__file__", None) if module is not None else None
+        if path:
+            dirs.append(os.path.dirname(path) + os.sep)
+    return tuple(dirs)
+
+
+def in_delegating(filename: str) -> bool:
+    """Is `filename` part of a DELEGATING package (DeepSpeed's runtime, say)?"""
+    dirs = _delegating_dirs()
+    return bool(dirs) and filename.startswith(dirs)
+
+
+def delegated_caller(start: int = 2, depth: int = 60) -> tuple[tuple[str, int] | None, tuple[str, int] | None]:
+    """(site, via): `user_caller`'s frame, except that a frame inside a DELEGATING package is
+    `via` and the site is the first frame further out that is neither library code nor that
+    package: `engine.save_checkpoint(...)` in train.py for a torch.save deep inside DeepSpeed.
+    `via` is None when the call did not pass through such a package."""
+    try:
+        frame = sys._getframe(start)
+    except ValueError:
+        return None, None
+    dirs = _delegating_dirs()
+    via = None
+    while frame is not None and depth:
+        filename = frame.f_code.co_filename
+        if not _library(filename):
+            if not (dirs and filename.startswith(dirs)):
+                return (filename, frame.f_lineno), via
+            if via is None:
+                via = (filename, frame.f_lineno)
+        frame, depth = frame.f_back, depth - 1
+    return via, None  # no frame outside the package (a thread it started): its own line
+
+
 def user_sites(start: int = 2, depth: int = 60) -> list[tuple[str, int]]:
     """Every non-library frame's (filename, line), innermost first: a DataLoader or optimizer
     subclass's `super().__init__` line comes first, the line that built it further out."""
@@ -76,4 +121,5 @@ def same_site(a: tuple[str, int] | None, b: tuple[str, int] | None) -> bool:
     return a is not None and b is not None and a[1] == b[1] and os.path.realpath(a[0]) == os.path.realpath(b[0])
 
 
-__all__ = ["chosen_site", "in_user_files", "same_site", "user_caller", "user_sites"]
+__all__ = ["DELEGATING", "chosen_site", "delegated_caller", "in_delegating", "in_user_files", "same_site",
+           "user_caller", "user_sites"]

@@ -232,6 +232,9 @@ class CheckContext:
 
 
 def describe_site(row: dict[str, Any]) -> str:
-    """"`loss.item()` at train.py:42" (or just the site when the source is unknown)."""
+    """"`loss.item()` at train.py:42" (or just the site when the source is unknown); a call made
+    inside a library the line called into (DeepSpeed) names that library's line beside it:
+    "`engine.step()` at train.py:42 (inside deepspeed/runtime/engine.py:2203)"."""
     code = row.get("code")
-    return f"`{code}` at {row.get('site')}" if code else str(row.get("site"))
+    text = f"`{code}` at {row.get('site')}" if code else str(row.get("site"))
+    return f"{text} (inside {row['via']})" if row.get("via") else text

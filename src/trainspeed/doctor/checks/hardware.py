@@ -120,6 +120,7 @@ def not_compiled(ctx: CheckContext) -> Finding | None:
     framework = (ctx.first("framework") or {}).get("name", "plain")
     flag = script_flag(ctx, "compile")
     how = (f"{set_flag(flag, True)} (the script's flag, now {show_flag(flag)})" if flag
+           else "engine.compile() after deepspeed.initialize" if ctx.first("deepspeed")
            else "model = torch.compile(model)")
     return Finding(
         id="not_compiled",
@@ -255,13 +256,18 @@ def accumulation_for_speed(ctx: CheckContext) -> Finding | None:
     if ctx.device_type == "cuda" and (alloc is None or alloc >= 0.5):
         return None  # accumulation is plausibly needed for memory
     room = f"peak allocation {pct(alloc)} of device memory" if alloc is not None else f"training on {ctx.device_type}"
+    ds = ctx.first("deepspeed") or {}
+    micro = ds.get("micro_batch_size")
+    change = (f"in the DeepSpeed config: gradient_accumulation_steps=1, train_micro_batch_size_per_gpu="
+              f"{micro * factor if isinstance(micro, int) else f'<{factor}x>'}" if ds
+              else f"engine: accumulation.steps=1 data.batch_size=<{factor}x>")
     return Finding(
         id="accumulation_for_speed",
         severity="info",
         title=f"Gradient accumulation over {factor} micro-batches without memory pressure",
         evidence=f"{factor} backward passes per optimizer step; {room}",
         recommendation=("accumulation saves memory, not time: with memory to spare, use one micro-batch "
-                        f"{factor}x larger (engine: accumulation.steps=1 data.batch_size=<{factor}x>)"),
+                        f"{factor}x larger ({change})"),
         verify_with=ctx.tune_command("batch_size"),
         impact=0.0,
     )

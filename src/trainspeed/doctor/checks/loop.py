@@ -7,7 +7,8 @@ from typing import Any
 
 import numpy as np
 
-from trainspeed.doctor.checks.script_flags import evaluation_advice, logging_advice
+from trainspeed.doctor.checks.script_flags import (evaluation_advice, flag_note, logging_advice, script_flag, set_flag,
+                                                   show_flag)
 from trainspeed.doctor.checks.context import CheckContext, describe_site, ms, pct
 from trainspeed.doctor.findings import Finding
 
@@ -248,31 +249,56 @@ def _nice(x: float) -> int:
         base *= 10
 
 
+def _save_interval(ctx: CheckContext, saves: int) -> float:
+    """Steps between saves: the median gap between steps with checkpoint time (a save every 2
+    steps reads 2, not the 2.2 of 9 saves in 20 steps), else steps per save."""
+    ckpt = np.nan_to_num(ctx.run.array("phases.ckpt"))
+    steps = np.flatnonzero(ckpt > 0)
+    if steps.size >= 2:
+        return float(np.median(np.diff(steps)))
+    return ctx.steps / saves
+
+
 def checkpointing(ctx: CheckContext) -> Finding | None:
+    """Saving takes a large share of the time or happens every few steps. A save is one call
+    (torch.save, or a framework's save_checkpoint however many files it writes)."""
     saves = [e.get("data") or {} for e in ctx.run.events_of("checkpoint")]
     share = ctx.share("ckpt")
     if not saves or not ctx.steps:
         return None
-    every = ctx.steps / len(saves)
+    every = _save_interval(ctx, len(saves))
     too_often = every < CKPT_OFTEN_STEPS and share >= CKPT_OFTEN_MIN_SHARE
     if share < CKPT_WARNING and not too_often:
         return None
     seconds = float(np.median([float(s.get("seconds") or 0.0) for s in saves]))
     sizes = [s.get("bytes") for s in saves if isinstance(s.get("bytes"), (int, float))]
+    files = [s.get("files") for s in saves if isinstance(s.get("files"), int)]
     step = ctx.step_mean or 0.0
     interval = _nice(seconds / (CKPT_TARGET * step)) if step > 0 and seconds > 0 else 1000
     rows = ctx.sites("ckpt")
-    where = f" at {rows[0]['site']}" if rows else ""
+    where = f" at {describe_site(rows[0]) if rows[0].get('via') else rows[0]['site']}" if rows else ""
     size_text = f", {np.median(sizes) / 2**20:.1f} MiB each" if sizes else ""
+    if files and max(files) > 1:
+        size_text += f" in {int(np.median(files))} files"
+    every_text = ("every step" if every == 1 else f"every {every:.0f} steps" if float(every).is_integer()
+                  else f"every {every:.1f} steps")
+    flag = script_flag(ctx, "checkpoint_interval")
+    value = flag.get("value") if flag else None
+    if flag and isinstance(value, int) and not isinstance(value, bool) and value < interval:
+        # the script's own interval flag: the change is an argument, not code or our engine
+        recommendation = (f"save less often: {set_flag(flag, interval)} (now {show_flag(flag)}), so saving "
+                          f"stays under {CKPT_TARGET:.0%} of the time; or save every N minutes")
+    else:
+        recommendation = (f"save every >= {interval} steps (or every N minutes) so saving stays under "
+                          f"{CKPT_TARGET:.0%} of the time, and write in the background "
+                          f"(engine: checkpoint.every_steps={interval} checkpoint.async_save=true)")
     return Finding(
         id="checkpointing",
         severity="critical" if share >= 0.3 else "warning",
         title="Checkpointing too often" if too_often else "Checkpointing is slow",
-        evidence=(f"{len(saves)} saves in {ctx.steps} steps (every {every:.1f} steps){where}, "
-                  f"{ms(seconds)} each{size_text}: {pct(share)} of step time"),
-        recommendation=(f"save every >= {interval} steps (or every N minutes) so saving stays under "
-                        f"{CKPT_TARGET:.0%} of the time, and write in the background "
-                        f"(engine: checkpoint.every_steps={interval} checkpoint.async_save=true)"),
+        evidence=(f"{len(saves)} saves in {ctx.steps} steps ({every_text}){where}, "
+                  f"{ms(seconds)} each{size_text}: {pct(share)} of step time{flag_note(ctx, 'checkpoint_interval')}"),
+        recommendation=recommendation,
         verify_with=ctx.tune_command("checkpoint"),
         impact=share,
     )

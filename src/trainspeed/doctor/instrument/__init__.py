@@ -1,6 +1,6 @@
 """Instrumentation of an unchanged training script: one module per hook family.
 
-`install(session)` patches torch (and, once imported, tensorboard/wandb) and returns an
+`install(session)` patches torch (and, once imported, tensorboard/wandb/deepspeed) and returns an
 `Installed` whose `uninstall()` undoes every patch; tests run many doctors in one process.
 """
 
@@ -27,8 +27,8 @@ class Installed:
 
 def install(session: Session) -> Installed:
     """Install every hook family. On failure, whatever was installed is undone."""
-    from trainspeed.doctor.instrument import (autograd, checkpoint, dataloader, flags, logs, module,
-                                              optimizer, syncs, transfers)
+    from trainspeed.doctor.instrument import (autograd, checkpoint, dataloader, deepspeed, flags, logs,
+                                              module, optimizer, syncs, transfers)
 
     handle = Installed(session)
     try:
@@ -41,6 +41,7 @@ def install(session: Session) -> Installed:
         checkpoint.install(session, handle.patches)
         flags.install(session, handle.patches)
         logs.install(session, handle.patches, handle.imports)
+        deepspeed.install(session, handle.patches, handle.imports)
         handle.imports.install()
     except BaseException:
         handle.uninstall()

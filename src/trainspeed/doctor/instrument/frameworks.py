@@ -1,5 +1,5 @@
 """Which training framework drives the script: PyTorch Lightning, the Hugging Face Trainer,
-Accelerate, or a plain loop. Read from the call stack at the first optimizer step, so a
+Accelerate, DeepSpeed's engine, or a plain loop. Read from the call stack at the first optimizer step, so a
 framework that is merely imported does not count."""
 
 from __future__ import annotations
@@ -13,11 +13,12 @@ _MARKERS: tuple[tuple[str, str], ...] = (
     ("lightning_fabric", "/lightning/fabric/"),
     ("hf_trainer", "/transformers/trainer"),
     ("accelerate", "/accelerate/"),
+    ("deepspeed", "/deepspeed/runtime/"),
 )
 
 
 def detect_from_stack(max_depth: int = 200) -> str:
-    """"lightning", "hf_trainer", "accelerate", "lightning_fabric" or "plain"."""
+    """"lightning", "hf_trainer", "accelerate", "lightning_fabric", "deepspeed" or "plain"."""
     found: set[str] = set()
     frame = sys._getframe(1)
     depth = 0

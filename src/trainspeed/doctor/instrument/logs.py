@@ -13,7 +13,7 @@ from typing import Any
 from trainspeed.doctor.instrument.imports import PostImportHooks
 from trainspeed.doctor.instrument.patching import Patches
 from trainspeed.doctor.instrument.session import Session
-from trainspeed.doctor.instrument.sites import caller_site
+from trainspeed.doctor.instrument.sites import caller_site_via
 
 SUMMARY_WRITER_METHODS = (
     "add_scalar", "add_scalars", "add_histogram", "add_image", "add_images", "add_text",
@@ -37,7 +37,8 @@ def _wrap(session: Session, kind: str, original: Any, library: str | None = None
             return original(*args, **kwargs)
         finally:
             s.mon.end("log")
-            s.sites.add("log", kind, caller_site(2), time.perf_counter() - t0)
+            site, via = caller_site_via(2)
+            s.sites.add("log", kind, site, time.perf_counter() - t0, via)
 
     logged.__wrapped__ = original  # type: ignore[attr-defined]
     return logged

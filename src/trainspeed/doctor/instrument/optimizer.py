@@ -93,7 +93,7 @@ def install(session: Session, patches: Patches) -> None:
         if not s.on():
             return None
         s.mon.end("optimizer")
-        if id(opt) == s.primary_opt:
+        if id(opt) == s.primary_opt and not s.engine_depth:  # an engine's step closes its own step
             s.end_step(opt)  # may raise StopDoctor: the step was applied and recorded
         return None
 

@@ -16,6 +16,9 @@ Step boundaries, from the first source that shows one (`boundary` says which):
   zero again, as `model.zero_grad()` leaves them). Gradients still there are accumulation: the
   step goes on. Once an optimizer step is seen, it is the boundary (no double count).
 - "mark": the script calls `trainspeed.step()`; from the first mark on, only marks close steps.
+- "engine": a training engine that owns the step (DeepSpeed's `engine.step()`, deepspeed.py)
+  closes it when the step applied an update (its accumulation boundary); the torch optimizer
+  it steps underneath (once per parameter group, under ZeRO) closes nothing.
 
 Samples and tokens come from the DataLoader's training batches; a step without one counts the
 input of its training module (the first module with trainable parameters that runs a training
@@ -118,6 +121,8 @@ class Session:
         self.eval_loader = False  # the open evaluation fetched from a DataLoader
         self.primary_opt: int | None = None
         self.opt_depth = 0  # inside an optimizer's step(): closure forwards/backwards
+        self.engine_depth = 0  # inside a training engine's step (DeepSpeed): it closes the step
+        self.ckpt_call: list[int] | None = None  # [files, bytes] of a framework's save call in progress
         self.scaled_loss: tuple[Any, Any] | None = None  # (weakref to GradScaler.scale's result, the loss)
         self.boundary: str | None = None  # "optimizer", "backward" or "mark" (module docstring)
         self.train_module: int | None = None  # id of the module whose forwards count samples
@@ -420,6 +425,13 @@ class Session:
         self.seen["optimizer_steps"] += 1
         if self.boundary != "mark":
             self._close("optimizer", optimizer)
+
+    def end_engine_step(self, optimizer: Any = None) -> None:
+        """A training engine's step applied an update (deepspeed.py): close one training step,
+        unless the script marks its steps with trainspeed.step()."""
+        self.seen["optimizer_steps"] += 1
+        if self.boundary != "mark":
+            self._close("engine", optimizer)
 
     def mark_step(self) -> None:
         """`trainspeed.step()`: from the first call on, only marks close steps. A first mark

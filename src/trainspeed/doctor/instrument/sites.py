@@ -2,7 +2,10 @@
 
 A hook fires deep inside torch; the useful answer is the innermost frame outside torch,
 trainspeed and the standard library: the user's line, or the Lightning/transformers line that
-made the call (that is where the sync really comes from).
+made the call (that is where the sync really comes from). A call made inside a package the
+script hands its whole step to (DeepSpeed: `engine.backward`, `engine.step`,
+`engine.save_checkpoint`) is the user's line that called into it, with the package's line kept
+beside it (`via`), and such a package's own syncs are internals like torch's.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from typing import Any
 import torch
 
 import trainspeed
-from trainspeed.patches.callers import user_caller
+from trainspeed.patches.callers import delegated_caller, in_delegating
 
 TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
 """Calls whose direct caller lives here are torch internals (e.g. Adam's step counter
@@ -42,8 +45,15 @@ _IGNORED_CALLERS = tuple(
 def caller_site(start: int = 2) -> tuple[str, int] | None:
     """(filename, lineno) of the innermost frame, from `start` frames up, that is not torch,
     trainspeed or the standard library: the user's line, or the library line (Lightning,
-    transformers) that made the call. The same rule the run-time settings match sites by."""
-    return user_caller(start + 1, MAX_DEPTH)
+    transformers) that made the call. The same rule the run-time settings match sites by.
+    Inside a delegating package (DeepSpeed) it is the user's line that called into it."""
+    return delegated_caller(start + 1, MAX_DEPTH)[0]
+
+
+def caller_site_via(start: int = 2) -> tuple[tuple[str, int] | None, tuple[str, int] | None]:
+    """(site, via): `caller_site`, and the delegating package's line the call went through
+    (None when it went through none)."""
+    return delegated_caller(start + 1, MAX_DEPTH)
 
 
 def called_from_torch(depth: int = 2) -> bool:
@@ -55,13 +65,14 @@ def called_from_torch(depth: int = 2) -> bool:
 
 
 def called_from_internals(depth: int = 2) -> bool:
-    """True when the direct caller is a torch internal listed in _IGNORED_CALLERS (or
-    trainspeed itself): such syncs are not the user's to remove."""
+    """True when the direct caller is a torch internal listed in _IGNORED_CALLERS, trainspeed
+    itself, or a delegating package (DeepSpeed's step reads its overflow flag and gradient
+    norm): such syncs are not the user's to remove."""
     try:
         filename = sys._getframe(depth).f_code.co_filename
     except ValueError:
         return False
-    return filename.startswith(_IGNORED_CALLERS) or filename.startswith(_TRAINSPEED_DIR)
+    return filename.startswith(_IGNORED_CALLERS) or filename.startswith(_TRAINSPEED_DIR) or in_delegating(filename)
 
 
 def format_site(filename: str, lineno: int) -> str:
@@ -74,10 +85,21 @@ def format_site(filename: str, lineno: int) -> str:
     return f"{shown}:{lineno}"
 
 
+def library_site(filename: str, lineno: int) -> str:
+    """`deepspeed/runtime/engine.py:2203`: an installed package's line, from its package folder."""
+    for marker in ("site-packages", "dist-packages"):
+        head, sep, tail = filename.replace("\\", "/").rpartition(f"/{marker}/")
+        if sep:
+            return f"{tail}:{lineno}"
+    return format_site(filename, lineno)
+
+
 @dataclass(slots=True)
 class SiteStat:
     count: int = 0
     seconds: float = 0.0
+    via: tuple[str, int] | None = None
+    """The delegating package's line the calls went through (the first one seen)."""
 
 
 @dataclass(slots=True)
@@ -86,7 +108,8 @@ class SiteCounter:
 
     stats: dict[tuple[str, str, str, int], SiteStat] = field(default_factory=dict)
 
-    def add(self, category: str, kind: str, where: tuple[str, int] | None, seconds: float = 0.0) -> None:
+    def add(self, category: str, kind: str, where: tuple[str, int] | None, seconds: float = 0.0,
+            via: tuple[str, int] | None = None) -> None:
         filename, lineno = where if where is not None else ("<unknown>", 0)
         key = (category, kind, filename, lineno)
         stat = self.stats.get(key)
@@ -96,6 +119,8 @@ class SiteCounter:
                 stat = self.stats.get(key)
             if stat is None:
                 stat = self.stats[key] = SiteStat()
+        if stat.via is None and via is not None:
+            stat.via = via
         stat.count += 1
         stat.seconds += seconds
 
@@ -118,12 +143,16 @@ class SiteCounter:
             items.sort(key=lambda kv: (-kv[1].count, -kv[1].seconds))
             for (cat, kind, filename, lineno), stat in items[:limit_per_category]:
                 code = linecache.getline(filename, lineno).strip() if lineno else ""
-                rows.append({
+                row = {
                     "category": cat,
                     "kind": kind,
                     "site": format_site(filename, lineno) if lineno else filename,
                     "code": code[:160],
                     "count": stat.count,
                     "seconds": stat.seconds,
-                })
+                }
+                if stat.via is not None:
+                    row["via"] = library_site(*stat.via)
+                    row["via_code"] = linecache.getline(*stat.via).strip()[:160]
+                rows.append(row)
         return rows

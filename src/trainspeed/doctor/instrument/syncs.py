@@ -25,7 +25,7 @@ import torch
 
 from trainspeed.doctor.instrument.patching import Patches
 from trainspeed.doctor.instrument.session import Session
-from trainspeed.doctor.instrument.sites import called_from_internals, caller_site
+from trainspeed.doctor.instrument.sites import called_from_internals, caller_site_via
 
 TENSOR_READS: tuple[tuple[str, str], ...] = (
     ("item", "item"),
@@ -61,7 +61,8 @@ def record(session: Session, kind: str, seconds: float) -> None:
         return
     session.mon.count_sync()
     # frames: record <- wrapper <- caller
-    session.sites.add("sync", kind, caller_site(3), seconds)
+    site, via = caller_site_via(3)
+    session.sites.add("sync", kind, site, seconds, via)
 
 
 def _tensor_wrapper(session: Session, kind: str, original: Any) -> Any:

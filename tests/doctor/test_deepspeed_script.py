@@ -1,0 +1,175 @@
+"""The doctor on an unchanged DeepSpeed script (ZeRO-2, bf16, CPU with DS_ACCELERATOR=cpu, gloo).
+
+tests/assets/scripts/deepspeed_train.py is written the way DeepSpeed scripts are (argparse with
+--deepspeed_config, deepspeed.initialize, engine(x) / engine.backward / engine.step,
+engine.save_checkpoint every --save-every steps); deepspeed_config.json sits next to it.
+
+DeepSpeed JIT-builds a small op (the CPU shared-memory allreduce) the first time a process
+group starts: the build (minutes on 2 cores) lives in .cache/torch_extensions at the repository
+root, reused across test sessions (`make venv` builds it once after installing DeepSpeed).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import SCRIPTS, ids
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = SCRIPTS / "deepspeed_train.py"
+CONFIG = SCRIPTS / "deepspeed_config.json"
+EXTENSIONS = ROOT / ".cache" / "torch_extensions"
+
+
+def _line_of(text: str) -> int:
+    """The line of the test script that holds `text`."""
+    for number, line in enumerate(SCRIPT.read_text().splitlines(), start=1):
+        if text in line:
+            return number
+    raise AssertionError(f"{text!r} not in {SCRIPT}")
+
+
+@pytest.fixture(scope="module")
+def deepspeed_env():
+    """DeepSpeed on the CPU (gloo), its op build cached across sessions; the process group the
+    in-process runs start is destroyed after the module."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("DS_ACCELERATOR", "cpu")
+        mp.setenv("TORCH_EXTENSIONS_DIR", str(EXTENSIONS))
+        pytest.importorskip("deepspeed")
+        yield
+        import torch.distributed as dist
+
+        if dist.is_available() and dist.is_initialized():
+            dist.destroy_process_group()
+
+
+@pytest.fixture
+def ds_doctor(doctor, deepspeed_env, tmp_path):
+    def run(*args: str, steps: int = 16):
+        return doctor("deepspeed_train.py", "--deepspeed_config", str(CONFIG), "--save-dir",
+                      str(tmp_path / "ckpt"), *args, steps=steps)
+
+    return run
+
+
+def test_checkpoint_every_two_steps_is_ranked_first(ds_doctor, tmp_path):
+    result = ds_doctor("--save-every", "2", steps=16)
+    assert result.stopped == "steps" and result.steps == 16, result.traceback
+    first = result.findings[0]
+    assert first["id"] == "checkpointing", ids(result)
+    # one save per engine.save_checkpoint call (each writes 2 torch.save files: module + ZeRO state)
+    tags = sorted(p.name for p in (tmp_path / "ckpt").iterdir() if p.is_dir())
+    saves = [e for e in _events(result.run_dir) if e["type"] == "checkpoint"]
+    assert len(saves) == len(tags) == 7  # steps 2..14; the run stops at step 16 before saving
+    assert {e["data"]["source"] for e in saves} == {"deepspeed.save_checkpoint"}
+    assert all(e["data"]["files"] >= 2 for e in saves)
+    assert first["evidence"].startswith("7 saves in 16 steps (every 2 steps)")
+    # the site is the script's own line, with DeepSpeed's beside it
+    assert f"deepspeed_train.py:{_line_of('engine.save_checkpoint(')}" in first["evidence"]
+    assert "(inside deepspeed/runtime/engine.py:" in first["evidence"]
+    # the script's own flag, and a verify command that runs the script (no CONFIG.yaml)
+    assert "--save-every 50" in first["recommendation"] or "--save-every 100" in first["recommendation"]
+    assert "(now --save-every 2)" in first["recommendation"]
+    assert "checkpoint.every_steps" not in first["recommendation"]
+    verify = shlex.split(first["verify_with"])
+    assert verify[:5] == ["trainspeed", "tune", "--knobs", "checkpoint_every", "--"]
+    assert verify[5:8] == ["python", str(SCRIPT), "--deepspeed_config"]
+    assert not any("CONFIG.yaml" in str(f.get("verify_with")) for f in result.findings)
+    # DeepSpeed's own step reads values (overflow, norms): not the script's host syncs
+    assert not [f for f in result.findings if f["id"] == "host_syncs" and f["severity"] != "info"]
+    # steps are the engine's updates: 2 engine.backward per step (gradient_accumulation_steps=2)
+    acc = _observation(result.run_dir, "accumulation")
+    assert acc["factor"] == 2 and acc["counts"] == {"2": 16}
+    assert _observation(result.run_dir, "step_boundary")["source"] == "engine"
+    phases = result.summary["phases"]
+    for name in ("forward", "backward", "optimizer", "ckpt", "data"):
+        assert phases[name]["share"] > 0, name
+    engine = _observation(result.run_dir, "deepspeed")
+    assert engine["zero_stage"] == 2 and engine["bf16"] and engine["accumulation_steps"] == 2
+
+
+def test_autocast_around_a_bf16_engine_is_named(ds_doctor):
+    result = ds_doctor("--save-every", "1000", "--autocast", steps=8)
+    assert result.steps == 8, result.traceback
+    found = [f for f in result.findings if f["id"] == "deepspeed_autocast"]
+    assert len(found) == 1, ids(result)
+    assert f"deepspeed_train.py:{_line_of('loss = engine(bigrams, targets)')}" in found[0]["evidence"]
+    assert "bf16" in found[0]["title"] and str(CONFIG) in found[0]["evidence"]
+    assert "checkpointing" not in ids(result)
+
+
+def test_one_process_env_only_without_a_launcher():
+    from trainspeed.doctor.instrument.deepspeed import one_process_env
+
+    add = one_process_env({})
+    assert add["RANK"] == "0" and add["WORLD_SIZE"] == "1" and add["LOCAL_RANK"] == "0"
+    assert int(add["MASTER_PORT"]) > 0
+    assert one_process_env({"RANK": "1", "WORLD_SIZE": "2"}) == {}
+    assert one_process_env({"OMPI_COMM_WORLD_SIZE": "2"}) == {}
+    assert "MASTER_PORT" not in one_process_env({"MASTER_PORT": "1234"})
+
+
+def test_config_contradictions_from_the_engine_settings():
+    from test_checks import ctx_of, make_run
+
+    from trainspeed.doctor.checks import deepspeed as checks
+
+    engine = {"kind": "deepspeed", "zero_stage": 2, "bf16": True, "overlap_comm": False,
+              "contiguous_gradients": True, "dp_world_size": 2, "micro_batch_size": 8,
+              "accumulation_steps": 2, "train_batch_size": 32}
+    obs = [engine, {"kind": "batch", "batch_size": 32}, {"kind": "accumulation", "factor": 2}]
+    ctx = ctx_of(make_run(shares={"backward": 0.5, "forward": 0.3}, obs=obs))
+    overlap = checks.zero2_overlap(ctx)
+    assert overlap is not None and "overlap_comm" in overlap.title and '"overlap_comm": true' in overlap.recommendation
+    mismatch = checks.batch_mismatch(ctx)
+    assert mismatch is not None and "32 samples" in mismatch.evidence and "128 samples per update" in mismatch.evidence
+    one = dict(engine, dp_world_size=1)
+    ctx1 = ctx_of(make_run(shares={"backward": 0.5}, obs=[one]))
+    assert checks.zero2_overlap(ctx1) is None  # one process: nothing to overlap
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.timeout(180)
+def test_two_processes_under_torchrun(deepspeed_env, tmp_path):
+    """ZeRO-2 over 2 CPU processes: every rank runs the doctor, rank 0 reports."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1",
+           "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")])}
+    out = tmp_path / "doc"
+    proc = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port",
+         str(_free_port()), "-m", "trainspeed", "doctor", "--steps", "8", "--out", str(out), "--no-html",
+         "--", str(SCRIPT), "--deepspeed_config", str(CONFIG), "--save-every", "2",
+         "--save-dir", str(tmp_path / "ckpt")],
+        env=env, cwd=tmp_path, capture_output=True, text=True, timeout=170)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    report = json.loads((out / "report.json").read_text())
+    assert [r["steps"] for r in report["summary"]["ranks"]] == [8, 8]
+    assert report["findings"][0]["id"] == "checkpointing"
+    engine = _observation(out, "deepspeed")
+    assert engine["dp_world_size"] == 2 and engine["train_batch_size"] == 32
+    assert "one process" not in proc.stderr  # the launcher's environment is kept
+
+
+def _events(run_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines() if line.strip()]
+
+
+def _observation(run_dir: Path, kind: str) -> dict:
+    for event in _events(run_dir):
+        if event["type"] == "observation" and event["data"].get("kind") == kind:
+            return event["data"]
+    raise AssertionError(f"no {kind} observation in {run_dir}")
