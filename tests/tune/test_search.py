@@ -496,3 +496,21 @@ def test_a_bundle_leaves_out_worker_settings_once_a_bigger_hopeful_turns_workers
     assert "prefetch" not in together[0].setting and "persistent" not in together[0].setting
     assert "data.prefetch_factor" not in result.best_settings
     assert "data.persistent_workers" not in result.best_settings
+
+
+def test_a_tune_on_a_busy_machine_says_so_in_its_notes(base_config, cpu, tmp_path):
+    """Each script trial reads other processes' CPU from the doctor's sampler: with a median
+    of 1.6 cores busy on a 2-core machine, the table's notes say the verdicts may be the load's."""
+    from trainspeed.tune.result import load_note
+
+    class Busy(FakeRunner):
+        def __call__(self, req):
+            res = super().__call__(req)
+            res.others_load = 1.6
+            return res
+
+    result = tuner(base_config, cpu, Busy({BF16: 0.5}), tmp_path, knobs=["precision"]).run()
+    assert any("other processes used 1.6 of the machine's 2 cores" in n for n in result.notes), result.notes
+    quiet = tuner(base_config, cpu, FakeRunner({BF16: 0.5}), tmp_path / "q", knobs=["precision"]).run()
+    assert not any("other processes" in n for n in quiet.notes)
+    assert load_note([0.1, 0.2, 0.3], 2) is None and load_note([], 2) is None

@@ -62,6 +62,26 @@ class TuneResult:
                 "baseline_mfu": self.baseline_mfu, "peak_name": self.peak_name}
 
 
+LOAD_NOTE_CORES = 0.5
+"""Median CPU of other processes (cores) during a tune's trials from which its table says the
+verdicts were taken on a busy machine."""
+
+
+def load_note(loads: list[float], cores: int) -> str | None:
+    """What the machine's load during the trials means for the verdicts (None: quiet enough).
+    `loads`: each trial's median CPU of other processes, in cores (TrialResult.others_load)."""
+    if not loads:
+        return None
+    ordered = sorted(loads)
+    median = ordered[len(ordered) // 2]
+    if median < LOAD_NOTE_CORES:
+        return None
+    return (f"other processes used {median:.1f} of the machine's {cores} cores during the median trial "
+            f"(up to {ordered[-1]:.1f}): every setting was timed on a busy machine, so a verdict may be "
+            "the load's, not the setting's. Rerun when the machine is quiet, or give the tune cores of "
+            "its own (taskset -c), with a new --out (the same one reuses these trials)")
+
+
 def utilization_note(mfu: float | None, peak_name: str | None, won: bool) -> str | None:
     """Why nothing won, when the baseline's MFU explains it: None when a setting won, or
     MFU is unknown, low, or invalid (over 100 %: a FLOP count or peak that is wrong)."""

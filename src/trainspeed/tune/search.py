@@ -32,7 +32,7 @@ from trainspeed.tune import stats
 from trainspeed.tune.knobs import KNOBS, Candidate, DeviceInfo, KnobContext, Skip
 from trainspeed.tune.options import TuneOptions
 from trainspeed.tune.order import ablation_round, bracket_repeats, n_brackets
-from trainspeed.tune.result import Row, TuneResult, utilization_note
+from trainspeed.tune.result import Row, TuneResult, load_note, utilization_note
 from trainspeed.tune.store import TrialStore
 from trainspeed.tune.trials import FAR_SLOWER, SLOW_CUTOFF, Runner, TrialRequest, TrialResult, overrides_of
 
@@ -297,6 +297,10 @@ class Tuner:
         base_mfu = statistics.median(mfus) if mfus else None
         peak_name = next((r.peak_name for r in base_trials if r.peak_name), None)
         note = utilization_note(base_mfu, peak_name, won=bool(best))
+        if note:
+            notes.append(note)
+        ran = [r for key, repeat in self.ran if (r := self.store.get(key, repeat)) is not None and r.ok]
+        note = load_note([r.others_load for r in ran if r.others_load is not None], self.device.cores)
         if note:
             notes.append(note)
         return TuneResult(ablation=ablation, combination=combination, best_settings=best,

@@ -84,6 +84,9 @@ class TrialResult:
     peak_name: str | None = None
     """The peak `mfu` is relative to ("cpu (2 threads) fp32 (measured)", "H100 SXM bf16")."""
     run_dir: str | None = None
+    others_load: float | None = None
+    """Median CPU other processes used during the measured steps, in cores (the doctor's
+    system sampler in a script trial); None when it was not sampled."""
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -104,7 +107,7 @@ def _finite(values: np.ndarray) -> np.ndarray:
 def result_from_run_dir(request: TrialRequest, run_dir: Path, wall_s: float) -> TrialResult:
     """Read a finished trial's run directory into a TrialResult."""
     from trainspeed.telemetry.rundir import read_run
-    from trainspeed.telemetry.summary import flops_per_step, peak_of
+    from trainspeed.telemetry.summary import flops_per_step, others_per_step, peak_of
     from trainspeed.telemetry.throughput import mfu
 
     run = read_run(run_dir)
@@ -126,7 +129,8 @@ def result_from_run_dir(request: TrialRequest, run_dir: Path, wall_s: float) -> 
     # or the result is impossible (over 100 %).
     reading = mfu(flops_per_step(run, keep), float(np.median(t[keep])), *peak_of(run))
     utilization = reading.value if reading.valid else None
-    return TrialResult(ok=True, step_times=t[keep].tolist(), samples=samples[keep].tolist(),
+    others = _finite(others_per_step(run, keep)[0])
+    return TrialResult(ok=True, others_load=float(np.median(others)) / 100 if others.size else None, step_times=t[keep].tolist(), samples=samples[keep].tolist(),
                        epoch_starts=starts[keep].tolist() if starts[keep].any() else [],
                        steps_per_epoch=per_epoch, loss=loss,
                        memory_peak=float(mem.max()) if mem.size else None,
