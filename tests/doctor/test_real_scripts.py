@@ -91,9 +91,9 @@ def test_lbfgs_closure_is_one_step_and_plotting_is_not_eval(doctor):
     assert "accumulation_for_speed" not in ids(result)
     assert {s["samples"] for s in _steps(result)} == {9}  # one batch of 9 series, not 20 x 9
     phases = result.summary["phases"]
-    # the 20 ms "figure" after the no_grad prediction is not evaluation
-    assert phases["other"]["mean_s"] > 0.015, phases
-    assert phases["eval"]["mean_s"] < 0.015, phases
+    # the 20 ms "figure" after the no_grad prediction is not evaluation: its sleep (a floor no
+    # load can lower) lands in "other"; an eval bound in ms failed on a busy machine
+    assert phases["other"]["mean_s"] >= 0.0195, phases
 
 
 def test_loop_without_backward_reports_what_it_saw_then_trainspeed_step_marks_it(tmp_path, monkeypatch):
