@@ -46,7 +46,11 @@ def main() -> None:
     bigrams = data[:, :-2] * 256 + data[:, 1:-1]
     dataset = TensorDataset(bigrams, data[:, 2:])
     model = BigramLM()
-    engine, optimizer, _, _ = deepspeed.initialize(args=args, model=model, model_parameters=model.parameters())
+    # no weight decay on biases (two parameter groups: ZeRO steps the torch optimizer once per group)
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    no_decay = [p for p in model.parameters() if p.dim() < 2]
+    groups = [{"params": decay, "weight_decay": 0.01}, {"params": no_decay, "weight_decay": 0.0}]
+    engine, optimizer, _, _ = deepspeed.initialize(args=args, model=model, model_parameters=groups)
     sampler = DistributedSampler(dataset, num_replicas=engine.dp_world_size, rank=engine.global_rank)
     loader = DataLoader(dataset, batch_size=engine.train_micro_batch_size_per_gpu(), sampler=sampler)
     save_dir = args.save_dir or tempfile.mkdtemp(prefix="ds-ckpt-")

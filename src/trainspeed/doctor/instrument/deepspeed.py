@@ -80,6 +80,16 @@ def _ask(engine: Any, name: str) -> Any:
     return bool(value) if hasattr(value, "__bool__") else str(value)
 
 
+def _offloaded(engine: Any, name: str) -> bool | None:
+    """Is ZeRO offloading (optimizer or parameters) on? Its config is an object with a device."""
+    try:
+        value = getattr(engine, name)()
+    except Exception:  # noqa: BLE001 - an observation, never a crash of the user's run
+        return None
+    device = getattr(value, "device", None)
+    return value is not None and str(getattr(device, "value", device)).lower() not in ("none", "")
+
+
 def describe_engine(engine: Any) -> dict[str, Any]:
     """The settings a finding reads, from the engine's parsed config (one call per run)."""
     config = getattr(engine, "config", None)
@@ -91,7 +101,8 @@ def describe_engine(engine: Any) -> dict[str, Any]:
         "torch_autocast": _ask(engine, "torch_autocast_enabled"),
         "overlap_comm": _ask(engine, "zero_overlap_comm"),
         "contiguous_gradients": _ask(engine, "zero_contiguous_gradients"),
-        "offload_optimizer": _ask(engine, "zero_offload_optimizer") not in (None, False, "None"),
+        "offload_optimizer": _offloaded(engine, "zero_offload_optimizer"),
+        "offload_param": _offloaded(engine, "zero_offload_param"),
         "train_batch_size": _ask(engine, "train_batch_size"),
         "micro_batch_size": _ask(engine, "train_micro_batch_size_per_gpu"),
         "accumulation_steps": _ask(engine, "gradient_accumulation_steps"),
