@@ -192,3 +192,14 @@ def _observation(run_dir: Path, kind: str) -> dict:
         if event["type"] == "observation" and event["data"].get("kind") == kind:
             return event["data"]
     raise AssertionError(f"no {kind} observation in {run_dir}")
+
+
+def test_a_launcher_as_the_command_says_how_to_run_under_it():
+    from trainspeed.doctor.runner import parse_command
+    from trainspeed.errors import ConfigError
+
+    for launcher, form in (("deepspeed", "deepspeed --num_gpus N --no_local_rank --module trainspeed doctor"),
+                           ("torchrun", "torchrun --nproc_per_node N -m trainspeed doctor")):
+        with pytest.raises(ConfigError, match="one process per rank") as err:
+            parse_command([launcher, "--num_gpus", "2", str(SCRIPT)])
+        assert form in str(err.value) and "trainspeed doctor -- python train.py" in str(err.value)

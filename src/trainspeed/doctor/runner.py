@@ -28,6 +28,11 @@ PYTHON_NAME = re.compile(r"^python(\d+(\.\d+)?)?(\.exe)?$")
 """An interpreter's file name (python, python3.11, python.exe): what starts a command."""
 # Interpreter options that take a value (python -W error -X dev train.py ...).
 _OPTS_WITH_VALUE = {"-W", "-X", "-Q"}
+LAUNCHERS = {
+    "torchrun": "torchrun --nproc_per_node N -m trainspeed doctor --out RUN_DIR -- train.py ARGS",
+    "deepspeed": "deepspeed --num_gpus N --no_local_rank --module trainspeed doctor --out RUN_DIR -- train.py ARGS",
+}
+"""Launchers that start one process per rank: the doctor runs inside each rank, under them."""
 
 
 @dataclass(kw_only=True, slots=True)
@@ -113,6 +118,11 @@ def parse_command(command: Sequence[str]) -> Target:
                 raise ConfigError("doctor: `python -m` needs a module name")
             return Target(kind="module", name=argv[1], args=argv[2:])
     script = argv[0]
+    launcher = os.path.basename(script)
+    if launcher in LAUNCHERS:
+        raise ConfigError(f"doctor: {launcher} starts one process per rank; run the doctor in each of them: "
+                          f"{LAUNCHERS[launcher]} (rank 0 reports on all ranks). One process: "
+                          "trainspeed doctor -- python train.py ARGS")
     if not Path(script).is_file():
         raise ConfigError(f"doctor: script {script!r} not found (cwd: {os.getcwd()}). "
                           "Give the path of the training script: trainspeed doctor -- python train.py")
