@@ -103,8 +103,12 @@ def test_checkpoint_every_two_steps_is_ranked_first(ds_doctor, tmp_path):
     assert verify[:5] == ["trainspeed", "tune", "--knobs", "checkpoint_every", "--"]
     assert verify[5:8] == ["python", str(SCRIPT), "--deepspeed_config"]
     assert not any("CONFIG.yaml" in str(f.get("verify_with")) for f in result.findings)
-    # DeepSpeed's own step reads values (overflow, norms): not the script's host syncs
+    # DeepSpeed's own step reads values (overflow, norms): not the script's host syncs; the one
+    # left is the script's `loss.item()` every --log-every 10 steps
     assert not [f for f in result.findings if f["id"] == "host_syncs" and f["severity"] != "info"]
+    syncs = [r for r in _observation(result.run_dir, "call_sites")["rows"] if r["category"] == "sync"]
+    assert [(r["site"].rsplit("/", 1)[-1], r["count"]) for r in syncs] == [
+        (f"deepspeed_train.py:{_line_of('loss.item()')}", 1)]
     # steps are the engine's updates: 2 engine.backward per step (gradient_accumulation_steps=2)
     acc = _observation(result.run_dir, "accumulation")
     assert acc["factor"] == 2 and acc["counts"] == {"2": 16}
