@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import shlex
+import shutil
 import statistics
 import subprocess
 import sys
@@ -99,12 +100,17 @@ def main() -> int:
     ap.add_argument("--steps", type=int, default=80, help="steps per side-by-side run (warm-up included)")
     ap.add_argument("--warmup", type=int, default=10)
     ap.add_argument("--out", default="runs/bench-script-tune")
+    ap.add_argument("--resume", action="store_true",
+                    help="reuse the trials of an earlier run in --out (default: start fresh; trials from "
+                         "another day measured another machine state)")
     args = ap.parse_args()
     results = {}
     for name in args.scripts.split(","):
         script_args, goal = SCRIPTS[name]
         command = ["python", str(script_path(name)), *script_args]
         out = Path(args.out) / name
+        if out.exists() and not args.resume:
+            shutil.rmtree(out)
         t0 = time.perf_counter()
         trainspeed("tune", "--budget", args.budget, "--out", str(out), "--", *command)
         tune_s = time.perf_counter() - t0
