@@ -107,7 +107,7 @@ def _finite(values: np.ndarray) -> np.ndarray:
 def result_from_run_dir(request: TrialRequest, run_dir: Path, wall_s: float) -> TrialResult:
     """Read a finished trial's run directory into a TrialResult."""
     from trainspeed.telemetry.rundir import read_run
-    from trainspeed.telemetry.summary import flops_per_step, others_per_step, peak_of
+    from trainspeed.telemetry.summary import flops_per_step, others_per_step, peak_of, system_series
     from trainspeed.telemetry.throughput import mfu
 
     run = read_run(run_dir)
@@ -130,6 +130,8 @@ def result_from_run_dir(request: TrialRequest, run_dir: Path, wall_s: float) -> 
     reading = mfu(flops_per_step(run, keep), float(np.median(t[keep])), *peak_of(run))
     utilization = reading.value if reading.valid else None
     others = _finite(others_per_step(run, keep)[0])
+    if not others.size:  # steps shorter than the sampler's interval: its readings over the whole trial
+        others = _finite(np.asarray(system_series(run).get("cpu_others", []), dtype=np.float64))
     return TrialResult(ok=True, others_load=float(np.median(others)) / 100 if others.size else None, step_times=t[keep].tolist(), samples=samples[keep].tolist(),
                        epoch_starts=starts[keep].tolist() if starts[keep].any() else [],
                        steps_per_epoch=per_epoch, loss=loss,
