@@ -335,3 +335,21 @@ def test_probing_the_recipe_lists_the_modules_its_build_imported(tmp_path, monke
         assert "ts_probe_mod" in facts.modules and "torch" not in facts.modules
     finally:
         sys.modules.pop("ts_probe_mod", None)
+
+
+def test_a_trial_reads_other_processes_cpu_from_its_sampler(tmp_path):
+    """others_load: the sampler's other-process CPU over the measured steps, in cores."""
+    import time
+
+    from trainspeed.telemetry.monitor import Monitor
+    from trainspeed.tune.trials import TrialRequest, result_from_run_dir
+
+    mon = Monitor(tmp_path / "run", log_every=5, warmup_steps=1, system_sampler=True, kind="doctor",
+                  write_env=False)
+    for _ in range(8):
+        time.sleep(0.1)  # 0.8 s: the doctor's sampler (every 0.25 s) takes readings inside the steps
+        mon.step(samples=4)
+    mon.close()
+    result = result_from_run_dir(TrialRequest(key="k", label="baseline", overrides=(), repeat=0),
+                                 tmp_path / "run", wall_s=1.0)
+    assert result.ok and isinstance(result.others_load, float) and 0.0 <= result.others_load <= 64
