@@ -24,7 +24,8 @@ $(VENV)/.installed: pyproject.toml
 	  || echo "note: deepspeed did not install; the DeepSpeed tests will be skipped"
 	extras="$(EXTRAS)"; $(PIP) show -q deepspeed 2>/dev/null || extras=$$(echo "$$extras" | sed 's/,*deepspeed//'); \
 	  $(PIP) install -q -e ".[$$extras]"
-	$(PIP) show -q deepspeed 2>/dev/null && { DS_ACCELERATOR=cpu TORCH_EXTENSIONS_DIR=$(TORCH_EXTENSIONS) \
+	@# The venv's ninja first, as the tests run it (another ninja version would rebuild the op).
+	$(PIP) show -q deepspeed 2>/dev/null && { PATH="$(CURDIR)/$(VENV)/bin:$$PATH" DS_ACCELERATOR=cpu TORCH_EXTENSIONS_DIR=$(TORCH_EXTENSIONS) \
 	  $(PY) -c "from deepspeed.comm.torch import build_shm_op; build_shm_op()" >/dev/null \
 	  || echo "note: DeepSpeed's CPU op did not build; the DeepSpeed tests will be skipped"; } || true
 	touch $@

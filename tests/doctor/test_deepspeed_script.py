@@ -6,7 +6,8 @@ engine.save_checkpoint every --save-every steps); deepspeed_config.json sits nex
 
 DeepSpeed JIT-builds a small op (the CPU shared-memory allreduce) the first time a process
 group starts: the build (minutes on 2 cores) lives in .cache/torch_extensions at the repository
-root, reused across test sessions (`make venv` builds it once after installing DeepSpeed).
+root, reused across test sessions (`make venv` builds it once after installing DeepSpeed, with
+the venv's ninja first on PATH, as the tests run it).
 """
 
 from __future__ import annotations
@@ -59,6 +60,9 @@ def deepspeed_env():
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("DS_ACCELERATOR", "cpu")
         mp.setenv("TORCH_EXTENSIONS_DIR", str(EXTENSIONS))
+        # the venv's ninja (a DeepSpeed dependency) first, as `make venv` builds with it: another
+        # ninja version logs commands under other hashes and rebuilds the op (a minute on 2 cores)
+        mp.setenv("PATH", os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")]))
         pytest.importorskip("deepspeed")
         _build_op_once()
         yield
@@ -103,6 +107,7 @@ def test_checkpoint_every_two_steps_is_ranked_first(ds_doctor, tmp_path):
     assert verify[:5] == ["trainspeed", "tune", "--knobs", "checkpoint_every", "--"]
     assert verify[5:8] == ["python", str(SCRIPT), "--deepspeed_config"]
     assert not any("CONFIG.yaml" in str(f.get("verify_with")) for f in result.findings)
+    _runs_as_written(verify, tmp_path)
     # DeepSpeed's own step reads values (overflow, norms): not the script's host syncs; the one
     # left is the script's `loss.item()` every --log-every 10 steps
     assert not [f for f in result.findings if f["id"] == "host_syncs" and f["severity"] != "info"]
@@ -118,6 +123,20 @@ def test_checkpoint_every_two_steps_is_ranked_first(ds_doctor, tmp_path):
         assert phases[name]["share"] > 0, name
     engine = _observation(result.run_dir, "deepspeed")
     assert engine["zero_stage"] == 2 and engine["bf16"] and engine["accumulation_steps"] == 2
+
+
+def _runs_as_written(verify: list[str], tmp_path: Path) -> None:
+    """The verify command, with a tiny budget (one short trial per setting), runs the script's
+    tune and measures the flag the finding names."""
+    tiny = ["--repeats", "1", "--warmup-steps", "2", "--steps", "6", "--verify-repeats", "1",
+            "--budget", "120s", "--out", str(tmp_path / "tune")]
+    env = {**os.environ, "OMP_NUM_THREADS": "1",
+           "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.run([sys.executable, "-m", "trainspeed", "tune", *tiny, *verify[2:]], env=env, cwd=tmp_path,
+                          capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    trials = [json.loads(line) for line in (tmp_path / "tune" / "tune.jsonl").read_text().splitlines()]
+    assert {t["label"] for t in trials if t["ok"]} >= {"baseline", "checkpoint_every=--save-every 8"}, trials
 
 
 def test_autocast_around_a_bf16_engine_is_named(ds_doctor):
