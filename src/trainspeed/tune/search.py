@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import statistics
 import time
 from typing import Any, Callable
@@ -29,6 +28,7 @@ from typing import Any, Callable
 from trainspeed.config_io import apply_overrides
 from trainspeed.errors import TrainspeedError
 from trainspeed.tune import stats
+from trainspeed.tune.arms import arm_of, fmt_loss, max_memory, mean_loss
 from trainspeed.tune.knobs import KNOBS, Candidate, DeviceInfo, KnobContext, Skip
 from trainspeed.tune.options import TuneOptions
 from trainspeed.tune.order import ablation_round, bracket_repeats, n_brackets
@@ -153,8 +153,8 @@ class Tuner:
         self.store.add(result)
         self.ran.add((key, repeat))
         if result.ok:
-            cost = stats.arm_cost(_arm([result]))
-            self.say(f"    {1e3 * cost:.3f} ms/sample, loss {_fmt(result.loss)}, {result.wall_s:.1f} s")
+            cost = stats.arm_cost(arm_of([result]))
+            self.say(f"    {1e3 * cost:.3f} ms/sample, loss {fmt_loss(result.loss)}, {result.wall_s:.1f} s")
         else:
             self.say(f"    failed: {(result.error or '').splitlines()[0] if result.error else ''}")
         return result
@@ -197,15 +197,15 @@ class Tuner:
         ref_arm, cand_arm = self._pool(knob, label, settings, reference, pairs, rounds)
         comp = stats.compare(ref_arm, cand_arm, min_effect=self.opt.min_effect,
                              round_sd=stats.pooled_round_sd(list(self.round_logs.values())))
-        base_loss = _mean_loss(self.results({}))
-        row.loss_delta = stats.loss_delta(base_loss, _mean_loss(cand))
+        base_loss = mean_loss(self.results({}))
+        row.loss_delta = stats.loss_delta(base_loss, mean_loss(cand))
         row.verdict = stats.verdict(comp, row.loss_delta, tolerance=self.opt.loss_tolerance)
         row.speedup, row.ci, row.noise = comp.speedup, (comp.ci_low, comp.ci_high), comp.noise
-        ref_mem, cand_mem = _max_mem(ref), _max_mem(cand)
+        ref_mem, cand_mem = max_memory(ref), max_memory(cand)
         if ref_mem and cand_mem:
             row.memory_ratio = cand_mem / ref_mem
         if row.verdict == stats.LOSS_MISMATCH:
-            row.note = (f"loss {_fmt(_mean_loss(cand))} vs baseline {_fmt(base_loss)} "
+            row.note = (f"loss {fmt_loss(mean_loss(cand))} vs baseline {fmt_loss(base_loss)} "
                         f"(tolerance {self.opt.loss_tolerance:.0%})")
         if len(rounds) < planned:
             why = "far slower, not repeated" if config_key(self.base_hash, settings) in self.dropped else "budget"
@@ -230,7 +230,7 @@ class Tuner:
               ) -> tuple[stats.Arm, stats.Arm]:
         """The comparison's two arms; its rounds' log speedups go into the noise pool (keyed,
         so a comparison read twice counts once)."""
-        ref_arm, cand_arm = _arm([refs for refs, _ in rounds]), _arm([[c] for _, c in rounds])
+        ref_arm, cand_arm = arm_of([refs for refs, _ in rounds]), arm_of([[c] for _, c in rounds])
         key = (knob, label, config_key(self.base_hash, reference), config_key(self.base_hash, settings),
                tuple(c for _, c in pairs))
         if rounds:
@@ -250,7 +250,7 @@ class Tuner:
             rounds, _ = self._paired(c.settings, {}, [(bracket_repeats(i, r, R, every), r)])
             if not rounds:
                 continue
-            q = stats.arm_cost(_arm([rounds[0][0]])) / stats.arm_cost(_arm([rounds[0][1]]))
+            q = stats.arm_cost(arm_of([rounds[0][0]])) / stats.arm_cost(arm_of([rounds[0][1]]))
             if q < STOP_BELOW:
                 self.dropped.add(key)
                 self.say(f"  {c.knob}={c.label}: {q:.2f}x the baseline's speed, not repeated")
@@ -304,7 +304,7 @@ class Tuner:
         if note:
             notes.append(note)
         return TuneResult(ablation=ablation, combination=combination, best_settings=best,
-                          final=final, baseline_cost_s=stats.arm_cost(_arm(base_trials)),
+                          final=final, baseline_cost_s=stats.arm_cost(arm_of(base_trials)),
                           trials_run=self.run_count, trials_reused=self.reused,
                           elapsed_s=self.clock() - self.t0, notes=notes,
                           baseline_mfu=base_mfu, peak_name=peak_name)
@@ -487,35 +487,3 @@ class Tuner:
 # ---------------------------------------------------------------------- helpers
 
 _UNSET = object()
-
-
-def _arm(groups: list[TrialResult] | list[list[TrialResult]]) -> stats.Arm:
-    """An arm with one repeat per trial, or per group of trials pooled (a bracket's baselines)."""
-    pooled = [g if isinstance(g, list) else [g] for g in groups]
-    flat = [r for g in pooled for r in g]
-    per_epoch = next((r.steps_per_epoch for r in flat if r.steps_per_epoch), None)
-
-    def cat(field: str) -> list[list[Any]]:
-        return [[x for r in g for x in getattr(r, field)] for g in pooled]
-
-    # A trial without epoch starts stores none: pad its mask so a pooled group stays aligned.
-    starts = [[x for r in g for x in (r.epoch_starts or [False] * len(r.step_times))] for g in pooled]
-    return stats.Arm.of(cat("step_times"), cat("samples"), starts, per_epoch)
-
-
-def _mean_loss(results: list[TrialResult]) -> float | None:
-    losses = [r.loss for r in results if r.ok and r.loss is not None]
-    if not losses:
-        return None
-    if any(not math.isfinite(x) for x in losses):
-        return math.inf
-    return sum(losses) / len(losses)
-
-
-def _max_mem(results: list[TrialResult]) -> float | None:
-    mems = [r.memory_peak for r in results if r.memory_peak]
-    return max(mems) if mems else None
-
-
-def _fmt(x: float | None) -> str:
-    return "n/a" if x is None else f"{x:.4g}"

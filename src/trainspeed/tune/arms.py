@@ -1,0 +1,45 @@
+"""Trials pooled into what the statistics compare: an Arm of step times and samples per repeat
+(a bracket's baseline trials pooled as one repeat), the mean loss and the peak memory over
+trials. Pure functions of TrialResult lists, used by the search."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from trainspeed.tune import stats
+from trainspeed.tune.trials import TrialResult
+
+__all__ = ["arm_of", "fmt_loss", "max_memory", "mean_loss"]
+
+
+def arm_of(groups: list[TrialResult] | list[list[TrialResult]]) -> stats.Arm:
+    """An arm with one repeat per trial, or per group of trials pooled (a bracket's baselines)."""
+    pooled = [g if isinstance(g, list) else [g] for g in groups]
+    flat = [r for g in pooled for r in g]
+    per_epoch = next((r.steps_per_epoch for r in flat if r.steps_per_epoch), None)
+
+    def cat(field: str) -> list[list[Any]]:
+        return [[x for r in g for x in getattr(r, field)] for g in pooled]
+
+    # A trial without epoch starts stores none: pad its mask so a pooled group stays aligned.
+    starts = [[x for r in g for x in (r.epoch_starts or [False] * len(r.step_times))] for g in pooled]
+    return stats.Arm.of(cat("step_times"), cat("samples"), starts, per_epoch)
+
+
+def mean_loss(results: list[TrialResult]) -> float | None:
+    losses = [r.loss for r in results if r.ok and r.loss is not None]
+    if not losses:
+        return None
+    if any(not math.isfinite(x) for x in losses):
+        return math.inf
+    return sum(losses) / len(losses)
+
+
+def max_memory(results: list[TrialResult]) -> float | None:
+    mems = [r.memory_peak for r in results if r.memory_peak]
+    return max(mems) if mems else None
+
+
+def fmt_loss(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.4g}"
