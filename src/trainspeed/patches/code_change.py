@@ -282,13 +282,12 @@ def code_change(settings: dict[str, Any], targets: Targets, *, root: Path, comma
 def _unshift(line: int, inserts: list[tuple[int, int]]) -> int:
     """A 1-based line of the text with `inserts` ((original index, lines) pairs, see
     insert_lines.shifted) back to the line of the text without them."""
-    x = line
-    for _ in range(len(inserts) + 1):  # the shift only grows with x: this settles in a few rounds
-        nxt = line - sum(n for at, n in inserts if at < x)
-        if nxt == x:
+    shift = 0
+    for at, n in sorted(inserts):
+        if line <= at + shift:  # above this block (and every later one)
             break
-        x = nxt
-    return x
+        shift += n
+    return line - shift
 
 
 def _flags(flags: dict[str, Any], styles: dict[str, str], command: list[str], change: CodeChange) -> None:
