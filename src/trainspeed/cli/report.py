@@ -56,8 +56,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     console = Console()
     if args.compare:
-        _print_comparability(console, args.run_dir, args.compare)
-        render_compare(args.run_dir, args.compare, html=html, console=console)
+        render_compare(args.run_dir, args.compare, html=html, console=console, comparability=True)
     else:
         render_run(args.run_dir, html=html, console=console)
     sys.stdout.flush()
@@ -77,16 +76,3 @@ def _ensure_findings(run_dir: str, *, force: bool) -> None:
     if not stored:  # a read-only copy of a run: say them here, the report below cannot
         print(f"trainspeed: {run_dir}/report.json is not writable; its findings, computed now:\n"
               f"{format_findings(findings)}", file=sys.stderr)
-
-
-def _print_comparability(console, a_dir: str, b_dir: str) -> None:
-    """Above the side-by-side table: how the runs differ in what they measured (model, data,
-    device, world size), and the throughput ratio's 95 % bootstrap interval, so "1.80x faster"
-    is read against the runs' own step-to-step noise."""
-    from rich.text import Text
-
-    from trainspeed.report.compare import comparability
-    from trainspeed.telemetry.rundir import read_run
-
-    for line in comparability(read_run(a_dir), read_run(b_dir)).lines():
-        console.print(Text(line, style="bold yellow" if line.startswith("Warning") else "bold"))

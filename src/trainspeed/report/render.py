@@ -59,13 +59,14 @@ def render_run(run_dir: str | Path, *, html: bool | str | Path = True, console: 
 
 
 def render_compare(a_dir: str | Path, b_dir: str | Path, *, html: bool | str | Path = True, console: Any = None,
-                   terminal: bool = True) -> Path | None:
-    """Print A vs B side by side; write the comparison HTML (default: B's directory/compare.html)."""
+                   terminal: bool = True, comparability: bool = False) -> Path | None:
+    """Print A vs B side by side; write the comparison HTML (default: B's directory/compare.html).
+    `comparability`: the terminal starts with how the runs differ and the ratio's interval."""
     from trainspeed.report.terminal import render_terminal_compare
 
     a, b = load_run(a_dir), load_run(b_dir)
     if terminal:
-        render_terminal_compare(a, b, console=console)
+        render_terminal_compare(a, b, console=console, comparability=comparability)
     out = _html_path(html, Path(b_dir) / COMPARE_HTML)
     return _write(a, out, console, compare=b) if out is not None else None
 

@@ -217,16 +217,29 @@ def print_traces(con: Any, run: Any) -> None:
         con.print(Text(f"  {VIEWER_HINT}", style="dim"))
 
 
-def render_terminal_compare(a: Any, b: Any, console: Any = None) -> list[dict[str, Any]]:
-    """Print A vs B (LoadedRun each): metrics side by side with B/A and its reading. Returns the rows."""
+def render_terminal_compare(a: Any, b: Any, console: Any = None, *, comparability: bool = False
+                            ) -> list[dict[str, Any]]:
+    """Print A vs B (LoadedRun each): metrics side by side with B/A and its reading. Returns the rows.
+    `comparability`: first, how the runs differ (model, data, device, world size) and the
+    throughput ratio's interval in words (`trainspeed report --compare`); the interval is
+    bootstrapped once for those lines and the headline."""
     from rich.rule import Rule
     from rich.table import Table
     from rich.text import Text
 
+    from trainspeed.report.compare import comparability as comparability_of
+
     con = _console(console)
+    if comparability:
+        comp = comparability_of(a.run, b.run)
+        for line in comp.lines():
+            con.print(Text(line, style="bold yellow" if line.startswith("Warning") else "bold"))
+        interval = comp.interval
+    else:
+        interval = loaded_interval(a, b)
     con.print(Rule(Text(f"trainspeed compare: A = {a.name}, B = {b.name}", style="bold"), align="left"))
     rows = compare_rows(a.summary, b.summary)
-    head = headline(rows, loaded_interval(a, b))
+    head = headline(rows, interval)
     if head:
         con.print(Text(head, style="bold"))
     table = Table()
