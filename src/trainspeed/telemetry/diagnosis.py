@@ -81,18 +81,23 @@ def diagnosis_record(findings: list[dict[str, Any]], *, by: str) -> dict[str, An
     return {"by": by, "version": trainspeed.__version__, "at": round(time.time(), 3), "findings": len(findings)}
 
 
-def end_of_run_findings(run: Any, summary: dict[str, Any] | None, *, given: list[dict[str, Any]] | None,
-                        kind: str) -> tuple[list[dict[str, Any]], dict[str, Any]] | None:
-    """(findings, the "diagnosis" record) that `Monitor.close` writes into report.json, or None
-    to leave the findings as given: the doctor (kind "doctor") diagnoses after close, with its
-    own report. Findings passed to close() are stored as given; otherwise the rules run on the
-    run as read back (~0.05 s for a 100-step run, plus ~40 ms to import them once)."""
+def end_of_run_report(run: Any, summary: dict[str, Any], *, kind: str, given: list[dict[str, Any]] | None,
+                      traceback: str | None) -> dict[str, Any]:
+    """The report.json `Monitor.close` writes: the summary and the run's findings with their
+    "diagnosis" record. Findings passed to close() are stored as given; a doctor run (kind
+    "doctor") keeps none here, since the doctor diagnoses after close, with its own report;
+    otherwise the rules run on the run as read back (~0.05 s for a 100-step run, plus ~40 ms to
+    import them once)."""
+    from trainspeed.telemetry import schema
+
+    report = {"schema": schema.SCHEMA_VERSION, "kind": kind, "summary": summary, "findings": given or [],
+              "traceback": traceback}
     if given is not None:
-        return list(given), diagnosis_record(given, by="given")
-    if kind == "doctor":
-        return None
-    found = diagnose_run(run, summary)
-    return found, diagnosis_record(found, by="Monitor.close")
+        report[DIAGNOSIS_KEY] = diagnosis_record(given, by="given")
+    elif kind != "doctor":
+        report["findings"] = diagnose_run(run, summary)
+        report[DIAGNOSIS_KEY] = diagnosis_record(report["findings"], by="Monitor.close")
+    return report
 
 
 def has_diagnosis(report: dict[str, Any] | None) -> bool:
@@ -132,4 +137,4 @@ def ensure_findings(run_dir: str | Path, *, force: bool = False) -> tuple[list[d
 
 
 __all__ = ["DEFAULT_DIAGNOSER", "DIAGNOSIS_KEY", "Diagnoser", "diagnose_run", "diagnosis_record",
-           "end_of_run_findings", "ensure_findings", "get_diagnoser", "has_diagnosis", "set_diagnoser"]
+           "end_of_run_report", "ensure_findings", "get_diagnoser", "has_diagnosis", "set_diagnoser"]

@@ -463,16 +463,12 @@ class Monitor:
         self.writer.close()
         run, self._summary = self._summarize()
         if self.run_dir is not None and self.rank == 0:
-            from trainspeed.telemetry.diagnosis import end_of_run_findings
+            from trainspeed.telemetry.diagnosis import end_of_run_report
             from trainspeed.telemetry.rundir import write_json
 
-            report = {"schema": schema.SCHEMA_VERSION, "kind": self.kind, "summary": self._summary,
-                      "findings": findings or [], "traceback": trace}
-            # Findings of the run directory (telemetry/diagnosis.py): as given, else the rules'
-            diagnosis = end_of_run_findings(run, self._summary, given=findings, kind=self.kind)
-            if diagnosis is not None:
-                report["findings"], report["diagnosis"] = diagnosis
-            write_json(self.run_dir / schema.REPORT_JSON, report)
+            # the findings of the run directory: as given, else the rules' (telemetry/diagnosis.py)
+            write_json(self.run_dir / schema.REPORT_JSON,
+                       end_of_run_report(run, self._summary, kind=self.kind, given=findings, traceback=trace))
         return self._summary
 
     def _summarize(self) -> tuple[Any, dict[str, Any]]:
