@@ -2,24 +2,41 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from trainspeed.doctor.checks.context import CheckContext, ms, pct
 from trainspeed.doctor.findings import Finding
 from trainspeed.telemetry.ranks import STRAGGLER_THRESHOLD
 
 
+def _load_rise(ctx: CheckContext) -> tuple[float, str] | None:
+    """(seconds the machine's load added to a step, its description) when other processes
+    loaded the machine during the run (summary "contention", from rank 0's steps and the
+    system sampler), else None."""
+    found = ctx.summary.get("contention")
+    if not isinstance(found, dict):
+        return None
+    quiet, loaded = found.get("wall_quiet"), found.get("wall_loaded")
+    if not (isinstance(quiet, (int, float)) and isinstance(loaded, (int, float)) and loaded > quiet):
+        return None
+    return float(loaded - quiet), (f"steps {found.get('first_step')}-{found.get('last_step')} took "
+                                   f"{ms(quiet)} -> {ms(loaded)}")
+
+
 def straggler(ctx: CheckContext) -> Finding | None:
     """A rank whose own work (data + h2d + forward) or data wait is > 20 % above the other
-    ranks' median: synchronous data parallelism runs at the pace of the slowest rank."""
+    ranks' median, consistently (telemetry/ranks.py says when): synchronous data parallelism
+    runs at the pace of the slowest rank. When other processes loaded the machine and the
+    step time they added is as large as the rank's excess, the load alone explains it: a rank
+    whose process lost its cores more often reads as slower, so the finding is only info."""
     rows = ctx.summary.get("ranks")
     if not isinstance(rows, list):
         return None
     slow = [r for r in rows if isinstance(r, dict) and r.get("straggler")]
     if not slow:
         return None
-    local = sorted(r["local_p50"] for r in rows if isinstance(r.get("local_p50"), (int, float)))
-    med = local[len(local) // 2] if local else None
-    worst = max(slow, key=lambda r: r.get("local_p50") or 0.0)
-    excess = ((worst.get("local_p50") or 0.0) - med) if med is not None else None
+    worst = max(slow, key=lambda r: _excess(r) or 0.0)
+    excess = _excess(worst)
     step = worst.get("step_time_p50")
     impact = min(1.0, max(0.0, excess / step)) if excess is not None and step else 0.0
     ranks = ", ".join(str(r["rank"]) for r in slow)
@@ -28,20 +45,36 @@ def straggler(ctx: CheckContext) -> Finding | None:
                          f"h2d + forward, p50 {ms(r.get('local_p50'))}; data wait p50 {ms(r.get('data_wait_p50'))}, "
                          f"data share {pct(r.get('data_share'))})" for r in slow)
     evidence += f"; threshold {STRAGGLER_THRESHOLD:.0%}, {len(rows)} ranks"
+    load = _load_rise(ctx)
+    explained = load is not None and excess is not None and excess <= load[0]
+    if explained:
+        evidence += (f"; but other processes loaded the machine ({load[1]}, {ms(load[0])} more per step) and "
+                     f"rank {worst['rank']}'s excess is {ms(excess)} per step: the load alone can explain it")
     if data_slow:
         recommendation = ("the slow rank waits for its data: give its loader more workers (data.num_workers), "
                           "check that node's disk / CPU load, or pre-process the data once")
     else:
         recommendation = ("the slow rank computes more slowly: check that node for other jobs, thermal "
                           "throttling or a slower GPU (nvidia-smi), and that per-rank batches are the same size")
+    if explained:
+        recommendation = "re-run the doctor on a quiet machine before acting on this; if the rank is still slow: " \
+                         + recommendation
     return Finding(
         id="straggler",
-        severity="warning",
-        title=f"Straggling rank{'s' if len(slow) > 1 else ''} {ranks}: every rank waits for it at each step",
+        severity="info" if explained else "warning",
+        title=f"Straggling rank{'s' if len(slow) > 1 else ''} {ranks}: every rank waits for it at each step"
+              + (" (or the machine's load)" if explained else ""),
         evidence=evidence,
         recommendation=recommendation,
-        impact=impact,
+        verify_with=ctx.doctor_command() if explained and ctx.command else None,
+        impact=0.0 if explained else impact,
     )
+
+
+def _excess(row: dict[str, Any]) -> float | None:
+    """Seconds per step the rank spends beyond the other ranks' median (ranks.rank_table)."""
+    value = row.get("excess_s")
+    return float(value) if isinstance(value, (int, float)) else None
 
 
 CHECKS = (straggler,)
