@@ -327,8 +327,23 @@ class CheckpointConfig(_Section):
 @dataclass(kw_only=True, slots=True)
 class DistributedConfig(_Section):
     _key: ClassVar[str] = "distributed"
-    strategy: Literal["none", "ddp", "fsdp"] = "none"
-    """Data parallelism across processes (launched with torchrun)."""
+    strategy: Literal["none", "ddp", "fsdp", "deepspeed"] = "none"
+    """Data parallelism across processes (launched with torchrun). deepspeed: DeepSpeed's engine
+    (ZeRO stages 0-3, its bf16/fp16), configured by distributed.deepspeed and the keys below."""
+    deepspeed: str | dict[str, Any] | None = None
+    """strategy=deepspeed: a DeepSpeed config (path to its JSON, or the mapping inline). Batch
+    size, accumulation, precision and gradient clipping come from data.*, accumulation.*,
+    precision.* and optim.*; a config that sets them differently is an error that says which
+    to keep. Null: ZeRO stage 0 with the engine's settings."""
+    zero_stage: int | None = None
+    """strategy=deepspeed: ZeRO stage 0-3, overriding the DeepSpeed config's
+    zero_optimization.stage (null: the config's, else 0). Tuned by `trainspeed tune`."""
+    overlap_comm: bool | None = None
+    """strategy=deepspeed: overlap ZeRO's gradient reduction with backward, overriding
+    zero_optimization.overlap_comm (null: the config's, else DeepSpeed's default)."""
+    bucket_size: int | None = None
+    """strategy=deepspeed: elements per ZeRO communication bucket (zero_optimization.
+    reduce_bucket_size and allgather_bucket_size), overriding the config's (null: keep)."""
     backend: Literal["auto", "nccl", "gloo"] = "auto"
     """Process-group backend; auto = nccl with CUDA, else gloo."""
     timeout_s: float = 1800.0
@@ -341,6 +356,15 @@ class DistributedConfig(_Section):
         self._check()
         self._positive("timeout_s")
         self._min("signal_check_every", 1)
+        if self.zero_stage is not None and not 0 <= self.zero_stage <= 3:
+            self._fail("zero_stage", "0, 1, 2 or 3 (or null: the DeepSpeed config's)")
+        self._min("bucket_size", 1, optional=True)
+        ds_keys = [k for k in ("deepspeed", "zero_stage", "overlap_comm", "bucket_size")
+                   if getattr(self, k) is not None]
+        if ds_keys and self.strategy != "deepspeed":
+            raise ConfigError(
+                f"distributed.{ds_keys[0]} is set but distributed.strategy is {self.strategy!r}; "
+                "these keys configure DeepSpeed: set distributed.strategy=deepspeed, or remove them")
 
 
 @dataclass(kw_only=True, slots=True)

@@ -9,33 +9,16 @@ loss curves agree to float rounding (the gradients are averaged in a different o
 from __future__ import annotations
 
 import json
-import os
 import signal
-import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
+from launch_helpers import TINY, assert_close, cmd, env, free_port, losses, train
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(150)]
-
-TINY = [
-    "recipe.options.size=null", "recipe.options.n_layer=2", "recipe.options.n_head=2",
-    "recipe.options.n_embd=32", "recipe.options.block_size=32", "recipe.options.samples_per_epoch=512",
-    "recipe.options.val_samples=32", "recipe.options.dropout=0.0",
-    "run.max_steps=6", "run.torch_threads=1", "logging.every=1", "logging.warmup_steps=1",
-    "logging.progress=false", "eval.at_end=false", "checkpoint.every_steps=3",
-]
-LOSS_RTOL = 1e-5
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
 
 @pytest.fixture(scope="module")
 def ws(tmp_path_factory):
@@ -45,42 +28,6 @@ def ws(tmp_path_factory):
     root = tmp_path_factory.mktemp("dist")
     gdata.load_tokens(directory=root / "cache")
     return root
-
-
-def _env(ws: Path) -> dict[str, str]:
-    src = str(Path(__file__).resolve().parents[2] / "src")
-    return {**os.environ, "TRAINSPEED_CACHE": str(ws / "cache"), "OMP_NUM_THREADS": "1",
-            "PYTHONPATH": os.pathsep.join([src, os.environ.get("PYTHONPATH", "")])}
-
-
-def _cmd(ws: Path, name: str, overrides: list[str], nproc: int) -> list[str]:
-    launch = [sys.executable]
-    if nproc > 1:
-        launch += ["-m", "torch.distributed.run", "--nproc_per_node", str(nproc),
-                   "--master_port", str(_free_port())]
-    return launch + ["-m", "trainspeed", "train", "gpt", *TINY, f"run.out_dir={ws / 'runs'}",
-                     f"run.name={name}", *overrides]
-
-
-def train(ws: Path, name: str, *overrides: str, nproc: int = 2, report: bool = False) -> Path:
-    extra = [] if report else ["--no-report"]
-    proc = subprocess.run(_cmd(ws, name, [*overrides, *extra], nproc), env=_env(ws), cwd=ws,
-                          capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    run = ws / "runs" / name
-    run.joinpath("stdout.txt").write_text(proc.stdout)
-    return run
-
-
-def losses(run: Path, rank: int = 0) -> dict[int, float]:
-    path = run / "steps.jsonl" if rank == 0 else run / "ranks" / f"rank{rank}" / "steps.jsonl"
-    return {r["step"]: r["loss"] for r in map(json.loads, path.read_text().splitlines())}
-
-
-def assert_close(a: dict[int, float], b: dict[int, float]) -> None:
-    assert a.keys() == b.keys()
-    for step in a:
-        assert a[step] == pytest.approx(b[step], rel=LOSS_RTOL), (step, a[step], b[step])
 
 
 @pytest.fixture(scope="module")
@@ -221,9 +168,9 @@ def _wait_for(path: Path, proc: subprocess.Popen, limit: float = 90.0) -> None:
 def test_killed_rank_under_torchrun_ends_the_job_quickly(ws):
     import psutil
 
-    cmd = _cmd(ws, "killed", ["distributed.strategy=ddp", "data.batch_size=4", "run.max_steps=100000",
+    command = cmd(ws, "killed", ["distributed.strategy=ddp", "data.batch_size=4", "run.max_steps=100000",
                               "distributed.timeout_s=20", "checkpoint.every_steps=null", "--no-report"], 2)
-    proc = subprocess.Popen(cmd, env=_env(ws), cwd=ws, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(command, env=env(ws), cwd=ws, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         _wait_for(ws / "runs" / "killed" / "steps.jsonl", proc)
         def rank_of(child: psutil.Process) -> str | None:
@@ -252,12 +199,12 @@ def test_killed_rank_under_torchrun_ends_the_job_quickly(ws):
 def test_killed_peer_without_an_agent_is_a_clear_error_within_the_timeout(ws):
     """srun-style launch (no torchrun agent to tear the job down): rank 0 finds out from the
     failing collective and says so, instead of hanging."""
-    port = _free_port()
-    cmd = [sys.executable, "-m", "trainspeed", "train", "gpt", *TINY, f"run.out_dir={ws / 'runs'}",
+    port = free_port()
+    command = [sys.executable, "-m", "trainspeed", "train", "gpt", *TINY, f"run.out_dir={ws / 'runs'}",
            "run.name=peer-killed", "distributed.strategy=ddp", "data.batch_size=4",
            "run.max_steps=100000", "distributed.timeout_s=15", "checkpoint.every_steps=null", "--no-report"]
-    base = {**_env(ws), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "WORLD_SIZE": "2"}
-    procs = [subprocess.Popen(cmd, env={**base, "RANK": str(r), "LOCAL_RANK": str(r)}, cwd=ws,
+    base = {**env(ws), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "WORLD_SIZE": "2"}
+    procs = [subprocess.Popen(command, env={**base, "RANK": str(r), "LOCAL_RANK": str(r)}, cwd=ws,
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for r in (0, 1)]
     try:
         _wait_for(ws / "runs" / "peer-killed" / "steps.jsonl", procs[0])

@@ -78,6 +78,9 @@ class Dist:
     collective_times: dict[str, list[float]] = field(default_factory=dict)
     """what -> [calls, seconds]: host time in each kind of collective issued through this
     object (a handful of names, so it does not grow with the steps)."""
+    owned_env: list[str] = field(default_factory=list)
+    """Environment variables this process set for itself (a one-process DeepSpeed run's
+    RANK, WORLD_SIZE, ...), removed again by teardown."""
 
     @property
     def active(self) -> bool:
@@ -86,6 +89,16 @@ class Dist:
     @property
     def fsdp(self) -> bool:
         return self.active and self.strategy == "fsdp"
+
+    @property
+    def deepspeed(self) -> bool:
+        return self.active and self.strategy == "deepspeed"
+
+    @property
+    def sharded_saves(self) -> bool:
+        """Every rank writes its part of every checkpoint (FSDP's DCP shards, DeepSpeed's ZeRO
+        partitions), so saves, signal exits and crash saves need all ranks together."""
+        return self.fsdp or self.deepspeed
 
     # ------------------------------------------------------------ collectives
     def _guard(self, what: str, fn, *args, **kwargs):
@@ -216,6 +229,9 @@ class Dist:
             if dist.is_initialized():
                 dist.destroy_process_group()
             self.backend = None
+        for key in self.owned_env:
+            os.environ.pop(key, None)
+        self.owned_env = []
 
 
 def collective_error(d: Dist, what: str, exc: BaseException) -> DistributedError:
@@ -233,8 +249,15 @@ def setup_distributed(cfg: Any, device: torch.device) -> tuple[Dist, torch.devic
     note. Launched by torchrun with strategy none: a ConfigError, since N processes would
     each train the full model on a shard of the data and overwrite one run directory."""
     d = cfg.distributed
+    if d.strategy == "deepspeed":
+        from trainspeed.engine.deepspeed_engine import check_compatible, one_process_env
+
+        check_compatible(cfg)
+        owned = one_process_env() if env_world()[2] <= 1 else []  # a group even for one rank
+    else:
+        owned = []
     rank, local, world = env_world()
-    if world <= 1:
+    if world <= 1 and d.strategy != "deepspeed":
         out = Dist(strategy="none", timeout_s=d.timeout_s)
         if d.strategy != "none":
             out.notes.append(f"distributed.strategy={d.strategy} ignored: one process (launch with "
@@ -244,10 +267,10 @@ def setup_distributed(cfg: Any, device: torch.device) -> tuple[Dist, torch.devic
         raise ConfigError(
             f"this process is one of WORLD_SIZE={world} (launched by torchrun) but "
             "distributed.strategy is none: every rank would train alone and overwrite the same "
-            "run directory. Set distributed.strategy=ddp (or fsdp), or launch one process.")
-    if cfg.checkpoint.every_minutes is not None and d.strategy == "fsdp":
+            "run directory. Set distributed.strategy=ddp (or fsdp, deepspeed), or launch one process.")
+    if cfg.checkpoint.every_minutes is not None and d.strategy in ("fsdp", "deepspeed"):
         raise ConfigError(
-            "checkpoint.every_minutes is not supported with distributed.strategy=fsdp: every rank "
+            f"checkpoint.every_minutes is not supported with distributed.strategy={d.strategy}: every rank "
             "must join the save at the same step, and clocks differ between ranks. Use "
             "checkpoint.every_steps instead.")
     if device.type == "cuda":
@@ -259,7 +282,7 @@ def setup_distributed(cfg: Any, device: torch.device) -> tuple[Dist, torch.devic
     if not dist.is_available():
         raise ConfigError("this PyTorch build has no torch.distributed; use distributed.strategy=none")
     out = Dist(strategy=d.strategy, rank=rank, local_rank=local, world_size=world,
-               backend=backend, timeout_s=d.timeout_s)
+               backend=backend, timeout_s=d.timeout_s, owned_env=owned)
     if not dist.is_initialized():
         try:
             dist.init_process_group(backend=backend, timeout=timedelta(seconds=d.timeout_s),
@@ -288,7 +311,7 @@ def shard_units(model: nn.Module) -> list[nn.Module]:
 def wrap_model(model: nn.Module, eager: nn.Module, d: Dist, device: torch.device) -> tuple[nn.Module, list[str]]:
     """(module the loop calls, notes). DDP wraps what prepare_model returned; FSDP2 shards
     the eager module in place (so it must run before the optimizer is built)."""
-    if not d.active:
+    if not d.active or d.strategy == "deepspeed":  # DeepSpeed wraps once the optimizer exists
         return model, []
     if d.strategy == "ddp":
         from torch.nn.parallel import DistributedDataParallel as DDP

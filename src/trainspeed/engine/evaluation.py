@@ -27,6 +27,8 @@ def evaluate(trainer: "Trainer", val_loader: Iterable[Any] | None, mon: Any) -> 
     trainer.callbacks.fire(Event.EVAL_START, st)
     t0 = time.perf_counter()
     stats_fn = trainer.data.batch_stats or default_batch_stats
+    # Under DeepSpeed through its engine: with ZeRO-3 only the engine gathers the parameters.
+    model = trainer._ds if trainer._ds is not None else trainer.eager
     with mon.phase("eval"):
         trainer.eager.eval()
         total = torch.zeros((), device=device)
@@ -38,7 +40,7 @@ def evaluate(trainer: "Trainer", val_loader: Iterable[Any] | None, mon: Any) -> 
                 s = stats_fn(batch)
                 w = s.tokens if cfg.accumulation.normalize == "tokens" and s.tokens else s.samples
                 batch = move_to_device(batch, device, cfg.data.non_blocking)
-                total += trainer._loss(trainer.eager, batch).detach().float() * w
+                total += trainer._loss(model, batch).detach().float() * w
                 weight_sum += w
         if trainer.dist.active:  # every rank evaluated its shard of the validation data
             pair = trainer.dist.reduce_sum_(torch.stack([total.double(), total.new_tensor(float(weight_sum), dtype=torch.float64)]),

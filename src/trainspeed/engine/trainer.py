@@ -11,6 +11,7 @@ in setup.py; each switch is a plain function in its own module.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 import typing
 from pathlib import Path
@@ -85,17 +86,29 @@ class Trainer:
                               "optimizer=None (configure it under optim.*).")
         self.compiled = parts.compiled
         self.loss_fn = loss_fn
-        self.precision = setup_precision(self.cfg.precision, self.device)
+        # Under DeepSpeed its engine runs bf16/fp16 (deepspeed_config.py): no autocast of ours.
+        self.precision = setup_precision(
+            dataclasses.replace(self.cfg.precision, mode="fp32") if self.dist.deepspeed else self.cfg.precision,
+            self.device)
         self.notes += list(getattr(self.precision, "notes", []) or [])
         if optimizer is None:
             optimizer, info = build_optimizer(self.eager, self.cfg.optim, self.device)
             self.notes.append(describe_optimizer(info))
         self.optimizer = optimizer
-        if self.dist.fsdp:
+        self._ds: Any = None  # DeepSpeed's engine (distributed.strategy=deepspeed)
+        if self.dist.deepspeed:
+            from trainspeed.engine.deepspeed_engine import start_engine
+
+            self._ds, self.ds_config, ds_notes = start_engine(self.eager, optimizer, self.cfg, self.device,
+                                                              self.world_size)
+            self.model = self._ds
+            self.notes += ds_notes
+        if self.dist.sharded_saves:
             from trainspeed.engine.checkpoint.sharded import temp_tag
             from trainspeed.engine.distributed import FsdpState
 
-            self._fsdp_state = FsdpState(self.eager, optimizer)  # loads single-file checkpoints
+            if self.dist.fsdp:
+                self._fsdp_state = FsdpState(self.eager, optimizer)  # loads single-file checkpoints
             # Own gloo groups: DCP's async save runs collectives from a background thread, and
             # the save agreements must not queue behind them.
             self._ckpt_group = self.dist.new_cpu_group("checkpoint group creation")
@@ -280,6 +293,10 @@ class Trainer:
             self._flops_done = True
             self._record_flops(mon, group[0][0], group[0][1])
             t0 = _clock()
+        if self._ds is not None:
+            from trainspeed.engine.deepspeed_engine import train_step
+
+            return train_step(self, group, mon)
         while True:
             try:
                 if self._plain_pass and len(group) == 1 and self.microbatcher.split == 1:
@@ -447,7 +464,12 @@ class Trainer:
             from trainspeed.telemetry.flops import count_train_step_flops
 
             on_device = move_to_device(batch, self.device, False)
-            flops = count_train_step_flops(self.eager, self._loss, on_device)
+            if self._ds is not None:
+                from trainspeed.engine.deepspeed_engine import forward_flops_x3
+
+                flops = forward_flops_x3(self._ds, self._loss, on_device)
+            else:
+                flops = count_train_step_flops(self.eager, self._loss, on_device)
             mon.set_flops_per_step(flops * k)
         except Exception as exc:  # noqa: BLE001 - MFU is optional; training is not
             mon.event("warning", message=f"FLOP counting failed, MFU not reported: {exc}")

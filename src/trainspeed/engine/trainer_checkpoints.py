@@ -26,14 +26,23 @@ def checkpoint_session(trainer: Trainer, mon: Any, loaders: Any) -> CheckpointSe
     from trainspeed.engine.distributed import OptimizerLoader, crash_agreement, signal_agreement
 
     st = trainer.state
-    fsdp = trainer.dist.fsdp
-    if fsdp:
-        # Every rank writes its shards of every save (sharded.py). Signal and crash saves
-        # need all ranks, so the ranks agree on them first (distributed.py).
+    fsdp, every_rank = trainer.dist.fsdp, trainer.dist.sharded_saves
+    if every_rank:
+        # Every rank writes its shards (FSDP, sharded.py) or ZeRO partitions (DeepSpeed,
+        # deepspeed_io.py) of every save. Signal and crash saves need all ranks, so the ranks
+        # agree on them first (distributed.py).
         timeout = min(trainer.dist.timeout_s, 30.0)
+        if fsdp:
+            io: Any = ShardedIO(trainer.eager, trainer.optimizer, process_group=trainer._ckpt_group,
+                                world_size=trainer.world_size, tag=trainer._ckpt_tag)
+        else:
+            from trainspeed.engine.checkpoint.deepspeed_io import DeepSpeedIO
+            from trainspeed.engine.deepspeed_config import zero_stage
+
+            io = DeepSpeedIO(trainer._ds, world_size=trainer.world_size, tag=trainer._ckpt_tag,
+                             zero_stage=zero_stage(trainer.ds_config))
         extra = dict(
-            sharded=ShardedIO(trainer.eager, trainer.optimizer, process_group=trainer._ckpt_group,
-                              world_size=trainer.world_size, tag=trainer._ckpt_tag),
+            sharded=io,
             agree_signal=signal_agreement(trainer.dist, trainer._agree_group,
                                           trainer.cfg.distributed.signal_check_every),
             agree_crash=crash_agreement(trainer.dist, trainer._agree_group, timeout, lambda: st.step))
@@ -42,15 +51,21 @@ def checkpoint_session(trainer: Trainer, mon: Any, loaders: Any) -> CheckpointSe
         # reshards); DDP and single-process runs save single files.
         extra = dict(sharded=ShardedIO(trainer.eager, trainer.optimizer, world_size=trainer.world_size))
     # Rank 0 writes single-file checkpoints; under DDP only rank 0 handles signals (its
-    # state is everyone's), under FSDP every rank does and they agree (see above).
+    # state is everyone's), under FSDP and DeepSpeed every rank does and they agree (see above).
     ckpt = CheckpointSession.from_config(
         trainer.cfg.checkpoint, trainer.run_dir, monitor=mon,
-        handle_signals=trainer.rank == 0 or fsdp, writer=trainer.rank == 0,
+        handle_signals=trainer.rank == 0 or every_rank, writer=trainer.rank == 0,
         on_checkpoint=lambda info: trainer.callbacks.fire(Event.CHECKPOINT, _with_info(st, info)),
         **extra)
 
-    model, optimizer = (trainer._fsdp_state.load_views() if fsdp else (
-        trainer.eager, OptimizerLoader(trainer.eager, trainer.optimizer, sharded=False)))
+    if fsdp:
+        model, optimizer = trainer._fsdp_state.load_views()
+    elif trainer._ds is not None:
+        from trainspeed.engine.checkpoint.deepspeed_io import RefuseSingleFile
+
+        model, optimizer = RefuseSingleFile("model"), RefuseSingleFile("optimizer")
+    else:
+        model, optimizer = trainer.eager, OptimizerLoader(trainer.eager, trainer.optimizer, sharded=False)
     resumed = ckpt.resume(model, optimizer, trainer.scheduler, trainer.precision)
     if resumed is not None:
         c = resumed.counters
@@ -77,10 +92,10 @@ def state_fn(trainer: Trainer, loaders: Any) -> Callable[[], Any]:
         counters = TrainState(step=st.step, epoch=st.epoch, samples=st.samples,
                               tokens=st.tokens, batch_in_epoch=st.batch_in_epoch)
         sampler = loaders.train_bundle.state_dict() if loaders.train_bundle is not None else None
-        if trainer.dist.fsdp:  # each rank's shards go to DCP; rank 0 writes the rest
+        if trainer.dist.sharded_saves:  # each rank's shards go to DCP or DeepSpeed; rank 0 writes the rest
             rest = build_checkpoint(None, None, trainer.scheduler, trainer.precision, counters,
                                     sampler, config_to_dict(trainer.cfg),
-                                    {"world_size": trainer.world_size, "strategy": "fsdp"},
+                                    {"world_size": trainer.world_size, "strategy": trainer.dist.strategy},
                                     config_digest=config_hash(trainer.cfg))
             return ShardedState(tensors=trainer._ckpt_session.manager.sharded.state_dicts(), rest=rest)
         return build_checkpoint(trainer.eager, trainer.optimizer, trainer.scheduler, trainer.precision,

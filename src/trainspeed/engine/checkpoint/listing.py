@@ -1,7 +1,8 @@
 """What checkpoints a directory holds, and which one a run can resume from.
 
-Names are `step-XXXXXXXX.pt` (one file, with its checksum manifest) or `step-XXXXXXXX.dcp`
-(a sharded directory with its marker). Listing reads manifests only; `find_resumable`
+Names are `step-XXXXXXXX.pt` (one file, with its checksum manifest), `step-XXXXXXXX.dcp`
+(a sharded directory with its marker) or `step-XXXXXXXX.ds` (DeepSpeed's files, with the same
+marker). Listing reads manifests only; `find_resumable`
 verifies, newest first.
 """
 
@@ -19,11 +20,11 @@ from trainspeed.engine.checkpoint.sharded import SUFFIX as SHARDED_SUFFIX
 from trainspeed.engine.checkpoint.sharded import read_marker, verify_dir
 from trainspeed.errors import CheckpointError
 
-NAME_RE = re.compile(r"^step-(\d{8,})\.(?:pt|dcp)$")
+NAME_RE = re.compile(r"^step-(\d{8,})\.(?:pt|dcp|ds)$")
 
 
-def checkpoint_name(step: int, *, sharded: bool = False) -> str:
-    return f"step-{step:08d}" + (SHARDED_SUFFIX if sharded else ".pt")
+def checkpoint_name(step: int, *, sharded: bool = False, suffix: str | None = None) -> str:
+    return f"step-{step:08d}" + (suffix or (SHARDED_SUFFIX if sharded else ".pt"))
 
 
 def verify_checkpoint(path: str | Path) -> dict[str, Any]:

@@ -245,10 +245,11 @@ class CheckpointManager:
         io = self.sharded
         if io is None:
             raise CheckpointError("save_sharded needs manager.sharded (a ShardedIO) to be set")
-        path = self.directory / checkpoint_name(step, sharded=True)
+        path = self.directory / checkpoint_name(step, suffix=io.suffix)
         clean = self._start_save(step, metrics)
         if clean is None:
             return self._skipped(path, step)
+        is_async = self.async_save and not io.synchronous  # DeepSpeed writes before it returns
         t0 = time.perf_counter()
         io.wait()  # the previous save (all of it, on this rank) finishes before the next starts
         waited_s = time.perf_counter() - t0
@@ -256,19 +257,20 @@ class CheckpointManager:
         then = None
         if self.writer:
             rest = to_host(state.rest)  # the training thread keeps mutating the live RNG/sampler
-            meta = {"step": step, "metrics": clean, "reason": reason, "world_size": io.world_size}
+            meta = {"step": step, "metrics": clean, "reason": reason, "world_size": io.world_size,
+                    **io.marker_meta()}
 
             def then() -> None:
                 write_s, event = self._publish_sharded(rest, tmp, path, meta, t0)
-                blocked = blocking_s if self.async_save else time.perf_counter() - t0
-                self._emit({**event, "async": self.async_save, "blocking_s": blocked,
+                blocked = blocking_s if is_async else time.perf_counter() - t0
+                self._emit({**event, "async": is_async, "blocking_s": blocked,
                             "waited_s": waited_s})
 
         blocking_s = 0.0
         try:
             # Async: `then` runs in the background, after every rank's write; it reads
             # blocking_s (set below) only once the shards are written, long after this returns.
-            io.start_save(state.tensors, tmp, async_save=self.async_save, then=then)
+            io.start_save(state.tensors, tmp, async_save=is_async, then=then)
         except (CheckpointError, KeyboardInterrupt, SystemExit):
             raise
         except BaseException as exc:  # DCP's CheckpointException is a BaseException
@@ -279,12 +281,13 @@ class CheckpointManager:
         blocking_s = time.perf_counter() - t0
         self.poll()
         return SaveResult(path=path, step=step, blocking_s=blocking_s,
-                          write_s=None if self.async_save else blocking_s, async_save=self.async_save)
+                          write_s=None if is_async else blocking_s, async_save=is_async)
 
     def _publish_sharded(self, rest: dict[str, Any], tmp: Path, path: Path, meta: dict[str, Any],
                          t0: float) -> tuple[float, dict[str, Any]]:
         try:
-            marker = publish(tmp, path, rest, meta)
+            marker = publish(tmp, path, rest, meta, fmt=self.sharded.format,
+                             required=self.sharded.required_file)
             with self._lock:
                 self.corrupt.discard(path)
                 atomic_write_bytes((path.name + "\n").encode(), self.directory / LATEST)

@@ -54,6 +54,9 @@ from trainspeed.engine.checkpoint.atomic import (
 from trainspeed.errors import CheckpointError
 
 SUFFIX = ".dcp"
+DEEPSPEED_SUFFIX = ".ds"
+"""A DeepSpeed checkpoint directory (deepspeed_io.py): the same marker and atomic publish, with
+DeepSpeed's own files (engine.save_checkpoint) where DCP's shards are here."""
 MARKER = "trainspeed.json"
 STATE_FILE = "trainer_state.pt"
 DCP_METADATA = ".metadata"
@@ -64,7 +67,7 @@ def is_sharded_checkpoint(path: str | Path) -> bool:
     """A DCP checkpoint directory (by its name or its marker), as opposed to a directory of
     checkpoints or a single-file checkpoint."""
     path = Path(path)
-    return path.is_dir() and (path.name.endswith(SUFFIX) or (path / MARKER).exists())
+    return path.is_dir() and (path.name.endswith((SUFFIX, DEEPSPEED_SUFFIX)) or (path / MARKER).exists())
 
 
 def temp_tag() -> str:
@@ -102,8 +105,9 @@ def verify_dir(path: str | Path) -> dict[str, Any]:
         raise CheckpointError(f"{path}: sharded checkpoint directory does not exist")
     marker = read_marker(path)
     files: dict[str, Any] = marker["files"]
-    if DCP_METADATA not in files or STATE_FILE not in files:
-        raise CheckpointError(f"{path}: marker lists neither DCP's {DCP_METADATA} nor {STATE_FILE}")
+    required = marker.get("required", DCP_METADATA)
+    if required not in files or STATE_FILE not in files:
+        raise CheckpointError(f"{path}: marker lists neither {required} nor {STATE_FILE}")
     for name, size in files.items():
         f = path / name
         if not f.is_file():
@@ -135,15 +139,17 @@ class ShardedState:
     rest: dict[str, Any]
 
 
-def publish(tmp: Path, final: Path, rest: dict[str, Any], meta: dict[str, Any]) -> dict[str, Any]:
+def publish(tmp: Path, final: Path, rest: dict[str, Any], meta: dict[str, Any], *,
+            fmt: str = "dcp", required: str = DCP_METADATA) -> dict[str, Any]:
     """Rank 0, after every rank's shards are written: trainer_state.pt, then the marker, then
-    the rename to the final name. Returns the marker."""
+    the rename to the final name. Returns the marker. `required` is the file without which the
+    writer (DCP, DeepSpeed) did not finish; files in subdirectories are listed by relative path."""
     state_manifest = atomic_save(rest, tmp / STATE_FILE, meta={"step": meta.get("step")})
-    files = {p.name: p.stat().st_size for p in sorted(tmp.iterdir())
+    files = {p.relative_to(tmp).as_posix(): p.stat().st_size for p in sorted(tmp.rglob("*"))
              if p.is_file() and p.name != MARKER and not is_temp_name(p.name)}
-    if DCP_METADATA not in files:
-        raise CheckpointError(f"{tmp}: DCP finished without writing {DCP_METADATA}")
-    marker = {"schema": MARKER_SCHEMA, "format": "dcp", **meta, "files": files,
+    if required not in files:
+        raise CheckpointError(f"{tmp}: the {fmt} save finished without writing {required}")
+    marker = {"schema": MARKER_SCHEMA, "format": fmt, "required": required, **meta, "files": files,
               "bytes": sum(files.values()), "state_sha256": state_manifest["sha256"],
               "t_wall": time.time()}
     atomic_write_bytes(json.dumps(marker, indent=1, default=str).encode(), tmp / MARKER)
@@ -161,6 +167,9 @@ class ShardedIO:
     process or when only loading. `saver` is False for runs that only load DCP checkpoints
     (a single process or DDP resuming a sharded checkpoint)."""
 
+    suffix, format, required_file = SUFFIX, "dcp", DCP_METADATA  # see CheckpointManager.save_sharded
+    synchronous = False  # checkpoint.async_save applies
+
     def __init__(self, model: Any, optimizer: Any, *, process_group: Any = None,
                  world_size: int = 1, tag: str | None = None) -> None:
         self.model, self.optimizer = model, optimizer
@@ -171,6 +180,10 @@ class ShardedIO:
         self._pool: concurrent.futures.ThreadPoolExecutor | None = None
 
     # -- save -----------------------------------------------------------------------------------
+    def marker_meta(self) -> dict[str, Any]:
+        """What the marker records beyond step, reason and world size."""
+        return {}
+
     def state_dicts(self) -> dict[str, Any]:
         """Sharded (DTensor) model and optimizer state dicts, keyed by parameter name: no
         gather, each rank holds only its shards."""
@@ -236,6 +249,10 @@ class ShardedIO:
 
         path = Path(path)
         marker = verify_dir(path)
+        if marker.get("format", "dcp") != "dcp":
+            raise CheckpointError(
+                f"{path} was saved by {marker['format']} (distributed.strategy="
+                f"{marker['format']}); resume it with that strategy, or start this run fresh")
         saved_ws = marker.get("world_size", "?")
         rest = load_verified(path / STATE_FILE)
         if self.optimizer is None:
