@@ -30,6 +30,8 @@ SCRIPT = SCRIPTS / "deepspeed_train.py"
 CONFIG = SCRIPTS / "deepspeed_config.json"
 EXTENSIONS = ROOT / ".cache" / "torch_extensions"
 
+pytestmark = pytest.mark.timeout(300)
+
 
 def _line_of(text: str) -> int:
     """The line of the test script that holds `text`."""
@@ -123,6 +125,9 @@ def test_checkpoint_every_two_steps_is_ranked_first(ds_doctor, tmp_path):
         assert phases[name]["share"] > 0, name
     engine = _observation(result.run_dir, "deepspeed")
     assert engine["zero_stage"] == 2 and engine["bf16"] and engine["accumulation_steps"] == 2
+    # the run trained in the engine's bf16 (the Monitor started before the script chose: fp32)
+    assert result.summary["precision"] == "bf16"
+    assert json.loads((result.run_dir / "report.json").read_text())["summary"]["precision"] == "bf16"
 
 
 def _runs_as_written(verify: list[str], tmp_path: Path) -> None:

@@ -167,11 +167,31 @@ def execute(target: Target) -> None:
         sys.path[:] = saved_path
 
 
+def engine_precision_of(observations: Iterable[dict[str, Any]]) -> str | None:
+    """The precision a DeepSpeed engine's config trains in ("bf16", "fp16", "bf16-mixed"...),
+    None without an engine or in fp32. The doctor's Monitor starts before the script chooses a
+    precision, so its run_start says fp32; the engine, observed at its first step, knows."""
+    from trainspeed.doctor.checks.deepspeed import engine_precision
+
+    for obs in observations:
+        if obs.get("kind") == "deepspeed":
+            return engine_precision(obs)
+    return None
+
+
 def matmul_dtype(models: Iterable[dict[str, Any]], device: str) -> str:
-    """The dtype the script's matmuls ran at, from the model observations: autocast's dtype,
-    else the parameters' (half/bfloat16 models), else fp32 (tf32 when CUDA allows it)."""
+    """The dtype the script's matmuls ran at: a DeepSpeed engine's (its config: under its
+    torch_autocast section the parameters stay fp32 and autocast is on only inside the engine,
+    and under ZeRO-3 each rank holds a partition), else from the model observations: autocast's
+    dtype, else the parameters' (half/bfloat16 models), else fp32 (tf32 when CUDA allows it)."""
     import torch
 
+    from trainspeed.telemetry.peaks import dtype_for_precision
+
+    models = list(models)
+    precision = engine_precision_of(models)
+    if precision is not None:
+        return dtype_for_precision(precision)
     names = {"bfloat16": "bf16", "float16": "fp16"}
     for obs in models:
         if obs.get("kind") != "model":
@@ -274,6 +294,9 @@ def run_doctor(config: DoctorConfig) -> DoctorResult:
         monitor.event("warning", message=f"ranks {missing} did not finish their records within 30 s; "
                                          "their per-rank figures are partial")
     summary = monitor.close(error=error)
+    precision = engine_precision_of(session.observations.values())
+    if precision is not None:
+        summary["precision"] = precision  # run_start's is the Monitor's fp32 (engine_precision_of)
     error = None  # drop the frames (and DataLoader workers) the traceback holds
     run = read_run(run_dir)
     findings = diagnose(run, summary)

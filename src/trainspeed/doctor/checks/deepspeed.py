@@ -31,8 +31,16 @@ def config_name(ctx: CheckContext, info: dict[str, Any]) -> str:
     return f"the DeepSpeed config ({path})" if isinstance(path, str) and path else "the DeepSpeed config"
 
 
-def _precision(info: dict[str, Any]) -> str | None:
-    return "bf16" if info.get("bf16") else "fp16" if info.get("fp16") else None
+def engine_precision(info: dict[str, Any]) -> str | None:
+    """The precision an engine trains in, from its observed config: "bf16"/"fp16" (its bf16 or
+    fp16 section: half-precision weights, an fp32 master copy in the optimizer),
+    "bf16-mixed"/"fp16-mixed" (its torch_autocast section: fp32 weights, autocast matmuls), None
+    in fp32."""
+    if info.get("bf16") or info.get("fp16"):
+        return "bf16" if info.get("bf16") else "fp16"
+    if info.get("torch_autocast"):
+        return "fp16-mixed" if info.get("torch_autocast_dtype") == "float16" else "bf16-mixed"
+    return None
 
 
 def autocast_in_engine(ctx: CheckContext) -> Finding | None:
@@ -43,7 +51,7 @@ def autocast_in_engine(ctx: CheckContext) -> Finding | None:
     seen = ctx.first("deepspeed_autocast")
     if not seen:
         return None
-    precision = _precision(seen)
+    precision = engine_precision(seen)
     if precision is None or seen.get("torch_autocast"):
         return None  # an fp32 engine under autocast, or DeepSpeed's own torch_autocast section
     info = engine(ctx) or {}

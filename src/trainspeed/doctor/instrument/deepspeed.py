@@ -90,6 +90,16 @@ def _offloaded(engine: Any, name: str) -> bool | None:
     return value is not None and str(getattr(device, "value", device)).lower() not in ("none", "")
 
 
+def _autocast_dtype(engine: Any) -> str | None:
+    """The dtype of DeepSpeed's own torch_autocast section, when it is on."""
+    if not _ask(engine, "torch_autocast_enabled"):
+        return None
+    try:
+        return str(engine.torch_autocast_dtype()).replace("torch.", "")
+    except Exception:  # noqa: BLE001 - an older DeepSpeed
+        return None
+
+
 def describe_engine(engine: Any) -> dict[str, Any]:
     """The settings a finding reads, from the engine's parsed config (one call per run)."""
     config = getattr(engine, "config", None)
@@ -99,6 +109,7 @@ def describe_engine(engine: Any) -> dict[str, Any]:
         "bf16": _ask(engine, "bfloat16_enabled"),
         "fp16": _ask(engine, "fp16_enabled"),
         "torch_autocast": _ask(engine, "torch_autocast_enabled"),
+        "torch_autocast_dtype": _autocast_dtype(engine),
         "overlap_comm": _ask(engine, "zero_overlap_comm"),
         "contiguous_gradients": _ask(engine, "zero_contiguous_gradients"),
         "offload_optimizer": _offloaded(engine, "zero_offload_optimizer"),
