@@ -80,14 +80,41 @@ def _ask(engine: Any, name: str) -> Any:
     return bool(value) if hasattr(value, "__bool__") else str(value)
 
 
-def _offloaded(engine: Any, name: str) -> bool | None:
-    """Is ZeRO offloading (optimizer or parameters) on? Its config is an object with a device."""
+def _offloaded(engine: Any, name: str) -> str | bool | None:
+    """Where ZeRO offloads the optimizer or the parameters to ("cpu", "nvme"), False when it
+    does not, None when unknown. Its config is an object with a device (an enum)."""
     try:
         value = getattr(engine, name)()
     except Exception:  # noqa: BLE001 - an observation, never a crash of the user's run
         return None
     device = getattr(value, "device", None)
-    return value is not None and str(getattr(device, "value", device)).lower() not in ("none", "")
+    name = str(getattr(device, "value", device)).lower()
+    return name if value is not None and name not in ("none", "") else False
+
+
+def _param_count(engine: Any) -> int | None:
+    """Parameters of the engine's module, whole: under ZeRO-3 each rank holds a partition and
+    p.numel() is 0 outside a forward, p.ds_numel the full size."""
+    try:
+        return int(sum(getattr(p, "ds_numel", None) or p.numel() for p in engine.module.parameters()))
+    except Exception:  # noqa: BLE001 - an observation, never a crash of the user's run
+        return None
+
+
+def device_memory(device: Any, environ: Any = os.environ) -> dict[str, Any]:
+    """The memory a rank on `device` trains in: a CUDA device's total memory (one per rank),
+    else the machine's RAM (psutil), shared by this node's LOCAL_WORLD_SIZE processes."""
+    try:
+        if isinstance(device, torch.device) and device.type == "cuda":
+            props = torch.cuda.get_device_properties(device)
+            return {"device_memory": int(props.total_memory), "device_memory_of": f"{props.name} memory",
+                    "memory_shared_by": 1}
+        import psutil
+
+        return {"device_memory": int(psutil.virtual_memory().total), "device_memory_of": "machine RAM",
+                "memory_shared_by": max(1, int(environ.get("LOCAL_WORLD_SIZE") or 1))}
+    except Exception:  # noqa: BLE001 - an observation, never a crash of the user's run
+        return {"device_memory": None}
 
 
 def _autocast_dtype(engine: Any) -> str | None:
@@ -118,6 +145,8 @@ def describe_engine(engine: Any) -> dict[str, Any]:
         "micro_batch_size": _ask(engine, "train_micro_batch_size_per_gpu"),
         "accumulation_steps": _ask(engine, "gradient_accumulation_steps"),
         "dp_world_size": getattr(engine, "dp_world_size", None),
+        "params": _param_count(engine),
+        **device_memory(getattr(engine, "device", None)),
         "gradient_clipping": _ask(engine, "gradient_clipping"),
         "optimizer": type(getattr(engine, "optimizer", None)).__name__,
         "basic_optimizer": type(getattr(engine, "basic_optimizer", None)).__name__,
@@ -241,4 +270,4 @@ def install(session: Session, patches: Patches, imports: PostImportHooks) -> Non
     imports.add("deepspeed", on_deepspeed)
 
 
-__all__ = ["describe_engine", "install", "one_process_env"]
+__all__ = ["describe_engine", "device_memory", "install", "one_process_env"]
