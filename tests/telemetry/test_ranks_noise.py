@@ -9,6 +9,8 @@ tests/assets/scripts/deepspeed_train.py under `torchrun --nproc_per_node 2` (ZeR
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from trainspeed.doctor.checks import diagnose
@@ -42,7 +44,7 @@ def _steps(rows: list[tuple[float, float, float]], rank: int, warm: int = 1) -> 
 
 
 def _run(by_rank: dict[int, list[dict]], events: list[dict] = ()) -> RunData:
-    run = RunData(path=__import__("pathlib").Path("."), steps=by_rank[0],
+    run = RunData(path=Path("."), steps=by_rank[0],
                   events=[make_event("run_start", 0, 0.0, device="cpu", precision="fp32"), *events])
     run.rank_steps = {r: s for r, s in by_rank.items() if r}
     return run
