@@ -55,7 +55,8 @@ def train(ws: Path, name: str, *overrides: str, nproc: int = 2, report: bool = F
 
 def losses(run: Path, rank: int = 0) -> dict[int, float]:
     path = run / "steps.jsonl" if rank == 0 else run / "ranks" / f"rank{rank}" / "steps.jsonl"
-    return {r["step"]: r["loss"] for r in map(json.loads, path.read_text().splitlines())}
+    lines = path.read_text().split("\n")[:-1]  # an unterminated last line (a killed writer) is no record
+    return {r["step"]: r["loss"] for r in map(json.loads, lines)}
 
 
 def assert_close(a: dict[int, float], b: dict[int, float]) -> None:

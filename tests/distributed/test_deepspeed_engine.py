@@ -1,0 +1,145 @@
+"""distributed.strategy=deepspeed end to end on the CPU (DeepSpeed with DS_ACCELERATOR=cpu, gloo),
+launched as users do: torchrun with 2 processes, or plain `python -m trainspeed train` for one.
+
+The references are the ones of test_torchrun.py: without dropout, 2 ranks x batch 4 see the
+same 8 samples per step as one process with batch 8, so ZeRO-2 in fp32 must give the same loss
+curve to float rounding. bf16 is checked against itself (a killed and auto-resumed run against
+an uninterrupted one), since its rounding differs from fp32's by design.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from launch_helpers import TINY, assert_close, cmd, env, losses
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
+
+ROOT = Path(__file__).resolve().parents[2]
+EXTENSIONS = ROOT / ".cache" / "torch_extensions"
+ZERO2 = ["distributed.strategy=deepspeed", "distributed.zero_stage=2"]
+
+
+@pytest.fixture(scope="module")
+def ws(tmp_path_factory):
+    """Token cache built once; DeepSpeed's CPU op built (or found) once, where `make venv` puts
+    it, with the venv's ninja first on PATH (another ninja would rebuild it)."""
+    pytest.importorskip("deepspeed")
+    from trainspeed.recipes.gpt import data as gdata
+
+    root = tmp_path_factory.mktemp("ds")
+    gdata.load_tokens(directory=root / "cache")
+    build = subprocess.run([sys.executable, "-c", "from deepspeed.comm.torch import build_shm_op; build_shm_op()"],
+                           env=ds_env(root), capture_output=True, text=True, timeout=600)
+    if build.returncode:
+        pytest.skip(f"DeepSpeed's CPU op does not build here: {build.stderr.strip().splitlines()[-1:]}")
+    return root
+
+
+def ds_env(ws: Path) -> dict[str, str]:
+    return {**env(ws), "DS_ACCELERATOR": "cpu", "TORCH_EXTENSIONS_DIR": str(EXTENSIONS),
+            "PATH": os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")])}
+
+
+def train(ws: Path, name: str, *overrides: str, nproc: int = 2) -> Path:
+    proc = subprocess.run(cmd(ws, name, [*overrides, "--no-report"], nproc), env=ds_env(ws), cwd=ws,
+                          capture_output=True, text=True, timeout=200)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return ws / "runs" / name
+
+
+def events(run: Path, kind: str) -> list[dict]:
+    rows = [json.loads(line) for line in (run / "events.jsonl").read_text().splitlines()]
+    return [r["data"] for r in rows if r["type"] == kind]
+
+
+@pytest.fixture(scope="module")
+def single(ws):
+    return train(ws, "single", "data.batch_size=8", nproc=1)
+
+
+@pytest.fixture(scope="module")
+def zero2(ws):
+    return train(ws, "zero2", *ZERO2, "data.batch_size=4")
+
+
+def test_two_rank_zero2_matches_one_process_with_double_batch(single, zero2):
+    ref = losses(single)
+    assert len(ref) == 6 and len(set(ref.values())) > 1
+    assert_close(losses(zero2), ref)  # gradient_clipping=1.0 (fast.yaml) sees the global norm
+    assert losses(zero2, rank=1) == losses(zero2)
+    notes = [e["message"] for e in events(zero2, "note")]
+    assert "DeepSpeed ZeRO stage 2, fp32, 2 rank(s), micro-batch 4 x 1 accumulation" in notes
+
+
+def test_checkpoints_are_deepspeed_directories_published_with_a_marker(zero2):
+    from trainspeed.engine.checkpoint import find_resumable, list_checkpoints
+    from trainspeed.engine.checkpoint.sharded import verify_dir
+
+    ckpts = zero2 / "checkpoints"
+    assert [i.path.name for i in list_checkpoints(ckpts)] == ["step-00000003.ds", "step-00000006.ds"]
+    marker = verify_dir(ckpts / "step-00000006.ds")
+    assert marker["format"] == "deepspeed" and marker["world_size"] == 2 and marker["zero_stage"] == 2
+    # DeepSpeed's module file, one ZeRO partition per rank, its own fp32 converter
+    assert {"deepspeed/mp_rank_00_model_states.pt", "deepspeed/zero_pp_rank_0_mp_rank_00_optim_states.pt",
+            "deepspeed/zero_pp_rank_1_mp_rank_00_optim_states.pt", "zero_to_fp32.py"} <= marker["files"].keys()
+    assert find_resumable(ckpts) == ckpts / "step-00000006.ds"
+    saves = events(zero2, "checkpoint")
+    assert [s["ckpt_step"] for s in saves] == [3, 6] and not any(s["async"] for s in saves)
+    assert not [p for p in ckpts.iterdir() if p.name.startswith(".")]  # no temp directory left
+
+
+def test_a_two_rank_checkpoint_resumes_on_one_process_through_the_universal_form(ws, single, zero2):
+    resumed = train(ws, "zero2-on-one", *ZERO2, "data.batch_size=8", "--resume",
+                    str(zero2 / "checkpoints" / "step-00000003.ds"), nproc=1)
+    assert_close(losses(resumed), {s: v for s, v in losses(single).items() if s > 3})
+    assert not [p for p in (zero2 / "checkpoints").iterdir() if "universal" in p.name]
+
+
+def test_killed_bf16_run_auto_resumes_on_the_uninterrupted_curve(ws):
+    """SIGKILL to torchrun and both ranks once the first checkpoint is published; the rerun of
+    the same command with auto_resume continues from the newest intact checkpoint on the curve
+    of an uninterrupted run. (Where the kill lands is up to the machine: the step records lag
+    the training by a flush, and either checkpoint is a fair start.)"""
+    bf16 = [*ZERO2, "precision.mode=bf16-mixed", "data.batch_size=4", "run.max_steps=12",
+            "checkpoint.every_steps=5", "checkpoint.keep_last=2"]
+    reference = losses(train(ws, "bf16-reference", *bf16))
+    run = ws / "runs" / "bf16-killed"
+    proc = subprocess.Popen(cmd(ws, "bf16-killed", [*bf16, "--no-report"], 2), env=ds_env(ws), cwd=ws,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 150
+        while proc.poll() is None and time.monotonic() < deadline \
+                and not (run / "checkpoints" / "step-00000005.ds").exists():
+            time.sleep(0.02)
+        os.killpg(proc.pid, signal.SIGKILL)  # no save on the way out
+    finally:
+        proc.wait(timeout=30)
+    train(ws, "bf16-killed", *bf16, "checkpoint.auto_resume=true")
+    restart = events(run, "restart")
+    assert restart and restart[-1]["path"].endswith(".ds")
+    at = restart[-1]["at_step"]
+    assert at in (5, 10)
+    resumed = {s: v for s, v in losses(run).items() if s > at}  # its records come last and win
+    assert sorted(resumed) == list(range(at + 1, 13))
+    assert_close(resumed, {s: v for s, v in reference.items() if s > at})
+    assert len(set(reference.values())) > 5 and reference[12] < reference[1]  # it trains
+
+
+def test_contradicting_json_is_refused_before_training(ws, tmp_path):
+    config = tmp_path / "ds_config.json"
+    config.write_text(json.dumps({"bf16": {"enabled": True}, "zero_optimization": {"stage": 2}}))
+    proc = subprocess.run(cmd(ws, "contradiction", ["distributed.strategy=deepspeed",
+                                                    f"distributed.deepspeed={config}"], 1),
+                          env=ds_env(ws), cwd=ws, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2
+    assert ("the DeepSpeed config enables bf16 but precision.mode='fp32'. Keep one: set "
+            "precision.mode=bf16-mixed") in proc.stderr
+    assert not (ws / "runs" / "contradiction" / "steps.jsonl").exists()
