@@ -88,6 +88,16 @@ def test_checkpoint_interval_recommendation():
     assert loop.checkpointing(ctx_of(make_run(shares={"ckpt": 0.004, "forward": 0.5}, events=rare))) is None
 
 
+def test_engine_saves_are_timed_by_what_blocked_training():
+    """The engine's checkpoint events carry blocking_s (no "seconds"); a DeepSpeed save (.ds)
+    writes before it returns, so there is no background write to recommend."""
+    saves = [make_event("checkpoint", i, 0.0, kind="save", blocking_s=0.002, write_s=0.002,
+                        path=f"ckpts/step-{i:08d}.ds") for i in range(40)]
+    f = loop.checkpointing(ctx_of(make_run(shares={"ckpt": 0.2, "forward": 0.5}, events=saves)))
+    assert "2.0 ms each" in f.evidence
+    assert f.recommendation.endswith("(engine: checkpoint.every_steps=10)")
+
+
 def _sites(category, kind, count, seconds=0.0, site="train.py:9"):
     return {"kind": "call_sites", "rows": [{"category": category, "kind": kind, "site": site, "code": "x",
                                             "count": count, "seconds": seconds}],

@@ -270,7 +270,8 @@ def checkpointing(ctx: CheckContext) -> Finding | None:
     too_often = every < CKPT_OFTEN_STEPS and share >= CKPT_OFTEN_MIN_SHARE
     if share < CKPT_WARNING and not too_often:
         return None
-    seconds = float(np.median([float(s.get("seconds") or 0.0) for s in saves]))
+    # doctor runs time the save call ("seconds"); engine runs record what blocked training
+    seconds = float(np.median([float(s.get("seconds") or s.get("blocking_s") or 0.0) for s in saves]))
     sizes = [s.get("bytes") for s in saves if isinstance(s.get("bytes"), (int, float))]
     files = [s.get("files") for s in saves if isinstance(s.get("files"), int)]
     step = ctx.step_mean or 0.0
@@ -288,6 +289,10 @@ def checkpointing(ctx: CheckContext) -> Finding | None:
         # the script's own interval flag: the change is an argument, not code or our engine
         recommendation = (f"save less often: {set_flag(flag, interval)} (now {show_flag(flag)}), so saving "
                           f"stays under {CKPT_TARGET:.0%} of the time; or save every N minutes")
+    elif any(str(s.get("path", "")).endswith(".ds") for s in saves):
+        # DeepSpeed's save_checkpoint writes before it returns: no background write to offer
+        recommendation = (f"save every >= {interval} steps so saving stays under {CKPT_TARGET:.0%} of "
+                          f"the time (engine: checkpoint.every_steps={interval})")
     else:
         recommendation = (f"save every >= {interval} steps (or every N minutes) so saving stays under "
                           f"{CKPT_TARGET:.0%} of the time, and write in the background "

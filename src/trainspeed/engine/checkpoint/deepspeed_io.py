@@ -2,7 +2,7 @@
 DeepSpeed's own `engine.save_checkpoint` and published like a sharded (DCP) checkpoint.
 
     checkpoints/step-00000006.ds/
-      deepspeed/mp_rank_00_model_states.pt             DeepSpeed's module state (+ its client state)
+      deepspeed/mp_rank_00_model_states.pt             DeepSpeed's module state (ZeRO-3: one per rank)
       deepspeed/zero_pp_rank_<r>_mp_rank_00_optim_states.pt   each rank's ZeRO partition (stage >= 1)
       zero_to_fp32.py                                   DeepSpeed's own converter to one fp32 file
       trainer_state.pt     counters, sampler position, schedule, RNG, config digest (rank 0)
@@ -18,7 +18,9 @@ absent. DeepSpeed writes synchronously, so checkpoint.async_save has no effect h
 Resume on another number of ranks: ZeRO stage 0 (the whole optimizer state in the module file)
 loads anywhere. ZeRO 1-3 partitions are per rank, and DeepSpeed refuses them on another world
 size; they are converted first with DeepSpeed's own `ds_to_universal` (rank 0, into a temp
-directory beside the checkpoint, removed after) and loaded as a universal checkpoint.
+directory beside the checkpoint, removed after) and loaded as a universal checkpoint. Measured on
+the gpt recipe: ZeRO 1 and 2 resume on the uninterrupted loss curve exactly, ZeRO-3 within 1e-4
+(DeepSpeed's universal load of ZeRO-3 optimizer state).
 """
 
 from __future__ import annotations
@@ -37,13 +39,14 @@ from trainspeed.errors import CheckpointError
 TAG = "deepspeed"
 """DeepSpeed's `tag`: the subdirectory of the checkpoint directory its files go into."""
 MODEL_FILE = f"{TAG}/mp_rank_00_model_states.pt"
+ZERO3_MODEL_FILE = f"{TAG}/zero_pp_rank_0_mp_rank_00_model_states.pt"
 
 
 class DeepSpeedIO:
     """The checkpoint writer/loader CheckpointManager.save_sharded and CheckpointSession.resume
     use under distributed.strategy=deepspeed (the same interface as sharded.ShardedIO)."""
 
-    suffix, format, required_file = DEEPSPEED_SUFFIX, "deepspeed", MODEL_FILE
+    suffix, format = DEEPSPEED_SUFFIX, "deepspeed"
     synchronous = True  # save_checkpoint returns once written: checkpoint.async_save does not apply
 
     def __init__(self, engine: Any, *, world_size: int = 1, tag: str | None = None,
@@ -53,6 +56,9 @@ class DeepSpeedIO:
         self.zero_stage = zero_stage
         self.tag = tag or temp_tag()
         self.process_group = None
+        # The file without which DeepSpeed did not finish: under ZeRO-3 every rank writes its
+        # own module partition and rank 0's is the one that always exists.
+        self.required_file = MODEL_FILE if zero_stage < 3 else ZERO3_MODEL_FILE
 
     # -- save -----------------------------------------------------------------------------------
     def state_dicts(self) -> dict[str, Any]:
