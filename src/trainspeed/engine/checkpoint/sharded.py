@@ -252,7 +252,9 @@ class ShardedIO:
         if marker.get("format", "dcp") != "dcp":
             raise CheckpointError(
                 f"{path} was saved by {marker['format']} (distributed.strategy="
-                f"{marker['format']}); resume it with that strategy, or start this run fresh")
+                f"{marker['format']}); resume it with that strategy, or start this run fresh "
+                "(checkpoint.resume=null, checkpoint.auto_resume=false). Its zero_to_fp32.py "
+                "writes the model's weights as one fp32 state dict for other uses")
         saved_ws = marker.get("world_size", "?")
         rest = load_verified(path / STATE_FILE)
         if self.optimizer is None:
