@@ -135,6 +135,9 @@ def precision(ctx: KnobContext) -> list:
 
 
 def compile(ctx: KnobContext) -> list:  # noqa: A001 - the knob's name
+    if ctx.get("distributed.strategy") == "deepspeed":
+        return [Skip("compile", "default", "DeepSpeed's engine wraps the module, and a run with "
+                                           "distributed.strategy=deepspeed keeps compile.mode=off")]
     out: list = []
     current = ctx.get("compile.mode")
     cuda = ctx.device.type == "cuda"
@@ -177,11 +180,16 @@ def fused_optimizer(ctx: KnobContext) -> list:
 def batch_size(ctx: KnobContext) -> list:
     from trainspeed.tune.batch_size import batch_size_candidates
 
-    return batch_size_candidates(ctx)
+    pinned = _deepspeed_pins(ctx, "batch_size", ("train_micro_batch_size_per_gpu", "train_batch_size"))
+    return pinned or batch_size_candidates(ctx)
 
 
 def grad_accumulation(ctx: KnobContext) -> list:
     """Same effective batch in smaller micro-batches: a memory knob, measured for its cost."""
+    pinned = _deepspeed_pins(ctx, "grad_accumulation", ("train_micro_batch_size_per_gpu",
+                                                         "gradient_accumulation_steps"))
+    if pinned:
+        return pinned
     b, steps = int(ctx.get("data.batch_size") or 1), int(ctx.get("accumulation.steps") or 1)
     out: list = []
     for k in (2, 4):
@@ -303,6 +311,65 @@ def checkpoint_every(ctx: KnobContext) -> list:
     return out
 
 
+def _deepspeed_pins(ctx: KnobContext, knob: str, keys: tuple[str, ...]) -> list:
+    """[Skip] when the config's DeepSpeed JSON fixes one of `keys` (a trial that changed the
+    batch would contradict it: a ConfigError, not a measurement), else []."""
+    if ctx.get("distributed.strategy") != "deepspeed":
+        return []
+    from trainspeed.engine.deepspeed_config import read_deepspeed_config
+
+    ds = read_deepspeed_config(ctx.get("distributed.deepspeed"))
+    fixed = [f"{k}={ds[k]!r}" for k in keys if ds.get(k) not in (None, "auto")]
+    if not fixed:
+        return []
+    return [Skip(knob, "-", f"the DeepSpeed config fixes {', '.join(fixed)}; remove it there (the engine fills it "
+                            "in from data.batch_size and accumulation.steps) to let the tune vary the batch")]
+
+
+def _zero(ctx: KnobContext, knob: str) -> Any:
+    """The ZeRO settings a trial of this config runs (a zero.ZeroState: the DeepSpeed config
+    the engine would build, distributed.* overrides and DeepSpeed's defaults applied), or a
+    Skip when the config does not run DeepSpeed."""
+    strategy = ctx.get("distributed.strategy") or "none"
+    if strategy != "deepspeed":
+        return Skip(knob, "-", f"distributed.strategy is {strategy!r}: ZeRO settings are DeepSpeed's "
+                               "(distributed.strategy=deepspeed)")
+    from trainspeed.config import load_config
+    from trainspeed.engine.deepspeed_config import build_deepspeed_config
+    from trainspeed.tune.zero import zero_state
+
+    # One process: a tune's trials run `trainspeed train` without a launcher (see tune/zero.py).
+    return zero_state(build_deepspeed_config(load_config(ctx.config), world_size=1)["zero_optimization"])
+
+
+def zero_stage(ctx: KnobContext) -> list:
+    """distributed.zero_stage: the other stages of 0-2; 3 only under memory pressure (zero.stage_items)."""
+    from trainspeed.tune.zero import stage_items
+
+    state = _zero(ctx, "zero_stage")
+    if isinstance(state, Skip):
+        return [state]
+    memory = ctx.device.memory_bytes
+    share = ctx.baseline_memory / memory if ctx.baseline_memory and memory else None
+    return stage_items(state, lambda stage: {"distributed.zero_stage": stage}, share)
+
+
+def overlap_comm(ctx: KnobContext) -> list:
+    """distributed.overlap_comm flipped (ZeRO stage >= 1)."""
+    from trainspeed.tune.zero import overlap_items
+
+    state = _zero(ctx, "overlap_comm")
+    return [state] if isinstance(state, Skip) else overlap_items(state, lambda on: {"distributed.overlap_comm": on})
+
+
+def bucket_size(ctx: KnobContext) -> list:
+    """distributed.bucket_size: 5e7, 2e8, 5e8 elements but the current (ZeRO stage >= 1)."""
+    from trainspeed.tune.zero import bucket_items
+
+    state = _zero(ctx, "bucket_size")
+    return [state] if isinstance(state, Skip) else bucket_items(state, lambda n: {"distributed.bucket_size": n})
+
+
 KNOBS: dict[str, KnobFn] = {
     # Ordered by how often they pay off: with a tight budget the first ones run.
     "precision": precision,
@@ -311,6 +378,9 @@ KNOBS: dict[str, KnobFn] = {
     "dynamic_padding": dynamic_padding,
     "batch_size": batch_size,
     "fused_optimizer": fused_optimizer,
+    "zero_stage": zero_stage,
+    "overlap_comm": overlap_comm,
+    "bucket_size": bucket_size,
     "attention": attention,
     "compile": compile,
     "channels_last": channels_last,

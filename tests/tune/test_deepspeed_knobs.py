@@ -1,0 +1,208 @@
+"""The ZeRO knobs (zero_stage, overlap_comm, bucket_size): what they try from a DeepSpeed config,
+why they skip, and one real short tune of a tiny gpt under distributed.strategy=deepspeed whose
+ablation table holds them."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from trainspeed.config import load_config
+from trainspeed.engine.deepspeed_config import build_deepspeed_config
+from trainspeed.errors import ConfigError
+from trainspeed.tune.knobs import KNOBS, Candidate, DeviceInfo, KnobContext, Skip, parse_knobs
+from trainspeed.tune.search import apply_settings
+from trainspeed.tune.zero import STAGE3_MEMORY_SHARE, bucket_label
+
+ROOT = Path(__file__).resolve().parents[2]
+EXTENSIONS = ROOT / ".cache" / "torch_extensions"
+ZERO = ("zero_stage", "overlap_comm", "bucket_size")
+
+
+def deepspeed(base: dict, **distributed) -> dict:
+    settings = {"distributed.strategy": "deepspeed", "compile.mode": "off"}
+    settings.update({f"distributed.{k}": v for k, v in distributed.items()})
+    return apply_settings(base, settings)
+
+
+def items(name: str, config: dict, device: DeviceInfo, **kw) -> list:
+    return KNOBS[name](KnobContext(config=config, device=device, **kw))
+
+
+def offered(name: str, config: dict, device: DeviceInfo, **kw) -> dict[str, dict]:
+    return {c.label: c.settings for c in items(name, config, device, **kw) if isinstance(c, Candidate)}
+
+
+def test_without_deepspeed_every_zero_knob_is_skipped_with_the_reason(base_config, cpu):
+    for name in ZERO:
+        [skip] = items(name, base_config, cpu)
+        assert isinstance(skip, Skip) and skip.knob == name and not skip.deferred
+        assert skip.reason.startswith("distributed.strategy is 'none'") and "deepspeed" in skip.reason
+    ddp = apply_settings(base_config, {"distributed.strategy": "ddp"})
+    assert "'ddp'" in items("zero_stage", ddp, cpu)[0].reason
+
+
+def test_zero_stage_tries_the_other_stages_and_stage_3_only_under_memory_pressure(base_config, cpu):
+    ds = deepspeed(base_config, zero_stage=2)
+    assert offered("zero_stage", ds, cpu, baseline_memory=1e9) == {
+        "0": {"distributed.zero_stage": 0}, "1": {"distributed.zero_stage": 1}}
+    [three] = [s for s in items("zero_stage", ds, cpu, baseline_memory=1e9) if isinstance(s, Skip)]
+    assert three.label == "3" and "peaked at 12%" in three.reason and ">= 50%" in three.reason
+    # unknown peak (no baseline yet): not tried either, and the reason says so
+    assert "peaked at unknown" in [s for s in items("zero_stage", ds, cpu) if isinstance(s, Skip)][0].reason
+    # the baseline took over half of the device's memory: stage 3 is worth its trial
+    heavy = STAGE3_MEMORY_SHARE * cpu.memory_bytes
+    assert offered("zero_stage", ds, cpu, baseline_memory=heavy) == {
+        "0": {"distributed.zero_stage": 0}, "1": {"distributed.zero_stage": 1}, "3": {"distributed.zero_stage": 3}}
+
+
+def test_the_current_settings_come_from_the_deepspeed_json_and_the_overrides(base_config, cpu, tmp_path):
+    path = tmp_path / "ds.json"
+    path.write_text(json.dumps({"zero_optimization": {"stage": 1, "overlap_comm": True,
+                                                      "reduce_bucket_size": 200_000_000}}))
+    ds = deepspeed(base_config, deepspeed=str(path))
+    assert set(offered("zero_stage", ds, cpu, baseline_memory=1e9)) == {"0", "2"}
+    assert offered("overlap_comm", ds, cpu) == {"false": {"distributed.overlap_comm": False}}
+    assert offered("bucket_size", ds, cpu) == {"5e7": {"distributed.bucket_size": 50_000_000},
+                                               "5e8": {"distributed.bucket_size": 500_000_000}}
+    # distributed.* override the JSON (what the engine hands DeepSpeed)
+    over = deepspeed(base_config, deepspeed=str(path), zero_stage=2, overlap_comm=False, bucket_size=50_000_000)
+    assert set(offered("zero_stage", over, cpu, baseline_memory=1e9)) == {"0", "1"}
+    assert offered("overlap_comm", over, cpu) == {"true": {"distributed.overlap_comm": True}}
+    assert set(offered("bucket_size", over, cpu)) == {"2e8", "5e8"}
+    # an inline mapping reads the same
+    inline = deepspeed(base_config, deepspeed={"zero_optimization": {"stage": 1}})
+    assert set(offered("zero_stage", inline, cpu, baseline_memory=1e9)) == {"0", "2"}
+
+
+def test_deepspeed_defaults_fill_what_the_config_leaves_out(base_config, cpu):
+    """Unset: buckets of 5e8 elements, overlap_comm on at stage 3 only (DeepSpeed's rules)."""
+    two = deepspeed(base_config, zero_stage=2)
+    assert set(offered("bucket_size", two, cpu)) == {"5e7", "2e8"}
+    assert offered("overlap_comm", two, cpu) == {"true": {"distributed.overlap_comm": True}}
+    three = deepspeed(base_config, zero_stage=3)
+    assert offered("overlap_comm", three, cpu) == {"false": {"distributed.overlap_comm": False}}
+
+
+def test_overlap_and_buckets_wait_for_a_zero_stage(base_config, cpu):
+    """Stage 0 has no ZeRO reduction: overlap_comm and bucket_size are deferred and tried on top
+    of a zero_stage winner >= 1 (the greedy step asks the knob again on that config)."""
+    plain = deepspeed(base_config)  # no JSON, no zero_stage: stage 0
+    assert set(offered("zero_stage", plain, cpu, baseline_memory=1e9)) == {"1", "2"}
+    for name in ("overlap_comm", "bucket_size"):
+        [skip] = items(name, plain, cpu)
+        assert isinstance(skip, Skip) and skip.deferred and "zero_stage winner >= 1" in skip.reason
+        assert offered(name, apply_settings(plain, {"distributed.zero_stage": 1}), cpu)
+
+
+def test_every_zero_candidate_is_a_config_the_engine_builds(base_config, cpu):
+    ds = deepspeed(base_config, zero_stage=2)
+    for name in ZERO:
+        for item in items(name, ds, cpu, baseline_memory=cpu.memory_bytes):
+            if isinstance(item, Candidate):
+                cfg = load_config(apply_settings(ds, item.settings))
+                zero = build_deepspeed_config(cfg, world_size=1)["zero_optimization"]
+                key, value = next(iter(item.settings.items()))
+                expected = {"distributed.zero_stage": ("stage",), "distributed.overlap_comm": ("overlap_comm",),
+                            "distributed.bucket_size": ("reduce_bucket_size", "allgather_bucket_size")}[key]
+                assert all(zero[k] == value for k in expected), (item, zero)
+
+
+def test_knobs_deepspeed_refuses_are_skipped_not_failed(base_config, cpu, tmp_path):
+    """compile (the engine refuses it under DeepSpeed), and a batch the DeepSpeed JSON fixes:
+    a trial would end in a ConfigError, so the knob says why instead."""
+    ds = deepspeed(base_config, zero_stage=2)
+    [skip] = items("compile", ds, cpu)
+    assert isinstance(skip, Skip) and "compile.mode=off" in skip.reason
+    assert offered("batch_size", ds, cpu) and offered("grad_accumulation", ds, cpu)  # the JSON fixes nothing
+    path = tmp_path / "ds.json"
+    path.write_text(json.dumps({"train_micro_batch_size_per_gpu": 16, "gradient_accumulation_steps": "auto"}))
+    pinned = deepspeed(base_config, deepspeed=str(path))
+    for name in ("batch_size", "grad_accumulation"):
+        [skip] = items(name, pinned, cpu)
+        assert isinstance(skip, Skip) and "train_micro_batch_size_per_gpu=16" in skip.reason
+
+
+def test_zero_knob_names_parse_for_a_config_tune():
+    assert parse_knobs("zero_stage, overlap_comm,bucket_size") == list(ZERO)
+    assert set(ZERO) <= set(parse_knobs(None))
+    with pytest.raises(ConfigError, match="did you mean 'zero_stage'"):
+        parse_knobs("zero_stag")
+
+
+def test_bucket_labels():
+    assert [bucket_label(n) for n in (50_000_000, 200_000_000, 500_000_000, 150_000_000, 1_000_000_000)] == [
+        "5e7", "2e8", "5e8", "1.5e8", "1e9"]
+
+
+# ------------------------------------------------------------------ a real short tune
+
+TINY = ["recipe.options.size=null", "recipe.options.n_layer=1", "recipe.options.n_head=2",
+        "recipe.options.n_embd=32", "recipe.options.block_size=32", "data.batch_size=4",
+        "recipe.options.samples_per_epoch=256", "recipe.options.val_samples=16", "recipe.options.dropout=0.0",
+        "precision.mode=fp32", "compile.mode=off", "distributed.strategy=deepspeed", "distributed.zero_stage=2"]
+
+
+def ds_env() -> dict[str, str]:
+    """DeepSpeed on the CPU, its op from the repository's build cache, the venv's ninja first
+    (another ninja version rebuilds the op: a minute on 2 cores)."""
+    return {**os.environ, "DS_ACCELERATOR": "cpu", "TORCH_EXTENSIONS_DIR": str(EXTENSIONS),
+            "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")]),
+            "PATH": os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")])}
+
+
+@pytest.fixture(scope="module")
+def deepspeed_op():
+    """DeepSpeed's CPU op, built once into the repository's cache (`make venv` builds it); a
+    machine where it cannot build skips the test."""
+    pytest.importorskip("deepspeed")
+    if list((EXTENSIONS / "deepspeed_shm_comm").glob("*.so")):
+        return  # built: the trials load it (~15 s saved on 2 cores)
+    build = subprocess.run([sys.executable, "-c", "from deepspeed.comm.torch import build_shm_op; build_shm_op()"],
+                           env=ds_env(), capture_output=True, text=True, timeout=600)
+    if build.returncode:
+        pytest.skip(f"DeepSpeed's CPU op does not build here: {build.stderr.strip().splitlines()[-1:]}")
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_a_real_tune_of_a_deepspeed_config_measures_the_zero_knobs(deepspeed_op, tmp_path):
+    out = tmp_path / "tune"
+    cmd = [sys.executable, "-m", "trainspeed", "tune", "gpt", *TINY, "--knobs", ",".join(ZERO),
+           "--out", str(out), "--steps", "4", "--warmup-steps", "1", "--repeats", "1", "--baseline-every", "5",
+           "--verify-repeats", "0", "--budget", "5m"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=280, env=ds_env(), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    data = json.loads((out / "tune.json").read_text())
+    rows = {(r["knob"], r["setting"]): r for r in data["ablation"]}
+    assert set(rows) == {("zero_stage", "0"), ("zero_stage", "1"), ("zero_stage", "3"), ("overlap_comm", "true"),
+                         ("bucket_size", "5e7"), ("bucket_size", "2e8")}, list(rows)
+    assert rows["zero_stage", "3"]["verdict"] == "skipped" and "ZeRO-3" in rows["zero_stage", "3"]["note"]
+    measured = [r for key, r in rows.items() if key != ("zero_stage", "3")]
+    for row in measured:
+        # every setting ran; fp32 on one rank: ZeRO's stage, overlap and buckets change no arithmetic
+        assert row["verdict"] in ("faster", "slower", "no measurable change"), row
+        assert row["speedup"] > 0 and abs(row["loss_delta"]) < 1e-4, row
+    # each trial ran what its row says: DeepSpeed's own description of the engine it started
+    trials = [json.loads(line) for line in (out / "tune.jsonl").read_text().splitlines()]
+    said = {t["label"]: _deepspeed_note(Path(t["run_dir"])) for t in trials if t["repeat"] == 0}
+    assert said["baseline"].startswith("DeepSpeed ZeRO stage 2, fp32, 1 rank(s)")
+    assert said["zero_stage=0"].startswith("DeepSpeed ZeRO stage 0") and said["zero_stage=1"].startswith(
+        "DeepSpeed ZeRO stage 1")
+    assert "overlap_comm=True" in said["overlap_comm=true"]
+    assert "| zero_stage | 0 |" in (out / "tune.md").read_text()
+    best = load_config(out / "best.yaml")  # a config `trainspeed train` loads, the winners applied
+    assert best.distributed.strategy == "deepspeed"
+    for key, value in data["best_settings"].items():
+        assert getattr(best.distributed, key.split(".")[1]) == value
+
+
+def _deepspeed_note(run_dir: Path) -> str:
+    events = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
+    return next(e["data"]["message"] for e in events
+                if e["type"] == "note" and e["data"]["message"].startswith("DeepSpeed ZeRO"))
