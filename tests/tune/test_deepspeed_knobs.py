@@ -140,6 +140,18 @@ def test_bucket_labels():
         "5e7", "2e8", "5e8", "1.5e8", "1e9"]
 
 
+def test_deepspeed_trials_on_the_cpu_preload_deepspeed_in_the_fork_server(monkeypatch):
+    from trainspeed.tune.session import DEEPSPEED_MODULES, deepspeed_preload
+
+    monkeypatch.delenv("DS_ACCELERATOR", raising=False)
+    cpu = DeviceInfo(type="cpu", cores=2)
+    plain = load_config({"recipe": {"name": "gpt"}})
+    assert deepspeed_preload(plain, cpu) == () and "DS_ACCELERATOR" not in os.environ
+    ds = load_config({"recipe": {"name": "gpt"}, "distributed": {"strategy": "deepspeed"}})
+    assert deepspeed_preload(ds, DeviceInfo(type="cuda", cores=8)) == ()
+    assert deepspeed_preload(ds, cpu) == DEEPSPEED_MODULES and os.environ["DS_ACCELERATOR"] == "cpu"
+
+
 # ------------------------------------------------------------------ a real short tune
 
 TINY = ["recipe.options.size=null", "recipe.options.n_layer=1", "recipe.options.n_head=2",

@@ -156,7 +156,8 @@ def run_tune(cfg: TrainConfig, out_dir: str | Path, options: TuneOptions, *,
     device = device or DeviceInfo.detect(cfg.run.device)
     if runner is None:
         runner = SubprocessRunner(base_config=base_path, out_dir=out / "trials", timeout_s=trial_timeout_s,
-                                  fork_server=options.fork_server, say=say, preload=facts.modules)
+                                  fork_server=options.fork_server, say=say,
+                                  preload=facts.modules + deepspeed_preload(cfg, device))
     store = TrialStore(out)
     if len(store):
         say(f"resuming: {len(store)} finished trials in {store.path}")
@@ -166,6 +167,29 @@ def run_tune(cfg: TrainConfig, out_dir: str | Path, options: TuneOptions, *,
     result = run_then_close(tuner, runner)
     write_outputs(cfg, result, out)
     return result
+
+
+DEEPSPEED_MODULES = ("deepspeed", "deepspeed.runtime.zero.muon.muon_optimizer")
+"""What a DeepSpeed trial imports before its first step: DeepSpeed (~2.5 s of CPU), and the
+module deepspeed.initialize imports to check the optimizer, which torch.compile-decorates
+functions at import and so imports inductor (~3 s). A module another DeepSpeed version lacks
+is skipped by the fork server."""
+
+
+def deepspeed_preload(cfg: TrainConfig, device: DeviceInfo) -> tuple[str, ...]:
+    """DEEPSPEED_MODULES for a DeepSpeed config tuned on the CPU: the fork server imports them
+    once instead of every trial (trials of a tiny gpt took 5-15 s without, 2-5 s with them on a
+    loaded 2-core VM; ~1 s of each was training).
+    DeepSpeed picks its accelerator at import and keeps it, so the server must import it with
+    DS_ACCELERATOR=cpu, which every trial's engine sets on the CPU anyway
+    (deepspeed_engine.import_deepspeed): set here too, where the server inherits it. On a GPU
+    each trial imports it itself: a fork server must not start CUDA."""
+    import os
+
+    if cfg.distributed.strategy != "deepspeed" or device.type != "cpu":
+        return ()
+    os.environ.setdefault("DS_ACCELERATOR", "cpu")
+    return DEEPSPEED_MODULES
 
 
 def run_then_close(tuner: Tuner, runner: Runner) -> TuneResult:
