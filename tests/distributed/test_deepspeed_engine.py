@@ -77,6 +77,10 @@ def test_two_rank_zero2_matches_one_process_with_double_batch(single, zero2):
     assert losses(zero2, rank=1) == losses(zero2)
     notes = [e["message"] for e in events(zero2, "note")]
     assert "DeepSpeed ZeRO stage 2, fp32, 2 rank(s), micro-batch 4 x 1 accumulation" in notes
+    # the engine's settings as the DeepSpeed checks read them (the doctor records the same)
+    engine = [o for o in events(zero2, "observation") if o["kind"] == "deepspeed"]
+    assert len(engine) == 1 and engine[0]["trainspeed_engine"] is True
+    assert (engine[0]["zero_stage"], engine[0]["dp_world_size"], engine[0]["micro_batch_size"]) == (2, 2, 4)
 
 
 def test_checkpoints_are_deepspeed_directories_published_with_a_marker(zero2):

@@ -142,3 +142,32 @@ def test_device_memory_on_cpu_is_the_ram_all_local_ranks_share():
     assert ram == {"device_memory": psutil.virtual_memory().total, "device_memory_of": "machine RAM",
                    "memory_shared_by": 2}
     assert device_memory(torch.device("cpu"), {})["memory_shared_by"] == 1
+
+
+def test_the_trainers_own_engine_is_told_its_engine_keys_and_tune(tmp_path):
+    """distributed.strategy=deepspeed: the engine records the same observation (with
+    trainspeed_engine), and the advice names distributed.* keys and the config's tune, not a
+    JSON edit and a doctor run of a script."""
+    run = make_run(shares={"forward": 0.3, "backward": 0.6},
+                   obs=[dict(ENGINE, offload_optimizer=False, trainspeed_engine=True, dp_world_size=2,
+                             overlap_comm=False, zero_stage=2)])
+    run.path = tmp_path
+    (tmp_path / "config.yaml").write_text("recipe:\n  name: gpt\n")
+    overlap = checks.zero2_overlap(ctx_of(run))
+    assert overlap.recommendation.startswith("distributed.overlap_comm=true: overlap_comm reduces")
+    assert overlap.verify_with == f"trainspeed tune {tmp_path / 'config.yaml'} --knobs overlap_comm"
+    run.events = [e for e in run.events if (e.get("data") or {}).get("kind") != "deepspeed"]
+    run.events.append({"schema": 1, "type": "observation", "step": 0, "t_wall": 0.0,
+                       "data": dict(ENGINE, offload_optimizer=False, trainspeed_engine=True)})
+    beyond = checks.zero_beyond_memory(ctx_of(run))
+    assert "distributed.zero_stage=0: one process has nothing to partition" in beyond.recommendation
+    assert "the DeepSpeed config the engine built (distributed.* in config.yaml)" in beyond.evidence
+    assert beyond.verify_with == f"trainspeed tune {tmp_path / 'config.yaml'} --knobs zero_stage"
+
+
+def test_an_engine_runs_doctor_command_reruns_its_config_under_a_new_name(tmp_path):
+    run = make_run()
+    run.path = tmp_path / "gpt-1"
+    run.path.mkdir()
+    (run.path / "config.yaml").write_text("recipe:\n  name: gpt\n")
+    assert ctx_of(run).doctor_command() == f"trainspeed train {run.path / 'config.yaml'} run.name=gpt-1-after"

@@ -19,7 +19,6 @@ optimizer phase (clipping, the update, zeroing the gradients).
 from __future__ import annotations
 
 import os
-import socket
 import typing
 from typing import TYPE_CHECKING, Any
 
@@ -75,18 +74,13 @@ def check_compatible(cfg: Any) -> None:
 
 
 def one_process_env() -> list[str]:
-    """Set the torchrun variables a one-process run lacks (DeepSpeed opens, or joins, a process
+    """Set the launcher variables a one-process run lacks (DeepSpeed opens, or joins, a process
     group even for one rank); returns the names set, for teardown to remove."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = str(s.getsockname()[1])
-    added = []
-    for key, value in (("MASTER_ADDR", "127.0.0.1"), ("MASTER_PORT", port), ("RANK", "0"),
-                       ("LOCAL_RANK", "0"), ("WORLD_SIZE", "1")):
-        if key not in os.environ:
-            os.environ[key] = value
-            added.append(key)
-    return added
+    from trainspeed.engine.deepspeed_facts import one_process_env as missing
+
+    added = missing(os.environ)
+    os.environ.update(added)
+    return list(added)
 
 
 def start_engine(model: torch.nn.Module, optimizer: torch.optim.Optimizer, cfg: Any, device: torch.device,

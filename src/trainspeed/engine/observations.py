@@ -15,14 +15,17 @@ from trainspeed.config import TrainConfig
 from trainspeed.telemetry.loader_facts import available_cores, loader_facts
 
 
-def emit_observations(mon: Any, loaders: Any, parts: Any, cfg: TrainConfig, device: Any, model: Any) -> None:
+def emit_observations(mon: Any, loaders: Any, parts: Any, cfg: TrainConfig, device: Any, model: Any,
+                      ds_engine: Any = None) -> None:
     """The training (and validation) loader and the device, as `observation` events of `mon`.
     A DataLoader passed to the Trainer (`parts`: DataParts) is used as is, so "built_by" user.
     The model's class and parameter count go in a `model` event (`trainspeed report --compare`
     warns when two runs trained different models; not an observation: the doctor's model
-    checks read those, for a foreign script's module)."""
+    checks read those, for a foreign script's module). Under distributed.strategy=deepspeed the
+    engine's settings too (kind "deepspeed", as the doctor observes a script's engine)."""
     cores = available_cores()
-    params = sum(p.numel() for p in model.parameters())  # one pass, at setup
+    # one pass, at setup; under ZeRO-3 a parameter holds a partition and ds_numel its whole size
+    params = sum(getattr(p, "ds_numel", None) or p.numel() for p in model.parameters())
     mon.event("model", name=type(model).__name__, params=int(params))
 
     def facts(loader: Any, given: Any, role: str) -> dict[str, Any]:
@@ -33,6 +36,10 @@ def emit_observations(mon: Any, loaders: Any, parts: Any, cfg: TrainConfig, devi
         mon.event("observation", kind="dataloader", **facts(loaders.val, parts.val, "eval"))
     mon.event("observation", kind="device", type=getattr(device, "type", str(device)), cores=cores,
               engine=True, precision=cfg.precision.mode)
+    if ds_engine is not None:  # the settings the DeepSpeed checks read, as the doctor records them
+        from trainspeed.engine.deepspeed_facts import describe_engine
+
+        mon.event("observation", kind="deepspeed", **describe_engine(ds_engine), trainspeed_engine=True)
 
 
 __all__ = ["emit_observations"]

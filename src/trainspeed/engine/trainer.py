@@ -165,7 +165,7 @@ class Trainer:
             mon.event("note", message=note)
         # The loaders and device as the checks read them: findings at the run's end (written by
         # Monitor.close) then name the engine's settings (observations.py).
-        emit_observations(mon, loaders, self.data, cfg, self.device, self.eager)
+        emit_observations(mon, loaders, self.data, cfg, self.device, self.eager, self._ds)
         self._record_peak(mon)
         # Seed right before the loop: setup above (peak measurement, loader creation) must not
         # shift the random stream that dropout and augmentation see. A resume then restores

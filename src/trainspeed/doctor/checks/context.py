@@ -33,6 +33,8 @@ TUNE_KNOBS = {
     "log_every": "log_every",
     "checkpoint": "checkpoint_every",
     "checkpoint_every": "checkpoint_every",
+    "zero_stage": "zero_stage",
+    "overlap_comm": "overlap_comm",
 }
 """Doctor topic (or script knob name) -> knob of `trainspeed tune CONFIG --knobs` (tune/knobs.py);
 topics missing here have no engine knob."""
@@ -125,9 +127,15 @@ class CheckContext:
         return [str(c) for c in command] if isinstance(command, list) and command else None
 
     def doctor_command(self, steps: int | None = None) -> str:
-        """`trainspeed doctor -- <the recorded command>`: runnable as written."""
+        """`trainspeed doctor -- <the recorded command>`: runnable as written. An engine run
+        (a config.yaml, no command) is re-run with `trainspeed train` under a new run name, which
+        writes the same report."""
         import shlex
 
+        config = self.run.path / "config.yaml"
+        if not self.command and config.is_file():
+            return (f"trainspeed train {shlex.quote(str(config))} run.name={self.run.path.name}-after"
+                    + (f" run.max_steps={steps}" if steps else ""))
         cmd = shlex.join(self.command) if self.command else "python train.py"
         return f"trainspeed doctor{f' --steps {steps}' if steps else ''} -- {cmd}"
 

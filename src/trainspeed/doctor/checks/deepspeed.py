@@ -42,6 +42,8 @@ def engine(ctx: CheckContext) -> dict[str, Any] | None:
 def config_name(ctx: CheckContext, info: dict[str, Any]) -> str:
     """How to name the engine's config in advice: its file (as given to deepspeed.initialize,
     or the script's --deepspeed_config), else "the DeepSpeed config"."""
+    if ours(info):
+        return "the DeepSpeed config the engine built (distributed.* in config.yaml)"
     path = info.get("config")
     if not (isinstance(path, str) and path):
         for obs in ctx.obs("script_flags"):
@@ -49,6 +51,20 @@ def config_name(ctx: CheckContext, info: dict[str, Any]) -> str:
                 if isinstance(row, dict) and row.get("dest") in ("deepspeed_config", "deepscale_config"):
                     path = row.get("value") if isinstance(row.get("value"), str) else path
     return f"the DeepSpeed config ({path})" if isinstance(path, str) and path else "the DeepSpeed config"
+
+
+def ours(info: dict[str, Any]) -> bool:
+    """The Trainer's own DeepSpeed engine (distributed.strategy=deepspeed): advice names the
+    engine's keys (distributed.zero_stage, data.batch_size) and its config's tune, not a JSON
+    edit and a doctor re-run of a script."""
+    return bool(info.get("trainspeed_engine"))
+
+
+def verify(ctx: CheckContext, info: dict[str, Any], topic: str | None, after: str) -> str:
+    """verify_with: on an engine run the tune of `topic` on its config where a knob covers it;
+    else the run again (doctor or train), after the change."""
+    tuned = ctx.tune_command(topic) if topic and ours(info) else None
+    return tuned or ctx.doctor_command() + f" (after the change: {after})"
 
 
 def engine_precision(info: dict[str, Any]) -> str | None:
@@ -105,6 +121,11 @@ def zero2_overlap(ctx: CheckContext) -> Finding | None:
         return None  # one process reduces nothing: the settings change no time here
     share = ctx.share("backward")
     settings = ", ".join(f'"{key}": true' for key in off)
+    fix = f"set {settings} in zero_optimization"
+    if ours(info):  # overlap_comm is an engine key; contiguous_gradients stays DeepSpeed's
+        fix = " and ".join(["distributed.overlap_comm=true"] * ("overlap_comm" in off)
+                           + ['"contiguous_gradients": true in zero_optimization of distributed.deepspeed']
+                           * ("contiguous_gradients" in off))
     return Finding(
         id="deepspeed_zero2_overlap",
         severity="warning",
@@ -112,10 +133,10 @@ def zero2_overlap(ctx: CheckContext) -> Finding | None:
         evidence=(f"{config_name(ctx, info)} runs ZeRO stage 2 on {world} data-parallel processes with "
                   f"{', '.join(f'{key}=false' for key in off)}; the backward (which includes ZeRO's gradient "
                   f"reduction) takes {pct(share)} of step time"),
-        recommendation=(f"set {settings} in zero_optimization: overlap_comm reduces gradient buckets while the "
-                        "backward still runs; contiguous_gradients copies them into one buffer as they are "
-                        "produced (less fragmentation, faster reduction)"),
-        verify_with=ctx.doctor_command() + " (after the change: the backward share should drop)",
+        recommendation=f"{fix}: overlap_comm reduces gradient buckets while the backward still runs; "
+                       "contiguous_gradients copies them into one buffer as they are produced (less "
+                       "fragmentation, faster reduction)",
+        verify_with=verify(ctx, info, "overlap_comm", "the backward share should drop"),
         impact=0.0,
     )
 
@@ -233,7 +254,8 @@ def zero_beyond_memory(ctx: CheckContext) -> Finding | None:
         why = ("one process has nothing to partition" if world == 1 else
                f"stage 2 still partitions gradients and optimizer state over the {world} processes and keeps whole "
                "weights on each, so forward and backward gather nothing")
-        fixes.append(f'set "stage": {lower} in "zero_optimization" (the key zero_optimization.stage): {why}')
+        fixes.append((f"distributed.zero_stage={lower}" if ours(info) else
+                      f'set "stage": {lower} in "zero_optimization" (the key zero_optimization.stage)') + f": {why}")
     if offload_opt:
         costs.append(f"offloading the optimizer copies the gradients to {offload_opt} and the updated weights back "
                      f"every step ({fmt_bytes(2 * params * weight)}) and steps {info.get('basic_optimizer')} there; "
@@ -252,7 +274,7 @@ def zero_beyond_memory(ctx: CheckContext) -> Finding | None:
         evidence=f"{evidence}; {'; '.join(costs)}",
         recommendation=f"in {config_name(ctx, info)}: {'; '.join(fixes)}. The whole state fits with room to spare, "
                        "so the lower setting costs no memory the run is short of",
-        verify_with=ctx.doctor_command() + " (after the change: the step time should drop)",
+        verify_with=verify(ctx, info, "zero_stage" if stage == 3 else None, "the step time should drop"),
         impact=0.0,
     )
 
@@ -286,11 +308,13 @@ def micro_batch_headroom(ctx: CheckContext) -> Finding | None:
                   f"{config_name(ctx, info)}; "
                   f"{grow}x the micro-batch needs at most {grow}x the peak ({pct(grow * peak / memory)}): the "
                   "model's state does not grow with it"),
-        recommendation=(f'set "train_micro_batch_size_per_gpu": {larger} (now {micro}) in {config_name(ctx, info)}, '
-                        f'and "train_batch_size": {larger * accum * world} if it sets one (DeepSpeed requires '
-                        "micro-batch x gradient_accumulation_steps x processes); the global batch grows "
-                        f"{grow}x, so scale the learning rate with it and compare samples/s"),
-        verify_with=ctx.doctor_command() + " (after the change: compare samples/s)",
+        recommendation=((f"data.batch_size={larger} (now {micro}; the engine sets train_micro_batch_size_per_gpu "
+                         "from it)" if ours(info) else
+                         f'set "train_micro_batch_size_per_gpu": {larger} (now {micro}) in {config_name(ctx, info)}, '
+                         f'and "train_batch_size": {larger * accum * world} if it sets one (DeepSpeed requires '
+                         "micro-batch x gradient_accumulation_steps x processes)")
+                        + f"; the global batch grows {grow}x, so scale the learning rate with it and compare samples/s"),
+        verify_with=verify(ctx, info, "batch_size", "compare samples/s"),
         impact=0.0,
     )
 
