@@ -152,6 +152,142 @@ def test_deepspeed_trials_on_the_cpu_preload_deepspeed_in_the_fork_server(monkey
     assert deepspeed_preload(ds, cpu) == DEEPSPEED_MODULES and os.environ["DS_ACCELERATOR"] == "cpu"
 
 
+# ------------------------------------------------------------------ an unchanged DeepSpeed script
+
+ENGINE = {"class": "DeepSpeedEngine", "zero_stage": 2, "overlap_comm": True}
+"""The doctor's "deepspeed" observation of the baseline (what the knobs need: that there is one)."""
+
+
+def ds_file(tmp_path: Path, zero: dict | None = None) -> tuple[Path, dict]:
+    path = tmp_path / "ds_config.json"
+    config = {"train_micro_batch_size_per_gpu": 8, "bf16": {"enabled": True},
+              "zero_optimization": zero if zero is not None else {"stage": 2, "overlap_comm": True}}
+    path.write_text(json.dumps(config, indent=1))
+    return path, config
+
+
+def script_ctx(tmp_path: Path, zero: dict | None = None, *, engine: dict | None = ENGINE, flag: str = "--deepspeed_config",
+               settings: dict | None = None, baseline_memory: float | None = 1e9):
+    from trainspeed.patches.targets import Targets
+    from trainspeed.tune.script_facts import ScriptFacts, deepspeed_config_file
+    from trainspeed.tune.script_knobs import ScriptContext
+
+    path, _ = ds_file(tmp_path, zero)
+    flags = [{"option": flag, "dest": flag.lstrip("-"), "value": path.name, "type": "str", "kind": "store"}]
+    facts = ScriptFacts(targets=Targets(model_class="DeepSpeedEngine"), deepspeed=engine,
+                        deepspeed_config=deepspeed_config_file(flags, cwd=tmp_path))
+    return ScriptContext(facts=facts, device=DeviceInfo(type="cpu", cores=2, memory_bytes=8e9),
+                         settings=settings or {}, baseline_memory=baseline_memory)
+
+
+def script_offered(name: str, ctx) -> dict[str, dict]:
+    from trainspeed.tune.script_knobs import SCRIPT_KNOBS
+
+    return {c.label: c.settings for c in SCRIPT_KNOBS[name](ctx) if isinstance(c, Candidate)}
+
+
+def test_the_script_flag_that_names_the_deepspeed_json_is_found_and_read(tmp_path):
+    from trainspeed.tune.script_facts import deepspeed_config_file
+
+    path, config = ds_file(tmp_path)
+    switch = {"option": "--deepspeed", "dest": "deepspeed", "value": True, "kind": "storetrue"}
+    ds_flag = {"option": "--deepspeed_config", "dest": "deepspeed_config", "value": "ds_config.json", "kind": "store"}
+    found = deepspeed_config_file([switch, ds_flag], cwd=tmp_path)
+    assert (found.option, found.path, found.config, found.error) == ("--deepspeed_config", str(path), config, None)
+    # Hugging Face's TrainingArguments: --deepspeed takes the path
+    hf = deepspeed_config_file([{"option": "--deepspeed", "dest": "deepspeed", "value": str(path)}])
+    assert hf.option == "--deepspeed" and hf.config == config
+    assert deepspeed_config_file([switch]) is None  # a bare switch names no file
+    (tmp_path / "bad.json").write_text("{not json")
+    bad = deepspeed_config_file([dict(ds_flag, value="bad.json")], cwd=tmp_path)
+    assert bad.config == {} and "not a readable JSON file" in bad.error
+
+
+def test_script_zero_knobs_edit_the_deepspeed_json(tmp_path):
+    ctx = script_ctx(tmp_path)
+    assert script_offered("zero_stage", ctx) == {"0": {"ds_config.zero_optimization.stage": 0},
+                                                 "1": {"ds_config.zero_optimization.stage": 1}}
+    assert "3" in script_offered("zero_stage", script_ctx(tmp_path, baseline_memory=6e9))
+    assert script_offered("overlap_comm", ctx) == {"false": {"ds_config.zero_optimization.overlap_comm": False}}
+    assert script_offered("bucket_size", ctx)["5e7"] == {"ds_config.zero_optimization.reduce_bucket_size": 50_000_000,
+                                                         "ds_config.zero_optimization.allgather_bucket_size": 50_000_000}
+    assert set(script_offered("bucket_size", ctx)) == {"5e7", "2e8"}
+    # stage 0 in the JSON: overlap and buckets wait for a zero_stage winner, then are offered on top
+    plain = script_ctx(tmp_path, {"stage": 0})
+    from trainspeed.tune.script_knobs import SCRIPT_KNOBS
+
+    [skip] = SCRIPT_KNOBS["bucket_size"](plain)
+    assert isinstance(skip, Skip) and skip.deferred
+    on_top = script_ctx(tmp_path, {"stage": 0}, settings={"ds_config.zero_optimization.stage": 1})
+    assert set(script_offered("bucket_size", on_top)) == {"5e7", "2e8"}
+    assert script_offered("overlap_comm", on_top) == {"true": {"ds_config.zero_optimization.overlap_comm": True}}
+
+
+def test_script_zero_knobs_say_why_they_cannot_apply(tmp_path):
+    from trainspeed.tune.script_knobs import SCRIPT_KNOBS, parse_script_knobs
+
+    no_engine = script_ctx(tmp_path, engine=None)
+    no_flag = script_ctx(tmp_path, flag="--config")  # a flag the knobs do not know names no DeepSpeed JSON
+    for name in ZERO:
+        [skip] = SCRIPT_KNOBS[name](no_engine)
+        assert isinstance(skip, Skip) and "runs no DeepSpeed engine" in skip.reason
+        [skip] = SCRIPT_KNOBS[name](no_flag)
+        assert isinstance(skip, Skip) and "--deepspeed_config" in skip.reason and "copy of that file" in skip.reason
+    assert parse_script_knobs("zero_stage,overlap_comm,bucket_size") == list(ZERO)
+
+
+def test_a_trial_runs_an_edited_copy_and_the_users_json_is_only_read(tmp_path):
+    from trainspeed.patches.plan import apply_flags, load_plan
+    from trainspeed.tune.script_trials import ScriptRunner, write_ds_config
+    from trainspeed.tune.trials import TrialRequest, overrides_of
+
+    ctx = script_ctx(tmp_path)
+    user = tmp_path / "ds_config.json"
+    before = user.read_bytes()
+    command = ["python", "train.py", "--deepspeed_config", "ds_config.json", "--epochs", "1"]
+    runner = ScriptRunner(base_config=tmp_path / "x.yaml", out_dir=tmp_path / "trials", command=command,
+                          deepspeed_config=ctx.facts.deepspeed_config)
+    settings = {"ds_config.zero_optimization.stage": 1, "ds_config.zero_optimization.reduce_bucket_size": 50_000_000,
+                "threads": 1}
+    args = runner.arguments(TrialRequest(key="k", label="x", overrides=overrides_of(settings), repeat=0))
+    plan = load_plan(args[args.index("--with") + 1])
+    copy = tmp_path / "trials" / ".plans" / "k.deepspeed.json"
+    assert plan.settings == {"threads": 1, "args.--deepspeed_config": str(copy)}
+    assert apply_flags(command, plan.flags()) == ["python", "train.py", "--deepspeed_config", str(copy),
+                                                  "--epochs", "1"]
+    edited = json.loads(copy.read_text())
+    assert edited["zero_optimization"] == {"stage": 1, "overlap_comm": True, "reduce_bucket_size": 50_000_000}
+    assert edited["bf16"] == {"enabled": True} and edited["train_micro_batch_size_per_gpu"] == 8  # the rest kept
+    assert user.read_bytes() == before
+    assert write_ds_config({"threads": 1}, None, copy) == {"threads": 1}  # nothing to edit: as given
+    with pytest.raises(ConfigError, match="no flag of the script names one"):
+        write_ds_config({"ds_config.zero_optimization.stage": 1}, None, copy)
+
+
+def test_a_zero_winner_comes_back_as_a_tuned_json_and_the_flag_to_pass(tmp_path, monkeypatch):
+    from trainspeed.patches.plan import load_plan
+    from trainspeed.tune.result import Row, TuneResult
+    from trainspeed.tune.script_session import write_script_outputs
+
+    ctx = script_ctx(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    best = {"ds_config.zero_optimization.stage": 1}
+    result = TuneResult(ablation=[Row(knob="zero_stage", setting="1", settings=best, verdict="faster", speedup=1.2)],
+                        combination=[], best_settings=best, final=None, baseline_cost_s=1e-3, trials_run=3,
+                        trials_reused=0, elapsed_s=10.0)
+    command = ["python", "train.py", "--deepspeed_config", "ds_config.json"]
+    out = tmp_path / "out"
+    out.mkdir()
+    write_script_outputs(command, result, out, ctx.facts, runner=None)
+    tuned = out / "deepspeed_config.json"
+    assert json.loads(tuned.read_text())["zero_optimization"] == {"stage": 1, "overlap_comm": True}
+    assert load_plan(out / "best.yaml").settings == {"args.--deepspeed_config": str(tuned)}
+    data = json.loads((out / "tune.json").read_text())
+    assert data["tuned_command"] == ["python", "train.py", "--deepspeed_config", str(tuned)]
+    assert data["best_settings"] == best
+    assert json.loads((tmp_path / "ds_config.json").read_text())["zero_optimization"]["stage"] == 2
+
+
 # ------------------------------------------------------------------ a real short tune
 
 TINY = ["recipe.options.size=null", "recipe.options.n_layer=1", "recipe.options.n_head=2",
@@ -218,3 +354,38 @@ def _deepspeed_note(run_dir: Path) -> str:
     events = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
     return next(e["data"]["message"] for e in events
                 if e["type"] == "note" and e["data"]["message"].startswith("DeepSpeed ZeRO"))
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_a_real_script_tune_runs_each_zero_stage_through_a_copy_of_the_json(deepspeed_op, tmp_path):
+    """tests/assets/scripts/deepspeed_train.py, unchanged, given its ZeRO-2 JSON: each trial
+    passes an edited copy through --deepspeed_config, and DeepSpeed runs the stage the row says."""
+    scripts = ROOT / "tests" / "assets" / "scripts"
+    config = tmp_path / "ds_config.json"
+    config.write_bytes((scripts / "deepspeed_config.json").read_bytes())
+    before = config.read_bytes()
+    out = tmp_path / "tune"
+    cmd = [sys.executable, "-m", "trainspeed", "tune", "--knobs", "zero_stage", "--repeats", "1", "--warmup-steps", "2",
+           "--steps", "6", "--verify-repeats", "0", "--budget", "5m", "--out", str(out), "--",
+           "python", str(scripts / "deepspeed_train.py"), "--deepspeed_config", "ds_config.json",
+           "--save-every", "1000", "--save-dir", str(tmp_path / "ckpt")]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=280, env={**ds_env(), "OMP_NUM_THREADS": "1"},
+                          cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    rows = {(r["knob"], r["setting"]): r for r in json.loads((out / "tune.json").read_text())["ablation"]}
+    assert set(rows) == {("zero_stage", "0"), ("zero_stage", "1"), ("zero_stage", "3")}, list(rows)
+    assert rows["zero_stage", "3"]["verdict"] == "skipped"
+    for setting in ("0", "1"):
+        assert rows["zero_stage", setting]["verdict"] in ("faster", "slower", "no measurable change"), rows
+    trials = [json.loads(line) for line in (out / "tune.jsonl").read_text().splitlines()]
+    seen = {t["label"]: _engine(Path(t["run_dir"]))["zero_stage"] for t in trials if t["repeat"] == 0}
+    assert seen == {"baseline": 2, "zero_stage=0": 0, "zero_stage=1": 1}
+    assert config.read_bytes() == before  # the user's JSON: read, never written
+    copies = sorted((out / "trials" / ".plans").glob("*.deepspeed.json"))
+    assert sorted(json.loads(c.read_text())["zero_optimization"]["stage"] for c in copies) == [0, 1]
+
+
+def _engine(run_dir: Path) -> dict:
+    events = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
+    return next(e["data"] for e in events if e["type"] == "observation" and e["data"].get("kind") == "deepspeed")

@@ -344,30 +344,24 @@ def _zero(ctx: KnobContext, knob: str) -> Any:
 
 def zero_stage(ctx: KnobContext) -> list:
     """distributed.zero_stage: the other stages of 0-2; 3 only under memory pressure (zero.stage_items)."""
-    from trainspeed.tune.zero import stage_items
+    from trainspeed.tune.zero import memory_share, stage_items
 
-    state = _zero(ctx, "zero_stage")
-    if isinstance(state, Skip):
-        return [state]
-    memory = ctx.device.memory_bytes
-    share = ctx.baseline_memory / memory if ctx.baseline_memory and memory else None
-    return stage_items(state, lambda stage: {"distributed.zero_stage": stage}, share)
+    return stage_items(_zero(ctx, "zero_stage"), lambda stage: {"distributed.zero_stage": stage},
+                       memory_share(ctx.baseline_memory, ctx.device.memory_bytes))
 
 
 def overlap_comm(ctx: KnobContext) -> list:
     """distributed.overlap_comm flipped (ZeRO stage >= 1)."""
     from trainspeed.tune.zero import overlap_items
 
-    state = _zero(ctx, "overlap_comm")
-    return [state] if isinstance(state, Skip) else overlap_items(state, lambda on: {"distributed.overlap_comm": on})
+    return overlap_items(_zero(ctx, "overlap_comm"), lambda on: {"distributed.overlap_comm": on})
 
 
 def bucket_size(ctx: KnobContext) -> list:
     """distributed.bucket_size: 5e7, 2e8, 5e8 elements but the current (ZeRO stage >= 1)."""
     from trainspeed.tune.zero import bucket_items
 
-    state = _zero(ctx, "bucket_size")
-    return [state] if isinstance(state, Skip) else bucket_items(state, lambda n: {"distributed.bucket_size": n})
+    return bucket_items(_zero(ctx, "bucket_size"), lambda n: {"distributed.bucket_size": n})
 
 
 KNOBS: dict[str, KnobFn] = {

@@ -23,6 +23,50 @@ from trainspeed.telemetry.rundir import read_run
 KNOB_TOPICS = {"num_workers": "num_workers", "compile": "compile", "log_every": "log_interval",
                "checkpoint_every": "checkpoint_interval", "eval_every": "eval_interval"}
 
+DEEPSPEED_CONFIG_FLAGS = ("deepspeed_config", "deepscale_config", "deepspeed")
+"""Flags (argparse dests) that name a DeepSpeed config JSON, in order of preference:
+deepspeed.add_config_arguments' --deepspeed_config (--deepscale_config is its old name; its
+--deepspeed is a bare switch), and Hugging Face TrainingArguments' --deepspeed ds_config.json."""
+
+
+@dataclass(frozen=True, slots=True)
+class DeepSpeedConfigFile:
+    """The DeepSpeed config JSON the script is given on its command line."""
+
+    option: str
+    """The flag that names it (--deepspeed_config): a trial passes a copy through it."""
+    path: str
+    """The file as the flag names it, resolved from the tuner's working directory (the script's)."""
+    config: dict[str, Any] = field(default_factory=dict)
+    """Its settings (empty when it could not be read: then `error` says why)."""
+    error: str | None = None
+
+
+def deepspeed_config_file(flags: list[dict[str, Any]], cwd: Path | None = None) -> DeepSpeedConfigFile | None:
+    """The script's flag that names a DeepSpeed config JSON (DEEPSPEED_CONFIG_FLAGS) with its
+    contents, or None when no flag names a file (a bare --deepspeed switch, a config dict built
+    in the code)."""
+    import json
+
+    rows = [r for r in flags if isinstance(r, dict) and isinstance(r.get("value"), str) and r.get("value")]
+    for dest in DEEPSPEED_CONFIG_FLAGS:
+        for row in rows:
+            if str(row.get("dest") or "").lower() != dest:
+                continue
+            path = Path(row["value"]).expanduser()
+            path = path if path.is_absolute() else (cwd or Path.cwd()) / path
+            option = str(row.get("option") or f"--{dest}")
+            try:
+                data = json.loads(path.read_text(encoding="utf-8"))
+            except (OSError, ValueError) as exc:
+                return DeepSpeedConfigFile(option=option, path=str(path),
+                                           error=f"{option} {row['value']}: not a readable JSON file ({exc})")
+            if not isinstance(data, dict):
+                return DeepSpeedConfigFile(option=option, path=str(path),
+                                           error=f"{option} {row['value']}: holds a {type(data).__name__}, not an object")
+            return DeepSpeedConfigFile(option=option, path=str(path), config=data)
+    return None
+
 
 @dataclass(kw_only=True)
 class ScriptFacts:
@@ -42,6 +86,11 @@ class ScriptFacts:
     steps: int = 0
     findings: list[dict[str, Any]] = field(default_factory=list)
     """The doctor's findings on the script, when the run has a report."""
+    deepspeed: dict[str, Any] | None = None
+    """The DeepSpeed engine the doctor saw at its first step (zero_stage, overlap_comm, ...;
+    doctor/instrument/deepspeed.py); None: the script runs no DeepSpeed engine."""
+    deepspeed_config: DeepSpeedConfigFile | None = None
+    """The DeepSpeed config JSON its command line names (None: none does)."""
 
     def flag_for(self, topic: str) -> dict[str, Any] | None:
         """The script's flag that holds knob `topic` (num_workers, compile, ...), if it has one."""
@@ -110,8 +159,10 @@ def read_facts(run_dir: str | Path) -> ScriptFacts:
         log_calls=int(sum(t.get("count") or 0 for t in totals["log"].values())),
         save_calls=int(sum(t.get("count") or 0 for t in totals["ckpt"].values())),
         gc_calls=int(sum((totals["sync"].get(k) or {}).get("count") or 0 for k in ("gc_collect", "empty_cache"))),
-        steps=ctx.steps, findings=findings,
+        steps=ctx.steps, findings=findings, deepspeed=ctx.first("deepspeed"),
+        deepspeed_config=deepspeed_config_file(list(flags_obs.get("flags") or [])),
     )
 
 
-__all__ = ["KNOB_TOPICS", "ScriptFacts", "read_facts"]
+__all__ = ["DEEPSPEED_CONFIG_FLAGS", "KNOB_TOPICS", "DeepSpeedConfigFile", "ScriptFacts",
+           "deepspeed_config_file", "read_facts"]

@@ -32,7 +32,7 @@ from trainspeed.tune.options import TuneOptions
 from trainspeed.tune.result import TuneResult
 from trainspeed.tune.script_facts import ScriptFacts, read_facts
 from trainspeed.tune.script_knobs import SCRIPT_KNOBS, ScriptContext, is_whatif, knobs_from_findings
-from trainspeed.tune.script_trials import ScriptRunner
+from trainspeed.tune.script_trials import ScriptRunner, write_ds_config
 from trainspeed.tune.search import Tuner
 from trainspeed.tune.session import run_then_close
 from trainspeed.tune.store import TrialStore
@@ -128,16 +128,17 @@ def run_script_tune(command: list[str], out_dir: str | Path, options: TuneOption
                               warmup_steps=warmup_steps, measure_steps=measure_steps or MIN_MEASURED_STEPS,
                               timeout_s=trial_timeout_s, fork_server=options.fork_server, say=say,
                               targets=prior.targets if prior else Targets())
-    state: dict[str, Any] = {"facts": prior}
+    state: dict[str, Any] = {"facts": prior, "baseline_memory": None}
 
     def make_context(settings: dict[str, Any], base: TrialResult | None) -> ScriptContext:
         if base is not None and base.run_dir:
             facts = read_facts(base.run_dir)  # the baseline saw the script as it is now
             if prior is not None:
                 facts.findings = prior.findings
-            state["facts"] = facts
+            state["facts"], state["baseline_memory"] = facts, base.memory_peak
             if isinstance(runner, ScriptRunner):
                 runner.targets, runner.flag_styles = facts.targets, flag_styles(facts)
+                runner.deepspeed_config = facts.deepspeed_config
             _describe(facts, say)
             if measure_steps is None and isinstance(runner, ScriptRunner) and base.step_times:
                 step_s = quiet_step_time(base.step_times)
@@ -148,7 +149,7 @@ def run_script_tune(command: list[str], out_dir: str | Path, options: TuneOption
         if facts is None:
             raise ConfigError("the script tune has no facts about the script (no baseline run directory)")
         device = DeviceInfo.detect("cuda" if facts.device == "cuda" else "cpu")
-        return ScriptContext(facts=facts, device=device, settings=settings)
+        return ScriptContext(facts=facts, device=device, settings=settings, baseline_memory=state["baseline_memory"])
 
     store = TrialStore(out)
     if len(store):
@@ -194,7 +195,10 @@ def write_script_outputs(command: list[str], result: TuneResult, out: Path, fact
 
     targets = facts.targets if facts else Targets()
     styles = flag_styles(facts) if facts else {}
-    plan = Plan(command=list(command), settings=dict(result.best_settings), targets=targets, flag_styles=styles)
+    # ZeRO settings won: the tuned DeepSpeed config is a file of its own, next to best.yaml
+    settings = write_ds_config(dict(result.best_settings), facts.deepspeed_config if facts else None,
+                               (out / "deepspeed_config.json").resolve())
+    plan = Plan(command=list(command), settings=settings, targets=targets, flag_styles=styles)
     save_plan(plan, out / "best.yaml", header=(
         f"# trainspeed tune of: {shlex.join(command)}\n"
         f"# run it: trainspeed run --with {out / 'best.yaml'} -- {shlex.join(command)}"))
@@ -204,7 +208,7 @@ def write_script_outputs(command: list[str], result: TuneResult, out: Path, fact
             from trainspeed.patches.code_change import code_change
 
             device = facts.device if facts else "cpu"
-            change = code_change(dict(result.best_settings), targets, root=Path.cwd(), command=list(command),
+            change = code_change(settings, targets, root=Path.cwd(), command=list(command),
                                  device=device, flag_styles=styles)
             change.write(out)
         except ImportError as exc:  # libcst is an extra: the settings still work through `run --with`

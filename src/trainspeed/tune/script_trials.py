@@ -15,8 +15,11 @@ from typing import Any
 
 import yaml
 
-from trainspeed.patches.plan import Plan, save_plan
+from trainspeed.errors import ConfigError
+from trainspeed.patches.plan import FLAG_PREFIX, Plan, save_plan
 from trainspeed.patches.targets import Targets
+from trainspeed.tune.script_facts import DeepSpeedConfigFile
+from trainspeed.tune.script_knobs import DS_CONFIG_PREFIX, edited_ds_config
 from trainspeed.tune.trials import SubprocessRunner, TrialRequest, TrialResult
 
 FAILED_NOTE = "failed"
@@ -33,6 +36,24 @@ def settings_of(request: TrialRequest) -> dict[str, Any]:
     return out
 
 
+def write_ds_config(settings: dict[str, Any], source: DeepSpeedConfigFile | None, path: Path) -> dict[str, Any]:
+    """The settings as a script runs them: their ds_config.* edits written into `path`, a copy
+    of the script's DeepSpeed JSON, and the script's own flag (--deepspeed_config) set to that
+    copy. The user's file is only read. Settings without such edits come back unchanged."""
+    edits = {k: v for k, v in settings.items() if k.startswith(DS_CONFIG_PREFIX)}
+    if not edits:
+        return settings
+    if source is None or source.error:
+        raise ConfigError(f"settings {', '.join(sorted(edits))} edit the script's DeepSpeed config, but "
+                          f"{source.error if source else 'no flag of the script names one'}")
+    from trainspeed.fileio import atomic_write_text
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(path, json.dumps(edited_ds_config(source.config, edits), indent=2) + "\n")
+    rest = {k: v for k, v in settings.items() if k not in edits}
+    return {**rest, f"{FLAG_PREFIX}{source.option}": str(path)}
+
+
 @dataclass(kw_only=True)
 class ScriptRunner(SubprocessRunner):
     command: list[str]
@@ -42,6 +63,9 @@ class ScriptRunner(SubprocessRunner):
     targets: Targets = field(default_factory=Targets)
     """Where the patches apply; set from the baseline trial's run (or --from RUN_DIR)."""
     flag_styles: dict[str, str] = field(default_factory=dict)
+    deepspeed_config: DeepSpeedConfigFile | None = None
+    """The script's DeepSpeed config JSON (set from the baseline's run): ds_config.* settings
+    run as an edited copy of it beside the trial's plan."""
 
     def plan_path(self, request: TrialRequest) -> Path:
         return self.out_dir / ".plans" / f"{request.key}.yaml"
@@ -49,7 +73,8 @@ class ScriptRunner(SubprocessRunner):
     def arguments(self, request: TrialRequest) -> list[str]:
         path = self.plan_path(request)
         path.parent.mkdir(parents=True, exist_ok=True)
-        save_plan(Plan(command=self.command, settings=settings_of(request), targets=self.targets,
+        settings = write_ds_config(settings_of(request), self.deepspeed_config, path.with_suffix(".deepspeed.json"))
+        save_plan(Plan(command=self.command, settings=settings, targets=self.targets,
                        flag_styles=self.flag_styles), path)
         return ["run", "--with", str(path), "--doctor", "--quiet",
                 "--steps", str(self.warmup_steps + self.measure_steps),
@@ -72,4 +97,4 @@ def _patch_notes(run_dir: Path) -> list[str]:
         return []
 
 
-__all__ = ["FAILED_NOTE", "ScriptRunner", "settings_of"]
+__all__ = ["FAILED_NOTE", "ScriptRunner", "settings_of", "write_ds_config"]

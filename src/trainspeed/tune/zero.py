@@ -2,7 +2,7 @@
 (distributed.zero_stage / overlap_comm / bucket_size, knobs.py) and a DeepSpeed script's (a
 copy of its --deepspeed_config JSON, script_knobs.py). Pure: the zero_optimization section a
 trial would run, and a function that turns a value into the knob's settings, in; Candidates
-and Skips out.
+and Skips out (a Skip given for the state, the knob not applying at all, comes back as it is).
 
 What a trial shows. A tune's trials run one process (`trainspeed train`, `python train.py`), so
 ZeRO partitions over one rank: nothing is sharded and no gradient crosses a wire. A stage's
@@ -61,7 +61,12 @@ def bucket_label(n: int) -> str:
     return f"{float(mantissa):g}e{int(exponent)}"
 
 
-def stage_items(state: ZeroState, setting: Callable[[int], dict[str, Any]],
+def memory_share(baseline_memory: float | None, device_memory: float | None) -> float | None:
+    """The baseline's peak memory as a share of the device's (None: either unknown)."""
+    return baseline_memory / device_memory if baseline_memory and device_memory else None
+
+
+def stage_items(state: ZeroState | Skip, setting: Callable[[int], dict[str, Any]],
                 memory_share: float | None) -> list:
     """Stages 0-2 other than the current one; stage 3 only under memory pressure.
 
@@ -73,6 +78,8 @@ def stage_items(state: ZeroState, setting: Callable[[int], dict[str, Any]],
     baseline peak / device memory), and the table's memory column shows what stage 3 frees or
     costs beside its time. Below that stage 2 fits with room to spare, and a stage-3 trial
     could only read slower (on one rank, a tune's trial, it shards nothing either)."""
+    if isinstance(state, Skip):
+        return [state]
     out: list = []
     for stage in (0, 1, 2, 3):
         if stage == state.stage:
@@ -95,21 +102,25 @@ def _needs_zero(knob: str, label: str, state: ZeroState) -> Skip | None:
     return None
 
 
-def overlap_items(state: ZeroState, setting: Callable[[bool], dict[str, Any]]) -> list:
+def overlap_items(state: ZeroState | Skip, setting: Callable[[bool], dict[str, Any]]) -> list:
     """overlap_comm flipped: the gradient reduction overlapped with backward (a second bucket
     buffer, a side stream on a GPU) or run after it."""
+    if isinstance(state, Skip):
+        return [state]
     flipped = not state.overlap_comm
     label = str(flipped).lower()
     skip = _needs_zero("overlap_comm", label, state)
     return [skip] if skip else [Candidate("overlap_comm", label, setting(flipped))]
 
 
-def bucket_items(state: ZeroState, setting: Callable[[int], dict[str, Any]]) -> list:
+def bucket_items(state: ZeroState | Skip, setting: Callable[[int], dict[str, Any]]) -> list:
     """BUCKET_SIZES other than the current reduce_bucket_size."""
+    if isinstance(state, Skip):
+        return [state]
     values = [n for n in BUCKET_SIZES if n != state.bucket_size]
     skip = _needs_zero("bucket_size", bucket_label(values[0]), state)
     return [skip] if skip else [Candidate("bucket_size", bucket_label(n), setting(n)) for n in values]
 
 
 __all__ = ["BUCKET_SIZES", "DEFAULT_BUCKET", "STAGE3_MEMORY_SHARE", "ZeroState", "bucket_items", "bucket_label",
-           "overlap_items", "stage_items", "zero_state"]
+           "memory_share", "overlap_items", "stage_items", "zero_state"]
