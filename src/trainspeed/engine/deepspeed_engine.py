@@ -19,6 +19,7 @@ optimizer phase (clipping, the update, zeroing the gradients).
 from __future__ import annotations
 
 import os
+import time
 import typing
 from typing import TYPE_CHECKING, Any
 
@@ -33,7 +34,7 @@ from trainspeed.telemetry.phase_context import phase_codes
 if TYPE_CHECKING:
     from trainspeed.engine.trainer import Trainer
 
-_clock = __import__("time").perf_counter
+_clock = time.perf_counter
 _H2D, _H2D_END = phase_codes("h2d")
 _FORWARD, _FORWARD_END = phase_codes("forward")
 _BACKWARD, _BACKWARD_END = phase_codes("backward")
