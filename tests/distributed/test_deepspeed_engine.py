@@ -147,3 +147,42 @@ def test_contradicting_json_is_refused_before_training(ws, tmp_path):
     assert ("the DeepSpeed config enables bf16 but precision.mode='fp32'. Keep one: set "
             "precision.mode=bf16-mixed") in proc.stderr
     assert not (ws / "runs" / "contradiction" / "steps.jsonl").exists()
+
+
+CRASHING = '''
+import sys
+import torch
+from torch import nn
+from trainspeed import Trainer
+
+calls = {"n": 0}
+
+def loss_fn(model, batch):
+    calls["n"] += 1
+    if calls["n"] == 5:  # the FLOP count's forward, then steps 1-3 pass; step 4 fails
+        raise ValueError("planted failure in loss_fn")
+    x, y = batch
+    return nn.functional.cross_entropy(model(x), y)
+
+torch.manual_seed(0)
+data = torch.utils.data.TensorDataset(torch.randn(64, 8), torch.randint(0, 2, (64,)))
+cfg = {"run": {"max_steps": 10, "out_dir": sys.argv[1], "name": "crash", "device": "cpu"},
+       "data": {"batch_size": 4}, "logging": {"progress": False},
+       "distributed": {"strategy": "deepspeed", "zero_stage": 2},
+       "checkpoint": {"every_steps": 2, "save_on_crash": True}}
+Trainer(nn.Linear(8, 2), loss_fn, data, config=cfg).fit()
+'''
+
+
+def test_the_python_api_saves_a_deepspeed_checkpoint_when_training_crashes(ws, tmp_path):
+    script = tmp_path / "crash.py"
+    script.write_text(CRASHING)
+    proc = subprocess.run([sys.executable, str(script), str(tmp_path / "runs")], env=ds_env(ws),
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode != 0 and "ValueError: planted failure in loss_fn" in proc.stderr
+    run = tmp_path / "runs" / "crash"
+    saves = [(s["ckpt_step"], s["reason"]) for s in events(run, "checkpoint")]
+    assert saves == [(2, "periodic"), (3, "crash")]
+    from trainspeed.engine.checkpoint.sharded import verify_dir
+
+    assert verify_dir(run / "checkpoints" / "step-00000003.ds")["zero_stage"] == 2
