@@ -293,7 +293,8 @@ def test_a_zero_winner_comes_back_as_a_tuned_json_and_the_flag_to_pass(tmp_path,
 TINY = ["recipe.options.size=null", "recipe.options.n_layer=1", "recipe.options.n_head=2",
         "recipe.options.n_embd=32", "recipe.options.block_size=32", "data.batch_size=4",
         "recipe.options.samples_per_epoch=256", "recipe.options.val_samples=16", "recipe.options.dropout=0.0",
-        "precision.mode=fp32", "compile.mode=off", "distributed.strategy=deepspeed", "distributed.zero_stage=2"]
+        "precision.mode=fp32", "compile.mode=off", "run.torch_threads=1", "distributed.strategy=deepspeed",
+        "distributed.zero_stage=2"]
 
 
 def ds_env() -> dict[str, str]:
