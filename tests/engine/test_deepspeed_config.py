@@ -53,7 +53,7 @@ def test_a_users_json_keeps_its_own_settings_and_the_overrides_win(tmp_path):
     ({"fp16": {"enabled": True}}, ["precision.mode=bf16-mixed"], "set precision.mode=fp16-mixed"),
     ({"train_micro_batch_size_per_gpu": 8}, [], "set data.batch_size=8"),
     ({"gradient_accumulation_steps": 4}, ["accumulation.steps=2"], "set accumulation.steps=4"),
-    ({"train_batch_size": 64}, [], "data.batch_size x accumulation.steps x ranks='4 x 1 x 2 = 8'"),
+    ({"train_batch_size": 64}, [], "data.batch_size x accumulation.steps x ranks = 4 x 1 x 2 = 8 samples"),
     ({"gradient_clipping": 1.0}, [], "set optim.grad_clip=1.0"),
     ({"optimizer": {"type": "AdamW"}}, [], "move its settings there and remove the section"),
     ({"scheduler": {"type": "WarmupLR"}}, [], "optim.schedule"),

@@ -100,13 +100,21 @@ def build_deepspeed_config(cfg: Any, world_size: int) -> dict[str, Any]:
                          ("scheduler", "optim.schedule, optim.warmup_steps, optim.min_lr_ratio")):
         if section in ds:
             raise ConfigError(
-                f"the DeepSpeed config has a {section!r} section, but the engine builds the "
+                f"the DeepSpeed config has an {section!r} section, but the engine builds the "
                 f"{section} itself from {use}; move its settings there and remove the section")
     micro, steps = cfg.data.batch_size, cfg.accumulation.steps
     _agree(ds, "train_micro_batch_size_per_gpu", micro, "data.batch_size")
     _agree(ds, "gradient_accumulation_steps", steps, "accumulation.steps")
-    _agree(ds, "train_batch_size", micro * steps * world_size, "data.batch_size x accumulation.steps x ranks",
-           f"{micro} x {steps} x {world_size} = {micro * steps * world_size}")
+    total = micro * steps * world_size
+    theirs = ds.get("train_batch_size")
+    if theirs not in (None, "auto") and theirs != total:
+        raise ConfigError(
+            f"the DeepSpeed config sets train_batch_size={theirs!r} but the engine trains "
+            f"data.batch_size x accumulation.steps x ranks = {micro} x {steps} x {world_size} = {total} "
+            f"samples per step. Keep one: remove train_batch_size from the DeepSpeed config (the engine "
+            f"fills it in), or change data.batch_size / accumulation.steps so that their product with "
+            f"the {world_size} rank(s) is {theirs!r}")
+    ds["train_batch_size"] = total
     _precision(ds, cfg.precision.mode, cfg.precision.init_scale)
     clip = ds.get("gradient_clipping")
     if cfg.optim.grad_clip is None:

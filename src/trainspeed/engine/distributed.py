@@ -292,7 +292,7 @@ def setup_distributed(cfg: Any, device: torch.device) -> tuple[Dist, torch.devic
                 f"rank {rank} of {world}: could not form the {backend} process group "
                 f"({type(exc).__name__}: {exc}). Check MASTER_ADDR/MASTER_PORT (torchrun "
                 "--rdzv-endpoint) and that every node can reach it.") from exc
-    out.notes.append(f"distributed: {d.strategy} on {world} ranks ({backend}), "
+    out.notes.append(f"distributed: {d.strategy} on {world} rank{'s' if world > 1 else ''} ({backend}), "
                      f"per-rank batch data.batch_size={cfg.data.batch_size}")
     return out, device
 

@@ -189,8 +189,8 @@ class Trainer:
             raise
         if self.dist.active:  # host time in the collectives issued outside forward/backward
             mon.event("collectives", ops=self.dist.collective_summary(),
-                      note="host seconds per kind of collective issued by trainspeed; DDP's and "
-                           "FSDP's own collectives overlap forward/backward and count there")
+                      note="host seconds per kind of collective issued by trainspeed; DDP's, "
+                           "FSDP's and DeepSpeed's own collectives overlap forward/backward and count there")
         summary = self.dist.close_monitor(mon)
         self.dist.teardown()
         return summary
