@@ -155,7 +155,9 @@ def test_the_trainers_own_engine_is_told_its_engine_keys_and_tune(tmp_path):
     (tmp_path / "config.yaml").write_text("recipe:\n  name: gpt\n")
     overlap = checks.zero2_overlap(ctx_of(run))
     assert overlap.recommendation.startswith("distributed.overlap_comm=true: overlap_comm reduces")
-    assert overlap.verify_with == f"trainspeed tune {tmp_path / 'config.yaml'} --knobs overlap_comm"
+    # a gain only several processes show: the run again as launched, not a one-process tune
+    assert overlap.verify_with == (f"trainspeed train {tmp_path / 'config.yaml'} run.name={tmp_path.name}-after "
+                                   "(after the change: the backward share should drop)")
     run.events = [e for e in run.events if (e.get("data") or {}).get("kind") != "deepspeed"]
     run.events.append({"schema": 1, "type": "observation", "step": 0, "t_wall": 0.0,
                        "data": dict(ENGINE, offload_optimizer=False, trainspeed_engine=True)})
@@ -170,4 +172,8 @@ def test_an_engine_runs_doctor_command_reruns_its_config_under_a_new_name(tmp_pa
     run.path = tmp_path / "gpt-1"
     run.path.mkdir()
     (run.path / "config.yaml").write_text("recipe:\n  name: gpt\n")
-    assert ctx_of(run).doctor_command() == f"trainspeed train {run.path / 'config.yaml'} run.name=gpt-1-after"
+    ctx = ctx_of(run)
+    assert ctx.doctor_command() == f"trainspeed train {run.path / 'config.yaml'} run.name=gpt-1-after"
+    ctx.summary["ranks"] = [{"rank": 0}, {"rank": 1}]
+    assert ctx.doctor_command(steps=50) == (f"torchrun --nproc_per_node 2 -m trainspeed train "
+                                            f"{run.path / 'config.yaml'} run.name=gpt-1-after run.max_steps=50")

@@ -35,6 +35,7 @@ TUNE_KNOBS = {
     "checkpoint_every": "checkpoint_every",
     "zero_stage": "zero_stage",
     "overlap_comm": "overlap_comm",
+    "bucket_size": "bucket_size",
 }
 """Doctor topic (or script knob name) -> knob of `trainspeed tune CONFIG --knobs` (tune/knobs.py);
 topics missing here have no engine knob."""
@@ -61,6 +62,9 @@ SCRIPT_TUNE_KNOBS = {
     "eval_every": "eval_every",
     "gc": "no_gc",
     "no_gc": "no_gc",
+    "zero_stage": "zero_stage",  # an edited copy of the script's --deepspeed_config JSON
+    "overlap_comm": "overlap_comm",
+    "bucket_size": "bucket_size",
 }
 """Doctor topic (or knob name) -> knob of `trainspeed tune --knobs K -- CMD` (the SCRIPT tuner's
 names, tune/script_knobs.py; log_every, checkpoint_every and no_gc are what-ifs there when the
@@ -134,7 +138,9 @@ class CheckContext:
 
         config = self.run.path / "config.yaml"
         if not self.command and config.is_file():
-            return (f"trainspeed train {shlex.quote(str(config))} run.name={self.run.path.name}-after"
+            ranks = len(self.summary.get("ranks") or [])  # a data-parallel run: launched again alike
+            launch = f"torchrun --nproc_per_node {ranks} -m trainspeed" if ranks > 1 else "trainspeed"
+            return (f"{launch} train {shlex.quote(str(config))} run.name={self.run.path.name}-after"
                     + (f" run.max_steps={steps}" if steps else ""))
         cmd = shlex.join(self.command) if self.command else "python train.py"
         return f"trainspeed doctor{f' --steps {steps}' if steps else ''} -- {cmd}"
