@@ -96,11 +96,13 @@ class Trainer:
             self.notes.append(describe_optimizer(info))
         self.optimizer = optimizer
         self._ds: Any = None  # DeepSpeed's engine (distributed.strategy=deepspeed)
+        self._ds_step: Any = None  # its step (deepspeed_engine.train_step), bound once
         if self.dist.deepspeed:
-            from trainspeed.engine.deepspeed_engine import start_engine
+            from trainspeed.engine.deepspeed_engine import start_engine, train_step
 
             self._ds, self.ds_config, ds_notes = start_engine(self.eager, optimizer, self.cfg, self.device,
                                                               self.world_size)
+            self._ds_step = train_step
             self.model = self._ds
             self.notes += ds_notes
         if self.dist.sharded_saves:
@@ -293,10 +295,8 @@ class Trainer:
             self._flops_done = True
             self._record_flops(mon, group[0][0], group[0][1])
             t0 = _clock()
-        if self._ds is not None:
-            from trainspeed.engine.deepspeed_engine import train_step
-
-            return train_step(self, group, mon)
+        if self._ds_step is not None:
+            return self._ds_step(self, group, mon)
         while True:
             try:
                 if self._plain_pass and len(group) == 1 and self.microbatcher.split == 1:
