@@ -50,8 +50,10 @@ def table() -> str:
         if not head:
             continue
         met = {True: "yes", False: "**no**"}.get(head.get("passed"), "-")
-        rows.append(f"| {head.get('label', data['name'])} | {data['machine']} | {str(data.get('date', '-'))[:10]} | {head.get('value')} "
-                    f"| {head.get('goal', '-')} | {met} | `{data.get('command', '')}` |")
+        value = head.get("value")
+        shown = f"{value:.4g}" if isinstance(value, float) else value  # a ratio, not 17 digits
+        rows.append(f"| {head.get('label', data['name'])} | {data['machine']} | {str(data.get('date', '-'))[:10]} | {shown} "
+                    f"| {head.get('goal') or '-'} | {met} | `{data.get('command', '')}` |")
     return "\n".join(rows)
 
 

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import sys
+import time
 import types
 from pathlib import Path
 
@@ -109,7 +110,11 @@ def test_monitor_with_wandb_sink_writes_an_offline_run_in_the_run_dir(tmp_path: 
     (binary,) = run_dir.glob("run-*.wandb")
     # wandb 0.31 keeps an offline run's config, history and summary in this transaction log
     # (uploaded later by `wandb sync`); its records hold the keys as plain protobuf strings.
-    data = binary.read_bytes()
+    # wandb's service process writes it: on a loaded machine (a full `make test` on 2 cores) the
+    # log held only its header when finish() had returned, and its records came after.
+    deadline = time.monotonic() + 30
+    while b"events/run_end" not in (data := binary.read_bytes()) and time.monotonic() < deadline:
+        time.sleep(0.2)
     assert b"batch_size" in data  # the run config reached W&B
     # history rows (a loaded writer may thin dashboard records, so not necessarily all four)
     assert b"time/step_ms" in data
