@@ -19,6 +19,8 @@ from pathlib import Path
 
 import pytest
 from launch_helpers import TINY, assert_close, cmd, env, losses
+from trainspeed.telemetry.rundir import read_run
+from trainspeed.telemetry.summary import summarize
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 
@@ -141,6 +143,9 @@ def test_killed_bf16_run_auto_resumes_on_the_uninterrupted_curve(ws):
     assert sorted(resumed) == list(range(at + 1, 13))
     assert_close(resumed, {s: v for s, v in reference.items() if s > at})
     assert len(set(reference.values())) > 5 and reference[12] < reference[1]  # it trains
+    # the engine's bf16 section (weights in bf16, fp32 master copy): what the summary reads back
+    assert [e["precision"] for e in events(ws / "runs" / "bf16-reference", "precision")] == ["bf16"]
+    assert summarize(read_run(ws / "runs" / "bf16-reference"))["precision"] == "bf16"
 
 
 def test_contradicting_json_is_refused_before_training(ws, tmp_path):

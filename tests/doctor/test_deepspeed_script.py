@@ -23,6 +23,9 @@ from pathlib import Path
 
 import pytest
 
+from trainspeed.telemetry.rundir import read_run
+from trainspeed.telemetry.summary import summarize
+
 from conftest import SCRIPTS, ids
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -128,6 +131,8 @@ def test_checkpoint_every_two_steps_is_ranked_first(ds_doctor, tmp_path):
     # the run trained in the engine's bf16 (the Monitor started before the script chose: fp32)
     assert result.summary["precision"] == "bf16"
     assert json.loads((result.run_dir / "report.json").read_text())["summary"]["precision"] == "bf16"
+    # and so does the run directory read again later (trainspeed report, compare)
+    assert summarize(read_run(result.run_dir))["precision"] == "bf16"
     # ZeRO-2 without offloading on one process: nothing beyond what the memory needs
     assert "deepspeed_zero_beyond_memory" not in ids(result)
 

@@ -171,7 +171,7 @@ def engine_precision_of(observations: Iterable[dict[str, Any]]) -> str | None:
     """The precision a DeepSpeed engine's config trains in ("bf16", "fp16", "bf16-mixed"...),
     None without an engine or in fp32. The doctor's Monitor starts before the script chooses a
     precision, so its run_start says fp32; the engine, observed at its first step, knows."""
-    from trainspeed.doctor.checks.deepspeed import engine_precision
+    from trainspeed.engine.deepspeed_facts import engine_precision
 
     for obs in observations:
         if obs.get("kind") == "deepspeed":
@@ -293,10 +293,10 @@ def run_doctor(config: DoctorConfig) -> DoctorResult:
     if missing:
         monitor.event("warning", message=f"ranks {missing} did not finish their records within 30 s; "
                                          "their per-rank figures are partial")
-    summary = monitor.close(error=error)
     precision = engine_precision_of(session.observations.values())
-    if precision is not None:
-        summary["precision"] = precision  # run_start's is the Monitor's fp32 (engine_precision_of)
+    if precision is not None:  # run_start's is the Monitor's fp32 (engine_precision_of)
+        monitor.event("precision", precision=precision, source="deepspeed config")
+    summary = monitor.close(error=error)
     error = None  # drop the frames (and DataLoader workers) the traceback holds
     run = read_run(run_dir)
     findings = diagnose(run, summary)

@@ -38,6 +38,18 @@ def one_process_env(environ: Any = os.environ) -> dict[str, str]:
     return add
 
 
+def engine_precision(info: dict[str, Any]) -> str | None:
+    """The precision an engine trains in, from its observed config: "bf16"/"fp16" (its bf16 or
+    fp16 section: half-precision weights, an fp32 master copy in the optimizer),
+    "bf16-mixed"/"fp16-mixed" (its torch_autocast section: fp32 weights, autocast matmuls), None
+    in fp32."""
+    if info.get("bf16") or info.get("fp16"):
+        return "bf16" if info.get("bf16") else "fp16"
+    if info.get("torch_autocast"):
+        return "fp16-mixed" if info.get("torch_autocast_dtype") == "float16" else "bf16-mixed"
+    return None
+
+
 def ask(engine: Any, name: str) -> Any:
     """engine.name() as a plain value, None when this DeepSpeed version lacks it."""
     try:

@@ -37,9 +37,13 @@ def emit_observations(mon: Any, loaders: Any, parts: Any, cfg: TrainConfig, devi
     mon.event("observation", kind="device", type=getattr(device, "type", str(device)), cores=cores,
               engine=True, precision=cfg.precision.mode)
     if ds_engine is not None:  # the settings the DeepSpeed checks read, as the doctor records them
-        from trainspeed.engine.deepspeed_facts import describe_engine
+        from trainspeed.engine.deepspeed_facts import describe_engine, engine_precision
 
-        mon.event("observation", kind="deepspeed", **describe_engine(ds_engine), trainspeed_engine=True)
+        info = describe_engine(ds_engine)
+        mon.event("observation", kind="deepspeed", **info, trainspeed_engine=True)
+        precision = engine_precision(info)
+        if precision is not None:  # the DeepSpeed config's, where run_start has precision.mode's
+            mon.event("precision", precision=precision, source="deepspeed config")
 
 
 __all__ = ["emit_observations"]

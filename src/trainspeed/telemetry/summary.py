@@ -21,6 +21,17 @@ def _run_start(run: RunData) -> dict[str, Any]:
     return (starts[0].get("data") or {}) if starts else {}
 
 
+def _precision(run: RunData, start: dict[str, Any]) -> str:
+    """The precision the run trained in: the last "precision" event's (one written once the
+    run's engine is known, as a DeepSpeed config's bf16 section, after run_start said fp32),
+    else run_start's."""
+    for event in reversed(run.events_of("precision")):
+        value = (event.get("data") or {}).get("precision")
+        if isinstance(value, str) and value:
+            return value
+    return str(start.get("precision", "fp32"))
+
+
 def flops_per_step(run: RunData, keep: np.ndarray | None = None) -> float | None:
     """The run's FLOPs per optimizer step, or None. With a count per token (a recipe's own,
     recorded as `flops_per_token`), the mean over the steps in `keep` (a mask over the step
@@ -134,7 +145,7 @@ def summarize(run: RunData) -> dict[str, Any]:
         "dropped_records": _dropped(run),
         "thinned_records": _thinned(run),
         "device": start.get("device", "cpu"),
-        "precision": start.get("precision", "fp32"),
+        "precision": _precision(run, start),
         "flops_per_step": flops,
         "ranks": rank_table({0: run.steps, **run.rank_steps}) if run.rank_steps else None,
     }

@@ -12,6 +12,7 @@ from typing import Any
 
 from trainspeed.doctor.checks.context import CheckContext, pct
 from trainspeed.doctor.findings import Finding
+from trainspeed.engine.deepspeed_facts import engine_precision
 from trainspeed.report.fmt import fmt_bytes
 
 STATE_SHARE = 0.25
@@ -65,18 +66,6 @@ def verify(ctx: CheckContext, info: dict[str, Any], topic: str | None, after: st
     which passes an edited copy of its --deepspeed_config JSON); else the run again (doctor or
     train), after the change."""
     return (ctx.tune_command(topic) if topic else None) or ctx.doctor_command() + f" (after the change: {after})"
-
-
-def engine_precision(info: dict[str, Any]) -> str | None:
-    """The precision an engine trains in, from its observed config: "bf16"/"fp16" (its bf16 or
-    fp16 section: half-precision weights, an fp32 master copy in the optimizer),
-    "bf16-mixed"/"fp16-mixed" (its torch_autocast section: fp32 weights, autocast matmuls), None
-    in fp32."""
-    if info.get("bf16") or info.get("fp16"):
-        return "bf16" if info.get("bf16") else "fp16"
-    if info.get("torch_autocast"):
-        return "fp16-mixed" if info.get("torch_autocast_dtype") == "float16" else "bf16-mixed"
-    return None
 
 
 def autocast_in_engine(ctx: CheckContext) -> Finding | None:
