@@ -205,6 +205,15 @@ def machine_contention(ctx: CheckContext) -> Finding | None:
            else "inferred: wall time rose while this process's CPU time did not (no system samples)")
     evidence = (f"{found.get('message')}; the load took {pct(lost)} of the run's wall time ({how}). "
                 "Phase times and the step-time trend of the script were judged without it")
+    # The quiet steps may have been loaded too (word_language_model beside a test suite: 1.4
+    # cores of 2 taken in its 'quiet' steps): then no step of the run is the script's own speed.
+    from trainspeed.doctor.checks.machine import busy_machine, got_text, threads_advice
+
+    quiet = found.get("others_quiet")
+    busy = busy_machine(ctx, quiet) if found.get("sampled") and isinstance(quiet, (int, float)) else None
+    if busy:
+        evidence += (f". Even the quiet steps ran beside {busy['others']:.1f} of the machine's {busy['cores']} cores "
+                     f"taken by other processes{got_text(busy, ctx)}: every time of this run is pessimistic")
     return Finding(
         id="machine_contention",
         severity="warning" if lost >= CONTENTION_WARNING else "info",
@@ -212,7 +221,8 @@ def machine_contention(ctx: CheckContext) -> Finding | None:
         evidence=evidence,
         recommendation=("nothing to change in the script: other processes used the CPU cores it needs. "
                         "Measure when the machine is quiet, or give the run cores of its own (taskset -c / "
-                        "a dedicated node); throughput and step times of this run are pessimistic"),
+                        "a dedicated node); throughput and step times of this run are pessimistic"
+                        + (threads_advice(ctx, busy) if busy else "")),
         verify_with=f"{ctx.doctor_command()} (on a quiet machine)",
         impact=0.0,
     )

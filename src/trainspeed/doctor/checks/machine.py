@@ -1,0 +1,120 @@
+"""Findings about the machine the run shared: other processes' load through the whole run.
+
+machine_contention (loop.py) finds steps that got slower when other processes started; a run
+that was loaded from its first measured step to its last shows no such change, yet every time
+it reports is inflated. On 2 shared cores where other jobs used 1.6 of them, karpathy/minGPT's
+chargpt (gpt-nano, batch 16) read 700 ms per step under the doctor and its 500-token sample
+took 20 s with torch's 2 compute threads against 1 s with one: threads that wait for a
+descheduled sibling spin. The doctor said nothing, and the figures read as the script's.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from trainspeed.doctor.checks.context import CheckContext, ms
+from trainspeed.doctor.findings import Finding
+
+BUSY_MIN_CORES = 0.5
+"""Other processes' median CPU over the measured steps, in cores, from which the run counts as
+run on a busy machine (and at least BUSY_MIN_SHARE of the cores): a shared machine is never
+idle, but half a core taken all the time is a visible share of a small VM."""
+BUSY_MIN_SHARE = 0.25
+BUSY_WARNING_SHARE = 0.5
+"""Half the machine's cores or more taken by others: the run's figures are far off; a warning."""
+
+
+def _cores(ctx: CheckContext) -> int:
+    cpu = (ctx.run.env or {}).get("cpu") or {}
+    return int(cpu.get("available_cores") or cpu.get("logical_cores") or ctx.cores or 1)
+
+
+def _threads(ctx: CheckContext) -> int | None:
+    value = ((ctx.run.env or {}).get("cpu") or {}).get("torch_threads")
+    return int(value) if isinstance(value, (int, float)) and value > 0 else None
+
+
+def others_during_measured_steps(ctx: CheckContext) -> float | None:
+    """Other processes' median CPU (% of one core) over the system samples taken while the
+    measured steps (warm-up excluded) ran; None without samples."""
+    series: dict[str, Any] = {}
+    for event in ctx.run.events_of("system"):
+        series = (event.get("data") or {}).get("series") or series
+    t = np.array([np.nan if v is None else float(v) for v in series.get("t") or []], dtype=np.float64)
+    others = np.array([np.nan if v is None else float(v) for v in series.get("cpu_others") or []],
+                      dtype=np.float64)
+    if t.size == 0 or t.size != others.size:
+        return None
+    end, step = ctx.run.array("t_wall"), ctx.run.array("t_step")
+    measured = np.isfinite(end) & np.isfinite(step) & ~(ctx.run.array("warmup") > 0.5)
+    if not measured.any():
+        return None
+    start, stop = float(np.min(end[measured] - step[measured])), float(np.max(end[measured]))
+    inside = (t >= start) & (t <= stop) & np.isfinite(others)
+    if inside.sum() < 3:
+        return None
+    return float(np.median(others[inside]))
+
+
+def busy_machine(ctx: CheckContext, others: float | None = None) -> dict[str, Any] | None:
+    """{others (cores), cores, share, got (cores this process had), threads} when other
+    processes held the machine's cores through the measured steps, else None."""
+    others = others_during_measured_steps(ctx) if others is None else others
+    if others is None:
+        return None
+    cores = _cores(ctx)
+    taken = others / 100.0
+    if taken < BUSY_MIN_CORES or taken < BUSY_MIN_SHARE * cores:
+        return None
+    cpu, wall = ctx.summary.get("cpu_per_step"), ctx.step_mean
+    got = float(cpu) / wall if isinstance(cpu, (int, float)) and wall else None
+    return {"others": taken, "cores": cores, "share": taken / cores, "got": got, "threads": _threads(ctx)}
+
+
+def got_text(found: dict[str, Any], ctx: CheckContext) -> str:
+    """'; this process got 0.22 cores with 2 compute threads (CPU time 251 ms per 1120 ms step)'."""
+    cpu, wall = ctx.summary.get("cpu_per_step"), ctx.step_mean
+    if found.get("got") is None or not wall:
+        return ""
+    threads = f" with {found['threads']} compute threads" if found.get("threads") else ""
+    return f"; this process got {found['got']:.2f} cores{threads} (CPU time {ms(float(cpu))} per {ms(wall)} step)"
+
+
+def threads_advice(ctx: CheckContext, found: dict[str, Any]) -> str:
+    """While the cores stay shared: fewer compute threads, measured by the script tune."""
+    threads = found.get("threads")
+    if not threads or threads < 2:
+        return ""
+    command = ctx.tune_command("threads") if ctx.command else None
+    how = f" (`{command}` measures it on this machine)" if command else ""
+    return (f". While the cores stay shared, fewer compute threads than the {threads} torch uses may be faster: "
+            f"a thread that waits for a descheduled sibling spins{how}")
+
+
+def machine_busy(ctx: CheckContext) -> Finding | None:
+    """Other processes held the cores through the whole run (no change for machine_contention
+    to find): nothing in the script is at fault, so nothing is at stake, but every time the
+    report shows is pessimistic, and the user must know before acting on it."""
+    if ctx.summary.get("contention"):
+        return None  # machine_contention says it, with the quiet steps' load (loop.py)
+    found = busy_machine(ctx)
+    if found is None:
+        return None
+    return Finding(
+        id="machine_busy",
+        severity="warning" if found["share"] >= BUSY_WARNING_SHARE else "info",
+        title="Other processes used the machine's cores through the whole run (not the script)",
+        evidence=(f"other processes used a median {found['others']:.1f} of the machine's {found['cores']} cores "
+                  f"while the measured steps ran (system sampler){got_text(found, ctx)}. The step times, phase times and throughput of this run are "
+                  "the busy machine's, not the script's"),
+        recommendation=("nothing to change in the script because of this: measure when the machine is quiet, or "
+                        "give the run cores of its own (a dedicated node, or other jobs kept off its cores with taskset or "
+                        f"cgroups){threads_advice(ctx, found)}"),
+        verify_with=f"{ctx.doctor_command()} (on a quiet machine)",
+        impact=0.0,
+    )
+
+
+CHECKS = (machine_busy,)
