@@ -146,7 +146,16 @@ def no_winner_line(result) -> str:
     measured = [row for row in result.ablation if row.speedup is not None]
     if measured:
         return "nothing won over the baseline: your script's settings are already the fastest measured here"
-    unmeasured = "; ".join(f"{row.knob}={row.setting}: {row.note or row.verdict}" for row in result.ablation)
+    # One line per reason, its settings together: 15 settings skipped for the budget read as a
+    # wall of the same sentence (chargpt's 4m tune), the actionable part lost in it.
+    # Budget notes differ only in their figures: grouped by the sentence, the first one's
+    # figures shown (the first setting to fit names the smallest budget that measures something).
+    reasons: dict[str, tuple[str, list[str]]] = {}
+    for row in result.ablation:
+        why = str(row.note or row.verdict)
+        key = why.split(" (~")[0] if why.startswith("does not fit the budget") else why
+        reasons.setdefault(key, (why, []))[1].append(f"{row.knob}={row.setting}")
+    unmeasured = "; ".join(f"{', '.join(settings)}: {why}" for why, settings in reasons.values())
     return f"no setting could be measured, so nothing is known to win ({unmeasured or 'no knob applied'})"
 
 

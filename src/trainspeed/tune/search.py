@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import statistics
 import time
 from typing import Any, Callable
@@ -341,8 +342,12 @@ class Tuner:
                     cost += base_wall * self.opt.repeats  # opens a group: its closing baseline, every round
                 # A setting with finished trials (a resumed tune) is always reported.
                 if not already and planned + cost + reserve > self.opt.budget_s:
+                    # The budget that would measure it, in the --budget unit users type: a
+                    # chargpt trial of 37 s (start-up and its first sample included) left a
+                    # 4m tune with nothing to measure and the user with no figure to raise it to.
+                    fits = math.ceil((planned + cost + reserve) / 60.0)
                     skipped.append(Skip(name, item.label, f"does not fit the budget (~{cost:.0f} s "
-                                        f"for {self.opt.repeats} repeats; raise --budget)"))
+                                        f"for {self.opt.repeats} repeats; --budget {fits}m fits it)"))
                     continue
                 planned += cost
                 candidates.append(item)

@@ -1,0 +1,56 @@
+"""Regression from a real script (karpathy/minGPT chargpt, docs/real-scripts.md): each trial
+took 37 s (start-up and the script's 500-token sample at iteration 0 included), so a 4m tune
+skipped every setting with 'raise --budget', stopped after 42 s, and printed the same sentence
+for 15 settings. The skip now names the budget that measures the setting, and that budget does."""
+
+from __future__ import annotations
+
+import re
+import types
+
+import pytest
+
+from trainspeed.tune import stats
+from trainspeed.tune.search import Tuner, TuneOptions
+from trainspeed.tune.store import TrialStore
+
+from tune_fakes import FakeRunner
+
+pytestmark = pytest.mark.timeout(30)
+
+BF16 = "precision.mode=bf16-mixed"
+
+
+def _tune(base_config, cpu, tmp_path, budget_s: float):
+    runner = FakeRunner({BF16: 0.5}, wall_s=37.0)
+    options = TuneOptions(budget_s=budget_s, knobs=["precision", "compile"])
+    tuner = Tuner(base_config=base_config, base_hash="h", device=cpu, runner=runner,
+                  store=TrialStore(tmp_path), options=options, say=lambda s: None)
+    return {(r.knob, r.setting): r for r in tuner.run().ablation}
+
+
+def test_a_setting_skipped_for_the_budget_names_the_budget_that_measures_it(base_config, cpu, tmp_path):
+    rows = _tune(base_config, cpu, tmp_path / "a", 240)
+    skipped = rows[("precision", "bf16-mixed")]
+    assert skipped.verdict == stats.SKIPPED and skipped.speedup is None
+    fits = re.search(r"--budget (\d+)m fits it", skipped.note)
+    assert fits, skipped.note
+    # as the note says: that budget measures it
+    rows = _tune(base_config, cpu, tmp_path / "b", 60 * int(fits.group(1)))
+    assert rows[("precision", "bf16-mixed")].verdict == stats.FASTER
+
+
+def test_unmeasured_settings_are_listed_once_per_reason():
+    from trainspeed.cli.tune import no_winner_line
+
+    def row(knob, setting, note):
+        return types.SimpleNamespace(knob=knob, setting=setting, note=note, verdict="skipped", speedup=None)
+
+    line = no_winner_line(types.SimpleNamespace(ablation=[
+        row("num_workers", "0", "does not fit the budget (~145 s for 2 repeats; --budget 7m fits it)"),
+        row("num_workers", "1", "does not fit the budget (~145 s for 2 repeats; --budget 7m fits it)"),
+        row("compile", "default", "does not fit the budget (~291 s for 2 repeats; --budget 10m fits it)"),
+        row("tf32", "on", "TF32 needs an NVIDIA GPU of compute capability 8.0+")]))
+    assert line.count("does not fit the budget") == 1 and line.count("TF32 needs") == 1
+    assert "num_workers=0, num_workers=1, compile=default: does not fit the budget (~145 s for 2 repeats; " \
+           "--budget 7m fits it)" in line
