@@ -9,13 +9,22 @@ order (harness.interleave_sides), so all see the same machine state. A second co
 hand loop runs alongside (A/A): its ratio is the noise floor. Several trials, each with a fresh
 model and Monitor (a fresh memory layout); the headline is the median of the trials' ratios.
 
-    python benchmarks/monitor_overhead.py [--trials 5] [--steps 1500]
+Medians leave out what happens once per log interval (the flush, the writer thread's records
+and JSON, the sampler's reads): the mean paired differences are reported beside them. With
+--floor, a fourth side runs the monitored step's code on a Monitor that does nothing (phases
+are no-op context managers, the loader is iter(), step() returns): its cost is the loop's shape
+(three `with` blocks, x.shape[0], a keyword call), not the Monitor's work, which is the
+difference between the two sides.
+
+    python benchmarks/monitor_overhead.py [--trials 5] [--steps 1500] [--floor]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import itertools
+import statistics
 import sys
 import tempfile
 from pathlib import Path
@@ -27,6 +36,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from harness import interleave_sides, trials_summary, write_result  # noqa: E402
 
 from trainspeed.telemetry.monitor import Monitor  # noqa: E402
+from trainspeed.telemetry.schema import MEASURED_PHASES  # noqa: E402
+
+
+GOAL_US = 15.0  # the Monitor's cost per step on CPU: the project's overhead goal
 
 
 def make_side(hidden: int, batch: int, seed: int):
@@ -66,6 +79,24 @@ def monitored_step(model, opt, batches, mon):
     return step
 
 
+class NullMonitor:
+    """The Monitor's loop API doing nothing (--floor): the cost of the monitored step's shape."""
+
+    def __init__(self) -> None:
+        self.phase = dict.fromkeys(MEASURED_PHASES, contextlib.nullcontext()).__getitem__
+
+    def loader(self, iterable):
+        return iter(iterable)
+
+    def step(self, **_: object) -> None:
+        pass
+
+
+def paired_us(trials: list[dict[str, list[float]]], base: str, side: str, how=statistics.median) -> float:
+    """Median over trials of `how` (median, mean) of the step-by-step differences side - base, µs."""
+    return statistics.median(how([b - a for a, b in zip(t[base], t[side])]) for t in trials) * 1e6
+
+
 def workload_args() -> argparse.ArgumentParser:
     """The options of this benchmark's workload, shared with phase_forms.py."""
     ap = argparse.ArgumentParser()
@@ -77,14 +108,19 @@ def workload_args() -> argparse.ArgumentParser:
 
 
 def main() -> None:
-    args = workload_args().parse_args()
+    ap = workload_args()
+    ap.add_argument("--floor", action="store_true", help="add a side with a do-nothing Monitor (see docstring)")
+    args = ap.parse_args()
     trials = []
     for t in range(args.trials):
         mon = Monitor(Path(tempfile.mkdtemp(prefix="ts-bench-")), log_every=50, warmup_steps=0,
                       system_sampler=True, write_env=False)
         side = make_side(args.hidden, args.batch, 1 + t)
-        trials.append(interleave_sides({"hand_loop": plain_step(*side), "hand_loop_again": plain_step(*side),
-                                        "with_monitor": monitored_step(*side, mon)}, args.steps, seed=t))
+        sides = {"hand_loop": plain_step(*side), "hand_loop_again": plain_step(*side),
+                 "with_monitor": monitored_step(*side, mon)}
+        if args.floor:
+            sides["null_monitor"] = monitored_step(*side, NullMonitor())
+        trials.append(interleave_sides(sides, args.steps, seed=t))
         mon.close()
         last = trials_summary(trials[-1:], "hand_loop", "hand_loop_again")
         print(f"  [monitor_overhead] trial {t + 1}/{args.trials}: step {last['hand_loop']['median_step_s'] * 1e3:.2f} ms, "
@@ -93,14 +129,24 @@ def main() -> None:
     res["step_ms"] = res["hand_loop"]["median_step_s"] * 1e3
     mon_res = res["with_monitor"]
     ratio = mon_res["ratio"]
+    for name in ("with_monitor", "hand_loop_again"):
+        res[name]["mean_paired_diff_us"] = paired_us(trials, "hand_loop", name, statistics.mean)
     print(f"median step {res['step_ms']:.2f} ms; ratio with/without Monitor = {ratio:.4f} (goal <= 1.01, "
           f"median of {args.trials} trials; A/A noise floor ±{res['noise_floor']:.4f}); "
-          f"median paired difference {mon_res['median_paired_diff_us']:.0f} µs per step")
+          f"median paired difference {mon_res['median_paired_diff_us']:.0f} µs per step (A/A "
+          f"{res['hand_loop_again']['median_paired_diff_us']:+.0f}); mean {mon_res['mean_paired_diff_us']:.0f} "
+          f"µs (A/A {res['hand_loop_again']['mean_paired_diff_us']:+.0f})")
+    if args.floor:
+        res["monitor_work_us"] = paired_us(trials, "null_monitor", "with_monitor")
+        print(f"the loop's shape on a do-nothing Monitor: {res['null_monitor']['median_paired_diff_us']:.0f} µs; "
+              f"the Monitor's own work: {res['monitor_work_us']:.0f} µs per step (median paired difference)")
+    # The goal is absolute (µs per step), not a ratio: at 1-3 ms steps a ratio measures Python call cost.
+    us = mon_res["median_paired_diff_us"]
     write_result("monitor_overhead", res, headline={
-        "label": f"Monitor overhead (tiny MLP, {res['step_ms']:.1f} ms steps, step-time ratio, median of "
-                 f"{args.trials} trials; {mon_res['median_paired_diff_us']:.0f} µs per step; A/A floor "
-                 f"±{res['noise_floor'] * 100:.1f} %)",
-        "value": round(ratio, 4), "goal": "<= 1.01", "passed": ratio <= 1.01})
+        "label": f"Monitor overhead per step (tiny MLP, {res['step_ms']:.1f} ms steps; median paired difference, "
+                 f"median of {args.trials} trials; ratio x{ratio:.4f}, A/A floor ±{res['noise_floor'] * 100:.1f} %; "
+                 f"mean with the per-interval flush {mon_res['mean_paired_diff_us']:.0f} µs)",
+        "value": f"{us:.0f} µs", "goal": "<= 15 µs", "passed": us <= GOAL_US})
 
 
 if __name__ == "__main__":
