@@ -18,7 +18,10 @@ pytestmark = pytest.mark.timeout(300)
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "own-model.md"
 ONE_THREAD = ["run.torch_threads=1"]  # intra-op threads spin; on a shared 2-core box 2x slower
-SHORT_TRIALS = ["--steps", "3", "--warmup-steps", "1", "--repeats", "1", "--verify-repeats", "1",
+# one baseline bracket and no final check: every trial is a fresh interpreter (~3 s), and the
+# assertions read the ablation
+SHORT_TRIALS = ["--steps", "3", "--warmup-steps", "1", "--repeats", "1", "--verify-repeats", "0",
+                "--baseline-every", "10",
                 "--no-fork-server"]  # plain `python -m trainspeed train` trials: the cwd must be found there
 
 
