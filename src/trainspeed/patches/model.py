@@ -85,6 +85,7 @@ def _autocast_forward(module: nn.Module, dtype: torch.dtype, ctx: InstallContext
     # An instance attribute: the class (and every other instance) keeps its forward.
     own_forward = module.__dict__.get("forward")
     module.forward = forward  # type: ignore[method-assign]
+    _saved_without_our_forward(module, own_forward, ctx)
     ctx.patches.call_on_undo(lambda: module.__dict__.pop("forward", None) if own_forward is None
                              else setattr(module, "forward", own_forward))
     _cover_the_call_under_way(module, device, dtype)
@@ -159,7 +160,54 @@ def _traceable_forward(module: nn.Module, ctx: InstallContext) -> None:
         return original(*args, **kwargs)
 
     module.forward = forward  # type: ignore[method-assign]
+    _saved_without_our_forward(module, None, ctx)
     ctx.patches.call_on_undo(lambda: module.__dict__.pop("forward", None))
+
+
+def _refers_to(obj: Any, modules: dict[int, Any], depth: int = 3) -> bool:
+    """Whether a saved object is, or holds in its dicts/lists/tuples, one of `modules` (or a
+    module that contains one): `torch.save(model, f)`, `torch.save({"model": model}, f)`."""
+    if isinstance(obj, nn.Module):
+        return any(id(m) in modules for m in obj.modules())
+    if depth <= 0:
+        return False
+    if isinstance(obj, dict):
+        return any(_refers_to(v, modules, depth - 1) for v in obj.values())
+    if isinstance(obj, (list, tuple)):
+        return any(_refers_to(v, modules, depth - 1) for v in obj)
+    return False
+
+
+def _saved_without_our_forward(module: nn.Module, own_forward: Any, ctx: InstallContext) -> None:
+    """`torch.save(model, f)` pickles the module's __dict__, where our forward (a local function)
+    cannot be pickled: pytorch/examples' word_language_model saved its whole model at the end of
+    the epoch, and its compile trial died with "Can't pickle local object
+    '_traceable_forward.<locals>.forward'". While a save that holds the module runs, the
+    instance's forward is what the script gave it (none: the class's), so the file is the one
+    the script writes unpatched and loads with its own torch.load(weights_only) allow-list."""
+    ours: dict[int, tuple[nn.Module, Any]] | None = ctx.shared.get("own_forwards")
+    if ours is None:
+        ours = ctx.shared["own_forwards"] = {}
+
+        def make(original: Callable[..., Any]) -> Callable[..., Any]:
+            @functools.wraps(original)
+            def save(obj: Any, *args: Any, **kwargs: Any) -> Any:
+                if not _refers_to(obj, ours):
+                    return original(obj, *args, **kwargs)
+                hidden = [(m, m.__dict__.pop("forward")) for m, _ in ours.values() if "forward" in m.__dict__]
+                for m, own in ours.values():
+                    if own is not None:
+                        m.__dict__["forward"] = own
+                try:
+                    return original(obj, *args, **kwargs)
+                finally:
+                    for m, forward in hidden:
+                        m.__dict__["forward"] = forward
+
+            return save
+
+        ctx.patches.wrap(torch, "save", make)
+    ours.setdefault(id(module), (module, own_forward))
 
 
 def _watch_fallbacks(ctx: InstallContext) -> None:
