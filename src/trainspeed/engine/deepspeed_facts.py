@@ -98,6 +98,13 @@ def device_memory(device: Any, environ: Any = os.environ) -> dict[str, Any]:
         return {"device_memory": None}
 
 
+def _device_type(device: Any) -> str | None:
+    """"cuda", "cpu" (DS_ACCELERATOR=cpu), ...: the device the engine trains on."""
+    if isinstance(device, torch.device):
+        return device.type
+    return str(device).split(":")[0] if device is not None else None
+
+
 def _autocast_dtype(engine: Any) -> str | None:
     """The dtype of DeepSpeed's own torch_autocast section, when it is on."""
     if not ask(engine, "torch_autocast_enabled"):
@@ -127,6 +134,7 @@ def describe_engine(engine: Any) -> dict[str, Any]:
         "accumulation_steps": ask(engine, "gradient_accumulation_steps"),
         "dp_world_size": getattr(engine, "dp_world_size", None),
         "params": _param_count(engine),
+        "device": _device_type(getattr(engine, "device", None)),
         **device_memory(getattr(engine, "device", None)),
         "gradient_clipping": ask(engine, "gradient_clipping"),
         "optimizer": type(getattr(engine, "optimizer", None)).__name__,

@@ -42,7 +42,8 @@ def engine(ctx: CheckContext) -> dict[str, Any] | None:
 
 def config_name(ctx: CheckContext, info: dict[str, Any]) -> str:
     """How to name the engine's config in advice: its file (as given to deepspeed.initialize,
-    or the script's --deepspeed_config), else "the DeepSpeed config"."""
+    or the script's --deepspeed_config), the dict built in the code at the user's
+    deepspeed.initialize call (HelloDeepSpeed's train_bert_ds.py), else "the DeepSpeed config"."""
     if ours(info):
         return "the DeepSpeed config the engine built (distributed.* in config.yaml)"
     path = info.get("config")
@@ -51,7 +52,12 @@ def config_name(ctx: CheckContext, info: dict[str, Any]) -> str:
             for row in obs.get("flags") or []:
                 if isinstance(row, dict) and row.get("dest") in ("deepspeed_config", "deepscale_config"):
                     path = row.get("value") if isinstance(row.get("value"), str) else path
-    return f"the DeepSpeed config ({path})" if isinstance(path, str) and path else "the DeepSpeed config"
+    if isinstance(path, str) and path:
+        return f"the DeepSpeed config ({path})"
+    init = ctx.first("deepspeed_initialize") or {}
+    if init.get("config") == "dict" and init.get("site"):
+        return f"the DeepSpeed config dict passed to deepspeed.initialize at {init['site']}"
+    return "the DeepSpeed config"
 
 
 def ours(info: dict[str, Any]) -> bool:
@@ -205,11 +211,21 @@ def zero_beyond_memory(ctx: CheckContext) -> Finding | None:
     """ZeRO-3 or offloading on a model whose whole training state fits on one device with room
     to spare (STATE_SHARE, and MEASURED_SHARE with a measured peak): stage 3 all-gathers every
     parameter before each micro-batch's forward and again for its backward, offloading copies
-    gradients and weights between device and host every step, and neither buys anything here."""
+    gradients and weights between device and host every step, and neither buys anything here.
+    An engine on the CPU offloading to cpu is not offloading (see on_cpu)."""
     info = engine(ctx)
     if not info:
         return None
     stage, offload_opt, offload_param = (info.get(k) for k in ("zero_stage", "offload_optimizer", "offload_param"))
+    on_cpu = [what for what, where in (("offload_optimizer", offload_opt), ("offload_param", offload_param))
+              if info.get("device") == "cpu" and where == "cpu"]
+    if on_cpu:
+        # an engine that trains on the CPU (DS_ACCELERATOR=cpu) offloads to the memory it already
+        # uses: nothing leaves a device and no memory is saved or spent, and removing the offload
+        # is no speed fix there: DeepSpeedCPUAdam's step was faster than the FusedAdam that
+        # replaces it (docs/real-scripts-deepspeed.md)
+        offload_opt = False if "offload_optimizer" in on_cpu else offload_opt
+        offload_param = False if "offload_param" in on_cpu else offload_param
     params, (memory, memory_of) = info.get("params"), _memory(ctx, info)
     if not (stage == 3 or offload_opt or offload_param) or not isinstance(params, int) or not params or not memory:
         return None  # nothing beyond stage 2, or nothing to weigh it against
@@ -231,6 +247,9 @@ def zero_beyond_memory(ctx: CheckContext) -> Finding | None:
                 f"{parts}){sharing}, {pct(full * shared / memory)} of the {fmt_bytes(memory)} of {memory_of}")
     if peak is not None:
         evidence += f" (peak allocated in this run: {fmt_bytes(peak)}, {pct(peak / memory)})"
+    if on_cpu:
+        evidence += (f" ({' and '.join(on_cpu)} to cpu left as is: this engine trains on the CPU, so it moves "
+                     "nothing off a device)")
     costs, fixes = [], []
     if stage == 3:
         gathered = fmt_bytes(2 * micro_batches * params * weight)

@@ -109,6 +109,8 @@ def _patch_engine(session: Session, patches: Patches, cls: type) -> None:
     def checkpoint_dir(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
         save_dir = args[1] if len(args) > 1 else kwargs.get("save_dir")
         tag = args[2] if len(args) > 2 else kwargs.get("tag")
+        if tag is None and args and getattr(args[0], "global_steps", None) is not None:
+            tag = f"global_step{args[0].global_steps}"  # DeepSpeed's own default tag: the folder it wrote
         return os.path.join(os.fspath(save_dir), str(tag)) if tag is not None else os.fspath(save_dir)
 
     patches.wrap(cls, "backward", make_backward)
@@ -139,8 +141,35 @@ def _observe_autocast(session: Session, engine: Any) -> None:
         session.internal -= 1
 
 
+def _patch_initialize(session: Session, patches: Patches, module: ModuleType) -> None:
+    """Where the script calls deepspeed.initialize, and how it gives the config: a file path
+    ("file"), a dict built in the code ("dict"), or only args (its --deepspeed_config). A config
+    built in the code has no file to name in advice: the call site is where it is edited."""
+    def make_initialize(original: Any) -> Any:
+        def initialize(*args: Any, **kwargs: Any) -> Any:
+            s = session
+            if s.on() and "deepspeed_initialize" not in s.observations:
+                s.internal += 1
+                try:
+                    where = caller_site(1)
+                    config = kwargs.get("config", kwargs.get("config_params"))
+                    given = ("file" if isinstance(config, (str, os.PathLike)) else "dict" if isinstance(config, dict)
+                             else "args" if kwargs.get("args") is not None or args else None)
+                    s.observe("deepspeed_initialize", "deepspeed_initialize", config=given,
+                              site=format_site(*where) if where else None)
+                finally:
+                    s.internal -= 1
+            return original(*args, **kwargs)
+
+        initialize.__wrapped__ = original  # type: ignore[attr-defined]
+        return initialize
+
+    patches.wrap(module, "initialize", make_initialize)
+
+
 def install(session: Session, patches: Patches, imports: PostImportHooks) -> None:
     def on_deepspeed(module: ModuleType) -> None:
+        _patch_initialize(session, patches, module)
         if session.enabled:
             add = one_process_env()
             if add:
