@@ -125,3 +125,32 @@ def test_chargpt_style_script_beside_other_jobs_reports_the_load(doctor, tmp_pat
     rerun = load[0]["verify_with"].removesuffix(" (on a quiet machine)")
     assert shlex.split(rerun)[-3:] == [str(SCRIPTS / "chargpt_style.py"), "--trainer.max_iters=1000",
                                        "--trainer.num_workers=0"]
+
+
+@pytest.mark.timeout(120)
+def test_manual_sgd_loop_compiled_in_place_still_has_its_steps(doctor, monkeypatch):
+    # word_language_model's compile trial: module.compile() runs the module's hooks inside the
+    # compiled graph, so after the first call no training forward was seen (1 forward, 125
+    # backwards) and a loop without an optimizer had no step at all ("no measured steps").
+    # The backend is dynamo's "eager" here: the same hooks disappear, without inductor's minutes.
+    import torch
+
+    from trainspeed.patches import install_settings
+
+    original = torch.nn.Module.compile
+    monkeypatch.setattr(torch.nn.Module, "compile", lambda self, **kw: original(self, backend="eager"))
+    applied = install_settings({"compile": "default"}, None, say=lambda text: None)
+    try:
+        result = doctor("word_lm_manual_sgd.py", steps=12)
+    finally:
+        applied.uninstall()
+    assert any("compiled in place" in n for n in applied.notes), applied.notes
+    assert (result.stopped, result.steps, result.exit_code) == ("steps", 12, 0)
+    boundary = next(json.loads(line)["data"] for line in (result.run_dir / "events.jsonl").read_text().splitlines()
+                    if '"step_boundary"' in line)
+    assert boundary["source"] == "backward" and boundary["forwards"] < boundary["backwards"]
+    assert boundary["unseen_forward_steps"] >= 10
+    steps = [json.loads(line) for line in (result.run_dir / "steps.jsonl").read_text().splitlines()]
+    # each step keeps the batch its loop feeds: 20 sequences of 35 tokens, as the forwards showed
+    assert {s["samples"] for s in steps} == {20} and {s["tokens"] for s in steps} == {700}
+    assert "no_step_found" not in ids(result)

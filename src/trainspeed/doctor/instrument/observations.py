@@ -64,7 +64,8 @@ def _step_boundary(session: Session) -> dict[str, Any]:
     dim = session.batch_dims.get(session.train_module) if session.train_module is not None else None
     return {"source": session.boundary, "forwards": session.seen["forwards"],
             "backwards": session.seen["backwards"], "optimizer_steps": session.seen["optimizer_steps"],
-            "marks": session.seen["marks"], "input_batch_dim": dim}
+            "marks": session.seen["marks"], "input_batch_dim": dim,
+            "unseen_forward_steps": session.unseen_forward_steps}
 
 
 def _loaders(session: Session) -> list[dict[str, Any]]:

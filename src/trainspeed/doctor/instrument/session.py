@@ -35,6 +35,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+import weakref
 from collections import Counter
 from typing import Any
 
@@ -126,6 +127,9 @@ class Session:
         self.scaled_loss: tuple[Any, Any] | None = None  # (weakref to GradScaler.scale's result, the loss)
         self.boundary: str | None = None  # "optimizer", "backward" or "mark" (module docstring)
         self.train_module: int | None = None  # id of the module whose forwards count samples
+        self.train_module_ref: Any = None  # weakref to it (its gradients tell a step from accumulation)
+        self.unseen_forward_steps = 0  # steps opened by a backward: their forwards ran unseen (compiled)
+        self.last_inputs: tuple[list[tuple[int, ...]], int, int] = ([], 0, 0)  # the last seen forward's batch
         self.module_facts: dict[int, tuple[bool, bool]] = {}  # id -> (trainable, sequence-first)
         self.batch_dims: dict[int, int] = {}  # id(train module) -> batch dim of its input
         self.seq_probe: tuple[int, tuple[int, ...]] | None = None  # (module id, input shape) to resolve
@@ -293,6 +297,7 @@ class Session:
         key = id(module)
         if self.train_module is None:
             self.train_module = key
+            self.train_module_ref = weakref.ref(module)
         elif key != self.train_module:
             return
         self.seen["forwards"] += 1
@@ -378,7 +383,11 @@ class Session:
 
     # ------------------------------------------------------------ backwards
     def on_backward(self, tensor: Any, unscaled: Any = None) -> None:
-        """A backward starts (autograd.py). `unscaled`: the loss before GradScaler.scale."""
+        """A backward starts (autograd.py). `unscaled`: the loss before GradScaler.scale. May
+        close the step first (and raise StopDoctor) when its forward ran unseen."""
+        if (self.bwd_since_fwd and not self.opt_depth and self.primary_opt is None
+                and self.boundary in (None, "backward")):
+            self._close_unseen_forward()
         if self.opt_depth:
             self.step_closure_backwards += 1
         else:
@@ -402,6 +411,25 @@ class Session:
             self.internal -= 1
         self.losses += 1
         self.scaled_losses += grad_fn.startswith(("DivBackward", "MulBackward"))
+
+    def _close_unseen_forward(self) -> None:
+        """A backward with no training forward since the last one, whose gradients were used and
+        cleared meanwhile: the forward ran where the hooks cannot see it. A module compiled in
+        place (`model.compile()`, the script tuner's compile) runs the module hooks inside its
+        compiled graph: pytorch/examples' word_language_model (manual SGD, no optimizer) showed
+        one forward and 125 backwards, and no step at all. The backward then opens the next
+        step; its batch is the last one a forward showed (the same loop feeds the same shapes).
+        Gradients still there are two backwards of one step (retain_graph): nothing closes."""
+        module = self.train_module_ref() if self.train_module_ref is not None else None
+        if module is None or not self._grads_consumed(module):
+            return
+        if self.step_shapes:
+            self.last_inputs = (list(self.step_shapes), self.step_in_tokens, self.step_in_pad)
+        self._close("backward", None)  # may raise StopDoctor: this backward has not started
+        self.unseen_forward_steps += 1
+        if not self.step_loader_batches:
+            shapes, self.step_in_tokens, self.step_in_pad = self.last_inputs
+            self.step_shapes = list(shapes)
 
     def step_loss(self) -> Any:
         """The loss the script sees for the step: one backward's loss; over micro-batches the
