@@ -54,3 +54,16 @@ def test_unmeasured_settings_are_listed_once_per_reason():
     assert line.count("does not fit the budget") == 1 and line.count("TF32 needs") == 1
     assert "num_workers=0, num_workers=1, compile=default: does not fit the budget (~145 s for 2 repeats; " \
            "--budget 7m fits it)" in line
+
+
+def test_baseline_repeats_are_never_stopped_as_far_slower(base_config, cpu, tmp_path):
+    # word_language_model on a machine whose load rose mid-tune: a baseline repeat was stopped
+    # at 30 s as "far slower" than the first baseline trial, a verdict on the load
+    runner = FakeRunner({BF16: 0.5}, wall_s=5.0)
+    options = TuneOptions(budget_s=10_000, knobs=["precision"])
+    Tuner(base_config=base_config, base_hash="h", device=cpu, runner=runner, store=TrialStore(tmp_path),
+          options=options, say=lambda s: None).run()
+    baselines = [c for c in runner.calls if not c.overrides]
+    others = [c for c in runner.calls if c.overrides]
+    assert len(baselines) >= 2 and all(c.timeout_s is None for c in baselines)
+    assert others and all(c.timeout_s is not None for c in others)

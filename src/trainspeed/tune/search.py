@@ -143,7 +143,11 @@ class Tuner:
         if self._over_budget(key):
             return None
         cutoff = None
-        if self.base_wall:  # known after the baseline: a far slower trial is stopped early
+        # Known after the baseline: a far slower trial is stopped early. Never the baseline's
+        # own repeats: one far slower than the first is the machine's load (word_language_model's
+        # baseline was stopped at 30 s, "over 4x the baseline trial's time", while others' jobs
+        # took the cores), and losing it drops a round's pair; the runner's cap still holds.
+        if self.base_wall and settings:
             cutoff = max(MIN_CUTOFF_S, SLOW_CUTOFF * self._price(key)) + self._startup(settings)
         request = TrialRequest(key=key, label=label, overrides=overrides_of(settings), repeat=repeat,
                                timeout_s=cutoff)
