@@ -154,3 +154,23 @@ def test_manual_sgd_loop_compiled_in_place_still_has_its_steps(doctor, monkeypat
     # each step keeps the batch its loop feeds: 20 sequences of 35 tokens, as the forwards showed
     assert {s["samples"] for s in steps} == {20} and {s["tokens"] for s in steps} == {700}
     assert "no_step_found" not in ids(result)
+
+
+@pytest.mark.timeout(30)
+def test_contention_that_made_the_threads_spin_names_the_threads_tune(tmp_path):
+    # chargpt on 2 threads when another job took 1.3 cores at step 20: wall 23.0 -> 245.6 ms and
+    # its own CPU time per step 41.6 -> 154.5 ms (spinning threads); the quiet steps were quiet
+    def contention(cpu_loaded):
+        return {"first_step": 20, "last_step": 29, "loaded_steps": 10, "quiet_steps": 15, "wall_quiet": 0.023,
+                "wall_loaded": 0.2456, "cpu_quiet": 0.0416, "cpu_loaded": cpu_loaded, "others_quiet": 20.0,
+                "others_loaded": 130.0, "slowdown": 9.66, "cpu_change": cpu_loaded / 0.0416 - 1.0, "lost_share": 0.94,
+                "sampled": True, "message": "steps 20-29 (10 steps) took 966 % longer (23.0 -> 245.6 ms)"}
+
+    spun = next(f for f in diagnose(_run(tmp_path, others=130.0), _summary(contention=contention(0.1545)))
+                if f["id"] == "machine_contention")
+    assert "rose 3.7x under the load with 2 compute threads" in spun["evidence"]
+    assert "`trainspeed tune --knobs threads -- " + shlex.join(COMMAND) + "`" in spun["recommendation"]
+    assert "Even the quiet steps" not in spun["evidence"]
+    calm = next(f for f in diagnose(_run(tmp_path, others=130.0), _summary(contention=contention(0.045)))
+                if f["id"] == "machine_contention")
+    assert "knobs threads" not in calm["recommendation"] and "compute threads" not in calm["evidence"]

@@ -207,13 +207,21 @@ def machine_contention(ctx: CheckContext) -> Finding | None:
                 "Phase times and the step-time trend of the script were judged without it")
     # The quiet steps may have been loaded too (word_language_model beside a test suite: 1.4
     # cores of 2 taken in its 'quiet' steps): then no step of the run is the script's own speed.
-    from trainspeed.doctor.checks.machine import busy_machine, got_text, threads_advice
+    from trainspeed.doctor.checks.machine import SPIN_MIN, busy_machine, got_text, threads_advice, torch_threads
 
     quiet = found.get("others_quiet")
     busy = busy_machine(ctx, quiet) if found.get("sampled") and isinstance(quiet, (int, float)) else None
     if busy:
         evidence += (f". Even the quiet steps ran beside {busy['others']:.1f} of the machine's {busy['cores']} cores "
                      f"taken by other processes{got_text(busy, ctx)}: every time of this run is pessimistic")
+    # CPU time per step that grows under the load is threads spinning (chargpt, 2 threads: 41.6
+    # -> 154.5 ms of CPU per step while its wall time went 23 -> 246 ms): fewer threads may help.
+    threads = torch_threads(ctx)
+    spin = float(found.get("cpu_change") or 0.0) + 1.0
+    if spin >= SPIN_MIN and (threads or 0) >= 2:
+        evidence += (f". Its CPU time per step rose {spin:.1f}x under the load with {threads} compute threads: "
+                     "threads that wait for a descheduled sibling spin")
+        busy = busy or {"threads": threads}
     return Finding(
         id="machine_contention",
         severity="warning" if lost >= CONTENTION_WARNING else "info",

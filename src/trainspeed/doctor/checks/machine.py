@@ -24,6 +24,9 @@ idle, but half a core taken all the time is a visible share of a small VM."""
 BUSY_MIN_SHARE = 0.25
 BUSY_WARNING_SHARE = 0.5
 """Half the machine's cores or more taken by others: the run's figures are far off; a warning."""
+SPIN_MIN = 2.0
+"""CPU time per step at least doubled under other processes' load, with 2+ compute threads:
+threads spinning while they wait for descheduled siblings (work done alone does not double)."""
 
 
 def _cores(ctx: CheckContext) -> int:
@@ -31,7 +34,7 @@ def _cores(ctx: CheckContext) -> int:
     return int(cpu.get("available_cores") or cpu.get("logical_cores") or ctx.cores or 1)
 
 
-def _threads(ctx: CheckContext) -> int | None:
+def torch_threads(ctx: CheckContext) -> int | None:
     value = ((ctx.run.env or {}).get("cpu") or {}).get("torch_threads")
     return int(value) if isinstance(value, (int, float)) and value > 0 else None
 
@@ -70,7 +73,7 @@ def busy_machine(ctx: CheckContext, others: float | None = None) -> dict[str, An
         return None
     cpu, wall = ctx.summary.get("cpu_per_step"), ctx.step_mean
     got = float(cpu) / wall if isinstance(cpu, (int, float)) and wall else None
-    return {"others": taken, "cores": cores, "share": taken / cores, "got": got, "threads": _threads(ctx)}
+    return {"others": taken, "cores": cores, "share": taken / cores, "got": got, "threads": torch_threads(ctx)}
 
 
 def got_text(found: dict[str, Any], ctx: CheckContext) -> str:
