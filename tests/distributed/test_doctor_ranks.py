@@ -12,8 +12,10 @@ from pathlib import Path
 
 import pytest
 
+from trainspeed.doctor.checks.context import CheckContext
 from trainspeed.doctor.runner import DoctorConfig, run_doctor
 from trainspeed.errors import ConfigError
+from trainspeed.telemetry.rundir import read_run
 
 SCRIPT = Path(__file__).resolve().parents[1] / "assets" / "distributed" / "slow_rank_ddp.py"
 
@@ -54,3 +56,33 @@ def test_doctor_reports_every_rank_and_the_straggler(tmp_path):
     assert rows[1]["straggler"] and not rows[0]["straggler"]
     found = [f for f in report["findings"] if f["id"] == "straggler"]
     assert len(found) == 1 and "rank 1" in found[0]["title"] and "data wait" in found[0]["evidence"]
+    # a doctor run the findings suggest relaunches the script as it ran: 2 ranks, one --out
+    ctx = CheckContext.from_run(read_run(out), report["summary"])
+    assert ctx.doctor_command() == f"torchrun --nproc_per_node 2 -m trainspeed doctor --out {out}-after -- {SCRIPT}"
+
+
+@pytest.mark.timeout(120)
+def test_a_ddp_script_without_a_launcher_runs_as_one_process(tmp_path):
+    """`trainspeed doctor -- train_ddp.py` (and so every tune trial of it, the verify commands
+    of a run made under torchrun) runs the script as rank 0 of 1: its env:// rendezvous gets
+    the variables torchrun would set, and the doctor says so; plain python fails there."""
+    src = str(Path(__file__).resolve().parents[2] / "src")
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR",
+                                                            "MASTER_PORT")}
+    env.update(OMP_NUM_THREADS="1", PYTHONPATH=os.pathsep.join([src, os.environ.get("PYTHONPATH", "")]))
+    plain = subprocess.run([sys.executable, str(SCRIPT)], env=env, cwd=tmp_path, capture_output=True, text=True,
+                           timeout=60)
+    assert plain.returncode != 0 and "RANK" in plain.stderr
+    out = tmp_path / "doc"
+    proc = subprocess.run([sys.executable, "-m", "trainspeed", "doctor", "--steps", "8", "--out", str(out),
+                           "--no-html", "--json", "--", str(SCRIPT)],
+                          env=env, cwd=tmp_path, capture_output=True, text=True, timeout=100)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "torch.distributed runs as one process (RANK=0 WORLD_SIZE=1 LOCAL_RANK=0" in proc.stderr
+    report = json.loads(proc.stdout)
+    assert report["doctor"]["steps"] == 8 and report["summary"]["ranks"] is None
+    events = [json.loads(line) for line in (out / "events.jsonl").read_text().splitlines()]
+    launch = [e["data"] for e in events if e["type"] == "observation"
+              and e["data"].get("kind") == "one_process_launch"]
+    assert len(launch) == 1 and launch[0]["by"] == "torch.distributed"
+    assert launch[0]["added_env"]["WORLD_SIZE"] == "1" and "MASTER_PORT" in launch[0]["added_env"]

@@ -177,3 +177,18 @@ def test_an_engine_runs_doctor_command_reruns_its_config_under_a_new_name(tmp_pa
     ctx.summary["ranks"] = [{"rank": 0}, {"rank": 1}]
     assert ctx.doctor_command(steps=50) == (f"torchrun --nproc_per_node 2 -m trainspeed train "
                                             f"{run.path / 'config.yaml'} run.name=gpt-1-after run.max_steps=50")
+
+
+def test_a_script_doctored_on_several_ranks_is_doctored_again_under_torchrun(tmp_path):
+    """The doctor's verify commands relaunch a script the way it ran: under torchrun with as
+    many ranks, into a new directory all ranks agree on (--out is required there)."""
+    run = make_run()
+    run.path = tmp_path / "doc"
+    run.config = {"command": ["python", "train_bert_ds.py", "--batch_size", "8"]}
+    ctx = ctx_of(run)
+    assert ctx.doctor_command() == "trainspeed doctor -- python train_bert_ds.py --batch_size 8"
+    ctx.summary["ranks"] = [{"rank": 0}, {"rank": 1}]
+    assert ctx.doctor_command(steps=40) == (f"torchrun --nproc_per_node 2 -m trainspeed doctor --steps 40 "
+                                            f"--out {tmp_path / 'doc'}-after -- python train_bert_ds.py "
+                                            f"--batch_size 8")
+    assert ctx.tune_command("padding") == f"{ctx.doctor_command()} (after the change)"

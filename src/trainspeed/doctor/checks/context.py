@@ -137,13 +137,16 @@ class CheckContext:
         import shlex
 
         config = self.run.path / "config.yaml"
+        ranks = len(self.summary.get("ranks") or [])  # a data-parallel run: launched again alike
+        launch = f"torchrun --nproc_per_node {ranks} -m trainspeed" if ranks > 1 else "trainspeed"
         if not self.command and config.is_file():
-            ranks = len(self.summary.get("ranks") or [])  # a data-parallel run: launched again alike
-            launch = f"torchrun --nproc_per_node {ranks} -m trainspeed" if ranks > 1 else "trainspeed"
             return (f"{launch} train {shlex.quote(str(config))} run.name={self.run.path.name}-after"
                     + (f" run.max_steps={steps}" if steps else ""))
         cmd = shlex.join(self.command) if self.command else "python train.py"
-        return f"trainspeed doctor{f' --steps {steps}' if steps else ''} -- {cmd}"
+        # Ranks must agree on one directory (--out is required under torchrun): a new one
+        # beside this run's, so the comparison keeps both.
+        out = f" --out {shlex.quote(str(self.run.path) + '-after')}" if ranks > 1 else ""
+        return f"{launch} doctor{f' --steps {steps}' if steps else ''}{out} -- {cmd}"
 
     def tune_command(self, *topics: str) -> str | None:
         """The one place checks get their `verify_with` tune command from: the tune that

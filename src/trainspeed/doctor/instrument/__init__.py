@@ -27,8 +27,8 @@ class Installed:
 
 def install(session: Session) -> Installed:
     """Install every hook family. On failure, whatever was installed is undone."""
-    from trainspeed.doctor.instrument import (autograd, checkpoint, dataloader, deepspeed, flags, logs,
-                                              module, optimizer, syncs, transfers)
+    from trainspeed.doctor.instrument import (autograd, checkpoint, dataloader, deepspeed, flags, launch_env,
+                                              logs, module, optimizer, syncs, transfers)
 
     handle = Installed(session)
     try:
@@ -42,6 +42,7 @@ def install(session: Session) -> Installed:
         flags.install(session, handle.patches)
         logs.install(session, handle.patches, handle.imports)
         deepspeed.install(session, handle.patches, handle.imports)
+        launch_env.install(session, handle.patches)
         handle.imports.install()
     except BaseException:
         handle.uninstall()

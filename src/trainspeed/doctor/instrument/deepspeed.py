@@ -25,7 +25,7 @@ DeepSpeed's own step makes (overflow flags, gradient norms) are internals like A
 Launch: `deepspeed.initialize` needs a launcher's environment (RANK, WORLD_SIZE, LOCAL_RANK,
 MASTER_ADDR, MASTER_PORT: `deepspeed`, `torchrun`) or mpi4py. A plain `python train.py` has
 neither; for it the doctor sets the one-process environment the `deepspeed` launcher would
-(rank 0 of 1, a free local port) while the script runs, and says so.
+(rank 0 of 1, a free local port) while the script runs, and says so (launch_env.py).
 """
 
 from __future__ import annotations
@@ -39,6 +39,7 @@ import torch
 
 from trainspeed.doctor.instrument.checkpoint import save_call
 from trainspeed.doctor.instrument.imports import PostImportHooks
+from trainspeed.doctor.instrument.launch_env import set_one_process_env
 from trainspeed.doctor.instrument.patching import Patches
 from trainspeed.doctor.instrument.session import Session
 from trainspeed.doctor.instrument.sites import caller_site, format_site
@@ -171,15 +172,7 @@ def install(session: Session, patches: Patches, imports: PostImportHooks) -> Non
     def on_deepspeed(module: ModuleType) -> None:
         _patch_initialize(session, patches, module)
         if session.enabled:
-            add = one_process_env()
-            if add:
-                for key, value in add.items():
-                    patches.call_on_undo(lambda key=key: os.environ.pop(key, None))
-                    os.environ[key] = value
-                session.observe("deepspeed_launch", "deepspeed_launch", added_env=add)
-                # not print(): logs.py would count the doctor's own note as the script's logging
-                sys.stderr.write("trainspeed doctor: no launcher environment (RANK, WORLD_SIZE, LOCAL_RANK): "
-                                 f"DeepSpeed runs as one process ({' '.join(f'{k}={v}' for k, v in add.items())})\n")
+            set_one_process_env(session, patches, "DeepSpeed")
         engine_mod = sys.modules.get("deepspeed.runtime.engine")
         cls = getattr(engine_mod, "DeepSpeedEngine", None) if engine_mod is not None else None
         if isinstance(cls, type):

@@ -1,0 +1,75 @@
+"""A script written for a launcher, run without one: rank 0 of 1.
+
+`torch.distributed.init_process_group()` with the default env:// rendezvous, and
+`deepspeed.initialize`, read RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and MASTER_PORT from
+the environment `torchrun` / `deepspeed` set. `python train.py` has none of them, and the
+script stops in its rendezvous ("environment variable RANK expected"). The doctor's and the
+tune's runs are one process unless they were launched under torchrun (the tune's trials always
+are: one process per trial), so while the script runs, the doctor sets the one-process
+environment a launcher would give (rank 0 of 1, a free local port), says so on stderr and
+records it (observation "one_process_launch"): a DDP script doctored under torchrun can then be
+tuned, and its verify commands run, as written. Nothing is set when any launcher or MPI
+variable is there, or when the script passes its own rendezvous (a store, an init_method other
+than env://, its own rank and world size).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+from typing import Any
+
+from trainspeed.doctor.instrument.patching import Patches
+from trainspeed.doctor.instrument.session import Session
+from trainspeed.engine.deepspeed_facts import one_process_env
+
+
+def set_one_process_env(session: Session, patches: Patches, who: str) -> dict[str, str]:
+    """Add the one-process launch environment for the script's run (undone at uninstall) and
+    say so; {} when a launcher's (or MPI's) environment is there already."""
+    add = one_process_env()
+    if not add:
+        return add
+    for key, value in add.items():
+        patches.call_on_undo(lambda key=key: os.environ.pop(key, None))
+        os.environ[key] = value
+    session.observe("one_process_launch", "one_process_launch", added_env=add, by=who)
+    # not print(): logs.py would count the doctor's own note as the script's logging
+    sys.stderr.write(f"trainspeed doctor: no launcher environment (RANK, WORLD_SIZE, LOCAL_RANK): {who} runs as "
+                     f"one process ({' '.join(f'{k}={v}' for k, v in add.items())})\n")
+    return add
+
+
+def _env_rendezvous(args: tuple, kwargs: dict[str, Any]) -> bool:
+    """init_process_group(backend=None, init_method=None, timeout=None, world_size=-1, rank=-1,
+    store=None, ...) would read the launcher's variables: no store, env:// (the default), and
+    no rank or world size of the script's own."""
+    init_method = kwargs.get("init_method", args[1] if len(args) > 1 else None)
+    world_size = kwargs.get("world_size", args[3] if len(args) > 3 else -1)
+    rank = kwargs.get("rank", args[4] if len(args) > 4 else -1)
+    store = kwargs.get("store", args[5] if len(args) > 5 else None)
+    return store is None and init_method in (None, "env://") and world_size in (-1, None) and rank in (-1, None)
+
+
+def install(session: Session, patches: Patches) -> None:
+    import torch.distributed as dist
+
+    if not dist.is_available():
+        return
+
+    def make(original: Any) -> Any:
+        @functools.wraps(original)
+        def init_process_group(*args: Any, **kwargs: Any) -> Any:
+            if session.enabled and _env_rendezvous(args, kwargs):
+                set_one_process_env(session, patches, "torch.distributed")
+            return original(*args, **kwargs)
+
+        return init_process_group
+
+    # the script may call either name (`from torch.distributed import init_process_group`)
+    patches.wrap(dist, "init_process_group", make)
+    patches.wrap(dist.distributed_c10d, "init_process_group", make)
+
+
+__all__ = ["install", "set_one_process_env"]
