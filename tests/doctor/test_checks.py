@@ -52,6 +52,21 @@ def test_data_bound_threshold_and_recommendation():
     assert f.severity == "warning" and "cheaper" in f.recommendation
 
 
+def test_padding_already_per_batch_is_told_to_group_lengths():
+    """Batches whose padded length changes from step to step are padded to their own longest
+    sequence already (HelloDeepSpeed's collate): the advice is grouping, not dynamic padding."""
+    fixed = data.padding_waste(ctx_of(make_run(pad=0.6)))
+    assert "pad each batch to its longest sequence" in fixed.recommendation
+    assert "already padded" not in fixed.evidence
+    run = make_run(pad=0.6)
+    for i, rec in enumerate(run.steps):  # 8 samples of 12.5 real tokens padded to 25, 31.2 or 41.7
+        rec["pad_share"] = (0.5, 0.6, 0.7)[i % 3]
+    f = data.padding_waste(ctx_of(run))
+    assert "already padded to their own longest sequence (3 padded lengths, 25-42 positions" in f.evidence
+    assert f.recommendation.startswith("group sequences of similar length into batches")
+    assert "pad_sequence" not in f.recommendation and "data.bucketing=true" in f.recommendation
+
+
 def test_padding_impact_scales_with_compute_share():
     assert data.padding_waste(ctx_of(make_run(pad=0.1))) is None
     f = data.padding_waste(ctx_of(make_run(pad=0.6, shares={"forward": 0.25, "backward": 0.25})))

@@ -68,6 +68,10 @@ def test_padding_to_max_length(doctor):
     assert first["id"] == "padding_waste"
     assert result.summary["pad_share"] == pytest.approx(0.9, abs=0.05)  # lengths 8..40 of 256
     assert "pad_id=0" in first["evidence"]
+    # every batch is padded to 256: the fix is padding per batch (a script that already does
+    # gets the grouping advice, test_checks.py)
+    assert "pad each batch to its longest sequence" in first["recommendation"]
+    assert "already padded" not in first["evidence"]
 
 
 def test_growing_history_with_per_step_tensorboard(doctor, tmp_path):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import numpy as np
+
 from trainspeed.doctor.checks.context import CheckContext, ms, pct
 from trainspeed.doctor.checks.script_flags import flag_note, script_flag, set_flag, show_flag
 from trainspeed.doctor.findings import Finding
@@ -95,6 +97,15 @@ def data_bound(ctx: CheckContext) -> Finding | None:
     )
 
 
+def padded_lengths(ctx: CheckContext) -> list[float]:
+    """The distinct padded lengths (token positions per sample: real tokens plus padding) of
+    the run's measured steps, sorted; one value when every batch is padded to a fixed length."""
+    tokens, pad, samples = (ctx.run.array(k) for k in ("tokens", "pad_share", "samples"))
+    ok = np.isfinite(tokens) & np.isfinite(pad) & (pad < 1) & (samples > 0) & (tokens > 0)
+    per_sample = tokens[ok] / (1.0 - pad[ok]) / samples[ok]
+    return sorted({round(float(v), 1) for v in per_sample})
+
+
 def padding_waste(ctx: CheckContext) -> Finding | None:
     pad = ctx.summary.get("pad_share")
     if not isinstance(pad, (int, float)) or pad < PAD_WARNING:
@@ -106,14 +117,25 @@ def padding_waste(ctx: CheckContext) -> Finding | None:
     evidence = (f"{pct(pad)} of token positions are padding (read from {source}; "
                 f"batches of {batch.get('batch_size')} x {batch.get('max_seq_len') or batch.get('seq_len')} positions); "
                 f"forward+backward is {pct(compute)} of step time")
+    lengths = padded_lengths(ctx)
+    if len(lengths) > 1:
+        # Already padded per batch (the padded length changes from batch to batch): what is
+        # left is the spread of lengths inside a batch, which only grouping removes.
+        evidence += (f"; batches are already padded to their own longest sequence ({len(lengths)} padded "
+                     f"lengths, {lengths[0]:.0f}-{lengths[-1]:.0f} positions per sample)")
+        recommendation = ("group sequences of similar length into batches: a length-bucketed batch sampler "
+                          "(sort a pool of ~100 batches' samples by length, cut it into batches, shuffle the "
+                          "batches), or the group_by_length option of your trainer (engine: data.bucketing=true)")
+    else:
+        recommendation = ("pad each batch to its longest sequence, not to a fixed max length (a collate_fn "
+                          "using torch.nn.utils.rnn.pad_sequence, or DataCollatorWithPadding), and group "
+                          "similar lengths into batches (engine: data.dynamic_padding=true data.bucketing=true)")
     return Finding(
         id="padding_waste",
         severity="critical" if pad >= PAD_CRITICAL else "warning",
         title="Much of the compute is spent on padding tokens",
         evidence=evidence,
-        recommendation=("pad each batch to its longest sequence, not to a fixed max length (a collate_fn "
-                        "using torch.nn.utils.rnn.pad_sequence, or DataCollatorWithPadding), and group "
-                        "similar lengths into batches (engine: data.dynamic_padding=true data.bucketing=true)"),
+        recommendation=recommendation,
         verify_with=ctx.tune_command("padding"),
         impact=impact,
     )
