@@ -4,9 +4,15 @@ patched script against the original side by side.
 
     python benchmarks/real_script_tune.py --repo makemore=/path/to/makemore [--budget 10m] [--rounds 4]
 
+    python benchmarks/real_script_tune.py --repo chargpt=/path/to/minGPT --budget 10m
+
 The repositories are not vendored: bring them yourself (`git clone
-https://github.com/karpathy/makemore`); SCRIPTS below holds each one's command, written with
-its own flags only. For each:
+https://github.com/karpathy/makemore`, `git clone https://github.com/karpathy/minGPT`); SCRIPTS
+below holds each one's command, written with its own flags only, and where it runs. chargpt
+(minGPT's projects/chargpt/chargpt.py) runs in that folder, reads input.txt from it (written
+here when missing: 1 MB of the Python standard library's source, as the gpt recipe trains on)
+and imports `mingpt` from the repository root (put on PYTHONPATH, as the README's `pip install
+-e .` would). For each:
 1. the repository is copied twice (plain, patched); `trainspeed tune --budget B --out OUT --
    CMD` runs in the plain copy, exactly what a user types;
 2. `git apply OUT/best.patch` in the patched copy (the check fails the benchmark if the patch
@@ -24,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import statistics
 import subprocess
@@ -37,9 +44,36 @@ import harness  # noqa: E402
 from script_tune import measured_steps, trainspeed  # noqa: E402
 
 SCRIPTS = {
-    # name: command run in the repository's root, with {out} for a scratch folder
+    # name: command run in the repository's root, with {out} for a scratch folder; or a dict
+    # with the command, the folder it runs in (`cwd`, relative to the root), whether the root
+    # goes on PYTHONPATH and whether an input.txt is written there when missing
     "makemore": ["python", "makemore.py", "-i", "names.txt", "-o", "{out}", "--max-steps", "100000"],
+    "chargpt": {"cwd": "projects/chargpt", "pythonpath": True, "input_txt": True,
+                "command": ["python", "chargpt.py", "--trainer.max_iters=100000", "--model.model_type=gpt-nano",
+                            "--trainer.batch_size=16", "--data.block_size=64"]},
 }
+
+
+def script_spec(name: str) -> dict:
+    spec = SCRIPTS[name]
+    return {"command": spec, "cwd": "."} if isinstance(spec, list) else {"cwd": ".", **spec}
+
+
+def write_input_txt(folder: Path, size: int = 1_000_000) -> None:
+    """chargpt's input.txt when the copy has none: the standard library's source text."""
+    path = folder / "input.txt"
+    if path.exists():
+        return
+    import sysconfig
+
+    parts, total = [], 0
+    for src in sorted(Path(sysconfig.get_paths()["stdlib"]).glob("*.py")):
+        text = src.read_text(errors="ignore")
+        parts.append(text)
+        total += len(text)
+        if total >= size:
+            break
+    path.write_text("".join(parts)[:size])
 
 
 def copy_repo(src: Path, dst: Path) -> None:
@@ -96,10 +130,17 @@ def main() -> int:
         work = Path(args.out or tempfile.mkdtemp(prefix="real-tune-")) / name
         if work.exists():
             shutil.rmtree(work)
-        plain, patched = work / "plain", work / "patched"
-        copy_repo(Path(path), plain)
-        copy_repo(Path(path), patched)
-        command = [part.replace("{out}", str(work / "scratch")) for part in SCRIPTS[name]]
+        spec = script_spec(name)
+        copy_repo(Path(path), work / "plain")
+        copy_repo(Path(path), work / "patched")
+        plain, patched = work / "plain" / spec["cwd"], work / "patched" / spec["cwd"]
+        for folder in (plain, patched):
+            if spec.get("input_txt"):
+                write_input_txt(folder)
+        if spec.get("pythonpath"):  # both copies hold the same library code; only the script is patched
+            os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(work / "plain"),
+                                                                      os.environ.get("PYTHONPATH")]))
+        command = [part.replace("{out}", str(work / "scratch")) for part in spec["command"]]
         tune_dir = work / "tune"
         t0 = time.perf_counter()
         knobs = ["--knobs", args.knobs] if args.knobs else []
