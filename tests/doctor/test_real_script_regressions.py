@@ -52,7 +52,8 @@ def test_a_run_loaded_from_start_to_end_is_said_to_be_the_machines(tmp_path):
     findings = diagnose(_run(tmp_path, others=160.0), _summary())
     busy = next(f for f in findings if f["id"] == "machine_busy")
     assert busy["severity"] == "warning" and busy["impact"] == 0.0
-    assert "1.6 of the machine's 2 cores" in busy["evidence"] and "got 0.22 cores with 2 compute threads" in busy["evidence"]
+    assert "1.6 of the machine's 2 cores" in busy["evidence"]
+    assert "got 0.22 cores with 2 compute threads" in busy["evidence"]
     # every command it names runs as written: the doctor again, and the script tune of threads
     assert busy["verify_with"].endswith(" (on a quiet machine)")
     doctor = _parse(busy["verify_with"].removesuffix(" (on a quiet machine)"))

@@ -329,6 +329,7 @@ class Tuner:
         # and start no comparison that would eat into that reserve.
         reserve = self._verify_reserve()
         planned = base_wall * self.opt.repeats  # the baseline's first bracket in every round
+        wanted, n_wanted = planned, 0  # the same, had every setting so far been measured
         for name in self.opt.knobs:
             for item in self.knobs[name](ctx):
                 if isinstance(item, Skip):
@@ -342,16 +343,21 @@ class Tuner:
                     self.startup_s[(k, repr(v))] = max(item.startup_s, self.startup_s.get((k, repr(v)), 0.0))
                 already = self.results(settings)
                 cost = base_wall * item.cost_factor * max(0, self.opt.repeats - len(already))
+                bracket = base_wall * self.opt.repeats  # a group's closing baseline, every round
+                wanted += cost + (bracket if n_wanted % self.opt.baseline_every == 0 else 0.0)
+                n_wanted += 1
                 if len(candidates) % self.opt.baseline_every == 0:
-                    cost += base_wall * self.opt.repeats  # opens a group: its closing baseline, every round
+                    cost += bracket  # opens a group
                 # A setting with finished trials (a resumed tune) is always reported.
                 if not already and planned + cost + reserve > self.opt.budget_s:
-                    # The budget that would measure it, in the --budget unit users type: a
-                    # chargpt trial of 37 s (start-up and its first sample included) left a
-                    # 4m tune with nothing to measure and the user with no figure to raise it to.
-                    fits = math.ceil((planned + cost + reserve) / 60.0)
+                    # The budget that would measure it and every setting above it, in the
+                    # --budget unit users type: a chargpt trial of 37 s (start-up and its first
+                    # sample included) left a 4m tune with nothing to measure and the user with
+                    # no figure to raise it to.
+                    fits = math.ceil((wanted + reserve) / 60.0)
                     skipped.append(Skip(name, item.label, f"does not fit the budget (~{cost:.0f} s "
-                                        f"for {self.opt.repeats} repeats; --budget {fits}m fits it)"))
+                                        f"for {self.opt.repeats} repeats; --budget {fits}m measures it and "
+                                        "the settings above it)"))
                     continue
                 planned += cost
                 candidates.append(item)

@@ -110,11 +110,11 @@ def machine_busy(ctx: CheckContext) -> Finding | None:
         severity="warning" if found["share"] >= BUSY_WARNING_SHARE else "info",
         title="Other processes used the machine's cores through the whole run (not the script)",
         evidence=(f"other processes used a median {found['others']:.1f} of the machine's {found['cores']} cores "
-                  f"while the measured steps ran (system sampler){got_text(found, ctx)}. The step times, phase times and throughput of this run are "
-                  "the busy machine's, not the script's"),
+                  f"while the measured steps ran (system sampler){got_text(found, ctx)}. The step times, phase "
+                  "times and throughput of this run are the busy machine's, not the script's"),
         recommendation=("nothing to change in the script because of this: measure when the machine is quiet, or "
-                        "give the run cores of its own (a dedicated node, or other jobs kept off its cores with taskset or "
-                        f"cgroups){threads_advice(ctx, found)}"),
+                        "give the run cores of its own (a dedicated node, or other jobs kept off its cores with "
+                        f"taskset or cgroups){threads_advice(ctx, found)}"),
         verify_with=f"{ctx.doctor_command()} (on a quiet machine)",
         impact=0.0,
     )
