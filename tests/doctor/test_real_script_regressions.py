@@ -140,11 +140,15 @@ def test_manual_sgd_loop_compiled_in_place_still_has_its_steps(doctor, monkeypat
 
     original = torch.nn.Module.compile
     monkeypatch.setattr(torch.nn.Module, "compile", lambda self, **kw: original(self, backend="eager"))
+    save = torch.save
     applied = install_settings({"compile": "default"}, None, say=lambda text: None)
     try:
         result = doctor("word_lm_manual_sgd.py", steps=12)
     finally:
         applied.uninstall()
+    # both layers undone in order (settings, then the doctor inside them): torch.save is torch's
+    # again (it was the doctor's wrapper when the settings wrapped it while the script ran)
+    assert torch.save is save
     assert any("compiled in place" in n for n in applied.notes), applied.notes
     assert (result.stopped, result.steps, result.exit_code) == ("steps", 12, 0)
     boundary = next(json.loads(line)["data"] for line in (result.run_dir / "events.jsonl").read_text().splitlines()

@@ -108,6 +108,7 @@ def _cover_the_call_under_way(module: nn.Module, device: str, dtype: torch.dtype
 
 def install_precision(value: str, ctx: InstallContext) -> None:
     dtype = torch.bfloat16 if value == "bf16" else torch.float16
+    _guard_saves(ctx)
     on_trained_module(ctx, lambda m: _autocast_forward(m, dtype, ctx), f"precision={value}")
     if value == "fp16":
         from trainspeed.patches.scaler import install_grad_scaler
@@ -129,6 +130,7 @@ def install_compile(value: str, ctx: InstallContext) -> None:
     # dropped on uninstall, so the next install in this process (tests) starts clean.
     ctx.patches.call_on_undo(torch._dynamo.reset)
     ctx.patches.setattr(torch._dynamo.config, "suppress_errors", True)
+    _guard_saves(ctx)
 
     def compile_module(module: nn.Module) -> None:
         if getattr(module, "_compiled_call_impl", None) is not None or type(module).__name__ == "OptimizedModule":
@@ -185,6 +187,16 @@ def _saved_without_our_forward(module: nn.Module, own_forward: Any, ctx: Install
     '_traceable_forward.<locals>.forward'". While a save that holds the module runs, the
     instance's forward is what the script gave it (none: the class's), so the file is the one
     the script writes unpatched and loads with its own torch.load(weights_only) allow-list."""
+    _guard_saves(ctx).setdefault(id(module), (module, own_forward))  # the first is the script's
+
+
+def _guard_saves(ctx: InstallContext) -> dict[int, tuple[nn.Module, Any]]:
+    """The modules whose forward we replaced ({id: (module, the script's own forward)}), and
+    torch.save wrapped once to hide those forwards. Called at install, before the script runs:
+    the doctor's instrumentation wraps torch.save after the settings are installed and is
+    undone before them, so a wrapper of ours put on top of the doctor's while the script runs
+    would be undone last and put the doctor's wrapper back as torch.save (seen: a later test's
+    torch.save was still the doctor's)."""
     ours: dict[int, tuple[nn.Module, Any]] | None = ctx.shared.get("own_forwards")
     if ours is None:
         ours = ctx.shared["own_forwards"] = {}
@@ -207,7 +219,7 @@ def _saved_without_our_forward(module: nn.Module, own_forward: Any, ctx: Install
             return save
 
         ctx.patches.wrap(torch, "save", make)
-    ours.setdefault(id(module), (module, own_forward))
+    return ours
 
 
 def _watch_fallbacks(ctx: InstallContext) -> None:
