@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import socket
 import subprocess
@@ -105,7 +106,10 @@ def test_checkpoint_every_two_steps_is_ranked_first(ds_doctor, tmp_path):
     assert f"deepspeed_train.py:{_line_of('engine.save_checkpoint(')}" in first["evidence"]
     assert "(inside deepspeed/runtime/engine.py:" in first["evidence"]
     # the script's own flag, and a verify command that runs the script (no CONFIG.yaml)
-    assert "--save-every 50" in first["recommendation"] or "--save-every 100" in first["recommendation"]
+    # the interval keeps saving under 5 % of the time: its value follows save time / step time,
+    # which a loaded machine moves (50 or 100 quiet, 20 seen under load), never the current 2
+    suggested = re.search(r"save less often: --save-every (\d+) ", first["recommendation"])
+    assert suggested and int(suggested.group(1)) >= 10, first["recommendation"]
     assert "(now --save-every 2)" in first["recommendation"]
     assert "checkpoint.every_steps" not in first["recommendation"]
     verify = shlex.split(first["verify_with"])
