@@ -75,3 +75,23 @@ def test_baseline_repeats_are_never_stopped_as_far_slower(base_config, cpu, tmp_
     others = [c for c in runner.calls if c.overrides]
     assert len(baselines) >= 2 and all(c.timeout_s is None for c in baselines)
     assert others and all(c.timeout_s is not None for c in others)
+
+
+def test_loss_parity_compares_trials_of_one_length(base_config, cpu, tmp_path):
+    # word_language_model's tune: the first baseline (the script tuner's pricing run) stopped
+    # after 30 steps at loss 7.126; every later trial ran the epoch's 124 steps (baseline 6.585,
+    # bf16 6.576); the table read bf16's loss delta as -2.1 % instead of -0.14 %
+    fake = FakeRunner({BF16: 0.5}, wall_s=1.0)
+
+    def runner(request):
+        result = fake(request)
+        first = not request.overrides and request.repeat == 0
+        result.steps_run = 30 if first else 124
+        result.loss = 7.126 if first else (6.576 if request.overrides else 6.585)
+        return result
+
+    options = TuneOptions(budget_s=10_000, knobs=["precision"])
+    result = Tuner(base_config=base_config, base_hash="h", device=cpu, runner=runner, store=TrialStore(tmp_path),
+                   options=options, say=lambda s: None).run()
+    row = next(r for r in result.ablation if r.setting == "bf16-mixed")
+    assert row.loss_delta == pytest.approx(6.576 / 6.585 - 1, abs=1e-6)

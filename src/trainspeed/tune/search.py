@@ -202,7 +202,13 @@ class Tuner:
         ref_arm, cand_arm = self._pool(knob, label, settings, reference, pairs, rounds)
         comp = stats.compare(ref_arm, cand_arm, min_effect=self.opt.min_effect,
                              round_sd=stats.pooled_round_sd(list(self.round_logs.values())))
-        base_loss = mean_loss(self.results({}))
+        # The baseline trials as long as the candidate's: the script tuner's first baseline is
+        # a shorter pricing run (word_language_model: 30 steps, loss 7.126, against 6.585 after
+        # the 124 steps of every later trial), and averaged in it read bf16 as -2.1 % in loss
+        # for final losses 0.14 % apart.
+        base = self.results({})
+        lengths = {c.steps_run for c in cand if c.steps_run}
+        base_loss = mean_loss([b for b in base if b.steps_run in lengths] or base)
         row.loss_delta = stats.loss_delta(base_loss, mean_loss(cand))
         row.verdict = stats.verdict(comp, row.loss_delta, tolerance=self.opt.loss_tolerance)
         row.speedup, row.ci, row.noise = comp.speedup, (comp.ci_low, comp.ci_high), comp.noise

@@ -87,6 +87,8 @@ class TrialResult:
     others_load: float | None = None
     """Median CPU other processes used during the measured steps, in cores (the doctor's
     system sampler in a script trial); None when it was not sampled."""
+    steps_run: int | None = None
+    """Steps the trial ran, warm-up included: losses compare between trials of one length."""
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -136,7 +138,8 @@ def result_from_run_dir(request: TrialRequest, run_dir: Path, wall_s: float) -> 
                        epoch_starts=starts[keep].tolist() if starts[keep].any() else [],
                        steps_per_epoch=per_epoch, loss=loss,
                        memory_peak=float(mem.max()) if mem.size else None,
-                       mfu=utilization, peak_name=reading.peak_name if utilization else None, **base)
+                       mfu=utilization, peak_name=reading.peak_name if utilization else None,
+                       steps_run=int(t.size), **base)
 
 
 def _epoch_starts(run: Any, steps: np.ndarray) -> tuple[np.ndarray, int | None]:
