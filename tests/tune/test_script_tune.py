@@ -72,7 +72,7 @@ def test_script_tune_finds_workers_verifies_them_and_hands_back_the_change(tmp_p
     out = user / "runs" / "tune"
     options = TuneOptions(knobs=["num_workers"], budget_s=240, repeats=1, verify_repeats=2)
     command = ["python", "train.py", "--epochs", "3"]
-    result = run_script_tune(command, out, options, warmup_steps=3, measure_steps=12, say=lambda s: None)
+    result = run_script_tune(command, out, options, warmup_steps=3, measure_steps=30, say=lambda s: None)
 
     workers = [r for r in result.ablation if r.verdict == "faster"]
     assert workers and max(r.speedup for r in workers) > 1.3, [(r.setting, r.verdict, r.speedup) for r in result.ablation]
@@ -115,7 +115,7 @@ def test_script_tune_finds_workers_verifies_them_and_hands_back_the_change(tmp_p
     # a rerun with the same --out resumes: every trial is reused, none runs again
     again = run_script_tune(command, out, TuneOptions(knobs=["num_workers"], budget_s=240, repeats=1,
                                                       verify_repeats=2),
-                            warmup_steps=3, measure_steps=12, say=lambda s: None)
+                            warmup_steps=3, measure_steps=30, say=lambda s: None)
     assert again.trials_run == 0 and again.best_settings == result.best_settings
 
 
