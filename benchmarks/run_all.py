@@ -52,6 +52,8 @@ def table() -> str:
         met = {True: "yes", False: "**no**"}.get(head.get("passed"), "-")
         value = head.get("value")
         shown = f"{value:.4g}" if isinstance(value, float) else value  # a ratio, not 17 digits
+        if isinstance(value, dict):  # counts (doctor_truth): "quiet 12, loaded 12, ..."
+            shown = ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in value.items())
         rows.append(f"| {head.get('label', data['name'])} | {data['machine']} | {str(data.get('date', '-'))[:10]} | {shown} "
                     f"| {head.get('goal') or '-'} | {met} | `{data.get('command', '')}` |")
     return "\n".join(rows)
