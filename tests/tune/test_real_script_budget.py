@@ -95,3 +95,20 @@ def test_loss_parity_compares_trials_of_one_length(base_config, cpu, tmp_path):
                    options=options, say=lambda s: None).run()
     row = next(r for r in result.ablation if r.setting == "bf16-mixed")
     assert row.loss_delta == pytest.approx(6.576 / 6.585 - 1, abs=1e-6)
+
+
+def test_the_budget_ran_out_note_only_where_a_setting_went_unmeasured_for_it(base_config, cpu, tmp_path):
+    """HelloDeepSpeed's zero_stage tune (its DeepSpeed config is a dict in the code): a 127 s
+    baseline used the budget, every setting was skipped for its own reason, and the closing note
+    said the budget ran out and to rerun with a larger one."""
+    def tune(knobs, out):
+        options = TuneOptions(budget_s=240, knobs=knobs)
+        return Tuner(base_config=base_config, base_hash="h", device=cpu, runner=FakeRunner({BF16: 0.5}, wall_s=130.0),
+                     store=TrialStore(out), options=options, say=lambda s: None).run()
+
+    not_ds = tune(["zero_stage"], tmp_path / "z")
+    assert not_ds.ablation and all(r.verdict == stats.SKIPPED and "budget" not in r.note for r in not_ds.ablation)
+    assert not any("ran out" in n for n in not_ds.notes), not_ds.notes
+    bf16 = tune(["precision"], tmp_path / "p")
+    assert any(r.verdict == stats.SKIPPED and "budget" in r.note for r in bf16.ablation)
+    assert any("ran out" in n for n in bf16.notes), bf16.notes

@@ -299,7 +299,11 @@ class Tuner:
             notes.append(f"the combination verified as '{final.verdict}' against the baseline; "
                          "best.yaml keeps the baseline settings")
             best = {}
-        if self._over_budget():  # not even one more baseline-sized trial fits
+        # Not even one more baseline-sized trial fits, and a row went unmeasured for it. (A tune
+        # whose settings were all skipped for other reasons, a DeepSpeed config written in the
+        # code, spends its budget on the baseline: that note would send the user after budget.)
+        if self._over_budget() and any(r.verdict == stats.SKIPPED and "budget" in r.note
+                                       for r in [*ablation, *combination]):
             notes.append(f"the budget ({self.opt.budget_s:.0f} s) ran out; rows marked 'skipped' "
                          "were not measured. Rerun with the same --out and a larger --budget to "
                          "continue from the finished trials")
