@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import shlex
+import sys
 import time
 
 import pytest
@@ -179,3 +180,61 @@ def test_contention_that_made_the_threads_spin_names_the_threads_tune(tmp_path):
     calm = next(f for f in diagnose(_run(tmp_path, others=130.0), _summary(contention=contention(0.045)))
                 if f["id"] == "machine_contention")
     assert "knobs threads" not in calm["recommendation"] and "compute threads" not in calm["evidence"]
+
+
+FIRE_CORE = '''
+import argparse, sys
+
+
+def Fire(fn):
+    # python-fire's shape: its own options parsed with argparse, the script's mapped onto fn
+    parser = argparse.ArgumentParser(prog="fire")
+    for flag in ("--verbose", "--interactive", "--trace", "--completion"):
+        parser.add_argument(flag, action="store_true")
+    parser.add_argument("--separator", default="-")
+    parser.parse_args([])
+    args = sys.argv[1:]
+    return fn(**{args[i][2:]: int(args[i + 1]) for i in range(0, len(args), 2)})
+'''
+
+FIRE_SCRIPT = '''
+import fire
+import torch
+from torch import nn
+
+
+def train(steps=100, batch_size=8):
+    model = nn.Linear(8, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for _ in range(steps):
+        loss = model(torch.randn(batch_size, 8)).pow(2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+
+
+if __name__ == "__main__":
+    fire.Fire(train)
+'''
+
+
+@pytest.mark.timeout(60)
+def test_fires_own_options_are_not_the_scripts_flags(doctor, tmp_path, monkeypatch):
+    # DeepSpeedExamples' HelloDeepSpeed takes its flags through fire.Fire(train): the doctor
+    # recorded fire's own argparse parser (--verbose, --trace...) as the script's six flags
+    site = tmp_path / "venv" / "lib" / "site-packages"
+    (site / "fire").mkdir(parents=True)
+    (site / "fire" / "__init__.py").write_text("from fire.core import Fire\n")
+    (site / "fire" / "core.py").write_text(FIRE_CORE)
+    monkeypatch.syspath_prepend(str(site))
+    script = tmp_path / "train_fire.py"
+    script.write_text(FIRE_SCRIPT)
+    try:
+        result = doctor(str(script), "--steps", "30", "--batch_size", "4", steps=12)
+    finally:  # the stand-in must not be the `fire` of later tests
+        for name in ("fire", "fire.core"):
+            sys.modules.pop(name, None)
+    assert (result.stopped, result.steps) == ("steps", 12), result.traceback
+    events = [json.loads(line) for line in (result.run_dir / "events.jsonl").read_text().splitlines()]
+    flags = [e["data"] for e in events if e["type"] == "observation" and e["data"].get("kind") == "script_flags"]
+    assert not any(f["option"] == "--verbose" for obs in flags for f in obs["flags"]), flags

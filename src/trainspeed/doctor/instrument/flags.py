@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import os
 from typing import Any
 
 from trainspeed.doctor.instrument.patching import Patches
@@ -18,6 +19,16 @@ from trainspeed.doctor.instrument.session import Session
 from trainspeed.doctor.instrument.sites import caller_site, format_site
 
 _PLAIN = (bool, int, float, str, type(None))
+# Installed packages whose argparse parser holds their own options, never the script's:
+# python-fire parses --verbose, --trace, --separator... with argparse and maps the script's
+# flags onto the function's arguments itself (DeepSpeedExamples' HelloDeepSpeed: the doctor
+# listed fire's six options as the script's).
+_OWN_OPTION_PARSERS = (os.sep + "fire" + os.sep,)
+
+
+def _library_parser(filename: str) -> bool:
+    installed = "site-packages" in filename or "dist-packages" in filename
+    return installed and any(marker in filename for marker in _OWN_OPTION_PARSERS)
 
 
 def _plain(value: Any) -> Any:
@@ -73,7 +84,8 @@ def install(session: Session, patches: Patches) -> None:
             s = session
             if s.on() and "script_flags" not in s.observations:
                 where = caller_site(2)
-                if where is not None:  # a library's own parser (torch.distributed.run) is not the script's
+                # a library's own parser (torch.distributed.run, fire's) is not the script's
+                if where is not None and not _library_parser(where[0]):
                     s.internal += 1
                     try:
                         s.observe("script_flags", "script_flags", source="argparse",
