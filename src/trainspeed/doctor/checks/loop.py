@@ -10,6 +10,7 @@ import numpy as np
 from trainspeed.doctor.checks.script_flags import (evaluation_advice, flag_note, logging_advice, script_flag, set_flag,
                                                    show_flag)
 from trainspeed.doctor.checks.context import CheckContext, describe_site, ms, pct
+from trainspeed.doctor.checks.machine import SPIN_MIN, busy_machine, got_text, threads_advice, torch_threads
 from trainspeed.doctor.findings import Finding
 
 GROWTH_MIN_RATIO = 1.2
@@ -207,8 +208,6 @@ def machine_contention(ctx: CheckContext) -> Finding | None:
                 "Phase times and the step-time trend of the script were judged without it")
     # The quiet steps may have been loaded too (word_language_model beside a test suite: 1.4
     # cores of 2 taken in its 'quiet' steps): then no step of the run is the script's own speed.
-    from trainspeed.doctor.checks.machine import SPIN_MIN, busy_machine, got_text, threads_advice, torch_threads
-
     quiet = found.get("others_quiet")
     busy = busy_machine(ctx, quiet) if found.get("sampled") and isinstance(quiet, (int, float)) else None
     if busy:

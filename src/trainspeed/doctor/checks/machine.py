@@ -16,6 +16,7 @@ import numpy as np
 
 from trainspeed.doctor.checks.context import CheckContext, ms
 from trainspeed.doctor.findings import Finding
+from trainspeed.telemetry.summary import system_series
 
 BUSY_MIN_CORES = 0.5
 """Other processes' median CPU over the measured steps, in cores, from which the run counts as
@@ -42,13 +43,9 @@ def torch_threads(ctx: CheckContext) -> int | None:
 def others_during_measured_steps(ctx: CheckContext) -> float | None:
     """Other processes' median CPU (% of one core) over the system samples taken while the
     measured steps (warm-up excluded) ran; None without samples."""
-    series: dict[str, Any] = {}
-    for event in ctx.run.events_of("system"):
-        series = (event.get("data") or {}).get("series") or series
-    t = np.array([np.nan if v is None else float(v) for v in series.get("t") or []], dtype=np.float64)
-    others = np.array([np.nan if v is None else float(v) for v in series.get("cpu_others") or []],
-                      dtype=np.float64)
-    if t.size == 0 or t.size != others.size:
+    series = system_series(ctx.run)
+    t, others = series.get("t"), series.get("cpu_others")
+    if t is None or others is None or t.size == 0 or t.size != others.size:
         return None
     end, step = ctx.run.array("t_wall"), ctx.run.array("t_step")
     measured = np.isfinite(end) & np.isfinite(step) & ~(ctx.run.array("warmup") > 0.5)
