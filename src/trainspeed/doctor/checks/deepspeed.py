@@ -217,15 +217,18 @@ def zero_beyond_memory(ctx: CheckContext) -> Finding | None:
     if not info:
         return None
     stage, offload_opt, offload_param = (info.get(k) for k in ("zero_stage", "offload_optimizer", "offload_param"))
-    on_cpu = [what for what, where in (("offload_optimizer", offload_opt), ("offload_param", offload_param))
-              if info.get("device") == "cpu" and where == "cpu"]
-    if on_cpu:
+    on_cpu: list[str] = []
+    if info.get("device") == "cpu":
         # an engine that trains on the CPU (DS_ACCELERATOR=cpu) offloads to the memory it already
         # uses: nothing leaves a device and no memory is saved or spent, and removing the offload
         # is no speed fix there: DeepSpeedCPUAdam's step was faster than the FusedAdam that
         # replaces it (docs/real-scripts-deepspeed.md)
-        offload_opt = False if "offload_optimizer" in on_cpu else offload_opt
-        offload_param = False if "offload_param" in on_cpu else offload_param
+        if offload_opt == "cpu":
+            on_cpu.append("offload_optimizer")
+            offload_opt = False
+        if offload_param == "cpu":
+            on_cpu.append("offload_param")
+            offload_param = False
     params, (memory, memory_of) = info.get("params"), _memory(ctx, info)
     if not (stage == 3 or offload_opt or offload_param) or not isinstance(params, int) or not params or not memory:
         return None  # nothing beyond stage 2, or nothing to weigh it against

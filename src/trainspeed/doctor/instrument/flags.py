@@ -17,6 +17,7 @@ from typing import Any
 from trainspeed.doctor.instrument.patching import Patches
 from trainspeed.doctor.instrument.session import Session
 from trainspeed.doctor.instrument.sites import caller_site, format_site
+from trainspeed.patches.callers import in_user_files
 
 _PLAIN = (bool, int, float, str, type(None))
 # Installed packages whose argparse parser holds their own options, never the script's:
@@ -27,8 +28,7 @@ _OWN_OPTION_PARSERS = (os.sep + "fire" + os.sep,)
 
 
 def _library_parser(filename: str) -> bool:
-    installed = "site-packages" in filename or "dist-packages" in filename
-    return installed and any(marker in filename for marker in _OWN_OPTION_PARSERS)
+    return not in_user_files((filename, 0)) and any(marker in filename for marker in _OWN_OPTION_PARSERS)
 
 
 def _plain(value: Any) -> Any:

@@ -16,6 +16,7 @@ than env://, its own rank and world size).
 from __future__ import annotations
 
 import functools
+import inspect
 import os
 import sys
 from typing import Any
@@ -41,15 +42,12 @@ def set_one_process_env(session: Session, patches: Patches, who: str) -> dict[st
     return add
 
 
-def _env_rendezvous(args: tuple, kwargs: dict[str, Any]) -> bool:
-    """init_process_group(backend=None, init_method=None, timeout=None, world_size=-1, rank=-1,
-    store=None, ...) would read the launcher's variables: no store, env:// (the default), and
-    no rank or world size of the script's own."""
-    init_method = kwargs.get("init_method", args[1] if len(args) > 1 else None)
-    world_size = kwargs.get("world_size", args[3] if len(args) > 3 else -1)
-    rank = kwargs.get("rank", args[4] if len(args) > 4 else -1)
-    store = kwargs.get("store", args[5] if len(args) > 5 else None)
-    return store is None and init_method in (None, "env://") and world_size in (-1, None) and rank in (-1, None)
+def _env_rendezvous(call: inspect.BoundArguments) -> bool:
+    """The init_process_group call would read the launcher's variables: no store, env:// (the
+    default), and no rank or world size of the script's own."""
+    given = call.arguments
+    return (given.get("store") is None and given.get("init_method") in (None, "env://")
+            and given.get("world_size", -1) in (-1, None) and given.get("rank", -1) in (-1, None))
 
 
 def install(session: Session, patches: Patches) -> None:
@@ -59,10 +57,17 @@ def install(session: Session, patches: Patches) -> None:
         return
 
     def make(original: Any) -> Any:
+        signature = inspect.signature(original)
+
         @functools.wraps(original)
         def init_process_group(*args: Any, **kwargs: Any) -> Any:
-            if session.enabled and _env_rendezvous(args, kwargs):
-                set_one_process_env(session, patches, "torch.distributed")
+            if session.enabled:
+                try:
+                    call = signature.bind(*args, **kwargs)
+                except TypeError:  # a wrong call: torch says what is wrong with it
+                    call = None
+                if call is not None and _env_rendezvous(call):
+                    set_one_process_env(session, patches, "torch.distributed")
             return original(*args, **kwargs)
 
         return init_process_group
