@@ -44,6 +44,7 @@ import torch
 from trainspeed import mark
 from trainspeed.doctor.instrument.batch import SEQ_FIRST_TYPES, BatchStats, batch_dim_from_layer, module_facts
 from trainspeed.doctor.instrument.flop_window import FlopWindow
+from trainspeed.doctor.instrument.phase_view import HookPhases
 from trainspeed.doctor.instrument.sites import SiteCounter
 
 SAMPLE_FIRST_BATCHES = 8
@@ -72,41 +73,12 @@ def _disable_in_child() -> None:
         _CURRENT.enabled = False
 
 
-class _Phases:
-    """The Monitor as the hooks see it: a phase transition first ends an open data span (the
-    main process's batch building lasts until the next thing any hook sees). Everything else
-    is the Monitor's own (looked up per call: a profiler window shadows begin/end)."""
-
-    __slots__ = ("monitor", "session")
-
-    def __init__(self, monitor: Any, session: "Session") -> None:
-        self.monitor = monitor
-        self.session = session
-
-    def begin(self, name: str) -> None:
-        if self.session.data_open:
-            self.session.close_data()
-        self.monitor.begin(name)
-
-    def end(self, name: str) -> None:
-        if self.session.data_open:
-            self.session.close_data()
-        self.monitor.end(name)
-
-    def step(self, **kwargs: Any) -> None:
-        # the span carries over into the next step, as any open phase does
-        self.monitor.step(**kwargs)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.monitor, name)
-
-
 class Session:
     """Shared state of one doctor run. See module docstring."""
 
     def __init__(self, monitor: Any, *, max_steps: int | None, count_flops_at: int | None = None) -> None:
         global _CURRENT, _FORK_HOOK_REGISTERED
-        self.mon = _Phases(monitor, self)
+        self.mon = HookPhases(monitor, self)
         self.max_steps = max_steps
         self.pid = os.getpid()
         self.thread = threading.get_ident()
