@@ -78,6 +78,27 @@ def test_no_busy_machine_alarm_on_a_quiet_or_lightly_shared_machine(tmp_path):
 
 
 @pytest.mark.timeout(30)
+def test_measured_steps_shorter_than_the_sampler_are_judged_on_the_whole_runs_readings(tmp_path):
+    # chargpt on the 2-core CI machine beside 4 burners: 100 steps of ~7 ms, so its measured
+    # steps held 2 of the sampler's 0.25 s readings and the doctor said nothing of the load
+    steps = [{"schema": 1, "step": i, "t_wall": 100.0 + 0.007 * i, "t_step": 0.007, "cpu": 0.002,
+              "phases": {"forward": 0.003, "backward": 0.003}, "warmup": i <= 10} for i in range(1, 101)]
+    t = [99.5 + 0.25 * k for k in range(6)]  # 99.5 .. 100.75: two readings inside steps 11-100
+    others = [150.0, 150.0, 170.0, 160.0, 160.0, 150.0]
+    events = [{"schema": 1, "type": "system", "step": 100, "t_wall": t[-1],
+               "data": {"samples": len(t), "series": {"t": t, "cpu_others": others}}}]
+    env = {"cpu": {"available_cores": 2, "logical_cores": 2, "torch_threads": 2}}
+    run = RunData(path=tmp_path, env=env, config={"command": COMMAND}, steps=steps, events=events)
+    summary = _summary(steps=100, measured_steps=90, cpu_per_step=0.002, step_time={"p50": 0.007, "mean": 0.007})
+    busy = next(f for f in diagnose(run, summary) if f["id"] == "machine_busy")
+    assert "a median 1.6 of the machine's 2 cores while the run ran (system sampler)" in busy["evidence"]
+    # one reading in all is not a load through the run
+    one = [{**events[0], "data": {"samples": 1, "series": {"t": t[:1], "cpu_others": others[:1]}}}]
+    run_one = RunData(path=tmp_path, env=env, config={"command": COMMAND}, steps=steps, events=one)
+    assert "machine_busy" not in [f["id"] for f in diagnose(run_one, summary)]
+
+
+@pytest.mark.timeout(30)
 def test_contention_whose_quiet_steps_were_loaded_too_says_so(tmp_path):
     # word_language_model: steps 17-59 69 % slower at 1.6 cores of others "vs 1.4" in the quiet
     # steps: the finding read as if the quiet steps were the script's own speed
