@@ -89,6 +89,26 @@ def test_measure_matmul_peak_cpu_uses_two_n_cubed(monkeypatch):
     assert p.flops == pytest.approx(2 * 64**3 / 0.25)
 
 
+def test_a_cpu_matmul_that_did_not_get_its_cores_is_not_quiet(monkeypatch):
+    # Beside 4 busy processes on 2 cores, 2 threads got ~0.7 cores (78 GFLOP/s against ~200):
+    # CPU time over wall time of the fastest repeat tells the two apart.
+    monkeypatch.setattr(peaks, "_cpu_threads", lambda: 2)
+    monkeypatch.setattr("trainspeed.telemetry.loader_facts.available_cores", lambda: 2)
+    for cpu_per_wall, quiet in ((0.7, False), (1.6, False), (1.9, True), (2.1, True)):
+        wall = iter(i * 0.25 for i in range(100))
+        cpu = iter(i * 0.25 * cpu_per_wall for i in range(100))
+        monkeypatch.setattr(peaks.time, "perf_counter", lambda: next(wall))
+        monkeypatch.setattr(peaks.time, "process_time", lambda: next(cpu))
+        p = measure_matmul_peak("cpu", torch.float32, n=32, repeats=3)
+        assert p.cores_used == pytest.approx(cpu_per_wall)
+        assert peaks.timed_quietly(p) is quiet
+    # one usable core (a container's cpuset): one core's worth is quiet even with 2 threads
+    monkeypatch.setattr("trainspeed.telemetry.loader_facts.available_cores", lambda: 1)
+    assert peaks.timed_quietly(peaks.PeakFlops(name="cpu", dtype="fp32", flops=1e9, source="measured", cores_used=0.95))
+    # a GPU timing carries no CPU share and is taken as quiet
+    assert peaks.timed_quietly(peaks.PeakFlops(name="gpu", dtype="bf16", flops=1e12, source="measured"))
+
+
 def test_measure_matmul_peak_stops_at_budget(monkeypatch):
     # Each timed matmul "takes" 1 s: with a 2.5 s budget only 3 of 10 repeats run.
     t = iter(float(i) for i in range(100))

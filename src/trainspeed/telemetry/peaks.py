@@ -42,6 +42,12 @@ class PeakFlops:
     """A measured peak read from the per-machine cache (telemetry/peak_cache.py), not timed now."""
     measured_at: float | None = None
     """Unix time the measured peak was timed (this run, or the run that filled the cache)."""
+    cores_used: float | None = None
+    """CPU only: the cores this process had during the fastest timed matmul (CPU time / wall).
+    Fewer than its threads means other processes held the cores and the figure is low."""
+    quiet: bool | None = None
+    """A measured peak: timed while this process had the cores its threads need (see
+    peak_cache: a figure timed on a busy machine is measured again by later runs)."""
 
     @property
     def label(self) -> str:
@@ -51,7 +57,7 @@ class PeakFlops:
     def as_dict(self) -> dict[str, object]:
         out: dict[str, object] = {"name": self.name, "dtype": self.dtype, "flops": self.flops, "source": self.source}
         if self.measured_at is not None:  # a measured peak (cached or timed now)
-            out.update(cached=self.cached, measured_at=self.measured_at)
+            out.update(cached=self.cached, measured_at=self.measured_at, quiet=self.quiet)
         return out
 
 
@@ -193,20 +199,37 @@ def measure_matmul_peak(
                 stop.synchronize()  # deliberate sync: read the event pair of this repeat
                 best = min(best, start.elapsed_time(stop) / 1e3)
         else:
-            spent = 0.0
+            spent, cores_used = 0.0, None
             for _ in range(repeats):
-                t0 = time.perf_counter()
+                c0, t0 = time.process_time(), time.perf_counter()
                 torch.matmul(a, b)
                 dt = time.perf_counter() - t0
-                best, spent = min(best, dt), spent + dt
+                if dt < best:
+                    best, cores_used = dt, (time.process_time() - c0) / dt if dt > 0 else None
+                spent += dt
                 if spent >= budget_s:
                     break
     best = max(best, 1e-9)
     if dev.type == "cuda":
-        name = torch.cuda.get_device_name(dev)
-    else:
-        name = f"{dev.type} ({_cpu_threads()} threads)"
-    return PeakFlops(name=name, dtype=dname, flops=flops / best, source="measured")
+        return PeakFlops(name=torch.cuda.get_device_name(dev), dtype=dname, flops=flops / best, source="measured")
+    return PeakFlops(name=f"{dev.type} ({_cpu_threads()} threads)", dtype=dname, flops=flops / best,
+                     source="measured", cores_used=cores_used)
+
+
+QUIET_SHARE = 0.85
+"""A CPU matmul timed with at least this share of the cores its threads can use counts as timed
+on a quiet machine. Beside 4 busy processes on 2 cores, 2 threads got ~0.7 cores and the figure
+cached was 86 GFLOP/s against 194-214 alone: nanoGPT's baby model then read MFU 129 %."""
+
+
+def timed_quietly(peak: PeakFlops) -> bool:
+    """Whether `peak` was timed while this process had its cores (always, for a GPU timing)."""
+    if peak.cores_used is None:
+        return True
+    from trainspeed.telemetry.loader_facts import available_cores
+
+    usable = max(1, min(_cpu_threads(), available_cores() or 1))
+    return peak.cores_used >= QUIET_SHARE * usable
 
 
 def _cpu_threads() -> int:
@@ -225,12 +248,14 @@ def _measured(device: str, dtype: str) -> PeakFlops:
     from trainspeed.telemetry.peak_cache import cached_measurement, machine_key
 
     dev = torch.device(device)
-    flops, cached, when = cached_measurement(machine_key(device, dtype), lambda: _time_matmul(dev, dtype))
+    flops, cached, when, quiet = cached_measurement(machine_key(device, dtype), lambda: _time_matmul(dev, dtype))
     name = torch.cuda.get_device_name(dev) if dev.type == "cuda" else f"{dev.type} ({_cpu_threads()} threads)"
-    return PeakFlops(name=name, dtype=dtype, flops=flops, source="measured", cached=cached, measured_at=when)
+    return PeakFlops(name=name, dtype=dtype, flops=flops, source="measured", cached=cached, measured_at=when,
+                     quiet=quiet)
 
 
-def _time_matmul(dev: "torch.device", dtype: str) -> float:
+def _time_matmul(dev: "torch.device", dtype: str) -> tuple[float, bool]:
+    """(FLOP/s of the timed matmul for `dtype`, whether it was timed on a quiet machine)."""
     import torch
 
     tdt = {"fp32": torch.float32, "tf32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[dtype]
@@ -239,11 +264,12 @@ def _time_matmul(dev: "torch.device", dtype: str) -> float:
         old = torch.backends.cuda.matmul.allow_tf32
         torch.backends.cuda.matmul.allow_tf32 = dtype == "tf32"
         try:
-            return measure_matmul_peak(dev, tdt, n=4096, repeats=10).flops
+            return measure_matmul_peak(dev, tdt, n=4096, repeats=10).flops, True
         finally:
             torch.backends.cuda.matmul.allow_tf32 = old
     # CPU has no TF32: a "tf32" run executes fp32 matmuls.
-    return measure_matmul_peak(dev, tdt).flops
+    peak = measure_matmul_peak(dev, tdt)
+    return peak.flops, timed_quietly(peak)
 
 
 def peak_for(device: "torch.device | str", dtype: str, measure_if_unknown: bool = True) -> PeakFlops | None:
