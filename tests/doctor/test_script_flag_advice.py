@@ -65,3 +65,23 @@ def test_no_step_found_says_what_was_seen():
     assert f.severity == "warning" and "50 training forwards, 50 backwards" in f.evidence
     assert "trainspeed.step()" in f.recommendation
     assert hardware.no_step_found(ctx_of(make_run(n=10, obs=[{"kind": "step_boundary", "forwards": 1}]))) is None
+
+
+def test_host_syncs_at_the_scripts_log_interval_name_that_flag():
+    # karpathy/nanoGPT with its README's --log_interval=1: `lossf = loss.item()` inside
+    # `if iter_num % log_interval == 0` read every step; the fix is the flag the user passed.
+    from test_checks import _sites
+    from trainspeed.doctor.checks import syncs
+
+    flags = {**NANOGPT, "flags": [*NANOGPT["flags"], {"option": "--log_interval", "dest": "log_interval", "value": 1,
+                                                      "default": None, "type": "int", "kind": "equals"}]}
+    f = syncs.host_syncs(ctx_of(make_run(obs=[_sites("sync", "item", 40, 0.001), flags], syncs_per_step=1)))
+    assert "once per the script's log interval (--log_interval=1): log less often, --log_interval=50" \
+        in f.recommendation
+    # reads every step with --log-interval 10 are not the logging's: the generic advice
+    every_ten = {**ARGPARSE, "flags": [{**ARGPARSE["flags"][1], "value": 10}]}
+    f = syncs.host_syncs(ctx_of(make_run(obs=[_sites("sync", "item", 40, 0.001), every_ten], syncs_per_step=1)))
+    assert "log interval" not in f.recommendation and "keep the value on the device" in f.recommendation
+    # one read every 10 steps under --log-interval 10 falls below the finding's rate (0.1 a step): no finding
+    run = make_run(n=100, obs=[_sites("sync", "item", 10, 0.001), every_ten])
+    assert syncs.host_syncs(ctx_of(run)) is None

@@ -71,6 +71,23 @@ def _fix(first: dict[str, Any] | None) -> str:
                "metrics), or train with the engine, which reads device values at the log interval only"))
 
 
+def _at_log_interval(ctx: CheckContext, first: dict[str, Any] | None, steps_with: float) -> str | None:
+    """The lead of the advice when the reads come once per the script's own log interval flag
+    (nanoGPT with --log_interval=1: `loss.item()` inside `if iter_num % log_interval == 0`
+    every step): raising that flag is the one-word fix, run on the user's own command."""
+    from trainspeed.doctor.checks.script_flags import script_flag, set_flag, show_flag
+
+    flag = script_flag(ctx, "log_interval")
+    value = flag.get("value") if flag else None
+    if first is None or library_of(str(first.get("site", ""))) is not None:
+        return None
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1 or abs(steps_with * value - 1) > 0.3:
+        return None
+    return (f"For {describe_site(first)}: the reads come once per the script's log interval ({show_flag(flag)}): "
+            f"log less often, {set_flag(flag, max(50, value * 10))}; or keep the value on the device "
+            "(`total += loss.detach()`) and read it only when you log (engine: logging.every=50)")
+
+
 def _steady_rate(ctx: CheckContext, reads: int, all_syncs: int) -> tuple[float, float, int]:
     """(device reads per steady-state step, share of those steps with any, one-off reads).
 
@@ -127,7 +144,7 @@ def host_syncs(ctx: CheckContext) -> Finding | None:
         severity=severity,
         title=f"The loop reads device values {when} (host syncs)",
         evidence=evidence,
-        recommendation=_fix(first),
+        recommendation=_at_log_interval(ctx, first, steps_with) or _fix(first),
         verify_with=f"{ctx.doctor_command()} (syncs per step should drop below 0.1)",
         impact=impact,
         impact_estimated=estimated,
