@@ -85,6 +85,16 @@ def test_knob_names_and_findings_order():
     assert knobs_from_findings(findings) == ["num_workers", "log_every", "precision"]
 
 
+def test_interval_flags_are_labelled_as_the_script_takes_them():
+    # nanoGPT's configurator reads --log_interval=10 only ("--log_interval 10" is a config file
+    # named --log_interval to it): the table's label is what the user would type
+    nano = {"option": "--log_interval", "dest": "log_interval", "value": 1, "type": "int", "kind": "equals"}
+    [c] = SCRIPT_KNOBS["log_every"](ctx(flags=[nano]))
+    assert (c.label, c.settings) == ("--log_interval=10", {"args.--log_interval": 10})
+    spaced = {"option": "--save-every", "dest": "save_every", "value": 5, "type": "int", "kind": "store"}
+    [c] = SCRIPT_KNOBS["checkpoint_every"](ctx(flags=[spaced], save_calls=6))
+    assert (c.label, c.settings) == ("--save-every 20", {"args.--save-every": 20})
+
 def test_apply_flags_replaces_in_place_or_appends():
     cmd = ["python", "train.py", "--workers", "0", "--lr=3e-4"]
     assert apply_flags(cmd, {"--workers": 4}) == ["python", "train.py", "--workers", "4", "--lr=3e-4"]

@@ -213,7 +213,10 @@ def _interval_flag(ctx: ScriptContext, topic: str, factor: int) -> Candidate | N
     value = flag.get("value") if flag else None
     if flag is None or isinstance(value, bool) or not isinstance(value, int) or value < 1:
         return None
-    return Candidate(topic, f"{flag['option']} {value * factor}", {f"args.{flag['option']}": value * factor})
+    from trainspeed.doctor.checks.script_flags import set_flag
+
+    # labelled as the script takes it (nanoGPT's configurator reads --log_interval=10 only)
+    return Candidate(topic, set_flag(flag, value * factor), {f"args.{flag['option']}": value * factor})
 
 
 def log_every(ctx: ScriptContext) -> list:
