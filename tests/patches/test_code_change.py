@@ -358,8 +358,32 @@ def test_autocast_snippet_wraps_the_users_own_forward_and_loss_lines(tmp_path):
     assert 'torch.amp.GradScaler("cpu")' in fp16.code and "scaler.scale(loss).backward()" in fp16.code
     assert "scaler.step(optimizer)" in fp16.code and "scaler.update()" in fp16.code
     md = change.markdown()
-    assert "precision: around train.py:" in md and "output = net(images)" in md
+    # bf16 is the whole change: best.patch wraps the two lines itself
+    assert f"precision: train.py:{call}: lines {call}-{call + 1} wrapped in `with torch.autocast(" in md
+    assert ("-        output = net(images)  # CALL\n-        loss = criterion(output, target)\n"
+            '+        with torch.autocast(device_type="cuda", dtype=torch.bfloat16):\n'
+            "+            output = net(images)  # CALL\n+            loss = criterion(output, target)\n"
+            "         optimizer.zero_grad()\n") in change.patch
+    assert "## Code to add" not in md
+    # fp16 needs a GradScaler as well: not a wrap alone, so a snippet to place by hand
+    fp16_change = code_change({"precision": "fp16"}, targets, root=root, command=[])
+    assert fp16_change.patch == "" and "### precision: around train.py:" in fp16_change.markdown()
     ast.parse(snippet.code)
+
+
+def test_autocast_wraps_only_what_applies_as_written(tmp_path):
+    root = tmp_path / "project"
+    # the script already autocasts there: change its dtype instead; no patch
+    train = write(root, "train.py", TRAIN_LOOP)
+    targets = Targets(script=str(train), model_call_site=(str(train), line_of(train, "# CALL")), autocast="float16")
+    assert code_change({"precision": "bf16"}, targets, root=root, command=[]).patch == ""
+    # torch imported under another name, or a string spanning lines inside the wrapped lines
+    for text in (TRAIN_LOOP.replace("import torch\n", "import torch as T\n", 1).replace("torch.", "T."),
+                 TRAIN_LOOP.replace("output = net(images)  # CALL", 'output = net(images); note = """a\n        b"""  # CALL')):
+        train = write(root, "train.py", text)
+        targets = Targets(script=str(train), model_call_site=(str(train), line_of(train, "# CALL")))
+        change = code_change({"precision": "bf16"}, targets, root=root, command=[])
+        assert change.patch == "" and "### precision: around" in change.markdown(), text
 
 
 def test_compile_and_channels_last_use_the_called_variable(tmp_path):
@@ -530,9 +554,9 @@ def test_sites_recorded_at_run_time_find_their_multi_line_calls(tmp_path):
 
 
 def test_whole_statement_snippets_go_into_the_patch_with_the_keyword_edits_below_them(tmp_path):
-    """compile and threads are lines to insert (indented as the statement they precede), so
-    best.patch carries them next to the keyword edit at the optimizer line they push down;
-    the patched script runs; autocast, which wraps lines, stays a snippet to place by hand."""
+    """compile and threads are lines to insert (indented as the statement they precede), and a
+    bf16 autocast wraps the forward and loss lines, so best.patch carries them next to the
+    keyword edit at the optimizer line they push down; the patched script runs."""
     root = tmp_path / "project"
     train = write(root, "train.py", """
         import torch
@@ -558,11 +582,11 @@ def test_whole_statement_snippets_go_into_the_patch_with_the_keyword_edits_below
                       optimizer_class="SGD")
     change = code_change({"compile": "default", "threads": 1, "optimizer.impl": "foreach", "precision": "bf16"},
                          targets, root=root, command=[])
-    assert [s.setting for s in change.inserted] == ["compile", "threads"]
+    assert [s.setting for s in change.inserted] == ["compile", "threads", "precision"]
     assert "+    net.compile()\n" in change.patch and "+torch.set_num_threads(1)\n" in change.patch
     assert "foreach=True" in change.patch
     md = change.markdown()
-    assert "## Code to add" in md and "### precision: around" in md and "### compile" not in md
+    assert "## Code to add" not in md and "### compile" not in md
     assert f"compile: train.py:{opt}: `net.compile()` inserted before line {opt}" in change.edits
     for copy in apply_patch(root, change, tmp_path).values():
         lines = (copy / "train.py").read_text().splitlines()
@@ -570,6 +594,10 @@ def test_whole_statement_snippets_go_into_the_patch_with_the_keyword_edits_below
         assert lines[at - 1] == "    net.compile()"
         assert "foreach=True" in lines[at]
         assert "torch.set_num_threads(1)" in lines
+        wrap = lines.index('        with torch.autocast(device_type="cpu", dtype=torch.bfloat16):')
+        assert lines[wrap + 1:wrap + 3] == ["            output = net(images)  # CALL",
+                                            "            loss = criterion(output, target)"]
+        assert lines[wrap + 3] == "        optimizer.zero_grad()"  # the backward stays outside
         # the lines run as placed; compiling itself is torch's business (and 10 s of CI time)
         env = {**os.environ, "TORCH_COMPILE_DISABLE": "1"}
         subprocess.run([PYTHON, str(copy / "train.py")], check=True, timeout=120, capture_output=True, env=env)

@@ -24,7 +24,7 @@ from typing import Any
 
 from trainspeed.patches.plan import (FLAG_PREFIX, apply_flags, command_with_flags, flag_style,  # noqa: F401 - command_with_flags re-exported
                                      render_flag)
-from trainspeed.patches.insert_lines import insert_snippets, patchable, shifted
+from trainspeed.patches.insert_lines import insert_snippets, overlapping, patchable, shifted
 from trainspeed.patches.snippets import RUNTIME_CODE, Snippet, Source, autocast_snippet, model_snippets, \
     runtime_snippet
 from trainspeed.patches.targets import Targets
@@ -249,6 +249,7 @@ def code_change(settings: dict[str, Any], targets: Targets, *, root: Path, comma
     inserts_by_file: dict[str, list[Snippet]] = {}
     for real in list(sources):
         here = [s for s in change.snippets if s.file == _shown(real, root) and patchable(s)]
+        here = [s for s in here if s not in overlapping(here)]
         if here:
             inserts_by_file[real] = here
     for path in sorted(set(edits) | set(inserts_by_file)):
@@ -266,8 +267,12 @@ def code_change(settings: dict[str, Any], targets: Targets, *, root: Path, comma
                             call_line=_unshift(o.call_line, inserts) if below else o.call_line) for o in outcomes]
         for s in inserts_by_file.get(path, []):
             change.inserted.append(s)
-            change.edits.append(f"{s.setting}: {s.file}:{s.line}: `{s.code.splitlines()[-1]}` inserted {s.where} "
-                                f"line {s.line}")
+            if s.where == "around":
+                span = f"line {s.line}" if s.end_line == s.line else f"lines {s.line}-{s.end_line}"
+                change.edits.append(f"{s.setting}: {s.file}:{s.line}: {span} wrapped in `{s.head}`")
+            else:
+                change.edits.append(f"{s.setting}: {s.file}:{s.line}: `{s.code.splitlines()[-1]}` inserted "
+                                    f"{s.where} line {s.line}")
         shown = _shown(path, root)
         for o in outcomes:
             text = _outcome(o, shown, user_files, command, styles, change)

@@ -1,7 +1,9 @@
 """Snippets that are whole statements (`model.compile()`, `torch.set_num_threads(1)`) go into
 best.patch as inserted lines, at the statement the snippet names, with that statement's
-indentation and the file's own line endings. Autocast (which wraps lines) and comments stay
-in code_change.md for the user to place: a patch may only hold what applies as written.
+indentation and the file's own line endings. A bf16 autocast block wraps its statements: its
+`with` line goes above them and they move one level in (nanoGPT's `logits, loss = model(X,
+Y)`). Comments, and a wrap that is not the whole change (fp16's GradScaler), stay in
+code_change.md for the user to place: a patch may only hold what applies as written.
 
 Pure text: the keyword edits (keyword_edit.py) then run on the new text, their line numbers
 moved past the inserted lines by `shifted`.
@@ -27,6 +29,14 @@ def insert_snippets(source: Source, snippets: list[Snippet]) -> tuple[str, list[
     lines = text.split("\n")  # a CRLF line keeps its "\r": split on "\n" only, as the diff does
     plan: list[tuple[int, list[str]]] = []
     for s in snippets:
+        if s.where == "around":
+            head = lines[s.line - 1]
+            indent = head[:len(head) - len(head.lstrip())]
+            unit = "\t" if indent.startswith("\t") else "    "
+            last = s.end_line or s.line
+            lines[s.line - 1:last] = [unit + line if line.strip() else line for line in lines[s.line - 1:last]]
+            plan.append((s.line - 1, [indent + s.head + ("\r" if eol == "\r\n" else "")]))
+            continue
         stmt = source.statement(s.line)
         first = stmt.lineno if stmt is not None else s.line
         head = lines[first - 1] if 0 < first <= len(lines) else ""
@@ -49,10 +59,24 @@ def shifted(edits: list[Edit], inserts: list[tuple[int, int]]) -> list[Edit]:
 
 
 def patchable(snippet: Snippet) -> bool:
-    """A whole statement placed before or after a line: not a wrapper, not only a comment."""
+    """A whole statement placed before or after a line, or a block that wraps lines by
+    itself (its head known); not only a comment."""
+    if snippet.where == "around":
+        return snippet.patchable and bool(snippet.head) and snippet.end_line is not None
     code_lines = [line for line in snippet.code.split("\n") if line.strip()]
     return (snippet.where in ("before", "after") and snippet.patchable and bool(code_lines)
             and not all(line.lstrip().startswith("#") for line in code_lines))
 
 
-__all__ = ["insert_snippets", "patchable", "shifted"]
+def overlapping(snippets: list[Snippet]) -> list[Snippet]:
+    """The wraps among `snippets` another snippet lands inside (kept out of the patch: the
+    two would fight over the same lines' indentation)."""
+    out = []
+    for wrap in (s for s in snippets if s.where == "around"):
+        end = wrap.end_line or wrap.line
+        if any(o is not wrap and wrap.line <= o.line <= end for o in snippets):
+            out.append(wrap)
+    return out
+
+
+__all__ = ["insert_snippets", "overlapping", "patchable", "shifted"]

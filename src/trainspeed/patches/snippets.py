@@ -24,6 +24,11 @@ class Snippet:
     patchable: bool = True
     """False where the code is advice to adapt, not a line to insert as is (the script
     already compiles: change its mode there)."""
+    end_line: int | None = None
+    """"around": the last line of the statements the block wraps (`line` is the first)."""
+    head: str = ""
+    """"around": the block's opening line (`with torch.autocast(...):`) best.patch puts above
+    the wrapped lines, which it indents one level."""
 
 
 class Source:
@@ -179,7 +184,8 @@ def autocast_snippet(setting: str, value: str, source: Source, line: int, shown:
     if not any(_assigns_loss(s) for s in stmts):
         body_lines.append("loss = ...  # the loss computation belongs inside too")
     dtype = "torch.bfloat16" if value == "bf16" else "torch.float16"
-    code = f'with torch.autocast(device_type="{device}", dtype={dtype}):\n' + "\n".join(
+    head = f'with torch.autocast(device_type="{device}", dtype={dtype}):'
+    code = head + "\n" + "\n".join(
         "    " + text if text else "" for text in body_lines)
     first = stmts[0].lineno if stmts else line
     last = (stmts[-1].end_lineno or stmts[-1].lineno) if stmts else line
@@ -193,7 +199,17 @@ def autocast_snippet(setting: str, value: str, source: Source, line: int, shown:
                  "  # once, before the loop\nscaler.scale(loss).backward()  # instead of loss.backward()\n"
                  "scaler.step(optimizer)  # instead of optimizer.step()\nscaler.update()")
         why += " fp16 scales the loss so that small gradients do not underflow to zero."
-    return Snippet(setting, shown, first, "around", code, why)
+    # best.patch wraps the lines itself where that is the whole change: bf16 (fp16 needs a
+    # GradScaler too), the loss found, no autocast of the script's own to edit instead, `torch`
+    # imported as such, and no string spanning lines (indenting it would change its text).
+    wrap = (value == "bf16" and not already and any(_assigns_loss(s) for s in stmts)
+            and source.after_imports()[1] and not _multiline_strings(stmts))
+    return Snippet(setting, shown, first, "around", code, why, patchable=wrap, end_line=last, head=head)
+
+
+def _multiline_strings(stmts: list[ast.stmt]) -> bool:
+    return any(isinstance(n, (ast.Constant, ast.JoinedStr)) and (n.end_lineno or n.lineno) > n.lineno
+               for s in stmts for n in ast.walk(s))
 
 
 def _assigns_loss(stmt: ast.stmt) -> bool:
