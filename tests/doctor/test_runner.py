@@ -93,3 +93,37 @@ def test_doctor_records_the_datasheet_peak_of_a_known_gpu(monkeypatch):
     events.clear()
     record_peak(Recorder(), models, "cpu")
     assert events == []
+
+
+AUTOCAST_SCRIPT = """
+import torch
+from torch import nn
+
+model = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 1))
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+for step in range(12):
+    x, y = torch.randn(16, 32), torch.randn(16, 1)
+    with torch.autocast(device_type="cpu", dtype=torch.bfloat16):
+        loss = nn.functional.mse_loss(model(x).float(), y)
+    loss.backward()
+    opt.step()
+    opt.zero_grad()
+"""
+
+
+def test_a_script_that_autocasts_is_reported_in_its_precision(tmp_path):
+    # nanoGPT with the tune's bf16 autocast patched in ran 1.28x faster and was reported "fp32"
+    from trainspeed.doctor.runner import run_doctor, script_precision_of
+
+    script = tmp_path / "train.py"
+    script.write_text(AUTOCAST_SCRIPT)
+    result = run_doctor(DoctorConfig(command=[sys.executable, str(script)], steps=10, out=tmp_path / "run"))
+    assert result.exit_code == 0 and result.summary["precision"] == "bf16-mixed"
+    assert script_precision_of([{"kind": "model", "autocast": None, "param_dtype": "float32"}]) is None
+    assert script_precision_of([{"kind": "model", "autocast": None, "param_dtype": "bfloat16"}]) == \
+        ("bf16", "the model's parameters")
+    plain = tmp_path / "plain.py"
+    plain.write_text(AUTOCAST_SCRIPT.replace('with torch.autocast(device_type="cpu", dtype=torch.bfloat16):',
+                                             "if True:"))
+    result = run_doctor(DoctorConfig(command=[sys.executable, str(plain)], steps=10, out=tmp_path / "run2"))
+    assert result.exit_code == 0 and result.summary["precision"] == "fp32"

@@ -167,6 +167,27 @@ def execute(target: Target) -> None:
         sys.path[:] = saved_path
 
 
+def script_precision_of(observations: Iterable[dict[str, Any]]) -> tuple[str, str] | None:
+    """(precision, where it was seen) the script trained in when not fp32, else None: a
+    DeepSpeed engine's config, else autocast on around the model's first forward ("bf16-mixed":
+    nanoGPT with a bf16 autocast patched in was reported "fp32" at 1.28x the fp32 speed), else
+    the parameters' dtype. The doctor's Monitor starts before the script chooses any of them,
+    so its run_start says fp32."""
+    observations = list(observations)
+    engine = engine_precision_of(observations)
+    if engine is not None:
+        return engine, "deepspeed config"
+    names = {"bfloat16": "bf16", "float16": "fp16"}
+    for obs in observations:
+        if obs.get("kind") != "model":
+            continue
+        if obs.get("autocast") in names:
+            return f"{names[obs['autocast']]}-mixed", "autocast around the model's forward"
+        if obs.get("param_dtype") in names:
+            return names[obs["param_dtype"]], "the model's parameters"
+    return None
+
+
 def engine_precision_of(observations: Iterable[dict[str, Any]]) -> str | None:
     """The precision a DeepSpeed engine's config trains in ("bf16", "fp16", "bf16-mixed"...),
     None without an engine or in fp32. The doctor's Monitor starts before the script chooses a
@@ -293,9 +314,9 @@ def run_doctor(config: DoctorConfig) -> DoctorResult:
     if missing:
         monitor.event("warning", message=f"ranks {missing} did not finish their records within 30 s; "
                                          "their per-rank figures are partial")
-    precision = engine_precision_of(session.observations.values())
-    if precision is not None:  # run_start's is the Monitor's fp32 (engine_precision_of)
-        monitor.event("precision", precision=precision, source="deepspeed config")
+    found = script_precision_of(session.observations.values())
+    if found is not None:  # run_start's is the Monitor's fp32 (script_precision_of)
+        monitor.event("precision", precision=found[0], source=found[1])
     summary = monitor.close(error=error)
     error = None  # drop the frames (and DataLoader workers) the traceback holds
     run = read_run(run_dir)
