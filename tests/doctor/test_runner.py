@@ -89,10 +89,41 @@ def test_doctor_records_the_datasheet_peak_of_a_known_gpu(monkeypatch):
     (kind, data), = events
     assert kind == "peak_flops" and data["source"] == "measured" and data["dtype"] == "fp32"
     assert data["flops"] > 1e8 and data["name"].startswith("cpu (")
-    # bf16 on a CPU is not measured after the script (emulated, it can take seconds).
+    # bf16 on a CPU without bf16 units is not measured after the script (emulated, it can take
+    # seconds); with them, see the next test.
     events.clear()
+    monkeypatch.setattr("trainspeed.telemetry.env.cpu_flags", lambda: {"avx512_bf16": False, "amx_bf16": False})
     record_peak(Recorder(), models, "cpu")
     assert events == []
+
+
+
+def test_a_cpu_bf16_run_gets_a_measured_peak_only_where_the_cpu_has_bf16_units(monkeypatch, tmp_path):
+    # nanoGPT with a bf16 autocast read "MFU not measured" on an EPYC with avx512_bf16, whose
+    # bf16 matmul reaches ~850 GFLOP/s; without the units a bf16 matmul is emulated (seconds)
+    from trainspeed.doctor.runner import record_peak
+    from trainspeed.telemetry import peaks
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    peaks._measured.cache_clear()
+    timed = []
+    monkeypatch.setattr(peaks, "_time_matmul", lambda dev, dtype: timed.append(dtype) or (850e9, True))
+    events = []
+
+    class Recorder:
+        def event(self, type_, **data):
+            events.append((type_, data))
+
+    models = [{"kind": "model", "autocast": "bfloat16", "param_dtype": "float32"}]
+    flags = {"avx512_bf16": False, "amx_bf16": False, "avx512f": True, "avx2": True}
+    monkeypatch.setattr("trainspeed.telemetry.env.cpu_flags", lambda: flags)
+    record_peak(Recorder(), models, "cpu")
+    assert events == [] and timed == []
+    flags["avx512_bf16"] = True
+    record_peak(Recorder(), models, "cpu")
+    (kind, data), = events
+    assert (kind, data["dtype"], data["flops"], timed) == ("peak_flops", "bf16", 850e9, ["bf16"])
+    peaks._measured.cache_clear()
 
 
 AUTOCAST_SCRIPT = """

@@ -230,12 +230,19 @@ def record_peak(monitor: Any, observations: Iterable[dict[str, Any]], device: st
 
     A GPU gets its datasheet row (no measurement: a 4096^2 matmul after the script could need
     memory the script left in use). A CPU running fp32 gets a measured matmul peak: six
-    1024^3 matmuls, ~0.1 s on 2 cores. bf16/fp16 on a CPU are not measured here: emulated
-    without bf16 units, they can take seconds per matmul (`trainspeed train` measures them)."""
+    1024^3 matmuls, ~0.1 s on 2 cores; bf16 too where the CPU has bf16 units (avx512_bf16,
+    amx_bf16: six 2048^3 matmuls, ~0.2 s on 2 EPYC cores). fp16, and bf16 without the units,
+    are not measured here: emulated, they can take seconds per matmul."""
+    from trainspeed.telemetry.env import cpu_flags
     from trainspeed.telemetry.peaks import record_peak as record
 
     dtype = matmul_dtype(observations, device)
-    record(monitor, device, dtype, measure_if_unknown=device == "cpu" and dtype == "fp32")
+    measure = device == "cpu" and (dtype == "fp32" or (dtype == "bf16" and _bf16_units(cpu_flags())))
+    record(monitor, device, dtype, measure_if_unknown=measure)
+
+
+def _bf16_units(flags: dict[str, bool]) -> bool:
+    return bool(flags.get("avx512_bf16") or flags.get("amx_bf16"))
 
 
 def run_doctor(config: DoctorConfig) -> DoctorResult:
