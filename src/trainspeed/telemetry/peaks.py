@@ -268,9 +268,16 @@ def _time_matmul(dev: "torch.device", dtype: str) -> tuple[float, bool]:
             return measure_matmul_peak(dev, tdt, n=4096, repeats=10).flops, True
         finally:
             torch.backends.cuda.matmul.allow_tf32 = old
-    # CPU has no TF32: a "tf32" run executes fp32 matmuls. A bf16 matmul of 1024 runs on one
-    # thread here (oneDNN, AMD EPYC with avx512_bf16: 1.0 cores of 2), 2048 on all of them.
-    peak = measure_matmul_peak(dev, tdt, n=2048 if dtype == "bf16" else 1024)
+    # CPU has no TF32: a "tf32" run executes fp32 matmuls. With bf16 units, a bf16 matmul of
+    # 1024 runs on one thread (oneDNN, AMD EPYC with avx512_bf16: 1.0 cores of 2) and 2048 on
+    # all of them; without, it is emulated and 2048 would take 8x the seconds 1024 does.
+    n = 1024
+    if dtype == "bf16":
+        from trainspeed.telemetry.env import cpu_flags
+
+        flags = cpu_flags()
+        n = 2048 if flags.get("avx512_bf16") or flags.get("amx_bf16") else 1024
+    peak = measure_matmul_peak(dev, tdt, n=n)
     return peak.flops, timed_quietly(peak)
 
 
