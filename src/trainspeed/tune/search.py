@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import statistics
 import time
 from typing import Any, Callable
@@ -30,6 +29,7 @@ from trainspeed.config_io import apply_overrides
 from trainspeed.errors import TrainspeedError
 from trainspeed.tune import stats
 from trainspeed.tune.arms import arm_of, fmt_loss, max_memory, mean_loss
+from trainspeed.tune.budget_plan import BudgetPlan
 from trainspeed.tune.knobs import KNOBS, Candidate, DeviceInfo, KnobContext, Skip
 from trainspeed.tune.options import TuneOptions
 from trainspeed.tune.order import ablation_round, bracket_repeats, n_brackets
@@ -331,15 +331,14 @@ class Tuner:
                            block_classes=self.block_classes)
 
     def _candidates(self, ctx: KnobContext, base_wall: float) -> tuple[list[Candidate], list[Skip], list[str]]:
-        """Knob settings that fit the budget, in knob priority order, and the rest with why."""
+        """Knob settings that fit the budget (budget_plan.py), in knob priority order, and the
+        rest with why. Greedy steps use what the ablation leaves and start no comparison that
+        would eat into the verification's reserve."""
         candidates: list[Candidate] = []
         skipped: list[Skip] = []
         deferred: list[str] = []
-        # Reserve room for the final verification; greedy steps use what the ablation leaves
-        # and start no comparison that would eat into that reserve.
-        reserve = self._verify_reserve()
-        planned = base_wall * self.opt.repeats  # the baseline's first bracket in every round
-        wanted, n_wanted = planned, 0  # the same, had every setting so far been measured
+        plan = BudgetPlan(base_wall=base_wall, repeats=self.opt.repeats, baseline_every=self.opt.baseline_every,
+                          budget_s=self.opt.budget_s, reserve_s=self._verify_reserve())
         for name in self.opt.knobs:
             for item in self.knobs[name](ctx):
                 if isinstance(item, Skip):
@@ -351,25 +350,10 @@ class Tuner:
                 self.cost_factor[config_key(self.base_hash, settings)] = item.cost_factor
                 for k, v in settings.items():
                     self.startup_s[(k, repr(v))] = max(item.startup_s, self.startup_s.get((k, repr(v)), 0.0))
-                already = self.results(settings)
-                cost = base_wall * item.cost_factor * max(0, self.opt.repeats - len(already))
-                bracket = base_wall * self.opt.repeats  # a group's closing baseline, every round
-                wanted += cost + (bracket if n_wanted % self.opt.baseline_every == 0 else 0.0)
-                n_wanted += 1
-                if len(candidates) % self.opt.baseline_every == 0:
-                    cost += bracket  # opens a group
-                # A setting with finished trials (a resumed tune) is always reported.
-                if not already and planned + cost + reserve > self.opt.budget_s:
-                    # The budget that would measure it and every setting above it, in the
-                    # --budget unit users type: a chargpt trial of 37 s (start-up and its first
-                    # sample included) left a 4m tune with nothing to measure and the user with
-                    # no figure to raise it to.
-                    fits = math.ceil((wanted + reserve) / 60.0)
-                    skipped.append(Skip(name, item.label, f"does not fit the budget (~{cost:.0f} s "
-                                        f"for {self.opt.repeats} repeats; --budget {fits}m measures it and "
-                                        "the settings above it)"))
+                why = plan.admit(item.cost_factor, len(self.results(settings)))
+                if why is not None:
+                    skipped.append(Skip(name, item.label, why))
                     continue
-                planned += cost
                 candidates.append(item)
         return candidates, skipped, deferred
 

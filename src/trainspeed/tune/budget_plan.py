@@ -1,0 +1,56 @@
+"""Which knob settings the ablation can pay for: pure arithmetic over the baseline's wall time.
+
+Every round of the ablation runs each candidate `repeats` times and a closing baseline
+bracket after every `baseline_every` candidates (order.py); the final verification's reserve is
+held back from the start. A setting whose repeats (and the bracket it opens) would end past the
+budget is not admitted, and its reason names the budget that would measure it and every setting
+above it, in the `--budget` unit users type: a chargpt trial of 37 s (start-up and its first
+sample included) left a 4m tune with nothing to measure and the user with no figure to raise
+it to.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+
+@dataclass
+class BudgetPlan:
+    base_wall: float
+    """Expected wall seconds of one baseline trial."""
+    repeats: int
+    baseline_every: int
+    budget_s: float
+    reserve_s: float
+    """Held back for the final verification (baseline + best, verify_repeats rounds each)."""
+    planned_s: float = field(init=False)
+    """What the admitted settings and their baseline brackets will cost."""
+    _wanted_s: float = field(init=False)
+    """The same, had every setting offered so far been admitted."""
+    _offered: int = 0
+    _admitted: int = 0
+
+    def __post_init__(self) -> None:
+        self.planned_s = self._wanted_s = self.base_wall * self.repeats  # every round's first bracket
+
+    def admit(self, cost_factor: float, done_repeats: int) -> str | None:
+        """None when a setting whose trials cost `cost_factor` baselines each, `done_repeats`
+        of them already finished (a resumed tune), fits; else why not. A setting with finished
+        trials is always admitted (its figures are reported)."""
+        cost = self.base_wall * cost_factor * max(0, self.repeats - done_repeats)
+        bracket = self.base_wall * self.repeats  # a group's closing baseline, every round
+        self._wanted_s += cost + (bracket if self._offered % self.baseline_every == 0 else 0.0)
+        self._offered += 1
+        if self._admitted % self.baseline_every == 0:
+            cost += bracket  # opens a group
+        if not done_repeats and self.planned_s + cost + self.reserve_s > self.budget_s:
+            fits = math.ceil((self._wanted_s + self.reserve_s) / 60.0)
+            return (f"does not fit the budget (~{cost:.0f} s for {self.repeats} repeats; --budget {fits}m "
+                    "measures it and the settings above it)")
+        self.planned_s += cost
+        self._admitted += 1
+        return None
+
+
+__all__ = ["BudgetPlan"]
