@@ -85,3 +85,72 @@ def test_host_syncs_at_the_scripts_log_interval_name_that_flag():
     # one read every 10 steps under --log-interval 10 falls below the finding's rate (0.1 a step): no finding
     run = make_run(n=100, obs=[_sites("sync", "item", 10, 0.001), every_ten])
     assert syncs.host_syncs(ctx_of(run)) is None
+
+
+HF_TRAINING_ARGS = {"kind": "script_flags", "source": "argparse", "site": "run_clm.py:292", "flags": [
+    # HfArgumentParser over TrainingArguments: a bool field is a `--x True/False` store flag plus,
+    # for a True default, a `--no_x` storefalse flag with the same dest
+    {"option": "--logging_nan_inf_filter", "dest": "logging_nan_inf_filter", "value": True, "default": True,
+     "type": "string_to_bool", "kind": "store"},
+    {"option": "--no_logging_nan_inf_filter", "dest": "logging_nan_inf_filter", "value": True, "default": False,
+     "type": None, "kind": "storefalse"},
+    {"option": "--dataloader_pin_memory", "dest": "dataloader_pin_memory", "value": True, "default": True,
+     "type": "string_to_bool", "kind": "store"},
+    {"option": "--no_dataloader_pin_memory", "dest": "dataloader_pin_memory", "value": True, "default": False,
+     "type": None, "kind": "storefalse"},
+]}
+
+
+def test_trainer_script_findings_name_its_training_arguments_flags(tmp_path):
+    # transformers' run_clm.py (Trainer, HfArgumentParser) under the doctor on a CPU: the pin_memory
+    # and Trainer NaN-check findings said `pin_memory=False` and `TrainingArguments(...=False)`,
+    # which a user of the unchanged script cannot type; its command line takes the flags.
+    from test_checks import _sites
+    from trainspeed.doctor.checks import syncs
+
+    ctx = ctx_of(make_run(obs=[{**LOADER0, "pin_memory": True}, HF_TRAINING_ARGS]))
+    f = data.pin_memory_without_cuda(ctx)
+    assert f.recommendation.startswith("--dataloader_pin_memory False (the script's flag, now "
+                                       "--dataloader_pin_memory True)")
+    plain = data.pin_memory_without_cuda(ctx_of(make_run(obs=[{**LOADER0, "pin_memory": True}])))
+    assert plain.recommendation.startswith("set pin_memory=False")
+
+    lib = tmp_path / "venv" / "lib" / "python3.11" / "site-packages" / "transformers"
+    lib.mkdir(parents=True)
+    (lib / "trainer.py").write_text("x = 1\nif (\n    self.args.logging_nan_inf_filter\n    and torch.isnan(loss)\n):\n")
+    site = _sites("sync", "bool", 80, 0.001, site=f"{lib / 'trainer.py'}:2")
+    f = syncs.host_syncs(ctx_of(make_run(obs=[site, HF_TRAINING_ARGS], syncs_per_step=2)))
+    assert "pass --logging_nan_inf_filter False (the script's flag, now --logging_nan_inf_filter True:" \
+        in f.recommendation
+    # the verify command runs the fix as written, and with one call site all reads go
+    assert f.verify_with.endswith("--logging_nan_inf_filter False (syncs per step should drop below 0.1)")
+    f = syncs.host_syncs(ctx_of(make_run(obs=[site], syncs_per_step=2)))  # a script without the flags
+    assert "set TrainingArguments(logging_nan_inf_filter=False) (the Trainer" in f.recommendation
+    assert f.verify_with.endswith("(syncs per step should drop below 0.1)")
+
+
+def test_host_sync_verify_expects_the_reads_the_fix_leaves(tmp_path):
+    # run_clm.py: 2 reads a step in the Trainer's NaN check (its flag removes them) and 1 in
+    # transformers' mask check (no flag): the verify said "should drop below 0.1"; run as
+    # written with --logging_nan_inf_filter False the doctor read 1 per step.
+    from trainspeed.doctor.checks import syncs
+
+    lib = tmp_path / "venv" / "lib" / "python3.11" / "site-packages" / "transformers"
+    lib.mkdir(parents=True)
+    (lib / "trainer.py").write_text("x = 1\nif (\n    self.args.logging_nan_inf_filter\n    and torch.isnan(loss)\n):\n")
+    (lib / "masking_utils.py").write_text("if padding_mask is None or fast_all(padding_mask):\n    pass\n")
+    rows = [{"category": "sync", "kind": "bool", "site": f"{lib / 'trainer.py'}:2", "code": "if (",
+             "count": 80, "seconds": 0.001},
+            {"category": "sync", "kind": "bool", "site": f"{lib / 'masking_utils.py'}:1", "code": "if", "count": 40,
+             "seconds": 0.0005}]
+    sites = {"kind": "call_sites", "rows": rows, "totals": {"sync": {"bool": {"count": 120, "seconds": 0.0015}}}}
+    f = syncs.host_syncs(ctx_of(make_run(obs=[sites, HF_TRAINING_ARGS], syncs_per_step=3)))
+    assert "--logging_nan_inf_filter False (syncs per step should drop from 3 to about 1: " in f.verify_with
+
+
+def test_set_flag_of_a_store_false_flag():
+    from trainspeed.doctor.checks.script_flags import set_flag
+
+    no_pin = {"option": "--no-pin-memory", "dest": "pin_memory", "value": True, "kind": "storefalse"}
+    assert set_flag(no_pin, False) == "--no-pin-memory"
+    assert set_flag(no_pin, True) == "(leave out --no-pin-memory)"

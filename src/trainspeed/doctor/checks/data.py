@@ -173,7 +173,9 @@ def pin_memory_without_cuda(ctx: CheckContext) -> Finding | None:
         severity="info",
         title="pin_memory=True without a CUDA device",
         evidence=f"{len(pinned)} DataLoader(s) pin memory but training runs on {ctx.device_type}",
-        recommendation="set pin_memory=False (engine: data.pin_memory=false): page-locking buys nothing without GPU copies",
+        recommendation=(f"{set_flag(flag, False)} (the script's flag, now {show_flag(flag)})"
+                        if (flag := script_flag(ctx, "pin_memory")) else "set pin_memory=False")
+        + " (engine: data.pin_memory=false): page-locking buys nothing without GPU copies",
         impact=0.0,
     )
 

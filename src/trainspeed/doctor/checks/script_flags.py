@@ -28,6 +28,8 @@ TOPIC_FLAGS: dict[str, tuple[str, ...]] = {
     "compile": ("compile", "use_compile", "torch_compile", "compile_model"),
     "checkpoint_interval": ("save_every", "save_interval", "checkpoint_every", "ckpt_every", "checkpoint_interval",
                             "save_steps", "save_freq"),
+    "pin_memory": ("pin_memory", "dataloader_pin_memory", "pin_mem"),
+    "logging_nan_inf_filter": ("logging_nan_inf_filter",),
 }
 """Setting -> flag names (argparse dests, lower case, '-' as '_') that hold it in scripts."""
 
@@ -74,6 +76,8 @@ def set_flag(flag: dict[str, Any], value: Any) -> str:
     option = flag.get("option") or f"--{flag.get('dest')}"
     if flag.get("kind") == "storetrue":
         return option if value else f"(leave out {option})"
+    if flag.get("kind") == "storefalse":  # `--no_pin_memory`: giving it sets False
+        return f"(leave out {option})" if value else option
     if _equals_style(flag):
         return f"{option}={value}"
     return f"{option} {value}"

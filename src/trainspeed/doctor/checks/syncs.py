@@ -27,12 +27,14 @@ gc.collect walks every Python object)."""
 CACHE_GC_KINDS = ("empty_cache", "gc_collect")
 _LABELS = {"empty_cache": "torch.cuda.empty_cache()", "gc_collect": "gc.collect()"}
 
-KNOWN_LIBRARY_SYNCS: tuple[tuple[str, str, str], ...] = (
-    ("transformers", "logging_nan_inf_filter",
-     "TrainingArguments(logging_nan_inf_filter=False) (the Trainer checks every step's loss for "
-     "NaN/Inf on the host when it is on, the default)"),
+KNOWN_LIBRARY_SYNCS: tuple[tuple[str, str, str, str, object], ...] = (
+    ("transformers", "logging_nan_inf_filter", "TrainingArguments(logging_nan_inf_filter=False)",
+     "the Trainer checks every step's loss for NaN/Inf on the host when it is on, the default", False),
 )
-"""(package, text near the calling line, the setting that removes the read)."""
+"""(package, text near the calling line, the setting that removes the read, why, the value
+that removes it). The marker is also a script_flags topic: a script that parses the library's
+settings as flags (an HfArgumentParser over TrainingArguments: run_clm.py) is told its flag,
+`--logging_nan_inf_filter False`, not a constructor keyword it cannot reach from the command line."""
 
 
 def library_of(site: str) -> str | None:
@@ -41,21 +43,27 @@ def library_of(site: str) -> str | None:
     return match.group(1) if match else None
 
 
-def library_advice(row: dict[str, Any], lookahead: int = 5) -> str | None:
-    """The known setting that removes a library's per-step read, from the calling lines."""
+def library_advice(row: dict[str, Any], lookahead: int = 5, ctx: CheckContext | None = None) -> str | None:
+    """The known setting that removes a library's per-step read, from the calling lines; with
+    `ctx`, the script's own flag for it when the script parses one."""
+    from trainspeed.doctor.checks.script_flags import script_flag, set_flag, show_flag
+
     site = str(row.get("site", ""))
     package = library_of(site)
     filename, _, lineno = site.rpartition(":")
     if package is None or not lineno.isdigit():
         return None
     text = " ".join(linecache.getline(filename, int(lineno) + k) for k in range(lookahead))
-    for pkg, marker, advice in KNOWN_LIBRARY_SYNCS:
+    for pkg, marker, setting, why, value in KNOWN_LIBRARY_SYNCS:
         if pkg == package and marker in text:
-            return advice
+            flag = script_flag(ctx, marker) if ctx is not None else None
+            if flag:
+                return f"{set_flag(flag, value)} (the script's flag, now {show_flag(flag)}: {why})"
+            return f"{setting} ({why})"
     return None
 
 
-def _fix(first: dict[str, Any] | None) -> str:
+def _fix(first: dict[str, Any] | None, ctx: CheckContext | None = None) -> str:
     generic = ("keep the value on the device (`total += loss.detach()`) and read it only every K steps "
                "when you log; replace `if tensor:` checks by device-side ops (torch.where, "
                "torch.nan_to_num) (engine: logging.every=50)")
@@ -64,9 +72,9 @@ def _fix(first: dict[str, Any] | None) -> str:
     package = library_of(str(first.get("site", "")))
     if package is None:
         return f"For {describe_site(first)}: {generic}"
-    advice = library_advice(first)
+    advice = library_advice(first, ctx=ctx)
     return (f"the top read happens inside {package} ({describe_site(first)}), not in your code: "
-            + (f"set {advice}" if advice else
+            + (f"{'pass' if advice.startswith('-') else 'set'} {advice}" if advice else
                f"look for the {package} option that reads a value every step (logging, NaN checks, "
                "metrics), or train with the engine, which reads device values at the log interval only"))
 
@@ -86,6 +94,43 @@ def _at_log_interval(ctx: CheckContext, first: dict[str, Any] | None, steps_with
     return (f"For {describe_site(first)}: the reads come once per the script's log interval ({show_flag(flag)}): "
             f"log less often, {set_flag(flag, max(50, value * 10))}; or keep the value on the device "
             "(`total += loss.detach()`) and read it only when you log (engine: logging.every=50)")
+
+
+def _fix_flag(ctx: CheckContext, first: dict[str, Any] | None, steps_with: float | None = None) -> str | None:
+    """The script argument the recommendation's fix is (`--logging_nan_inf_filter False`,
+    `--log_interval=50`), or None when the fix is a code change."""
+    from trainspeed.doctor.checks.script_flags import script_flag, set_flag
+
+    if first is None:
+        return None
+    site = str(first.get("site", ""))
+    filename, _, lineno = site.rpartition(":")
+    if library_of(site) is not None and lineno.isdigit():
+        text = " ".join(linecache.getline(filename, int(lineno) + k) for k in range(5))
+        for pkg, marker, _setting, _why, value in KNOWN_LIBRARY_SYNCS:
+            if pkg == library_of(site) and marker in text and (flag := script_flag(ctx, marker)):
+                return set_flag(flag, value)
+        return None
+    flag = script_flag(ctx, "log_interval")
+    value = flag.get("value") if flag else None
+    if steps_with is not None and _at_log_interval(ctx, first, steps_with) and isinstance(value, int):
+        return set_flag(flag, max(50, value * 10))
+    return None
+
+
+def _verify(ctx: CheckContext, first: dict[str, Any] | None, count: int, per_step: float,
+            steps_with: float | None = None) -> str:
+    """The doctor command with the fix when it is a script flag, and the sync rate to expect:
+    the reads at other call sites stay (run_clm.py: the Trainer's NaN check, 2 a step, goes with
+    --logging_nan_inf_filter False; transformers' mask check, 1 a step, stays)."""
+    arg = _fix_flag(ctx, first, steps_with)
+    command = ctx.doctor_command() + (f" {arg}" if arg and arg.startswith("-") else "")
+    if arg and first is not None and count:
+        left = per_step * (1 - int(first.get("count") or 0) / count)
+        if left >= 0.1:
+            return (f"{command} (syncs per step should drop from {per_step:.2g} to about {left:.2g}: "
+                    "the reads at the other call sites stay)")
+    return f"{command} (syncs per step should drop below 0.1)"
 
 
 def _steady_rate(ctx: CheckContext, reads: int, all_syncs: int) -> tuple[float, float, int]:
@@ -144,8 +189,8 @@ def host_syncs(ctx: CheckContext) -> Finding | None:
         severity=severity,
         title=f"The loop reads device values {when} (host syncs)",
         evidence=evidence,
-        recommendation=_at_log_interval(ctx, first, steps_with) or _fix(first),
-        verify_with=f"{ctx.doctor_command()} (syncs per step should drop below 0.1)",
+        recommendation=_at_log_interval(ctx, first, steps_with) or _fix(first, ctx),
+        verify_with=_verify(ctx, first, count, per_step, steps_with),
         impact=impact,
         impact_estimated=estimated,
     )
