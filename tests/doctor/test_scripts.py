@@ -164,3 +164,18 @@ def test_hf_trainer_script_is_diagnosed(doctor, tmp_path):
     sync_finding = next(f for f in result.findings if f["id"] == "host_syncs")
     assert "inside transformers" in sync_finding["recommendation"]
     assert "logging_nan_inf_filter=False" in sync_finding["recommendation"], sync_finding
+
+
+def test_lightning_prog_bar_reads_name_the_users_log_call(doctor):
+    # Lightning's own examples/pytorch/basics/transformer.py: 2 reads a step inside Lightning
+    # (fabric/utilities/apply_func.py `value.item()`), from `self.log(..., prog_bar=True)` in
+    # its training_step; the advice was "look for the lightning option that reads a value"
+    pytest.importorskip("lightning")
+    result = doctor("lightning_prog_bar.py", steps=30)
+    assert result.exit_code == 0 and result.steps == 30
+    syncs = next(f for f in result.findings if f["id"] == "host_syncs")
+    assert "apply_func.py" in syncs["evidence"]
+    line = next(i for i, text in enumerate((SCRIPTS / "lightning_prog_bar.py").read_text().splitlines(), 1)
+                if "# TRAIN LOG" in text)
+    assert "set prog_bar=False in the `self.log(...)` of values logged every step" in syncs["recommendation"]
+    assert syncs["recommendation"].endswith(f"for the progress bar; yours: lightning_prog_bar.py:{line})")

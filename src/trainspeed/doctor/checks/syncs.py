@@ -30,6 +30,9 @@ _LABELS = {"empty_cache": "torch.cuda.empty_cache()", "gc_collect": "gc.collect(
 KNOWN_LIBRARY_SYNCS: tuple[tuple[str, str, str, str, object], ...] = (
     ("transformers", "logging_nan_inf_filter", "TrainingArguments(logging_nan_inf_filter=False)",
      "the Trainer checks every step's loss for NaN/Inf on the host when it is on, the default", False),
+    *((package, "to_item", "prog_bar=False in the `self.log(...)` of values logged every step",
+       "Lightning reads each value logged with prog_bar=True back to the host every step, for the progress bar",
+       False) for package in ("lightning", "lightning_fabric")),
 )
 """(package, text near the calling line, the setting that removes the read, why, the value
 that removes it). The marker is also a script_flags topic: a script that parses the library's
@@ -59,6 +62,12 @@ def library_advice(row: dict[str, Any], lookahead: int = 5, ctx: CheckContext | 
             flag = script_flag(ctx, marker) if ctx is not None else None
             if flag:
                 return f"{set_flag(flag, value)} (the script's flag, now {show_flag(flag)}: {why})"
+            if marker == "to_item" and ctx is not None:
+                from trainspeed.doctor.checks.lightning_logs import prog_bar_logs
+
+                calls = prog_bar_logs(ctx)
+                if calls:
+                    why += f"; yours: {', '.join(calls)}"
             return f"{setting} ({why})"
     return None
 
