@@ -158,3 +158,21 @@ def test_a_trial_whose_setting_failed_at_run_time_is_a_failed_trial(tmp_path, mo
     plan = load_plan(args[args.index("--with") + 1])
     assert plan.settings == {"args.--workers": 4, "threads": 1} and args[-2:] == ["python", "t.py"]
     assert args[args.index("--steps") + 1] == "30"  # 5 warm-up + 25 measured
+
+
+def test_precision_goes_through_a_trainer_scripts_bf16_flag():
+    # transformers' run_clm.py: the model call is inside transformers' trainer.py, so an autocast
+    # patch there could come back only as "outside your project"; its --bf16 flag is the fix.
+    hf = {"option": "--bf16", "dest": "bf16", "value": False, "default": False, "type": "string_to_bool",
+          "kind": "store"}
+    assert settings(SCRIPT_KNOBS["precision"](ctx(flags=[hf]))) == [{"args.--bf16": True}]
+    switch = {"option": "--bf16", "dest": "bf16", "value": False, "type": None, "kind": "storetrue"}
+    assert settings(SCRIPT_KNOBS["precision"](ctx(flags=[switch]))) == [{"args.--bf16": True}]
+    # a Trainer on a CPU: TrainingArguments refuses bf16 without --use_cpu where no bf16 GPU is
+    use_cpu = {"option": "--use_cpu", "dest": "use_cpu", "value": False, "type": "string_to_bool", "kind": "store"}
+    assert settings(SCRIPT_KNOBS["precision"](ctx(flags=[hf, use_cpu]))) == [
+        {"args.--bf16": True, "args.--use_cpu": True}]
+    assert settings(SCRIPT_KNOBS["precision"](ctx(flags=[hf, use_cpu], device="cuda")))[0] == {"args.--bf16": True}
+    # a --bf16 that is not an off switch (a dtype name, already on) is left alone
+    for other in ({**hf, "type": "str", "value": "no"}, {**hf, "value": True}):
+        assert settings(SCRIPT_KNOBS["precision"](ctx(flags=[other]))) == [{"precision": "bf16"}]

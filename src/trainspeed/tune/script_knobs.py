@@ -51,6 +51,30 @@ def _flag_setting(ctx: ScriptContext, topic: str, value: Any) -> dict[str, Any] 
     return {f"args.{flag['option']}": value}
 
 
+def _bool_flag_setting(ctx: ScriptContext, topic: str) -> dict[str, Any] | None:
+    """{"args.--bf16": True} when the script has an off boolean switch for `topic` (store_true,
+    or a `--x True/False` flag such as HfArgumentParser's string_to_bool), else None."""
+    flag = ctx.facts.flag_for(topic)
+    if flag is None or flag.get("value") is not False:
+        return None
+    if flag.get("kind") == "storetrue" or (flag.get("kind") in ("store", "equals", "booleanoptional")
+                                           and flag.get("type") in ("bool", "string_to_bool", "str2bool")):
+        return {f"args.{flag['option']}": True}
+    return None
+
+
+def _bf16_flag_setting(ctx: ScriptContext) -> dict[str, Any] | None:
+    """The script's --bf16 switch; on a CPU with TrainingArguments' --use_cpu too: without it
+    transformers refuses bf16 on a machine with no bf16 GPU ("Your setup doesn't support
+    bf16/gpu. You need to assign use_cpu if you want to train the model on CPU")."""
+    setting = _bool_flag_setting(ctx, "bf16")
+    if setting and ctx.device.type == "cpu":
+        use_cpu = ctx.facts.flag_for("use_cpu")
+        if use_cpu is not None and use_cpu.get("value") is False:
+            setting.update(_bool_flag_setting(ctx, "use_cpu") or {})
+    return setting
+
+
 def num_workers(ctx: ScriptContext) -> list:
     """DataLoader workers of the training loader: 0, powers of two up to the cores (with the cores split between workers and compute threads on a CPU)."""
     if ctx.facts.loader is None:
@@ -125,8 +149,11 @@ def precision(ctx: ScriptContext) -> list:
         out.append(Skip("precision", "bf16", f"bf16 needs compute capability 8.0+, this GPU is {cap}"))
     else:
         # On a CPU bf16 is measured, not assumed: fast with AMX/avx512_bf16, emulated (far
-        # slower, stopped early) without them.
-        out.append(Candidate("precision", "bf16", {"precision": "bf16"}))
+        # slower, stopped early) without them. A script with its own switch (a Trainer's
+        # TrainingArguments --bf16) is measured through it: the result is a flag to pass, where
+        # the autocast patch's model call lies inside the library (transformers' trainer.py)
+        # and its code change could only say "outside your project".
+        out.append(Candidate("precision", "bf16", _bf16_flag_setting(ctx) or {"precision": "bf16"}))
     if ctx.device.type == "cuda":
         out.append(Candidate("precision", "fp16", {"precision": "fp16"}))
     else:

@@ -30,6 +30,8 @@ TOPIC_FLAGS: dict[str, tuple[str, ...]] = {
                             "save_steps", "save_freq"),
     "pin_memory": ("pin_memory", "dataloader_pin_memory", "pin_mem"),
     "logging_nan_inf_filter": ("logging_nan_inf_filter",),
+    "bf16": ("bf16",),
+    "use_cpu": ("use_cpu",),
 }
 """Setting -> flag names (argparse dests, lower case, '-' as '_') that hold it in scripts."""
 
