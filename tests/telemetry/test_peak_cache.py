@@ -183,4 +183,4 @@ def test_env_cli_says_a_busy_timing_is_low_and_timed_again(monkeypatch, capsys):
     monkeypatch.setattr(peaks, "_time_matmul", lambda dev, dtype: (80e9, False))
     assert main(["env", "--measure-peak"]) == 0
     out = " ".join(capsys.readouterr().out.split())
-    assert "while other processes held the cores, so it is low" in out and "keeps the highest figure" in out
+    assert "got fewer cores than its threads (other processes held them), so it may be low" in out and "keeps the highest figure" in out

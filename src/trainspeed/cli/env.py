@@ -36,9 +36,9 @@ def _cache_note(peak: dict[str, Any]) -> str:
     stamp = time.strftime("%Y-%m-%d %H:%M", time.localtime(when)) if isinstance(when, (int, float)) else "at an unknown time"
     where = "from the cache" if peak.get("cached") else "timed now, cached"
     if peak.get("quiet") is False:
-        return (f"; {where} ({cache_dir() / CACHE_FILE}, measured {stamp}) while other processes held the "
-                "cores, so it is low: each run times it again and keeps the highest figure until a timing "
-                "gets the cores")
+        return (f"; {where} ({cache_dir() / CACHE_FILE}, measured {stamp}) while the matmul got fewer "
+                "cores than its threads (other processes held them), so it may be low: each run times it "
+                "again and keeps the highest figure until a timing gets the cores")
     return (f"; {where} ({cache_dir() / CACHE_FILE}, measured {stamp}): every run on this machine uses this "
             f"figure; {REMEASURE_ENV}=1 measures again")
 
