@@ -179,3 +179,7 @@ def test_lightning_prog_bar_reads_name_the_users_log_call(doctor):
                 if "# TRAIN LOG" in text)
     assert "set prog_bar=False in the `self.log(...)` of values logged every step" in syncs["recommendation"]
     assert syncs["recommendation"].endswith(f"for the progress bar; yours: lightning_prog_bar.py:{line})")
+    # the script tuner learns the framework, so a precision win goes to L.Trainer(precision=...)
+    from trainspeed.tune.script_facts import read_facts
+
+    assert read_facts(result.run_dir).targets.framework == "lightning"

@@ -610,3 +610,52 @@ def test_a_script_that_already_compiles_gets_no_second_compile_line(tmp_path):
                       optimizer_site=(str(train), line_of(train, "# OPT")), compiled=True)
     change = code_change({"compile": "max-autotune"}, targets, root=root, command=[])
     assert change.patch == "" and change.inserted == [] and "already compiles" in change.snippets[0].why
+
+
+LIGHTNING_SCRIPT = """
+    import torch
+    import torch.nn.functional as F
+
+    import lightning as L
+
+
+    class LanguageModel(L.LightningModule):
+        def training_step(self, batch, batch_idx):
+            input, target = batch
+            output = self.model(input, target)  # CALL
+            loss = F.nll_loss(output, target.view(-1))
+            return loss
+
+
+    def main():
+        trainer = L.Trainer(gradient_clip_val=0.25, max_epochs=20)  # TRAINER
+        trainer.fit(LanguageModel())
+"""
+
+
+def test_a_lightning_or_fabric_script_gets_precision_at_its_constructor(tmp_path):
+    # Lightning's own examples/pytorch/basics/transformer.py: the idiomatic change, which also
+    # brings fp16's loss scaling, is one keyword at L.Trainer(...), not an autocast block
+    root = tmp_path / "project"
+    train = write(root, "transformer.py", LIGHTNING_SCRIPT)
+    targets = Targets(script=str(train), model_call_site=(str(train), line_of(train, "# CALL")), framework="lightning")
+    change = code_change({"precision": "bf16"}, targets, root=root, command=[])
+    assert change.snippets == [] and change.edits == [
+        f'precision: transformer.py:{line_of(train, "# TRAINER")}: `precision="bf16-mixed"`']
+    assert '+    trainer = L.Trainer(gradient_clip_val=0.25, max_epochs=20, precision="bf16-mixed")  # TRAINER' \
+        in change.patch
+    fabric = write(root, "fabric_train.py", LIGHTNING_SCRIPT.replace("L.Trainer(gradient_clip_val=0.25, max_epochs=20)",
+                                                                     "L.Fabric(precision='32-true')"))
+    targets = Targets(script=str(fabric), model_call_site=(str(fabric), line_of(fabric, "# CALL")),
+                      framework="lightning_fabric")
+    change = code_change({"precision": "fp16"}, targets, root=root, command=[])
+    assert "+    trainer = L.Fabric(precision='16-mixed')  # TRAINER" in change.patch
+    assert any("scale the loss for fp16" in n for n in change.notes)
+    for copy in apply_patch(root, change, tmp_path).values():
+        ast.parse((copy / "fabric_train.py").read_text())
+    # two constructors (which one trains is not known), or a plain loop: the autocast block
+    two = write(root, "two.py", LIGHTNING_SCRIPT + "    L.Trainer(max_epochs=1)\n")
+    targets = Targets(script=str(two), model_call_site=(str(two), line_of(two, "# CALL")), framework="lightning")
+    assert "torch.autocast" in code_change({"precision": "bf16"}, targets, root=root, command=[]).patch
+    targets = Targets(script=str(train), model_call_site=(str(train), line_of(train, "# CALL")))
+    assert "torch.autocast" in code_change({"precision": "bf16"}, targets, root=root, command=[]).patch

@@ -24,6 +24,7 @@ from typing import Any
 
 from trainspeed.patches.plan import (FLAG_PREFIX, apply_flags, command_with_flags, flag_style,  # noqa: F401 - command_with_flags re-exported
                                      render_flag)
+from trainspeed.patches.framework_precision import VALUES, constructor_site
 from trainspeed.patches.insert_lines import insert_snippets, overlapping, patchable, shifted
 from trainspeed.patches.snippets import RUNTIME_CODE, Snippet, Source, autocast_snippet, model_snippets, \
     runtime_snippet
@@ -236,6 +237,16 @@ def code_change(settings: dict[str, Any], targets: Targets, *, root: Path, comma
                 continue
             named = (targets.optimizer_class,) if targets.optimizer_class else OPTIMIZERS
             want(key, "optimizer_site", named, str(value), True, not targets.optimizer_class)
+        elif key == "precision" and value in VALUES and (site := constructor_site(targets, source)):
+            path, line, callees = site
+            why = _where_not(key, path, f"the {callees[0]} call at {_shown(path, root)}:{line}", root)
+            if why:
+                change.notes.append(why + f" (set precision={VALUES[value]!r} there yourself)")
+                continue
+            edits.setdefault(_real(path), []).append(Edit(key, line, callees, "precision", VALUES[value], False))
+            change.notes.append(f"precision={value}: {callees[0]}(precision={VALUES[value]!r}) makes the framework "
+                                "autocast the training step itself (the tune measured autocast around the model's "
+                                "forward)" + (" and scale the loss for fp16" if value == "fp16" else ""))
         elif key in _WHATIF:
             change.notes.append(f"{key}={value}: a what-if: " + _WHATIF[key].format(v=value))
         elif key.startswith("whatif."):

@@ -41,6 +41,9 @@ class Targets:
     """The trained module has Conv2d layers (channels_last applies)."""
     hf_model: bool = False
     """The trained module is a transformers PreTrainedModel."""
+    framework: str | None = None
+    """The loop's framework as the doctor saw it ("lightning", "lightning_fabric",
+    "transformers"), or None for a plain loop: precision then belongs in its constructor."""
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)

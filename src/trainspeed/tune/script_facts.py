@@ -152,6 +152,7 @@ def read_facts(run_dir: str | Path) -> ScriptFacts:
         compiled=bool((model or {}).get("compiled")),
         convolutional=bool((model or {}).get("convolutional")),
         hf_model=bool((model or {}).get("hf_model")),
+        framework=(ctx.first("framework") or {}).get("name"),
     )
     return ScriptFacts(
         targets=targets, loader=loader, optimizer=opt, model=model,
