@@ -184,3 +184,48 @@ def test_counts_as_sync_rules():
         assert not counts_as_sync(s, torch.ones(2, device="meta"))
     finally:
         s.close()
+
+
+def test_autocast_wrapped_into_the_instance_forward_is_the_models_precision():
+    # accelerate's mixed precision (a Trainer with --bf16 True: transformers' run_clm.py) sets
+    # model.forward = MethodType(ConvertOutputsToFp32(torch.autocast(...)(forward)), model):
+    # autocast starts inside the call, after the pre-hook, and the run was reported "fp32".
+    import functools
+    from types import MethodType
+
+    from torch import nn
+
+    from trainspeed.doctor.instrument.module import describe_module, forward_autocast
+
+    class ConvertOutputs:  # accelerate.utils.operations.ConvertOutputsToFp32's shape
+        def __init__(self, model_forward):
+            self.model_forward = model_forward
+            functools.update_wrapper(self, model_forward)
+
+        def __call__(self, *args, **kwargs):
+            return self.model_forward(*args, **kwargs)
+
+    def convert_outputs(model_forward):  # accelerate.utils.operations.convert_outputs_to_fp32
+        model_forward = ConvertOutputs(model_forward)
+
+        def forward(*args, **kwargs):
+            return model_forward(*args, **kwargs)
+
+        forward.__wrapped__ = model_forward
+        return forward
+
+    def decorated(fn, depth):  # transformers' forward decorators (can_return_tuple ...), deep
+        for _ in range(depth):
+            fn = functools.wraps(fn)(lambda *a, _f=fn, **k: _f(*a, **k))
+        return fn
+
+    model = nn.Linear(4, 4)
+    assert forward_autocast(model) is None and describe_module(model)["autocast"] is None
+    wrapped = torch.autocast(device_type="cpu", dtype=torch.bfloat16)(decorated(nn.Linear.forward, 12))
+    model.forward = MethodType(wrapped, model)
+    model.forward = MethodType(convert_outputs(model.forward.__func__), model)
+    assert describe_module(model)["autocast"] == "bfloat16"
+    assert model(torch.ones(2, 4)).dtype == torch.bfloat16  # the shape is a working forward
+    off = nn.Linear(4, 4)
+    off.forward = torch.autocast(device_type="cpu", enabled=False)(off.forward)
+    assert forward_autocast(off) is None

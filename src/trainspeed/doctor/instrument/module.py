@@ -31,6 +31,48 @@ def is_compiled(module: nn.Module) -> bool:
     return getattr(module, "_compiled_call_impl", None) is not None
 
 
+def _enabled_autocast_dtype(value: Any) -> str | None:
+    if isinstance(value, torch.autocast) and getattr(value, "_enabled", True) \
+            and getattr(value, "fast_dtype", None) is not None:
+        return str(value.fast_dtype).replace("torch.", "")
+    return None
+
+
+def forward_autocast(module: nn.Module, max_visits: int = 16) -> str | None:
+    """The dtype of an enabled torch.autocast that wraps the module's own instance forward, or
+    None. accelerate's mixed precision (a Trainer with --bf16 True) sets `model.forward` to
+    `convert_outputs_to_fp32(torch.autocast(...)(forward))`: autocast turns on inside the call,
+    after the forward pre-hook that looks for it, and a bf16 run of transformers' run_clm.py was
+    reported "fp32". Walks the wrappers breadth-first (`__wrapped__`, accelerate's
+    `model_forward`, closure cells), a few levels: the wrapped forward's own decorators
+    (transformers' can_return_tuple ...) lie deeper than the autocast. Reads attributes only."""
+    from collections import deque
+
+    todo, seen = deque([module.__dict__.get("forward")]), set()
+    while todo and len(seen) < max_visits:
+        fn = todo.popleft()
+        fn = getattr(fn, "__func__", fn)  # a bound method: its function
+        if fn is None or id(fn) in seen or isinstance(fn, (type, nn.Module)):
+            continue
+        seen.add(id(fn))
+        for cell in getattr(fn, "__closure__", None) or ():
+            try:
+                value = cell.cell_contents
+            except ValueError:  # an empty cell
+                continue
+            if isinstance(value, torch.autocast):
+                dtype = _enabled_autocast_dtype(value)
+                if dtype is not None:
+                    return dtype
+            elif callable(value):
+                todo.append(value)
+        for attr in ("__wrapped__", "model_forward"):
+            inner = getattr(fn, attr, None)
+            if inner is not None:
+                todo.append(inner)
+    return None
+
+
 def describe_module(module: nn.Module) -> dict[str, Any]:
     """Plain facts about a top-level module (one pass over its parameters: setup-time cost)."""
     dtypes: dict[str, int] = {}
@@ -49,6 +91,8 @@ def describe_module(module: nn.Module) -> dict[str, Any]:
                 autocast = str(torch.get_autocast_dtype(device_type)).replace("torch.", "")
         except (TypeError, RuntimeError, AttributeError):
             pass
+    if autocast is None:
+        autocast = forward_autocast(module)
     return {
         "class": type(module).__name__,
         "params": n_params,
