@@ -83,3 +83,24 @@ def test_no_winner_line_tells_unmeasured_from_measured_and_slower():
     assert line.startswith("no setting could be measured") and "compile=default: far slower" in line
     lost = Row(knob="num_workers", setting="2", verdict="slower", speedup=0.8)
     assert no_winner_line(TuneResult(ablation=[killed, lost], **common)).startswith("nothing won over the baseline")
+
+
+def test_no_winner_line_when_a_winner_was_not_verified():
+    # transformers' run_clm.py, tune --budget 6m: bf16 1.15x alone (CI 1.13-1.17), then "budget
+    # ran out before this trial" for the verification; the line said the script's settings were
+    # "already the fastest measured here".
+    from trainspeed.cli.tune import no_winner_line
+    from trainspeed.tune.result import Row, TuneResult
+
+    bf16 = Row(knob="precision", setting="bf16", verdict="faster", speedup=1.15, ci=(1.13, 1.17))
+    lost = Row(knob="threads", setting="1", verdict="slower", speedup=0.69)
+    final = Row(knob="combined", setting="--bf16 True, --use_cpu True", note="budget ran out before this trial")
+    common = dict(combination=[], best_settings={}, baseline_cost_s=1e-3, trials_run=30, trials_reused=0,
+                  elapsed_s=370.0)
+    line = no_winner_line(TuneResult(ablation=[bf16, lost], final=final, **common))
+    assert line.startswith("nothing is kept: precision=bf16 (1.15x) won alone")
+    assert "(budget ran out before this trial)" in line and "larger --budget" in line
+    assert "already the fastest" not in line
+    verified_lost = Row(knob="combined", setting="bf16", verdict="no measurable change", speedup=1.01)
+    assert no_winner_line(TuneResult(ablation=[bf16, lost], final=verified_lost, **common)).startswith(
+        "nothing won over the baseline")

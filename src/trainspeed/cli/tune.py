@@ -144,6 +144,15 @@ def no_winner_line(result) -> str:
     """Why best.yaml keeps the script as it is: measured settings lost, or none could be measured
     (a crash, a far-slower stop, the budget): the latter is no verdict on the script."""
     measured = [row for row in result.ablation if row.speedup is not None]
+    won = [row for row in result.ablation if row.verdict == "faster" and row.speedup is not None]
+    final = getattr(result, "final", None)
+    if won and (final is None or final.verdict == "skipped"):
+        # run_clm.py's 6m tune: bf16 1.15x alone, then the budget ran out before the verification,
+        # and the line said the script was "already the fastest measured here".
+        why = (final.note if final is not None and final.note else "it was not run")
+        wins = ", ".join(f"{row.knob}={row.setting} ({row.speedup:.2f}x)" for row in won)
+        return (f"nothing is kept: {wins} won alone, but the verification against the baseline was skipped "
+                f"({why}); rerun with the same --out and a larger --budget to verify it from these trials")
     if measured:
         return "nothing won over the baseline: your script's settings are already the fastest measured here"
     # One line per reason, its settings together: 15 settings skipped for the budget read as a
