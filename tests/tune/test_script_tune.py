@@ -2,8 +2,10 @@
 
 Trials are real processes running the script under `trainspeed run --with PLAN --doctor`, so
 this is the slowest tune test; its script is built to make the answer unambiguous (the data
-waits 3 ms per batch in the main process: a worker hides it) and the tune small (one knob,
-one repeat)."""
+waits 24 ms per batch in the main process, asleep: workers hide it without needing the CPU, so
+a machine busy with other jobs still sees them win; the model's step is one compute thread,
+which does not spin while the workers wait for a core) and the tune small (one knob, one
+repeat)."""
 
 from __future__ import annotations
 
@@ -40,11 +42,12 @@ class Slow(Dataset):
 
     def __getitem__(self, i):
         g = torch.Generator().manual_seed(i)
-        time.sleep(0.001)  # a file read
+        time.sleep(0.003)  # a file read
         return torch.randn(16, generator=g), i % 4
 
 
 torch.manual_seed(0)
+torch.set_num_threads(1)
 train = DataLoader(Slow(), batch_size=8,
                    shuffle=True)
 model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 4))
@@ -80,7 +83,7 @@ def test_script_tune_finds_workers_verifies_them_and_hands_back_the_change(tmp_p
     best = yaml.safe_load((out / "best.yaml").read_text())
     assert best["kind"] == "script-settings" and best["command"] == command
     assert best["settings"].get("loader.num_workers", 0) >= 1
-    assert best["targets"]["loader_site"] == [str(user / "train.py"), 23]
+    assert best["targets"]["loader_site"] == [str(user / "train.py"), 24]
     assert _digest(user) == before  # the user's files were never written
     # each trial read other processes' CPU from the doctor's sampler (the busy-machine note),
     # wherever the sampler took a reading (a trial shorter than its 0.25 s interval has none)
