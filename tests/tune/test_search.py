@@ -514,3 +514,21 @@ def test_a_tune_on_a_busy_machine_says_so_in_its_notes(base_config, cpu, tmp_pat
     quiet = tuner(base_config, cpu, FakeRunner({BF16: 0.5}), tmp_path / "q", knobs=["precision"]).run()
     assert not any("other processes" in n for n in quiet.notes)
     assert load_note([0.1, 0.2, 0.3], 2) is None and load_note([], 2) is None
+
+
+def test_a_setting_that_costs_time_once_says_after_how_many_steps_it_pays(base_config, cpu, tmp_path):
+    # transformers' run_clm.py: a tuned --torch_compile won 1.77x per step and lost on the
+    # script's 200 steps, its compilation outside every measured step; nothing said so
+    compile_ = "compile.mode=default"
+    runner = FakeRunner({compile_: 0.8, BF16: 0.5}, warmup={compile_: 30.5})
+    result = tuner(base_config, cpu, runner, tmp_path, knobs=["compile", "precision"]).run()
+    row = rows_by(result)[("compile", "default")]
+    # +30 s once; 0.1 s -> 0.08 s a step: 1,500 steps to pay it back
+    assert row.verdict == stats.FASTER and row.one_time[0] == pytest.approx(30.0)
+    assert row.one_time[1] == pytest.approx(1500, rel=0.05)
+    assert "+30.0 s once (its warm-up steps): pays for itself after ~1," in row.note
+    assert "compile.mode" in str(result.best_settings)
+    assert any(n.startswith("compile=default costs +30.0 s once") and "keep it out of runs shorter" in n
+               for n in result.notes)
+    # bf16's warm-up is the baseline's: nothing to say
+    assert rows_by(result)[("precision", "bf16-mixed")].one_time is None

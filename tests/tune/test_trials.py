@@ -49,6 +49,7 @@ def test_result_excludes_warmup_and_prefers_the_validation_loss(tmp_path):
     run = write_run(tmp_path / "r", [5.0, 4.0, 3.0, 2.0, 1.0, 1.0], warm=2, eval_loss=1.5)
     res = result_from_run_dir(REQ, run, wall_s=3.0)
     assert res.ok and res.step_times == pytest.approx([0.12, 0.13, 0.14, 0.15])
+    assert res.warmup_s == pytest.approx(0.10 + 0.11)  # the warm-up steps' wall time (compilation)
     assert res.samples == [8.0] * 4
     assert res.loss == 1.5
     assert res.memory_peak == 1005

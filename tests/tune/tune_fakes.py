@@ -18,8 +18,9 @@ class FakeRunner:
     """
 
     def __init__(self, effects=None, *, noisy=(), losses=None, fail=(), wall_s=1.0,
-                 base_time=0.1, samples=16, steps=25, mfu=None):
+                 base_time=0.1, samples=16, steps=25, mfu=None, warmup=None):
         self.effects = effects or {}
+        self.warmup = warmup or {}  # override -> seconds of warm-up steps (compilation); else 0.5
         self.noisy, self.losses, self.fail = set(noisy), losses or {}, set(fail)
         self.wall_s, self.base_time, self.samples, self.steps = wall_s, base_time, samples, steps
         self.calls: list[TrialRequest] = []
@@ -32,9 +33,10 @@ class FakeRunner:
         common = dict(key=req.key, label=req.label, repeat=req.repeat, wall_s=self.wall_s)
         if set(req.overrides) & self.fail:
             return TrialResult(ok=False, error="OOM (exit 1): CUDA out of memory", **common)
-        factor, noise, loss, samples = 1.0, 0.01, 2.0, self.samples
+        factor, noise, loss, samples, warmup = 1.0, 0.01, 2.0, self.samples, 0.5
         for o in req.overrides:
             factor *= self.effects.get(o, 1.0)
+            warmup = self.warmup.get(o, warmup)
             noise = 0.4 if o in self.noisy else noise
             loss = self.losses.get(o, loss)
             if o.startswith("data.batch_size="):
@@ -44,4 +46,4 @@ class FakeRunner:
                            samples=[float(samples)] * self.steps, loss=loss,
                            memory_peak=1e9 * samples / self.samples,
                            mfu=None if self.mfu is None else self.mfu / factor,
-                           peak_name=None if self.mfu is None else "fake peak", **common)
+                           peak_name=None if self.mfu is None else "fake peak", warmup_s=warmup, **common)

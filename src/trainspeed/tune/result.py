@@ -26,6 +26,9 @@ class Row:
     loss_delta: float | None = None
     note: str = ""
     cost_factor: float = 1.0
+    one_time: tuple[float, int | None] | None = None
+    """(extra warm-up seconds, steps to pay them back) when the setting costs time once
+    (one_time.py): compilation."""
 
     def as_dict(self) -> dict[str, Any]:
         return {"knob": self.knob, "setting": self.setting, "settings": self.settings,

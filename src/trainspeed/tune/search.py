@@ -30,6 +30,7 @@ from trainspeed.errors import TrainspeedError
 from trainspeed.tune import stats
 from trainspeed.tune.arms import arm_of, fmt_loss, max_memory, mean_loss
 from trainspeed.tune.budget_plan import BudgetPlan
+from trainspeed.tune.one_time import kept_one_time_notes, note_one_time
 from trainspeed.tune.knobs import KNOBS, Candidate, DeviceInfo, KnobContext, Skip
 from trainspeed.tune.options import TuneOptions
 from trainspeed.tune.order import ablation_round, bracket_repeats, n_brackets
@@ -218,6 +219,7 @@ class Tuner:
         if row.verdict == stats.LOSS_MISMATCH:
             row.note = (f"loss {fmt_loss(mean_loss(cand))} vs baseline {fmt_loss(base_loss)} "
                         f"(tolerance {self.opt.loss_tolerance:.0%})")
+        note_one_time(row, ref, cand)
         if len(rounds) < planned:
             why = "far slower, not repeated" if config_key(self.base_hash, settings) in self.dropped else "budget"
             row.note = (row.note + "; " if row.note else "") + f"{len(rounds)} of {planned} repeats ({why})"
@@ -299,6 +301,7 @@ class Tuner:
             notes.append(f"the combination verified as '{final.verdict}' against the baseline; "
                          "best.yaml keeps the baseline settings")
             best = {}
+        notes += kept_one_time_notes(ablation, best)
         # Not even one more baseline-sized trial fits, and a row went unmeasured for it. (A tune
         # whose settings were all skipped for other reasons, a DeepSpeed config written in the
         # code, spends its budget on the baseline: that note would send the user after budget.)

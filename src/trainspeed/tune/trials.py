@@ -89,6 +89,9 @@ class TrialResult:
     system sampler in a script trial); None when it was not sampled."""
     steps_run: int | None = None
     """Steps the trial ran, warm-up included: losses compare between trials of one length."""
+    warmup_s: float | None = None
+    """Wall seconds of the warm-up steps (compilation happens there): a one-time cost the
+    measured steps leave out (one_time.py)."""
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -139,7 +142,8 @@ def result_from_run_dir(request: TrialRequest, run_dir: Path, wall_s: float) -> 
                        steps_per_epoch=per_epoch, loss=loss,
                        memory_peak=float(mem.max()) if mem.size else None,
                        mfu=utilization, peak_name=reading.peak_name if utilization else None,
-                       steps_run=int(t.size), **base)
+                       steps_run=int(t.size), warmup_s=float(np.sum(t[warm & np.isfinite(t)])) if warm.any() else None,
+                       **base)
 
 
 def _epoch_starts(run: Any, steps: np.ndarray) -> tuple[np.ndarray, int | None]:
