@@ -530,5 +530,6 @@ def test_a_setting_that_costs_time_once_says_after_how_many_steps_it_pays(base_c
     assert "compile.mode" in str(result.best_settings)
     assert any(n.startswith("compile=default costs +30.0 s once") and "keep it out of runs shorter" in n
                for n in result.notes)
+    assert row.as_dict()["one_time_s"] == pytest.approx(30.0) and row.as_dict()["pays_back_after_steps"] > 1000
     # bf16's warm-up is the baseline's: nothing to say
     assert rows_by(result)[("precision", "bf16-mixed")].one_time is None

@@ -34,7 +34,9 @@ class Row:
         return {"knob": self.knob, "setting": self.setting, "settings": self.settings,
                 "verdict": self.verdict, "speedup": self.speedup,
                 "ci": list(self.ci) if self.ci else None, "noise": self.noise,
-                "memory_ratio": self.memory_ratio, "loss_delta": self.loss_delta, "note": self.note}
+                "memory_ratio": self.memory_ratio, "loss_delta": self.loss_delta, "note": self.note,
+                "one_time_s": self.one_time[0] if self.one_time else None,
+                "pays_back_after_steps": self.one_time[1] if self.one_time else None}
 
 
 @dataclass(kw_only=True)
