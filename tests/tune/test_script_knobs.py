@@ -66,6 +66,10 @@ def test_precision_and_compile_respect_what_the_script_already_does():
     nano = {"option": "--compile", "dest": "compile", "value": False, "type": "bool", "kind": "equals"}
     [c] = SCRIPT_KNOBS["compile"](ctx(flags=[nano]))
     assert c.settings == {"args.--compile": True} and c.cost_factor == 3.0
+    hf = {"option": "--torch_compile", "dest": "torch_compile", "value": False, "type": "string_to_bool",
+          "kind": "store"}
+    [c] = SCRIPT_KNOBS["compile"](ctx(flags=[hf]))
+    assert c.settings == {"args.--torch_compile": True}  # run_clm.py's flag: True, not 1
 
 
 def test_what_ifs_only_where_the_doctor_saw_the_calls():

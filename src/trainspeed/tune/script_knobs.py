@@ -51,6 +51,11 @@ def _flag_setting(ctx: ScriptContext, topic: str, value: Any) -> dict[str, Any] 
     return {f"args.{flag['option']}": value}
 
 
+BOOL_TYPES = ("bool", "string_to_bool", "str2bool")
+"""argparse `type=` names of a flag that takes True/False (HfArgumentParser's string_to_bool):
+run_clm.py's --torch_compile was set as `--torch_compile 1`, which worked but read as a number."""
+
+
 def _bool_flag_setting(ctx: ScriptContext, topic: str) -> dict[str, Any] | None:
     """{"args.--bf16": True} when the script has an off boolean switch for `topic` (store_true,
     or a `--x True/False` flag such as HfArgumentParser's string_to_bool), else None."""
@@ -58,7 +63,7 @@ def _bool_flag_setting(ctx: ScriptContext, topic: str) -> dict[str, Any] | None:
     if flag is None or flag.get("value") is not False:
         return None
     if flag.get("kind") == "storetrue" or (flag.get("kind") in ("store", "equals", "booleanoptional")
-                                           and flag.get("type") in ("bool", "string_to_bool", "str2bool")):
+                                           and flag.get("type") in BOOL_TYPES):
         return {f"args.{flag['option']}": True}
     return None
 
@@ -172,7 +177,7 @@ def compile(ctx: ScriptContext) -> list:  # noqa: A001 - the knob's name
     if ctx.device.type == "cpu" and not ctx.device.has_compiler:
         return [Skip("compile", "default", "torch.compile on CPU needs a C++ compiler (g++/clang++) on PATH")]
     if flag is not None and flag.get("kind") in ("storetrue", "equals", "store", "booleanoptional"):
-        value = True if flag.get("kind") != "store" or flag.get("type") in (None, "bool") else 1
+        value = True if flag.get("kind") != "store" or flag.get("type") in (None, *BOOL_TYPES) else 1
         return [Candidate("compile", "default", {f"args.{flag['option']}": value}, cost_factor=3.0,
                           startup_s=COMPILE_STARTUP_S)]
     # Compilation happens in the warm-up steps, which a trial excludes.
