@@ -13,12 +13,7 @@ from trainspeed.patches.targets import Targets
 
 pytestmark = pytest.mark.timeout(180)
 
-SCRIPT = '''
-import torch
-from torch import nn
-from torch.utils.data import DataLoader, TensorDataset
-import lightning as L
-
+NET = '''
 DTYPES = []
 
 
@@ -30,7 +25,15 @@ class Net(nn.Module):
     def forward(self, x):
         DTYPES.append(torch.is_autocast_enabled("cpu") and torch.get_autocast_dtype("cpu"))
         return self.fc(x)
+'''
+"""The trained module of both scripts: records whether each forward ran under autocast."""
 
+SCRIPT = '''
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+import lightning as L
+''' + NET + '''
 
 class Module(L.LightningModule):
     def __init__(self):
@@ -86,18 +89,7 @@ import torch
 from torch import nn
 import lightning as L
 
-DTYPES = []
-
-
-class Net(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.fc = nn.Linear(8, 2)
-
-    def forward(self, x):
-        DTYPES.append(torch.is_autocast_enabled("cpu") and torch.get_autocast_dtype("cpu"))
-        return self.fc(x)
-
+''' + NET + '''
 
 fabric = L.Fabric(accelerator="cpu", devices=1)
 model = Net()
