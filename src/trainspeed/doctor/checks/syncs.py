@@ -46,30 +46,36 @@ def library_of(site: str) -> str | None:
     return match.group(1) if match else None
 
 
-def library_advice(row: dict[str, Any], lookahead: int = 5, ctx: CheckContext | None = None) -> str | None:
-    """The known setting that removes a library's per-step read, from the calling lines; with
-    `ctx`, the script's own flag for it when the script parses one."""
-    from trainspeed.doctor.checks.script_flags import script_flag, set_flag, show_flag
-
-    site = str(row.get("site", ""))
+def _known_sync(site: str, lookahead: int = 5) -> tuple[str, str, str, object] | None:
+    """(marker, setting, why, value) of the KNOWN_LIBRARY_SYNCS entry a library call site
+    matches (its package, and the marker in the calling lines), or None."""
     package = library_of(site)
     filename, _, lineno = site.rpartition(":")
     if package is None or not lineno.isdigit():
         return None
     text = " ".join(linecache.getline(filename, int(lineno) + k) for k in range(lookahead))
-    for pkg, marker, setting, why, value in KNOWN_LIBRARY_SYNCS:
-        if pkg == package and marker in text:
-            flag = script_flag(ctx, marker) if ctx is not None else None
-            if flag:
-                return f"{set_flag(flag, value)} (the script's flag, now {show_flag(flag)}: {why})"
-            if marker == "to_item" and ctx is not None:
-                from trainspeed.doctor.checks.lightning_logs import prog_bar_logs
+    return next((entry[1:] for entry in KNOWN_LIBRARY_SYNCS if entry[0] == package and entry[1] in text), None)
 
-                calls = prog_bar_logs(ctx)
-                if calls:
-                    why += f"; yours: {', '.join(calls)}"
-            return f"{setting} ({why})"
-    return None
+
+def library_advice(row: dict[str, Any], lookahead: int = 5, ctx: CheckContext | None = None) -> str | None:
+    """The known setting that removes a library's per-step read, from the calling lines; with
+    `ctx`, the script's own flag for it when the script parses one."""
+    from trainspeed.doctor.checks.script_flags import script_flag, set_flag, show_flag
+
+    known = _known_sync(str(row.get("site", "")), lookahead)
+    if known is None:
+        return None
+    marker, setting, why, value = known
+    flag = script_flag(ctx, marker) if ctx is not None else None
+    if flag:
+        return f"{set_flag(flag, value)} (the script's flag, now {show_flag(flag)}: {why})"
+    if marker == "to_item" and ctx is not None:
+        from trainspeed.doctor.checks.lightning_logs import prog_bar_logs
+
+        calls = prog_bar_logs(ctx)
+        if calls:
+            why += f"; yours: {', '.join(calls)}"
+    return f"{setting} ({why})"
 
 
 def _fix(first: dict[str, Any] | None, ctx: CheckContext | None = None) -> str:
@@ -88,20 +94,33 @@ def _fix(first: dict[str, Any] | None, ctx: CheckContext | None = None) -> str:
                "metrics), or train with the engine, which reads device values at the log interval only"))
 
 
-def _at_log_interval(ctx: CheckContext, first: dict[str, Any] | None, steps_with: float) -> str | None:
-    """The lead of the advice when the reads come once per the script's own log interval flag
-    (nanoGPT with --log_interval=1: `loss.item()` inside `if iter_num % log_interval == 0`
-    every step): raising that flag is the one-word fix, run on the user's own command."""
-    from trainspeed.doctor.checks.script_flags import script_flag, set_flag, show_flag
+def _log_interval_fix(ctx: CheckContext, first: dict[str, Any] | None,
+                      steps_with: float | None) -> tuple[dict[str, Any], int] | None:
+    """(the script's log-interval flag, the value to raise it to) when the reads come once per
+    that interval (nanoGPT with --log_interval=1: `loss.item()` inside `if iter_num %
+    log_interval == 0` every step), else None."""
+    from trainspeed.doctor.checks.script_flags import script_flag
 
+    if first is None or steps_with is None or library_of(str(first.get("site", ""))) is not None:
+        return None
     flag = script_flag(ctx, "log_interval")
     value = flag.get("value") if flag else None
-    if first is None or library_of(str(first.get("site", ""))) is not None:
-        return None
     if not isinstance(value, int) or isinstance(value, bool) or value < 1 or abs(steps_with * value - 1) > 0.3:
         return None
+    return flag, max(50, value * 10)
+
+
+def _at_log_interval(ctx: CheckContext, first: dict[str, Any] | None, steps_with: float) -> str | None:
+    """The lead of the advice when the reads come once per the script's own log interval flag:
+    raising that flag is the one-word fix, run on the user's own command."""
+    from trainspeed.doctor.checks.script_flags import set_flag, show_flag
+
+    fix = _log_interval_fix(ctx, first, steps_with)
+    if fix is None:
+        return None
+    flag, target = fix
     return (f"For {describe_site(first)}: the reads come once per the script's log interval ({show_flag(flag)}): "
-            f"log less often, {set_flag(flag, max(50, value * 10))}; or keep the value on the device "
+            f"log less often, {set_flag(flag, target)}; or keep the value on the device "
             "(`total += loss.detach()`) and read it only when you log (engine: logging.every=50)")
 
 
@@ -112,19 +131,12 @@ def _fix_flag(ctx: CheckContext, first: dict[str, Any] | None, steps_with: float
 
     if first is None:
         return None
-    site = str(first.get("site", ""))
-    filename, _, lineno = site.rpartition(":")
-    if library_of(site) is not None and lineno.isdigit():
-        text = " ".join(linecache.getline(filename, int(lineno) + k) for k in range(5))
-        for pkg, marker, _setting, _why, value in KNOWN_LIBRARY_SYNCS:
-            if pkg == library_of(site) and marker in text and (flag := script_flag(ctx, marker)):
-                return set_flag(flag, value)
-        return None
-    flag = script_flag(ctx, "log_interval")
-    value = flag.get("value") if flag else None
-    if steps_with is not None and _at_log_interval(ctx, first, steps_with) and isinstance(value, int):
-        return set_flag(flag, max(50, value * 10))
-    return None
+    known = _known_sync(str(first.get("site", "")))
+    if known is not None:
+        flag = script_flag(ctx, known[0])
+        return set_flag(flag, known[3]) if flag else None
+    fix = _log_interval_fix(ctx, first, steps_with)
+    return set_flag(*fix) if fix else None
 
 
 def _verify(ctx: CheckContext, first: dict[str, Any] | None, count: int, per_step: float,
