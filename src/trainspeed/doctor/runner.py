@@ -209,17 +209,9 @@ def matmul_dtype(models: Iterable[dict[str, Any]], device: str) -> str:
 
     from trainspeed.telemetry.peaks import dtype_for_precision
 
-    models = list(models)
-    precision = engine_precision_of(models)
-    if precision is not None:
-        return dtype_for_precision(precision)
-    names = {"bfloat16": "bf16", "float16": "fp16"}
-    for obs in models:
-        if obs.get("kind") != "model":
-            continue
-        for key in ("autocast", "param_dtype"):
-            if obs.get(key) in names:
-                return names[obs[key]]
+    found = script_precision_of(models)
+    if found is not None:
+        return dtype_for_precision(found[0])
     if device == "cuda" and torch.backends.cuda.matmul.allow_tf32:
         return "tf32"
     return "fp32"
@@ -233,16 +225,12 @@ def record_peak(monitor: Any, observations: Iterable[dict[str, Any]], device: st
     1024^3 matmuls, ~0.1 s on 2 cores; bf16 too where the CPU has bf16 units (avx512_bf16,
     amx_bf16: six 2048^3 matmuls, ~0.2 s on 2 EPYC cores). fp16, and bf16 without the units,
     are not measured here: emulated, they can take seconds per matmul."""
-    from trainspeed.telemetry.env import cpu_flags
+    from trainspeed.telemetry.env import bf16_units
     from trainspeed.telemetry.peaks import record_peak as record
 
     dtype = matmul_dtype(observations, device)
-    measure = device == "cpu" and (dtype == "fp32" or (dtype == "bf16" and _bf16_units(cpu_flags())))
+    measure = device == "cpu" and (dtype == "fp32" or (dtype == "bf16" and bf16_units()))
     record(monitor, device, dtype, measure_if_unknown=measure)
-
-
-def _bf16_units(flags: dict[str, bool]) -> bool:
-    return bool(flags.get("avx512_bf16") or flags.get("amx_bf16"))
 
 
 def run_doctor(config: DoctorConfig) -> DoctorResult:

@@ -43,6 +43,13 @@ def cpu_flags(cpuinfo: str | Path = "/proc/cpuinfo") -> dict[str, bool]:
     return {flag: flag in found for flag in CPU_FLAGS}
 
 
+def bf16_units(flags: dict[str, bool] | None = None) -> bool:
+    """Whether the CPU has native bf16 dot products (avx512_bf16 or AMX), from `flags`
+    (cpu_flags()'s, read now when None): without them a bf16 matmul is emulated, far slower."""
+    flags = cpu_flags() if flags is None else flags
+    return bool(flags.get("avx512_bf16") or flags.get("amx_bf16"))
+
+
 def cpu_model(cpuinfo: str | Path = "/proc/cpuinfo") -> str:
     text = _read_text(cpuinfo)
     if text:
@@ -159,7 +166,7 @@ def collect_env(*, device: Any = None, precision: str | None = None, measure_pea
             "torch_threads": torch.get_num_threads(),
             "capability": capability,
             "flags": flags,
-            "bf16_fast": bool(flags["avx512_bf16"] or flags["amx_bf16"]),
+            "bf16_fast": bf16_units(flags),
         },
         "host_memory": int(psutil.virtual_memory().total),
         "nvml": _nvml_available(),

@@ -273,13 +273,9 @@ def _time_matmul(dev: "torch.device", dtype: str) -> tuple[float, bool]:
     # CPU has no TF32: a "tf32" run executes fp32 matmuls. With bf16 units, a bf16 matmul of
     # 1024 runs on one thread (oneDNN, AMD EPYC with avx512_bf16: 1.0 cores of 2) and 2048 on
     # all of them; without, it is emulated and 2048 would take 8x the seconds 1024 does.
-    n = 1024
-    if dtype == "bf16":
-        from trainspeed.telemetry.env import cpu_flags
+    from trainspeed.telemetry.env import bf16_units
 
-        flags = cpu_flags()
-        n = 2048 if flags.get("avx512_bf16") or flags.get("amx_bf16") else 1024
-    peak = measure_matmul_peak(dev, tdt, n=n)
+    peak = measure_matmul_peak(dev, tdt, n=2048 if dtype == "bf16" and bf16_units() else 1024)
     return peak.flops, timed_quietly(peak)
 
 
