@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import ast
 
-from trainspeed.patches.snippets import Source
+from trainspeed.patches.snippets import Source, _last_part
 from trainspeed.patches.targets import Targets
 
 CONSTRUCTORS = {"lightning": ("Trainer",), "lightning_fabric": ("Fabric",)}
@@ -33,13 +33,9 @@ def constructor_site(targets: Targets, source_of) -> tuple[str, int, tuple[str, 
     for path in files:
         src: Source | None = source_of(path)
         for node in ast.walk(src.tree) if src is not None and src.tree is not None else ():
-            if isinstance(node, ast.Call) and _last_name(node.func) in callees:
+            if isinstance(node, ast.Call) and _last_part(node.func) in callees:
                 found.append((path, node.lineno, callees))
     return found[0] if len(found) == 1 else None
-
-
-def _last_name(node: ast.expr) -> str:
-    return node.attr if isinstance(node, ast.Attribute) else node.id if isinstance(node, ast.Name) else ""
 
 
 __all__ = ["CONSTRUCTORS", "VALUES", "constructor_site"]
