@@ -14,6 +14,8 @@ import math
 import statistics
 from typing import Sequence
 
+from trainspeed.tune import stats
+from trainspeed.tune.arms import arm_of
 from trainspeed.tune.result import Row
 from trainspeed.tune.trials import TrialResult
 
@@ -24,8 +26,10 @@ differ by fractions of a second between any two trials."""
 
 
 def _per_sample(trials: Sequence[TrialResult]) -> float | None:
-    values = [sum(t.step_times) / sum(t.samples) for t in trials if t.ok and t.step_times and sum(t.samples) > 0]
-    return statistics.median(values) if values else None
+    """Seconds per sample as the tune's comparisons read them (stats.arm_cost), or None."""
+    ok = [t for t in trials if t.ok and t.step_times]
+    cost = stats.arm_cost(arm_of(ok)) if ok else math.nan
+    return cost if math.isfinite(cost) else None
 
 
 def _warmup(trials: Sequence[TrialResult]) -> float | None:
