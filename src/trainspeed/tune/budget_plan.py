@@ -13,6 +13,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Sequence
+
+from trainspeed.tune import stats
+from trainspeed.tune.result import Row
 
 
 @dataclass
@@ -53,4 +57,15 @@ class BudgetPlan:
         return None
 
 
-__all__ = ["BudgetPlan"]
+def budget_note(over_budget: bool, rows: Sequence[Row], budget_s: float) -> str | None:
+    """The closing note when not even one more baseline-sized trial fits and a row went
+    unmeasured for it. (A tune whose settings were all skipped for other reasons, a DeepSpeed
+    config written in the code, spends its budget on the baseline: the note would send the user
+    after budget.)"""
+    if not over_budget or not any(r.verdict == stats.SKIPPED and "budget" in r.note for r in rows):
+        return None
+    return (f"the budget ({budget_s:.0f} s) ran out; rows marked 'skipped' were not measured. Rerun with "
+            "the same --out and a larger --budget to continue from the finished trials")
+
+
+__all__ = ["BudgetPlan", "budget_note"]

@@ -29,9 +29,9 @@ from trainspeed.config_io import apply_overrides
 from trainspeed.errors import TrainspeedError
 from trainspeed.tune import stats
 from trainspeed.tune.arms import arm_of, fmt_loss, max_memory, mean_loss
-from trainspeed.tune.budget_plan import BudgetPlan
-from trainspeed.tune.one_time import kept_one_time_notes, note_one_time
+from trainspeed.tune.budget_plan import BudgetPlan, budget_note
 from trainspeed.tune.knobs import KNOBS, Candidate, DeviceInfo, KnobContext, Skip
+from trainspeed.tune.one_time import kept_one_time_notes, note_one_time
 from trainspeed.tune.options import TuneOptions
 from trainspeed.tune.order import ablation_round, bracket_repeats, n_brackets
 from trainspeed.tune.result import Row, TuneResult, load_note, utilization_note
@@ -302,14 +302,9 @@ class Tuner:
                          "best.yaml keeps the baseline settings")
             best = {}
         notes += kept_one_time_notes(ablation, best)
-        # Not even one more baseline-sized trial fits, and a row went unmeasured for it. (A tune
-        # whose settings were all skipped for other reasons, a DeepSpeed config written in the
-        # code, spends its budget on the baseline: that note would send the user after budget.)
-        if self._over_budget() and any(r.verdict == stats.SKIPPED and "budget" in r.note
-                                       for r in [*ablation, *combination]):
-            notes.append(f"the budget ({self.opt.budget_s:.0f} s) ran out; rows marked 'skipped' "
-                         "were not measured. Rerun with the same --out and a larger --budget to "
-                         "continue from the finished trials")
+        note = budget_note(self._over_budget(), [*ablation, *combination], self.opt.budget_s)
+        if note:
+            notes.append(note)
         base_trials = [r for r in self.results({}) if r.ok]
         mfus = [r.mfu for r in base_trials if r.mfu is not None]
         base_mfu = statistics.median(mfus) if mfus else None
