@@ -126,7 +126,8 @@ def test_host_syncs_per_step_and_severity_by_device():
     assert f.severity == "info" and "on a GPU each one would stall" in f.evidence and not f.impact_estimated
     cuda = make_run(device="cuda", obs=[_sites("sync", "item", 800), {"kind": "device", "type": "cuda"}])
     f = syncs.host_syncs(ctx_of(cuda))
-    assert f.severity == "critical" and f.impact >= syncs.CUDA_SYNC_MIN_IMPACT
+    # no wait inside the reads and no GPU busy figure: nothing measured, nothing at stake (no constant)
+    assert f.severity == "critical" and f.impact == 0.0 and "wait inside the reads" in f.basis
     # cache/GC calls are not host-sync findings, they have their own
     gc_run = make_run(obs=[_sites("sync", "gc_collect", 40, 0.2)])
     assert syncs.host_syncs(ctx_of(gc_run)) is None
@@ -204,9 +205,12 @@ def test_compute_bound_says_overhead_fixes_have_little_to_win_and_what_still_can
     assert hardware.compute_bound in CHECKS
 
 
-def test_low_gpu_utilization_reads_the_samplers_own_summary_keys():
-    """The finding reads the `system` event the Monitor writes from SystemSampler.summary(),
-    so the key names must agree (a fake NVML reader stands in for the GPU)."""
+def test_low_gpu_utilization_reads_the_samplers_own_series_keys():
+    """The finding reads the `system` event's series the Monitor writes from
+    SystemSampler.series(), so the key names must agree (a fake NVML reader stands in for the
+    GPU); only the rows inside the measured steps count."""
+    import time
+
     from trainspeed.telemetry.sampler import SystemSampler
 
     class IdleGpu:
@@ -216,21 +220,23 @@ def test_low_gpu_utilization_reads_the_samplers_own_summary_keys():
         def close(self):
             pass
 
-    def summary_with(gpu):
+    def run_with(gpu):
         s = SystemSampler(gpu_reader=gpu)
-        s.sample_once()
-        s.sample_once()
-        out = s.summary()
+        for _ in range(4):
+            s.sample_once()
+        event = make_event("system", 40, 0.0, **s.summary(), series=s.series())
         s.stop()
-        return out
+        run = make_run(device="cuda", events=[event])
+        end = time.time() + 0.001
+        for i, rec in enumerate(run.steps):  # the steps span the rows just taken
+            rec["t_wall"] = end - (len(run.steps) - 1 - i) * rec["t_step"]
+        return run
 
     busy = type("BusyGpu", (IdleGpu,), {"read": lambda self: {**IdleGpu.read(self), "gpu_util": 97.0}})
-    idle_run = make_run(device="cuda", events=[make_event("system", 40, 0.0, **summary_with(IdleGpu()))])
-    f = hardware.low_gpu_utilization(ctx_of(idle_run))
+    f = hardware.low_gpu_utilization(ctx_of(run_with(IdleGpu())))
     assert f is not None and f.severity == "warning" and "GPU busy 30%" in f.evidence
     assert f.impact == pytest.approx(0.7)
-    busy_run = make_run(device="cuda", events=[make_event("system", 40, 0.0, **summary_with(busy()))])
-    assert hardware.low_gpu_utilization(ctx_of(busy_run)) is None
+    assert hardware.low_gpu_utilization(ctx_of(run_with(busy()))) is None
 
 
 def test_sync_fix_points_at_the_library_when_the_read_is_not_in_user_code(tmp_path):

@@ -14,13 +14,11 @@ stake (a busy machine, host syncs on a CPU) is never above one with real time at
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any, Iterable
 
 from trainspeed.errors import ConfigError
-
-SEVERITIES: tuple[str, ...] = ("critical", "warning", "info")
-"""Most to least severe. "warning" and above mean: this costs you time now."""
+from trainspeed.telemetry.stakes import SEVERITIES, mark_overlaps, rank_key, stake_text
 
 _RANK = {name: i for i, name in enumerate(SEVERITIES)}
 
@@ -44,6 +42,11 @@ class Finding:
     impact_estimated: bool = False
     """True when `impact` is an estimate (what a sync would cost on a GPU, a projection), not a
     share measured in this run."""
+    basis: str = ""
+    """How `impact` was obtained from this run ("the data wait measured", "matmul share 62 % x
+    (1 - fp32/bf16 peak 0.07)"): never a constant, and the report prints it."""
+    overlaps: list[str] = field(default_factory=list)
+    """Ids of findings ranked above whose time at stake this one's overlaps (set by rank())."""
 
     def __post_init__(self) -> None:
         if self.severity not in _RANK:
@@ -61,25 +64,15 @@ class Finding:
         return asdict(self)
 
 
-def _impact(f: dict[str, Any]) -> float:
-    try:
-        value = float(f.get("impact") or 0.0)
-    except (TypeError, ValueError):
-        return 0.0
-    return value if value == value else 0.0
-
-
 def rank(findings: Iterable[Finding | dict[str, Any]]) -> list[dict[str, Any]]:
     """Findings as dicts, sorted by the share of step time at stake in whole percent (largest
     first; below half a percent counts as nothing), then severity (critical first), then the
     exact impact, then id (so equal findings keep a deterministic order). A severity never
-    lifts a finding with nothing at stake above one that can win time."""
+    lifts a finding with nothing at stake above one that can win time. Each carries
+    "overlaps" (telemetry/stakes.py): shares that overlap say so, and the others add up to at
+    most 100 %."""
     dicts = [f.to_dict() if isinstance(f, Finding) else dict(f) for f in findings]
-    return sorted(
-        dicts,
-        key=lambda f: (-round(_impact(f), 2), _RANK.get(f.get("severity"), len(_RANK)), -_impact(f),
-                       str(f.get("id"))),
-    )
+    return mark_overlaps(sorted(dicts, key=rank_key))
 
 
 def format_findings(findings: list[dict[str, Any]], *, limit: int | None = None) -> str:
@@ -89,9 +82,8 @@ def format_findings(findings: list[dict[str, Any]], *, limit: int | None = None)
     lines = []
     shown = findings if limit is None else findings[:limit]
     for i, f in enumerate(shown, start=1):
-        impact = f.get("impact") or 0.0
-        label = ", estimated" if f.get("impact_estimated") else ""
-        at_stake = f" (~{impact:.0%} of step time{label})" if impact >= 0.005 else ""
+        stake = stake_text(f)
+        at_stake = f" ({stake})" if stake else ""
         lines.append(f"{i}. [{f.get('severity', '?').upper()}] {f.get('title')}{at_stake}")
         lines.append(f"   evidence: {f.get('evidence')}")
         lines.append(f"   fix:      {f.get('recommendation')}")

@@ -11,7 +11,10 @@ from __future__ import annotations
 
 from typing import Any
 
+import torch
+
 from trainspeed.config import TrainConfig
+from trainspeed.telemetry.cuda_facts import cuda_device_facts
 from trainspeed.telemetry.loader_facts import available_cores, loader_facts
 
 
@@ -34,8 +37,16 @@ def emit_observations(mon: Any, loaders: Any, parts: Any, cfg: TrainConfig, devi
     mon.event("observation", kind="dataloader", **facts(loaders.train, parts.train, "train"))
     if loaders.val is not None:
         mon.event("observation", kind="dataloader", **facts(loaders.val, parts.val, "eval"))
-    mon.event("observation", kind="device", type=getattr(device, "type", str(device)), cores=cores,
-              engine=True, precision=cfg.precision.mode)
+    device_type = getattr(device, "type", str(device))
+    facts = cuda_device_facts() if device_type == "cuda" else {}
+    mon.event("observation", kind="device", type=device_type, cores=cores, engine=True,
+              precision=cfg.precision.mode, float32_matmul_precision=torch.get_float32_matmul_precision(), **facts)
+    if device_type == "cuda":
+        # The model and batch as the doctor observes a script's, so a recipe run gets the same
+        # GPU checks (fp32 on tensor cores, launch-bound steps): written on CUDA only, where
+        # those checks apply (a CPU run's findings stay as they were).
+        for kind, fields in model_facts(model, cfg):
+            mon.event("observation", kind=kind, **fields)
     if ds_engine is not None:  # the settings the DeepSpeed checks read, as the doctor records them
         from trainspeed.engine.deepspeed_facts import describe_engine, engine_precision
 
@@ -46,4 +57,20 @@ def emit_observations(mon: Any, loaders: Any, parts: Any, cfg: TrainConfig, devi
             mon.event("precision", precision=precision, source="deepspeed config")
 
 
-__all__ = ["emit_observations"]
+def model_facts(model: Any, cfg: TrainConfig) -> list[tuple[str, dict[str, Any]]]:
+    """(kind, fields) of the `model` and `batch` observations of an engine run: the parameters'
+    dtype, the precision the config runs it in (autocast), whether it is compiled."""
+    dtypes: dict[str, int] = {}
+    for p in model.parameters():
+        name = str(p.dtype).replace("torch.", "")
+        dtypes[name] = dtypes.get(name, 0) + p.numel()
+    mode = cfg.precision.mode
+    autocast = {"bf16-mixed": "bfloat16", "fp16-mixed": "float16"}.get(mode)
+    return [("model", {"class": type(model).__name__, "params": sum(dtypes.values()),
+                       "param_dtype": max(dtypes, key=dtypes.get) if dtypes else None,  # type: ignore[arg-type]
+                       "device": "cuda", "compiled": cfg.compile.mode != "off", "autocast": autocast,
+                       "data_parallel": False, "engine": True}),
+            ("batch", {"batch_size": cfg.data.batch_size})]
+
+
+__all__ = ["emit_observations", "model_facts"]

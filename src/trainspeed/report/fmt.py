@@ -9,8 +9,6 @@ from __future__ import annotations
 import math
 from typing import Any
 
-SEVERITY_ORDER = {"critical": 0, "warning": 1, "info": 2}
-
 
 def is_num(x: Any) -> bool:
     """True for a finite int/float (bool excluded): the values a report can print as a number."""
@@ -92,13 +90,12 @@ def mfu_text(mfu: dict[str, Any] | None) -> str:
 
 
 def rank_findings(findings: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
-    """Order findings by severity (critical first), then by impact (largest first)."""
+    """The doctor's order (telemetry/stakes.py): the share at stake first, then severity; a
+    severity never lifts a finding with nothing at stake above one that can win time. Each
+    carries "overlaps", so the shares shown without it add up to at most 100 %."""
+    from trainspeed.telemetry.stakes import mark_overlaps, rank_key
 
-    def key(f: dict[str, Any]) -> tuple[int, float]:
-        impact = f.get("impact")
-        return (SEVERITY_ORDER.get(str(f.get("severity")), 3), -(impact if is_num(impact) else 0.0))
-
-    return sorted((f for f in findings or [] if isinstance(f, dict)), key=key)
+    return mark_overlaps(sorted((f for f in findings or [] if isinstance(f, dict)), key=rank_key))
 
 
 def ratio(a: Any, b: Any) -> float | None:

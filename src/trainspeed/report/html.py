@@ -14,6 +14,7 @@ from trainspeed.report.fmt import fmt_ms, fmt_share, is_num, mfu_text, rank_find
 from trainspeed.report.load import LoadedRun, from_run
 from trainspeed.report.plots import Series, render_plots
 from trainspeed.report.terminal import phase_rows, summary_lines
+from trainspeed.telemetry.stakes import stake_text
 
 CSS = """
 :root { --fg:#1f2328; --muted:#59636e; --line:#d1d9e0; --bg:#ffffff; --card:#f6f8fa;
@@ -91,7 +92,7 @@ def _findings(findings: list[dict[str, Any]]) -> str:
         sev = str(f.get("severity", "info"))
         sev_cls = sev if sev in ("critical", "warning", "info") else "info"
         impact = f.get("impact")
-        impact_txt = f" · ~{100 * impact:.0f}% of step time at stake" if is_num(impact) and impact > 0 else ""
+        impact_txt = f" · {stake_text(f)}" if is_num(impact) and stake_text(f) else ""
         parts = [f'<div class="finding {sev_cls}" data-finding="{_e(f.get("id", ""))}">',
                  f'<h3><span class="sev">{_e(sev)}</span>{_e(f.get("title") or f.get("id") or "finding")}'
                  f'<span class="note">{_e(impact_txt)}</span></h3>']

@@ -20,6 +20,7 @@ from trainspeed.report.fmt import (
     rank_findings,
 )
 from trainspeed.telemetry.schema import PHASES
+from trainspeed.telemetry.stakes import stake_text
 
 SEVERITY_STYLE = {"critical": "bold red", "warning": "yellow", "info": "cyan"}
 MAX_NOTES = 20
@@ -157,8 +158,8 @@ def print_findings(con: Any, findings: list[dict[str, Any]], *, heading: str = "
         line = Text(f"{i}. ")
         line.append(f"[{sev.upper()}]", style=SEVERITY_STYLE.get(sev, ""))
         line.append(f" {f.get('title') or f.get('id') or 'finding'}", style="bold")
-        if is_num(impact) and impact > 0:
-            line.append(f"  (~{100 * impact:.0f}% of step time at stake)")
+        if is_num(impact) and stake_text(f):
+            line.append(f"  ({stake_text(f)})")
         con.print(line)
         if f.get("evidence"):
             con.print(Text(f"   evidence: {f['evidence']}"))

@@ -310,8 +310,11 @@ class SystemSampler:
         a missing value): the run directory keeps them, so contention can be told from a slower
         script afterwards. Bounded by the ring's capacity."""
         data = self._ordered()
+        # GPU utilization goes with them when a GPU is read: the doctor's GPU busy figure is
+        # its mean over the rows inside the measured steps only (telemetry/gpu_busy.py).
+        names = SERIES_FIELDS + (("gpu_util",) if np.isfinite(data["gpu_util"]).any() else ())
         return {name: [float(v) if math.isfinite(v) else None for v in data[name].tolist()]
-                for name in SERIES_FIELDS}
+                for name in names}
 
     def _ordered(self) -> dict[str, np.ndarray]:
         with self._lock:

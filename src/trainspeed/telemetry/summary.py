@@ -107,6 +107,7 @@ def summarize(run: RunData) -> dict[str, Any]:
     if flops:
         mfu_result = mfu(flops, stats.step_time_mean, peak_flops, peak_name).as_dict()
 
+    busy = _gpu_busy(run, keep, mfu_result)
     loss = run.array("loss")
     finite_loss = loss[np.isfinite(loss)]
     pad = run.array("pad_share")
@@ -125,6 +126,7 @@ def summarize(run: RunData) -> dict[str, Any]:
         },
         "phases": phases,
         "mfu": mfu_result,
+        "gpu_busy": busy,
         "memory": {
             "cuda_alloc_peak": _max_or_none(run.array("mem.cuda_alloc_peak")),
             "cuda_reserved_peak": _max_or_none(run.array("mem.cuda_reserved_peak")),
@@ -178,6 +180,18 @@ def others_per_step(run: RunData, keep: np.ndarray | None = None) -> tuple[np.nd
     raw = load_per_step(t_wall, series["t"], series["cpu_others"], spread=0)
     floor = float(np.nanmin(raw)) if np.isfinite(raw).any() else None
     return raw, load_per_step(t_wall, series["t"], series["cpu_others"], spread=1), floor
+
+
+def _gpu_busy(run: RunData, keep: np.ndarray, mfu_result: dict[str, Any] | None) -> dict[str, Any] | None:
+    """GPU busy over the measured steps only (telemetry/gpu_busy.py); None without NVML rows."""
+    from trainspeed.telemetry.gpu_busy import busy_window, gpu_busy
+
+    series = system_series(run)
+    if "gpu_util" not in series or not run.steps:
+        return None
+    mfu_value = (mfu_result or {}).get("value") if (mfu_result or {}).get("valid") else None
+    window = busy_window(run.array("t_wall"), run.array("t_step"), keep)
+    return gpu_busy(window, series["t"], series["gpu_util"], mfu_value)
 
 
 def _contention(run: RunData, keep: np.ndarray) -> dict[str, Any] | None:

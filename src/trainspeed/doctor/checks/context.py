@@ -130,6 +130,12 @@ class CheckContext:
         command = (self.run.config or {}).get("command")
         return [str(c) for c in command] if isinstance(command, list) and command else None
 
+    @property
+    def engine_run(self) -> bool:
+        """A run of trainspeed's own engine (`trainspeed train CONFIG`, a built-in recipe, a
+        Trainer): advice names the config key, never "your own code"."""
+        return not self.command and bool((self.first("device") or {}).get("engine"))
+
     def doctor_command(self, steps: int | None = None) -> str:
         """`trainspeed doctor -- <the recorded command>`: runnable as written. An engine run
         (a config.yaml, no command) is re-run with `trainspeed train` under a new run name, which

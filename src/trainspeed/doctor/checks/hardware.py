@@ -13,21 +13,16 @@ from trainspeed.telemetry.throughput import COMPUTE_BOUND_MFU
 TENSOR_CORE_CAPABILITY = 7.0
 """Volta (sm_70) and newer have tensor cores: fp16/bf16 matmuls run several times faster than
 fp32 (NVIDIA "Train with Mixed Precision" guide; PyTorch AMP recipe)."""
-FP32_IMPACT = 0.4
-"""Estimated share of step time at stake when matmuls run in fp32 on tensor-core GPUs (the
-AMP recipe reports 1.5-3x; we claim the low end and say: measure with the tuner)."""
 FUSED_OPTIMIZERS = ("Adam", "AdamW", "SGD", "Adagrad", "Adamax", "NAdam", "RAdam", "RMSprop", "Adadelta")
 """torch.optim classes with foreach/fused implementations."""
 OPTIMIZER_SHARE_NOTICE = 0.05
 """Optimizer step above 5 % of step time makes its implementation worth a look."""
-DATA_PARALLEL_IMPACT = 0.25
-"""nn.DataParallel replicates the model and scatters inputs from one Python thread every step;
-PyTorch docs recommend DistributedDataParallel even on a single machine."""
 GPU_UTIL_WARNING = 0.5
-"""The GPU busy less than half the time (NVML utilization) means it waits on the host."""
-SMALL_BATCH = 16
-"""Batches this small rarely fill a GPU; with low MFU the step is launch-bound."""
-LOW_MFU = 0.05
+"""The GPU busy less than half of the measured steps (NVML utilization inside their window,
+telemetry/gpu_busy.py) means it waits on the host."""
+IDLE_UNEXPLAINED_NOTICE = 0.05
+"""GPU idle time that the data wait, the copies and the syncs' stall leave unexplained below
+this share is not worth a finding of its own."""
 NEAR_OOM = 0.95
 """Reserved memory above 95 % of the device: the next longer batch can OOM, and the caching
 allocator starts freeing and retrying (cudaMalloc retries), which is slow."""
@@ -65,16 +60,51 @@ def fp32_on_tensor_cores(ctx: CheckContext) -> Finding | None:
     if cap >= 8.0 and device.get("float32_matmul_precision") == "highest" and not device.get("tf32_matmul"):
         tf32 = "; TF32 is off too: torch.set_float32_matmul_precision('high') alone speeds up fp32 matmuls"
     dtype = "bfloat16" if bf16 else "float16 (with torch.amp.GradScaler)"
+    impact, estimated, basis = precision_stake(ctx, device, "bf16" if bf16 else "fp16")
+    recommendation = (f"run forward/backward under torch.autocast('cuda', dtype=torch.{dtype.split()[0]}) "
+                      f"(engine: precision.mode={'bf16' if bf16 else 'fp16'}-mixed)")
+    if ctx.engine_run:
+        recommendation = f"precision.mode={'bf16' if bf16 else 'fp16'}-mixed in the run's config"
     return Finding(
         id="fp32_on_tensor_cores",
         severity="warning",
         title="Training in fp32 on a GPU with tensor cores",
-        evidence=f"{device.get('name', 'GPU')} (sm_{cap:.1f}), parameters float32, no autocast{tf32}",
-        recommendation=(f"run forward/backward under torch.autocast('cuda', dtype=torch.{dtype.split()[0]}) "
-                        f"(engine: precision.mode={'bf16' if bf16 else 'fp16'}-mixed)"),
+        evidence=f"{device.get('name', 'GPU')} (sm_{cap:.1f}), parameters float32, no autocast{tf32}; {basis}",
+        recommendation=recommendation,
         verify_with=ctx.tune_command("precision"),
-        impact=FP32_IMPACT,
+        impact=impact,
+        impact_estimated=estimated,
+        basis=basis,
     )
+
+
+def precision_stake(ctx: CheckContext, device: dict[str, Any], low: str) -> tuple[float, bool, str]:
+    """(share at stake, estimated, basis) of fp32 matmuls on a device with `low` (bf16/fp16)
+    tensor cores: the matmuls' share of the step times (1 - fp32 peak / low peak of this device).
+    The matmuls' share is at least the FLOPs counted at the fp32 (or TF32, when it is on) peak
+    over the measured step (the MFU against that peak), at most forward + backward; without a
+    FLOP count it is forward + backward's share, an upper bound (estimated)."""
+    from trainspeed.telemetry.peaks import lookup_peak
+
+    name = str(device.get("name") or "")
+    fp32_kind = "tf32" if device.get("tf32_matmul") or device.get("float32_matmul_precision") in ("high", "medium") else "fp32"
+    high, fast = lookup_peak(name, fp32_kind), lookup_peak(name, low)
+    if high is None or fast is None or fast.flops <= 0:
+        return 0.0, False, (f"the {fp32_kind}/{low} peak ratio of {name or 'this GPU'} is not in the peak table: "
+                            "nothing derived, measure it with the tune")
+    gain = max(0.0, 1.0 - high.flops / fast.flops)
+    compute = ctx.share("forward") + ctx.share("backward")
+    flops, step = ctx.summary.get("flops_per_step"), ctx.step_mean
+    if isinstance(flops, (int, float)) and flops > 0 and step:
+        matmul = flops / (high.flops * step)
+        if compute > 0:
+            matmul = min(matmul, compute)
+        return matmul * gain, False, (f"the matmuls take at least {pct(matmul)} of the step (FLOPs at the "
+                                      f"{fp32_kind} peak, {high.flops / 1e12:.0f} TFLOP/s) x (1 - {fp32_kind}/{low} "
+                                      f"peak {high.flops / fast.flops:.2f})")
+    return compute * gain, True, (f"forward + backward take {pct(compute)} of the step, an upper bound on the "
+                                  f"matmuls' share (no FLOP count) x (1 - {fp32_kind}/{low} peak "
+                                  f"{high.flops / fast.flops:.2f})")
 
 
 def optimizer_not_fused(ctx: CheckContext) -> Finding | None:
@@ -109,7 +139,9 @@ def data_parallel(ctx: CheckContext) -> Finding | None:
         evidence="the model is wrapped in torch.nn.DataParallel (single-process, multi-thread replication)",
         recommendation=("use DistributedDataParallel, one process per GPU: torchrun --nproc_per_node=N train.py "
                         "(engine: distributed.strategy=ddp)"),
-        impact=DATA_PARALLEL_IMPACT,
+        impact=ctx.share("forward"),
+        impact_estimated=True,
+        basis=f"the forward, where DataParallel replicates the model and scatters the batch, {pct(ctx.share('forward'))} of the step (an upper bound)",
     )
 
 
@@ -120,6 +152,7 @@ def not_compiled(ctx: CheckContext) -> Finding | None:
     framework = (ctx.first("framework") or {}).get("name", "plain")
     flag = script_flag(ctx, "compile")
     how = (f"{set_flag(flag, True)} (the script's flag, now {show_flag(flag)})" if flag
+           else "compile.mode=default in the run's config" if ctx.engine_run
            else "engine.compile() after deepspeed.initialize" if ctx.first("deepspeed")
            else "model = torch.compile(model)")
     return Finding(
@@ -134,45 +167,58 @@ def not_compiled(ctx: CheckContext) -> Finding | None:
     )
 
 
-def _gpu_util(ctx: CheckContext) -> float | None:
-    for event in ctx.run.events_of("system"):
-        data: dict[str, Any] = event.get("data") or {}
-        for key in ("gpu_util_mean", "gpu_util", "gpu_utilization"):
-            value = data.get(key)
-            if isinstance(value, (int, float)):
-                return float(value) / 100.0 if value > 1.0 else float(value)
-    return None
-
-
 def low_gpu_utilization(ctx: CheckContext) -> Finding | None:
+    """The GPU idles over the measured steps (NVML inside their window, never the life of the
+    process), and what is at stake is the idle time that the data wait, the copies and the
+    syncs' stall do not already claim (their own findings name those). A busy figure below
+    the MFU is not a measurement of the steps (telemetry/gpu_busy.py) and makes no finding."""
+    from trainspeed.doctor.checks.gpu_time import gpu_time
+
     if ctx.device_type != "cuda":
         return None
-    util = _gpu_util(ctx)
+    parts = gpu_time(ctx)
+    busy, unexplained = parts.busy, parts.idle_unexplained
+    if busy is None or unexplained is None or busy >= GPU_UTIL_WARNING:
+        return None
+    claimed = parts.sync_stake()[0] if _syncs_every_step(ctx) else 0.0
+    residual = max(0.0, unexplained - claimed)
+    if residual < IDLE_UNEXPLAINED_NOTICE:
+        return None
+    found = ctx.summary.get("gpu_busy") or {}
     batch = ctx.first("batch") or {}
     size = batch.get("batch_size")
     mfu = (ctx.summary.get("mfu") or {})
     mfu_value = mfu.get("value") if mfu.get("valid") else None
-    small = isinstance(size, int) and size <= SMALL_BATCH and mfu_value is not None and mfu_value < LOW_MFU
-    if (util is None or util >= GPU_UTIL_WARNING) and not small:
-        return None
-    parts = []
-    if util is not None:
-        parts.append(f"GPU busy {pct(util)} of the time")
+    evidence = [f"GPU busy {pct(busy)} of the measured steps ({found.get('basis')})"]
     if mfu_value is not None:
-        parts.append(f"MFU {pct(mfu_value)}")
+        evidence.append(f"MFU {pct(mfu_value)}")
     if size is not None:
-        parts.append(f"batch size {size}")
+        evidence.append(f"batch size {size}")
+    explained = parts.data + parts.h2d + claimed
+    if explained >= 0.005:
+        evidence.append(f"the data wait, copies and syncs' stall explain {pct(explained)} of the idle "
+                        f"{pct(parts.idle)}; {pct(residual)} is the host launching kernels")
+    fix = ("compile.mode=reduce-overhead (CUDA graphs) or a larger data.batch_size in the run's config" if ctx.engine_run else
+           "capture the step in CUDA graphs (torch.compile(model, mode='reduce-overhead')) or use a bigger batch "
+           "(`trainspeed tune --knobs batch_size` finds the fastest) to amortize the launches")
     return Finding(
         id="low_gpu_utilization",
-        severity="warning" if util is not None and util < GPU_UTIL_WARNING else "info",
-        title="The GPU is mostly idle" if util is not None and util < GPU_UTIL_WARNING else "Small batches leave the GPU underused",
-        evidence=", ".join(parts),
-        recommendation=("find what the GPU waits for (the data, log and sync findings above); a bigger batch "
-                        "(`trainspeed tune --knobs batch_size` finds the fastest) or CUDA graphs (engine: compile.mode=reduce-overhead) "
-                        "amortize launch overhead"),
-        verify_with=ctx.tune_command("batch_size"),
-        impact=(1.0 - util) if util is not None else 0.1,
+        severity="warning",
+        title="The GPU idles between kernels: the step is launch-bound",
+        evidence=", ".join(evidence),
+        recommendation=fix,
+        verify_with=ctx.tune_command("compile", "batch_size"),
+        impact=residual,
+        basis=(f"GPU idle {pct(parts.idle)} of the measured steps (NVML) less the data wait, copies and "
+               f"syncs' stall ({pct(explained)})"),
     )
+
+
+def _syncs_every_step(ctx: CheckContext) -> bool:
+    from trainspeed.doctor.checks.syncs import SYNCS_PER_STEP_WARNING
+
+    rate = ctx.summary.get("syncs_per_step")
+    return isinstance(rate, (int, float)) and rate >= SYNCS_PER_STEP_WARNING
 
 
 def compute_bound(ctx: CheckContext) -> Finding | None:
@@ -232,7 +278,8 @@ def memory_pressure(ctx: CheckContext) -> Finding | None:
                       f"allocator retries {retries}"),
             recommendation=("lower the batch size or activation memory (engine: activation_checkpointing=[Block], "
                             "precision.mode=bf16-mixed, batch.auto_microbatch=true) and set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"),
-            impact=0.05 if retries else 0.0,
+            impact=0.0,
+            basis="" if not retries else "the retries' cost is not separable in this run: measure with a smaller batch",
         )
     if alloc is not None and alloc < HEADROOM:
         return Finding(

@@ -108,6 +108,11 @@ _GROWTH_ADVICE = {
               "aggregates (a sum and a count) or a fixed-size collections.deque, and store .detach()ed "
               "values read at the log interval"),
 }
+_ENGINE_GROWTH_OTHER = (
+    "the engine's loop keeps no history that grows, so the growth outside its measured phases comes from "
+    "what the config adds to every step: a callback (callbacks in the config or Trainer(callbacks=...)), "
+    "logging.every, eval.every_steps or checkpoint.every_steps set low; re-run with each raised, and report the "
+    "run as a trainspeed bug if none is set")
 
 
 _BASIS = {
@@ -162,7 +167,8 @@ def step_time_growth(ctx: CheckContext) -> Finding | None:
     # steps; the trend's own slope is fitted from its onset and can be steep over a short span.
     rate = linear_rate(steps, phases[phase] if phase in phases and delta > 0 else times)
     per_1000_s = rate.per_1000 if rate is not None and rate.per_1000 > 0 else float(trend.get("ms_per_1000") or 0.0) / 1e3
-    shown = ("outside the measured phases (\"other\": your own code between them)" if phase == "other"
+    shown = ("outside the measured phases (\"other\": the engine's loop between them)" if phase == "other" and ctx.engine_run
+             else "outside the measured phases (\"other\": your own code between them)" if phase == "other"
              else f"in phase \"{phase}\"")
     evidence = (f"step time grows {per_1000_s * 1e3:.1f} ms per 1,000 steps since step {trend.get('since_step')} "
                 f"({ms(early)} -> {ms(early + growth)}, x{ratio:.2f}, first vs last quarter of {times.size} steps, "
@@ -183,7 +189,8 @@ def step_time_growth(ctx: CheckContext) -> Finding | None:
         severity="critical" if ratio >= GROWTH_CRITICAL_RATIO else "warning",
         title="Step time grows over the run",
         evidence=evidence,
-        recommendation=_GROWTH_ADVICE.get(phase, _GROWTH_ADVICE["other"]),
+        recommendation=(_ENGINE_GROWTH_OTHER if ctx.engine_run and phase == "other"
+                        else _GROWTH_ADVICE.get(phase, _GROWTH_ADVICE["other"])),
         verify_with=f"{ctx.doctor_command(steps=1000)} (the trend should be flat)",
         impact=growth / (early + growth),
     )

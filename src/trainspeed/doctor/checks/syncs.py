@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 
 from trainspeed.doctor.checks.context import CheckContext, describe_site, ms, pct
+from trainspeed.doctor.checks.gpu_time import CACHE_GC_KINDS, gpu_time
 from trainspeed.doctor.findings import Finding
 
 SYNCS_PER_STEP_WARNING = 0.5
@@ -17,14 +18,10 @@ drains the GPU's queue, so the CPU cannot run ahead and kernel launches stop ove
 (PyTorch Performance Tuning Guide, "avoid unnecessary CPU-GPU synchronization")."""
 SYNCS_PER_STEP_CRITICAL = 10.0
 """Ten or more per step on a GPU: the loop is effectively synchronous."""
-CUDA_SYNC_MIN_IMPACT = 0.05
-"""On CUDA the cost of a sync is lost overlap, which the time spent inside the call
-under-states; we assume at least this share of the step is at stake."""
 CACHE_GC_PER_STEP_WARNING = 0.5
 """`torch.cuda.empty_cache()` / `gc.collect()` at least every other step (PyTorch CUDA
 semantics docs: empty_cache does not free memory for PyTorch and forces re-allocation;
 gc.collect walks every Python object)."""
-CACHE_GC_KINDS = ("empty_cache", "gc_collect")
 _LABELS = {"empty_cache": "torch.cuda.empty_cache()", "gc_collect": "gc.collect()"}
 
 KNOWN_LIBRARY_SYNCS: tuple[tuple[str, str, str, str, object], ...] = (
@@ -193,17 +190,15 @@ def host_syncs(ctx: CheckContext) -> Finding | None:
     evidence = (f"{per_step:.2g} host syncs per step, {when} (steady-state steps{once}; {count} in all, "
                 f"{ms(seconds)} inside them = {pct(share)} of the time); top: {top}.")
     if cuda:
-        estimated = share < CUDA_SYNC_MIN_IMPACT
-        impact = max(share, CUDA_SYNC_MIN_IMPACT)
+        impact, basis = gpu_time(ctx).sync_stake()
+        estimated = False
         severity = "critical" if per_step >= SYNCS_PER_STEP_CRITICAL else "warning"
-        if estimated:
-            evidence += (f" On a GPU a read waits for the queue to drain, which the time inside it under-states: "
-                         f"~{CUDA_SYNC_MIN_IMPACT:.0%} of the step at stake (estimate)")
     else:
         # On a CPU nothing runs ahead: a read waits for nothing, so nothing is at stake here.
         impact, estimated, severity = share, False, "info"
-        evidence += (f" On this CPU run they cost nothing; on a GPU each one would stall the pipeline "
-                     f"(expected cost there: ~{CUDA_SYNC_MIN_IMPACT:.0%} of the step or more at this rate, estimate)")
+        basis = f"the time inside the reads, {pct(share)}"
+        evidence += (" On this CPU run they cost nothing; on a GPU each one would stall it after the read "
+                     "(its next work waits for the host): the doctor measures that stall there")
     first = rows[0] if rows else None
     return Finding(
         id="host_syncs",
@@ -214,6 +209,7 @@ def host_syncs(ctx: CheckContext) -> Finding | None:
         verify_with=_verify(ctx, first, count, per_step, steps_with),
         impact=impact,
         impact_estimated=estimated,
+        basis=basis,
     )
 
 
@@ -242,6 +238,7 @@ def cache_gc_in_loop(ctx: CheckContext) -> Finding | None:
                         "call gc.freeze() after setup to shrink GC pauses"),
         verify_with=ctx.tune_command("no_gc"),
         impact=share,
+        basis="the time inside these calls, measured",
     )
 
 

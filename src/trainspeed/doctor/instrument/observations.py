@@ -17,6 +17,7 @@ import torch
 from trainspeed.doctor.instrument.dataloader import available_cores
 from trainspeed.doctor.instrument.files import growth, snapshot
 from trainspeed.doctor.instrument.session import Session
+from trainspeed.telemetry.cuda_facts import cuda_device_facts
 
 
 def _device_facts(accelerator: str | None) -> dict[str, Any]:
@@ -24,14 +25,8 @@ def _device_facts(accelerator: str | None) -> dict[str, Any]:
                              "cuda_available": torch.cuda.is_available()}
     # Only read CUDA properties when the script initialized CUDA: the doctor must not create
     # a CUDA context for a CPU-only script.
-    if accelerator == "cuda" and torch.cuda.is_initialized():
-        index = torch.cuda.current_device()
-        props = torch.cuda.get_device_properties(index)
-        facts.update(name=props.name, capability=f"{props.major}.{props.minor}",
-                     total_memory=int(props.total_memory),
-                     tf32_matmul=bool(torch.backends.cuda.matmul.allow_tf32),
-                     tf32_cudnn=bool(torch.backends.cudnn.allow_tf32),
-                     bf16_supported=bool(torch.cuda.is_bf16_supported()))
+    if accelerator == "cuda":
+        facts.update(cuda_device_facts())
     facts["float32_matmul_precision"] = torch.get_float32_matmul_precision()
     return facts
 
