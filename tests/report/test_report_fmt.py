@@ -47,7 +47,9 @@ def test_mfu_text_names_peak_or_says_why_not():
     assert mfu_text({"value": None, "valid": False, "note": "peak unknown"}) == "not measured (peak unknown)"
 
 
-def test_rank_findings_severity_then_impact():
+def test_rank_findings_share_at_stake_then_severity():
+    """The doctor's order (report.json is ranked so): the share at stake first; a severity
+    never lifts a finding with nothing at stake above one that can win time."""
     fs = [
         {"id": "a", "severity": "info", "impact": 0.9},
         {"id": "b", "severity": "warning", "impact": 0.1},
@@ -56,7 +58,7 @@ def test_rank_findings_severity_then_impact():
         {"id": "e", "severity": "critical", "impact": None},
         "not a dict",
     ]
-    assert [f["id"] for f in rank_findings(fs)] == ["c", "e", "d", "b", "a"]
+    assert [f["id"] for f in rank_findings(fs)] == ["a", "d", "c", "b", "e"]
     assert rank_findings(None) == []
 
 

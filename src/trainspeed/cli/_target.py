@@ -22,13 +22,15 @@ def pop_flags(rest: Sequence[str]) -> tuple[bool, bool, list[str]]:
 def load(target: str, overrides: Sequence[str], variant: str, *, quiet: bool = False):
     """The validated TrainConfig of `target`, its recipe found and its options checked. A note
     on what the target was taken for (a recipe, though a folder has its name) goes to stderr."""
-    from trainspeed.config import load_config
-    from trainspeed.engine.from_recipe import check_recipe, resolve
+    from trainspeed.engine.from_recipe import check_recipe, load_found, resolve
 
     found = resolve(target, variant)
     if found.note and not quiet:
         print(f"trainspeed: {found.note}", file=sys.stderr)
-    cfg = load_config(found.source, overrides)
+    cfg, overlay = load_found(found, variant, overrides)
+    if overlay and not quiet:
+        print(f"trainspeed: on CUDA the fast variant adds {overlay} (bf16, compile, fused optimizer, "
+              "pinned memory, a larger batch); override any key on the command line", file=sys.stderr)
     check_recipe(cfg)
     return cfg, found
 

@@ -85,6 +85,39 @@ def resolve_target(target: str, variant: str = "fast") -> Path:
     return found.source
 
 
+def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in over.items():
+        out[key] = _merge(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+    return out
+
+
+def _on_cuda(device: str) -> bool:
+    if str(device).startswith("cuda"):
+        return True
+    if str(device) != "auto":
+        return False
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def load_found(found: Target, variant: str, overrides: Sequence[str]) -> tuple[TrainConfig, str | None]:
+    """The config of a resolved target, and the device overlay laid over it (or None). "fast"
+    means fast on the device it runs on: a built-in recipe's fast variant on CUDA (run.device
+    auto with a GPU, or cuda, after the overrides) takes the recipe's fast-cuda.yaml over
+    fast.yaml (bf16, compile, fused AdamW, pinned memory, a batch that fills the device);
+    the command line's overrides still win. On a CPU nothing changes."""
+    cfg = load_config(found.source, overrides)
+    if found.kind != "recipe" or variant != "fast" or not isinstance(found.source, Path):
+        return cfg, None
+    overlay = found.source.with_name("fast-cuda.yaml")
+    if not overlay.is_file() or not _on_cuda(cfg.run.device):
+        return cfg, None
+    data = _merge(config_io.read_yaml(found.source), config_io.read_yaml(overlay))
+    return load_config(data, overrides), str(overlay)
+
+
 def check_recipe(cfg: TrainConfig) -> None:
     """Fail before any work when the config's recipe cannot be found or its options are wrong:
     a command-line config must name a recipe; an import path must import."""

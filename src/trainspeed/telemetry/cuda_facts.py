@@ -19,6 +19,7 @@ def cuda_device_facts() -> dict[str, Any]:
             "total_memory": int(props.total_memory),
             "tf32_matmul": bool(torch.backends.cuda.matmul.allow_tf32),
             "tf32_cudnn": bool(torch.backends.cudnn.allow_tf32),
+            "cudnn_benchmark": bool(torch.backends.cudnn.benchmark),
             "bf16_supported": bool(torch.cuda.is_bf16_supported())}
 
 

@@ -27,6 +27,7 @@ OVERLAP_POOLS: dict[str, str] = {
     "data_parallel": "compute",
     "not_compiled": "compute",
     "compute_bound": "compute",
+    "cudnn_benchmark_off": "compute",
 }
 """Finding id -> the stretch of the step its share is part of, where several findings shrink
 the same time. Findings not named here claim distinct measured phases."""

@@ -94,6 +94,7 @@ def data_bound(ctx: CheckContext) -> Finding | None:
         recommendation=recommendation,
         verify_with=ctx.tune_command("num_workers"),
         impact=share,
+        basis="the wait for the next batch, measured",
     )
 
 
@@ -138,6 +139,7 @@ def padding_waste(ctx: CheckContext) -> Finding | None:
         recommendation=recommendation,
         verify_with=ctx.tune_command("padding"),
         impact=impact,
+        basis=f"padding share {pct(pad)} x forward+backward {pct(compute)} of the step",
     )
 
 
@@ -159,6 +161,7 @@ def dataloader_workers(ctx: CheckContext) -> Finding | None:
                         f"DataLoader(..., num_workers={n}, persistent_workers=True)") + f" (engine: data.num_workers={n})",
         verify_with=ctx.tune_command("num_workers"),
         impact=share,
+        basis="the wait for the next batch, measured",
     )
 
 
@@ -198,6 +201,7 @@ def persistent_workers(ctx: CheckContext) -> Finding | None:
         recommendation="DataLoader(..., persistent_workers=True) (engine: data.persistent_workers=true)",
         verify_with=ctx.tune_command("persistent_workers"),
         impact=share,
+        basis="the time starting the workers, measured",
     )
 
 
@@ -221,6 +225,7 @@ def slow_host_to_device(ctx: CheckContext) -> Finding | None:
                         "(engine: data.pin_memory=true data.device_prefetch=true)"),
         verify_with=ctx.tune_command("pin_memory"),
         impact=share,
+        basis="the time in host-to-device copies, measured",
     )
 
 

@@ -1,0 +1,234 @@
+"""Does the doctor name the planted GPU cause first, and does the tune verify its fix?
+
+    python benchmarks/gpu_truth.py [--only NAME[,NAME...]] [--budget 40s] [--dry-run]
+
+Each script in benchmarks/scripts/gpu/ is a small unchanged training script with one planted
+GPU cause (healthy_bf16.py: none). For each, through the real CLI in subprocesses:
+
+1. `trainspeed doctor --steps N --out RUN -- python SCRIPT ARGS`: right when the first finding
+   of report.json is one the script expects, at warning level or worse (healthy_bf16.py: no
+   warning-level finding at all);
+2. the fix, measured: `trainspeed tune --from RUN --knobs K -- python SCRIPT ARGS` with the
+   knob that matches the cause, verified when tune.json's final row (the best settings against
+   the baseline) is >= 1.2x and keeps that knob; for memory near the limit, which no run-time
+   setting fixes, the doctor again with the script's smaller --batch-size, verified when its
+   samples/s is >= 1.2x the first run's. The healthy script is not tuned (nothing to fix).
+
+Writes benchmarks/results/gpu_truth-<machine>.json (headline "doctor N/N, fixes verified
+M/M"), after every script, so a run cut short keeps what it measured.
+
+--dry-run: the scripts at tiny sizes (--small), few steps and a short tune, on whatever device
+there is (a CPU too): it checks the wiring end to end (every command runs and writes its
+files) and gives no verdict on GPU causes; its file is written under --results-dir (default: a
+temporary folder), never as a GPU result.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import harness  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPTS = ROOT / "benchmarks" / "scripts" / "gpu"
+WARN = ("warning", "critical")
+MIN_SPEEDUP = 1.2
+
+
+@dataclass(frozen=True)
+class Case:
+    script: str
+    expect: tuple[str, ...]
+    """Finding ids that name the planted cause; () for the healthy script."""
+    planted: str
+    knob: str | None = None
+    """The script tune's knob that fixes it (None: no run-time setting does)."""
+    fix_args: tuple[str, ...] = ()
+    """Without a knob: the script arguments of the fix, measured by a second doctor run."""
+    steps: int = 60
+    args: tuple[str, ...] = ()
+
+
+CASES: dict[str, Case] = {c.script.removesuffix(".py"): c for c in (
+    Case("fp32_mlp.py", ("fp32_on_tensor_cores",), "fp32 matmuls on tensor cores (no autocast)", knob="precision"),
+    Case("data_bound.py", ("data_bound",), "per-sample numpy work in __getitem__, num_workers=0",
+         knob="num_workers", args=("--workers", "0")),
+    Case("pageable_copies.py", ("slow_host_to_device",),
+         "77 MB batches from pageable memory, .to(device) without non_blocking", knob="pin_memory"),
+    Case("item_sync.py", ("host_syncs",), "loss.item() every step; host and GPU work of similar length",
+         knob="log_every", args=("--log-every", "1"), steps=80),
+    Case("launch_bound.py", ("low_gpu_utilization",), "72 small layers at batch 8: launch-bound",
+         knob="compile", steps=80),
+    Case("cudnn_off.py", ("cudnn_benchmark_off",), "fixed-shape conv net, cudnn.benchmark off",
+         knob="cudnn_benchmark"),
+    Case("memory_limit.py", ("memory_near_oom",),
+         "memory held by another tensor; batch sizes vary, the allocator retries",
+         fix_args=("--batch-size", "4096"), steps=40),
+    Case("healthy_bf16.py", (), "none: bf16, fused AdamW, compute-bound, loss read every 100 steps"),
+)}
+
+
+def trainspeed(args: list[str], cwd: Path, timeout: float) -> tuple[int, str, float]:
+    t0 = time.perf_counter()
+    try:
+        proc = subprocess.run([sys.executable, "-m", "trainspeed", *args], cwd=cwd, capture_output=True,
+                              text=True, timeout=timeout,
+                              env={**os.environ, "PYTHONPATH": str(ROOT / "src") + os.pathsep
+                                   + os.environ.get("PYTHONPATH", "")})
+        return proc.returncode, (proc.stdout + proc.stderr)[-3000:], time.perf_counter() - t0
+    except subprocess.TimeoutExpired as exc:
+        out = (exc.stdout or b"") + (exc.stderr or b"")
+        return 124, (out.decode(errors="replace") if isinstance(out, bytes) else str(out))[-3000:], timeout
+
+
+def doctor(case: Case, script_args: list[str], steps: int, out: Path, work: Path, timeout: float) -> dict:
+    cmd = ["doctor", "--steps", str(steps), "--out", str(out), "--no-html", "--", "python",
+           str(SCRIPTS / case.script), *script_args]
+    rc, log, wall = trainspeed(cmd, work, timeout)
+    report = out / "report.json"
+    if rc != 0 or not report.exists():
+        return {"error": f"exit {rc}", "log_tail": log, "wall_s": round(wall, 1), "command": shlex.join(cmd)}
+    data = json.loads(report.read_text())
+    findings = data.get("findings") or []
+    summary = data.get("summary") or {}
+    top = findings[0] if findings else None
+    warnings = [f["id"] for f in findings if f.get("severity") in WARN]
+    right = (top is not None and top["id"] in case.expect and top.get("severity") in WARN) if case.expect \
+        else not warnings
+    return {"top": {k: top.get(k) for k in ("id", "severity", "title", "impact", "basis")} if top else None,
+            "findings": [(f["id"], f.get("severity"), round(float(f.get("impact") or 0.0), 3)) for f in findings],
+            "warnings": warnings, "right": right, "device": summary.get("device"),
+            "samples_per_s": summary.get("samples_per_s"), "mfu": (summary.get("mfu") or {}).get("value"),
+            "gpu_busy": summary.get("gpu_busy"), "memory": summary.get("memory"),
+            "step_p50_ms": round(1e3 * summary["step_time"]["p50"], 2)
+            if (summary.get("step_time") or {}).get("p50") else None,
+            "wall_s": round(wall, 1), "command": shlex.join(["trainspeed", *cmd])}
+
+
+def tune(case: Case, script_args: list[str], run: Path, out: Path, work: Path, budget: str, steps: int,
+         timeout: float) -> dict:
+    cmd = ["tune", "--from", str(run), "--knobs", str(case.knob), "--budget", budget, "--steps", str(steps),
+           "--warmup-steps", "3", "--repeats", "1", "--out", str(out), "--", "python",
+           str(SCRIPTS / case.script), *script_args]
+    rc, log, wall = trainspeed(cmd, work, timeout)
+    path = out / "tune.json"
+    if rc != 0 or not path.exists():
+        return {"error": f"exit {rc}", "log_tail": log, "wall_s": round(wall, 1), "command": shlex.join(cmd)}
+    result = json.loads(path.read_text())
+    final = result.get("final") or {}
+    best = result.get("best_settings") or {}
+    speedup = final.get("speedup")
+    verified = bool(best) and isinstance(speedup, (int, float)) and speedup >= MIN_SPEEDUP
+    return {"best_settings": best, "final_speedup": speedup, "final_verdict": final.get("verdict"),
+            "verified": verified, "ablation": [(r.get("knob"), r.get("setting"), r.get("verdict"), r.get("speedup"))
+                                               for r in result.get("ablation") or []],
+            "wall_s": round(wall, 1), "command": shlex.join(["trainspeed", *cmd])}
+
+
+def fixed_run(case: Case, script_args: list[str], steps: int, first: dict, work: Path, timeout: float) -> dict:
+    """The fix no setting makes (a smaller batch), measured by the doctor beside the first run."""
+    after = doctor(case, [*script_args, *case.fix_args], steps, work / "after", work, timeout)
+    if "error" in after:
+        return after
+    a, b = first.get("samples_per_s"), after.get("samples_per_s")
+    ratio = b / a if a and b else None
+    return {"fix_args": list(case.fix_args), "samples_per_s_before": a, "samples_per_s_after": b,
+            "speedup": ratio, "verified": ratio is not None and ratio >= MIN_SPEEDUP,
+            "top_after": after.get("top"), "wall_s": after["wall_s"], "command": after["command"]}
+
+
+def run_case(name: str, case: Case, work: Path, dry: bool, budget: str, timeout: float) -> dict:
+    script_args = [*case.args, "--steps", "1000000"] + (["--small"] if dry else [])
+    steps = 12 if dry else case.steps
+    work.mkdir(parents=True, exist_ok=True)
+    entry: dict = {"expect": list(case.expect), "planted": case.planted, "knob": case.knob,
+                   "doctor": doctor(case, script_args, steps, work / "run", work, timeout)}
+    first = entry["doctor"]
+    if "error" in first:
+        entry["fix"] = {"skipped": "the doctor run failed"}
+    elif not case.expect:
+        entry["fix"] = {"skipped": "healthy: nothing to fix"}
+    elif case.knob:
+        entry["fix"] = tune(case, script_args, work / "run", work / "tune", work, budget, 5 if dry else 12, timeout)
+    else:
+        entry["fix"] = fixed_run(case, script_args, steps, first, work, timeout)
+    fix = entry["fix"]
+    entry["doctor_right"] = bool(first.get("right"))
+    entry["fix_verified"] = None if "skipped" in fix else bool(fix.get("verified"))
+    entry["wiring_ok"] = "error" not in first and "error" not in fix
+    return entry
+
+
+def headline(results: dict, dry: bool) -> dict:
+    n = len(results)
+    right = sum(bool(e.get("doctor_right")) for e in results.values())
+    fixes = [e for e in results.values() if e.get("fix_verified") is not None]
+    verified = sum(bool(e["fix_verified"]) for e in fixes)
+    wired = sum(bool(e.get("wiring_ok")) for e in results.values())
+    if dry:
+        return {"label": f"dry run (tiny sizes, no verdict on GPU causes): {wired}/{n} scripts ran end to end "
+                         "(doctor, then tune or the fixed run)",
+                "value": {"wired": wired, "scripts": n}, "goal": "every command runs and writes its files",
+                "passed": wired == n}
+    return {"label": f"doctor names the planted cause first {right}/{n} (healthy: no warning); "
+                     f"fixes verified >= {MIN_SPEEDUP}x {verified}/{len(fixes)}",
+            "value": {"doctor_right": right, "scripts": n, "fixes_verified": verified, "fixes": len(fixes)},
+            "goal": f"{n}/{n} first, {len(fixes)}/{len(fixes)} verified", "passed": right == n and verified == len(fixes)}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--only", default=None, help="comma-separated names: " + ", ".join(CASES))
+    ap.add_argument("--budget", default="40s", help="each tune's budget (default 40s)")
+    ap.add_argument("--timeout", type=float, default=180.0, help="seconds before one command is killed")
+    ap.add_argument("--dry-run", action="store_true", help="tiny sizes, any device, no verdict (see above)")
+    ap.add_argument("--results-dir", default=None, help="where the results file goes (default: benchmarks/results; "
+                                                         "a temporary folder for --dry-run)")
+    ap.add_argument("--keep", default=None, help="keep the run directories here")
+    args = ap.parse_args()
+    names = args.only.split(",") if args.only else list(CASES)
+    unknown = [n for n in names if n not in CASES]
+    if unknown:
+        raise SystemExit(f"unknown script(s) {unknown}; choose from {', '.join(CASES)}")
+    import torch
+
+    if not args.dry_run and not torch.cuda.is_available():
+        print("gpu_truth: no CUDA device here; --dry-run checks the wiring on a CPU", file=sys.stderr)
+        return 2
+    if args.results_dir or args.dry_run:
+        harness.RESULTS = Path(args.results_dir or tempfile.mkdtemp(prefix="gpu-truth-results-"))
+    name = "gpu_truth_dryrun" if args.dry_run else "gpu_truth"
+    work = Path(args.keep or tempfile.mkdtemp(prefix="gpu-truth-"))
+    results: dict = harness.with_previous(name, {}) if args.only and not args.dry_run else {}
+    for key in names:
+        t0 = time.perf_counter()
+        entry = run_case(key, CASES[key], work / key, args.dry_run, args.budget, args.timeout)
+        entry["command"] = f"python benchmarks/gpu_truth.py --only {key}" + (" --dry-run" if args.dry_run else "")
+        results[key] = entry
+        top = (entry["doctor"].get("top") or {}).get("id") or entry["doctor"].get("error")
+        fix = entry["fix"]
+        fix_txt = fix.get("skipped") or fix.get("error") or (
+            f"{fix.get('final_speedup') or fix.get('speedup')}x verified={entry['fix_verified']}")
+        print(f"{key:16s} top {top} (expect {', '.join(CASES[key].expect) or 'no warning'}: "
+              f"{'right' if entry['doctor_right'] else 'WRONG'}); fix: {fix_txt} ({time.perf_counter() - t0:.0f} s)",
+              flush=True)
+        head = headline(results, args.dry_run)
+        harness.write_result(name, results, headline=head, command="python benchmarks/gpu_truth.py"
+                             + (" --dry-run" if args.dry_run else ""))
+    head = headline(results, args.dry_run)
+    print(f"\n{head['label']}\ngoal: {head['goal']}: {'met' if head['passed'] else 'NOT met'}")
+    return 0 if head["passed"] or not args.dry_run else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,52 @@
+"""Planted GPU cause: memory near the limit. Another tensor (--hold-fraction of the free memory)
+stays allocated for the whole run, and the activations of each step no longer fit beside the
+cached blocks: the caching allocator frees its cache and retries cudaMalloc (allocator
+retries), a device-wide sync each time. bf16 autocast; a smaller --batch-size is the fix.
+
+    python memory_limit.py --steps 100 [--batch-size 512] [--hold-fraction 0.9] [--small]
+"""
+import argparse
+
+import torch
+from torch import nn
+
+p = argparse.ArgumentParser()
+p.add_argument("--steps", type=int, default=100)
+p.add_argument("--batch-size", type=int, default=8192, help="the largest batch; each step takes 1/2-1x of it")
+p.add_argument("--small", action="store_true")
+args = p.parse_args()
+device = "cuda" if torch.cuda.is_available() else "cpu"
+width, reference = (64, 16) if args.small else (4096, 8192)
+batch = min(args.batch_size, reference) if not args.small else 16
+torch.manual_seed(0)
+model = nn.Sequential(*[m for _ in range(4) for m in (nn.Linear(width, width), nn.GELU())], nn.Linear(width, 10)).to(device)
+opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=device == "cuda")
+
+
+def step(n):
+    x = torch.randn(n, width, device=device)
+    y = torch.randint(0, 10, (n,), device=device)
+    with torch.autocast(device, dtype=torch.bfloat16):
+        loss = nn.functional.cross_entropy(model(x), y)
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    opt.step()
+    return loss
+
+
+hold = None
+if device == "cuda":
+    # Another tenant of the GPU takes all but 1.1x of what one step at the reference batch needs
+    # (measured here), whatever --batch-size is: the memory this run can use is fixed.
+    step(reference)
+    torch.cuda.synchronize()
+    need = torch.cuda.max_memory_allocated() - torch.cuda.memory_allocated()
+    torch.cuda.empty_cache()
+    free, _ = torch.cuda.mem_get_info()
+    hold = torch.empty(max(0, free - int(1.1 * need)), dtype=torch.uint8, device=device)
+g = torch.Generator().manual_seed(0)
+for i in range(args.steps):
+    # batch sizes vary from step to step (the last partial batch, a sampler by length): the
+    # cached blocks of one step do not fit the next, and near the limit the allocator retries
+    loss = step(int(torch.randint(batch // 2, batch + 1, (1,), generator=g)))
+print(f"final loss {loss.item():.4f}")
