@@ -56,24 +56,30 @@ class Case:
     fix_args: tuple[str, ...] = ()
     """Without a knob: the script arguments of the fix, measured by a second doctor run."""
     steps: int = 60
+    """Doctor steps: enough for >= 2 s of measured steps on an H100, so that the sampler (4 rows
+    a second) has NVML rows inside them (telemetry/gpu_busy.py)."""
     args: tuple[str, ...] = ()
+    budget: str | None = None
+    """This case's tune budget (compile needs longer: its warm-up compiles), else --budget."""
 
 
 CASES: dict[str, Case] = {c.script.removesuffix(".py"): c for c in (
-    Case("fp32_mlp.py", ("fp32_on_tensor_cores",), "fp32 matmuls on tensor cores (no autocast)", knob="precision"),
+    Case("fp32_mlp.py", ("fp32_on_tensor_cores",), "fp32 matmuls on tensor cores (no autocast)", knob="precision",
+         steps=100),
     Case("data_bound.py", ("data_bound",), "per-sample numpy work in __getitem__, num_workers=0",
-         knob="num_workers", args=("--workers", "0")),
+         knob="num_workers", args=("--workers", "0"), steps=150),
     Case("pageable_copies.py", ("slow_host_to_device",),
-         "77 MB batches from pageable memory, .to(device) without non_blocking", knob="pin_memory"),
+         "77 MB batches from pageable memory, .to(device) without non_blocking", knob="pin_memory",
+         steps=300),
     Case("item_sync.py", ("host_syncs",), "loss.item() every step; host and GPU work of similar length",
-         knob="log_every", args=("--log-every", "1"), steps=80),
+         knob="log_every", args=("--log-every", "1"), steps=400),
     Case("launch_bound.py", ("low_gpu_utilization",), "72 small layers at batch 8: launch-bound",
-         knob="compile", steps=80),
+         knob="compile", steps=800, budget="60s"),
     Case("cudnn_off.py", ("cudnn_benchmark_off",), "fixed-shape conv net, cudnn.benchmark off",
-         knob="cudnn_benchmark"),
+         knob="cudnn_benchmark", steps=150),
     Case("memory_limit.py", ("memory_near_oom",),
          "memory held by another tensor; batch sizes vary, the allocator retries",
-         fix_args=("--batch-size", "4096"), steps=40),
+         fix_args=("--batch-size", "4096"), steps=60),
     Case("healthy_bf16.py", (), "none: bf16, fused AdamW, compute-bound, loss read every 100 steps"),
 )}
 
@@ -147,26 +153,34 @@ def fixed_run(case: Case, script_args: list[str], steps: int, first: dict, work:
             "top_after": after.get("top"), "wall_s": after["wall_s"], "command": after["command"]}
 
 
-def run_case(name: str, case: Case, work: Path, dry: bool, budget: str, timeout: float) -> dict:
-    script_args = [*case.args, "--steps", "1000000"] + (["--small"] if dry else [])
-    steps = 12 if dry else case.steps
+def script_args_of(case: Case, dry: bool) -> list[str]:
+    return [*case.args, "--steps", "1000000"] + (["--small"] if dry else [])
+
+
+def diagnose_case(case: Case, work: Path, dry: bool, timeout: float) -> dict:
+    """The doctor's half of a case (all cases get theirs first: the doctor's headline is whole
+    even when the tunes after it run out of time)."""
     work.mkdir(parents=True, exist_ok=True)
-    entry: dict = {"expect": list(case.expect), "planted": case.planted, "knob": case.knob,
-                   "doctor": doctor(case, script_args, steps, work / "run", work, timeout)}
-    first = entry["doctor"]
+    first = doctor(case, script_args_of(case, dry), 12 if dry else case.steps, work / "run", work, timeout)
+    return {"expect": list(case.expect), "planted": case.planted, "knob": case.knob, "doctor": first,
+            "doctor_right": bool(first.get("right")), "fix": {"skipped": "not run yet"}, "fix_verified": None,
+            "wiring_ok": "error" not in first}
+
+
+def fix_case(case: Case, entry: dict, work: Path, dry: bool, budget: str, timeout: float) -> None:
+    """The fix's half: the tune of the matching knob, or the fixed run; in place."""
+    first, args = entry["doctor"], script_args_of(case, dry)
     if "error" in first:
-        entry["fix"] = {"skipped": "the doctor run failed"}
+        fix = {"skipped": "the doctor run failed"}
     elif not case.expect:
-        entry["fix"] = {"skipped": "healthy: nothing to fix"}
+        fix = {"skipped": "healthy: nothing to fix"}
     elif case.knob:
-        entry["fix"] = tune(case, script_args, work / "run", work / "tune", work, budget, 5 if dry else 12, timeout)
+        fix = tune(case, args, work / "run", work / "tune", work, case.budget or budget, 5 if dry else 12, timeout)
     else:
-        entry["fix"] = fixed_run(case, script_args, steps, first, work, timeout)
-    fix = entry["fix"]
-    entry["doctor_right"] = bool(first.get("right"))
+        fix = fixed_run(case, args, 12 if dry else case.steps, first, work, timeout)
+    entry["fix"] = fix
     entry["fix_verified"] = None if "skipped" in fix else bool(fix.get("verified"))
     entry["wiring_ok"] = "error" not in first and "error" not in fix
-    return entry
 
 
 def headline(results: dict, dry: bool) -> dict:
@@ -189,7 +203,7 @@ def headline(results: dict, dry: bool) -> dict:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--only", default=None, help="comma-separated names: " + ", ".join(CASES))
-    ap.add_argument("--budget", default="40s", help="each tune's budget (default 40s)")
+    ap.add_argument("--budget", default="25s", help="each tune's budget (default 25s; a case may set its own)")
     ap.add_argument("--timeout", type=float, default=180.0, help="seconds before one command is killed")
     ap.add_argument("--dry-run", action="store_true", help="tiny sizes, any device, no verdict (see above)")
     ap.add_argument("--results-dir", default=None, help="where the results file goes (default: benchmarks/results; "
@@ -210,21 +224,30 @@ def main() -> int:
     name = "gpu_truth_dryrun" if args.dry_run else "gpu_truth"
     work = Path(args.keep or tempfile.mkdtemp(prefix="gpu-truth-"))
     results: dict = harness.with_previous(name, {}) if args.only and not args.dry_run else {}
-    for key in names:
+    command = "python benchmarks/gpu_truth.py" + (" --dry-run" if args.dry_run else "")
+
+    def save() -> None:
+        harness.write_result(name, results, headline=headline(results, args.dry_run), command=command)
+
+    for key in names:  # the doctor on every script first, then the fixes
         t0 = time.perf_counter()
-        entry = run_case(key, CASES[key], work / key, args.dry_run, args.budget, args.timeout)
-        entry["command"] = f"python benchmarks/gpu_truth.py --only {key}" + (" --dry-run" if args.dry_run else "")
+        entry = diagnose_case(CASES[key], work / key, args.dry_run, args.timeout)
+        entry["command"] = f"{command} --only {key}"
         results[key] = entry
         top = (entry["doctor"].get("top") or {}).get("id") or entry["doctor"].get("error")
-        fix = entry["fix"]
-        fix_txt = fix.get("skipped") or fix.get("error") or (
-            f"{fix.get('final_speedup') or fix.get('speedup')}x verified={entry['fix_verified']}")
-        print(f"{key:16s} top {top} (expect {', '.join(CASES[key].expect) or 'no warning'}: "
-              f"{'right' if entry['doctor_right'] else 'WRONG'}); fix: {fix_txt} ({time.perf_counter() - t0:.0f} s)",
-              flush=True)
-        head = headline(results, args.dry_run)
-        harness.write_result(name, results, headline=head, command="python benchmarks/gpu_truth.py"
-                             + (" --dry-run" if args.dry_run else ""))
+        print(f"doctor {key:16s} top {top} (expect {', '.join(CASES[key].expect) or 'no warning'}: "
+              f"{'right' if entry['doctor_right'] else 'WRONG'}) ({time.perf_counter() - t0:.0f} s)", flush=True)
+        save()
+    for key in names:
+        t0 = time.perf_counter()
+        fix_case(CASES[key], results[key], work / key, args.dry_run, args.budget, args.timeout)
+        fix = results[key]["fix"]
+        speed = fix.get("final_speedup") or fix.get("speedup")
+        text = fix.get("skipped") or fix.get("error") or (
+            f"{speed:.2f}x" if isinstance(speed, (int, float)) else "no verified speedup")
+        print(f"fix    {key:16s} {text} (verified: {results[key]['fix_verified']}) "
+              f"({time.perf_counter() - t0:.0f} s)", flush=True)
+        save()
     head = headline(results, args.dry_run)
     print(f"\n{head['label']}\ngoal: {head['goal']}: {'met' if head['passed'] else 'NOT met'}")
     return 0 if head["passed"] or not args.dry_run else 1

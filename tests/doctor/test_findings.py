@@ -30,7 +30,7 @@ def test_nothing_at_stake_never_ranks_above_real_time():
 def test_estimated_impact_is_labelled():
     f = Finding(id="s", severity="info", title="t", evidence="e", recommendation="r", impact=0.05,
                 impact_estimated=True)
-    assert "~5% of step time, estimated" in format_findings(rank([f]))
+    assert "~5% of step time at stake (estimated)" in format_findings(rank([f]))
 
 
 def test_impact_is_clamped_and_nan_ranks_last():

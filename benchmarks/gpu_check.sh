@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# Every GPU check of issue 29 in one run (under 8 minutes on an H100), for a lent GPU session:
+#
+#   OUT=/some/dir bash benchmarks/gpu_check.sh            # the device: $OUT is set for you
+#   bash benchmarks/gpu_check.sh --tests-only             # `make gpu-test`: the pytest part only
+#
+# 1. the GPU tests (pytest -m gpu over the files below), 2. benchmarks/gpu_truth.py (the doctor
+# names each planted GPU cause first; the tune verifies its fix), 3. benchmarks/gpu_mfu.py (gpt
+# at GPT-2 124M, bf16 + compile + fused AdamW). Each runs under its own `timeout`; one that
+# fails or times out does not stop the others. No virtual environment and no package index are
+# needed: PYTHONPATH=src and the machine's python3 (torch with CUDA). Output goes to
+# $OUT/gpu_check.log, the results files to $OUT (at most 8 files in all). Without CUDA it says
+# so, runs the tests (which skip) and gpu_truth.py --dry-run on two scripts (the wiring), and
+# skips gpu_mfu.py.
+set -u
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+OUT=${OUT:-$(mktemp -d /tmp/gpu-check-XXXX)}
+mkdir -p "$OUT"
+LOG="$OUT/gpu_check.log"
+export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"
+export TRAINSPEED_MACHINE=${TRAINSPEED_MACHINE:-}
+[ -z "$TRAINSPEED_MACHINE" ] && unset TRAINSPEED_MACHINE
+
+GPU_TESTS="tests/test_gpu_paths.py tests/test_gpu_doctor.py tests/telemetry/test_memory.py
+  tests/telemetry/test_env.py tests/telemetry/test_peaks.py tests/engine/test_precision.py
+  tests/engine/data/test_data_prefetch.py tests/engine/checkpoint/test_ckpt_async.py"
+
+run_tests() {
+  # shellcheck disable=SC2086 # the list is word-split on purpose
+  timeout "${1:-170}" "$PY" -m pytest -q -m gpu -p no:cacheprovider -o addopts="-ra" $GPU_TESTS
+}
+
+if [ "${1:-}" = "--tests-only" ]; then
+  run_tests 300
+  exit $?
+fi
+
+cuda=$("$PY" -c "import torch; print(int(torch.cuda.is_available()))" 2>/dev/null || echo 0)
+status=0
+{
+  echo "== gpu_check $(date -u +%FT%TZ) on $(hostname): python $("$PY" -V 2>&1 | cut -d' ' -f2), torch $("$PY" -c 'import torch; print(torch.__version__, torch.version.cuda)' 2>&1)"
+  command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+  "$PY" -c "import pynvml" 2>/dev/null && echo "pynvml: yes (GPU busy from NVML)" || echo "pynvml: no (no GPU busy figure)"
+  "$PY" -c "import libcst" 2>/dev/null && echo "libcst: yes" || echo "libcst: no (the tune's code change is skipped)"
+  [ "$cuda" = 1 ] || echo "no CUDA here: the GPU tests skip, gpu_truth runs --dry-run on two scripts, gpu_mfu is skipped"
+
+  echo; echo "== 1/3 GPU tests (timeout 170 s)"; t0=$SECONDS
+  run_tests 170 || { echo "GPU tests: exit $?"; status=1; }
+  echo "GPU tests: $((SECONDS - t0)) s"
+
+  echo; echo "== 2/3 gpu_truth.py (timeout 200 s)"; t0=$SECONDS
+  if [ "$cuda" = 1 ]; then
+    timeout 200 "$PY" benchmarks/gpu_truth.py --budget 20s --timeout 90 || { echo "gpu_truth: exit $?"; status=1; }
+  else
+    timeout 400 "$PY" benchmarks/gpu_truth.py --dry-run --only fp32_mlp,memory_limit --budget 20s \
+      --results-dir "$OUT" || { echo "gpu_truth --dry-run: exit $?"; status=1; }
+  fi
+  echo "gpu_truth: $((SECONDS - t0)) s"
+
+  echo; echo "== 3/3 gpu_mfu.py (timeout 100 s)"; t0=$SECONDS
+  if [ "$cuda" = 1 ]; then
+    timeout 100 "$PY" benchmarks/gpu_mfu.py --variants fast --steps 80 || { echo "gpu_mfu: exit $?"; status=1; }
+  else
+    echo "gpu_mfu: skipped (no CUDA)"
+  fi
+  echo "gpu_mfu: $((SECONDS - t0)) s"
+
+  echo; echo "== results"
+  n=0
+  for f in benchmarks/results/gpu_truth-*.json benchmarks/results/gpu_mfu-*.json; do
+    [ -f "$f" ] || continue
+    [ "$n" -lt 6 ] || break
+    cp "$f" "$OUT/" && n=$((n + 1)) && echo "copied $f"
+    "$PY" -c "import json,sys; h=json.load(open(sys.argv[1]))['headline']; print('  ', h['label'], '->', h['value'], 'passed' if h['passed'] else 'NOT passed')" "$f" 2>/dev/null
+  done
+  echo "gpu_check: done, exit $status, $SECONDS s"
+  exit "$status"
+} 2>&1 | tee "$LOG"
+exit "${PIPESTATUS[0]}"
