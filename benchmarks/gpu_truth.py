@@ -73,13 +73,13 @@ CASES: dict[str, Case] = {c.script.removesuffix(".py"): c for c in (
          steps=300),
     Case("item_sync.py", ("host_syncs",), "loss.item() every step; host and GPU work of similar length",
          knob="log_every", args=("--log-every", "1"), steps=400),
-    Case("launch_bound.py", ("low_gpu_utilization",), "72 small layers at batch 8: launch-bound",
-         knob="compile", steps=800, budget="60s"),
     Case("cudnn_off.py", ("cudnn_benchmark_off",), "fixed-shape conv net, cudnn.benchmark off",
          knob="cudnn_benchmark", steps=150),
     Case("memory_limit.py", ("memory_near_oom",),
          "memory held by another tensor; batch sizes vary, the allocator retries",
          fix_args=("--batch-size", "4096"), steps=60),
+    Case("launch_bound.py", ("low_gpu_utilization",), "72 small layers at batch 8: launch-bound",
+         knob="compile", steps=800, budget="60s"),
     Case("healthy_bf16.py", (), "none: bf16, fused AdamW, compute-bound, loss read every 100 steps"),
 )}
 

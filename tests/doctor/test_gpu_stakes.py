@@ -166,3 +166,30 @@ def test_report_ranks_by_share_at_stake_like_the_doctor():
     warning with 60 %."""
     found = [{"id": "a", "severity": "critical", "impact": 0.05}, {"id": "b", "severity": "warning", "impact": 0.6}]
     assert [f["id"] for f in rank_findings(found)] == ["b", "a"]
+
+
+def test_allocator_retries_on_every_step_claim_the_idle_gpu():
+    """Memory near the limit: retries on every measured step, GPU busy 40 %, nothing else
+    explains the idle 60 %: memory_near_oom claims it (it was a fixed 5 %), and the idle-GPU
+    finding does not claim it again."""
+    run = cuda_run(util_during=40.0, obs=(H100, {**FP32_MODEL, "autocast": "bfloat16"}))
+    for rec in run.steps:
+        rec["mem"] = {"cuda_alloc_peak": 70 * 2**30, "cuda_reserved_peak": 79 * 2**30,
+                      "cuda_alloc_retries": rec["step"] * 3}
+    found = {f["id"]: f for f in diagnose(run)}
+    assert found["memory_near_oom"]["impact"] == pytest.approx(0.60, abs=0.02)
+    assert "allocator retries" in found["memory_near_oom"]["basis"]
+    assert "low_gpu_utilization" not in found
+    assert next(iter(found)) == "memory_near_oom"
+
+
+def test_cudnn_benchmark_off_on_a_conv_model():
+    conv = {**FP32_MODEL, "autocast": "bfloat16", "convolutional": True}
+    run = cuda_run(obs=({**H100, "cudnn_benchmark": False}, conv), shares={"forward": 0.3, "backward": 0.5})
+    f = hardware.cudnn_benchmark_off(ctx_of(run))
+    assert f.impact == pytest.approx(0.8, abs=0.01) and f.impact_estimated and "upper bound" in f.basis
+    assert f.verify_with is None  # an engine-style run: no engine knob (a script run gets --knobs cudnn_benchmark)
+    on = cuda_run(obs=({**H100, "cudnn_benchmark": True}, conv))
+    assert hardware.cudnn_benchmark_off(ctx_of(on)) is None
+    mlp = cuda_run(obs=({**H100, "cudnn_benchmark": False}, {**FP32_MODEL, "autocast": "bfloat16"}))
+    assert hardware.cudnn_benchmark_off(ctx_of(mlp)) is None

@@ -164,7 +164,7 @@ def not_compiled(ctx: CheckContext) -> Finding | None:
         title="The model is not compiled",
         evidence=(f"{models[0].get('class')} runs eagerly ({framework} loop); torch.compile fuses elementwise ops"
                   f"{flag_note(ctx, 'compile')}"),
-        recommendation=f"{how} (engine: compile.mode=default); measure it, gains vary",
+        recommendation=f"{how}{'' if ctx.engine_run else ' (engine: compile.mode=default)'}; measure it, gains vary",
         verify_with=ctx.tune_command("compile"),
         impact=0.0,
     )
@@ -175,16 +175,12 @@ def low_gpu_utilization(ctx: CheckContext) -> Finding | None:
     process), and what is at stake is the idle time that the data wait, the copies and the
     syncs' stall do not already claim (their own findings name those). A busy figure below
     the MFU is not a measurement of the steps (telemetry/gpu_busy.py) and makes no finding."""
-    from trainspeed.doctor.checks.gpu_time import gpu_time
-
     if ctx.device_type != "cuda":
         return None
-    parts = gpu_time(ctx)
-    busy, unexplained = parts.busy, parts.idle_unexplained
-    if busy is None or unexplained is None or busy >= GPU_UTIL_WARNING:
+    parts, residual, claimed = _idle_left(ctx)
+    busy = parts.busy
+    if busy is None or residual is None or busy >= GPU_UTIL_WARNING:
         return None
-    claimed = parts.sync_stake()[0] if _syncs_every_step(ctx) else 0.0
-    residual = max(0.0, unexplained - claimed)
     if residual < IDLE_UNEXPLAINED_NOTICE or _retrying(ctx):
         return None
     found = ctx.summary.get("gpu_busy") or {}
@@ -202,8 +198,8 @@ def low_gpu_utilization(ctx: CheckContext) -> Finding | None:
         evidence.append(f"the data wait, copies and syncs' stall explain {pct(explained)} of the idle "
                         f"{pct(parts.idle)}; {pct(residual)} is the host launching kernels")
     fix = ("compile.mode=reduce-overhead (CUDA graphs) or a larger data.batch_size in the run's config" if ctx.engine_run else
-           "capture the step in CUDA graphs (torch.compile(model, mode='reduce-overhead')) or use a bigger batch "
-           "(`trainspeed tune --knobs batch_size` finds the fastest) to amortize the launches")
+           "fewer, larger kernels: torch.compile(model) fuses the small ops, mode='reduce-overhead' also "
+           "replays the step as CUDA graphs; or a bigger batch, so that each launch carries more work")
     return Finding(
         id="low_gpu_utilization",
         severity="warning",
@@ -217,11 +213,19 @@ def low_gpu_utilization(ctx: CheckContext) -> Finding | None:
     )
 
 
-def _syncs_every_step(ctx: CheckContext) -> bool:
+def _idle_left(ctx: CheckContext) -> tuple[Any, float | None, float]:
+    """(the step's GPU time parts, the GPU idle share no measured host stretch explains: not
+    the data wait, the copies, nor the syncs' stall when the loop reads every step, the share
+    the syncs claimed). None without a GPU busy figure."""
+    from trainspeed.doctor.checks.gpu_time import gpu_time
     from trainspeed.doctor.checks.syncs import SYNCS_PER_STEP_WARNING
 
+    parts = gpu_time(ctx)
     rate = ctx.summary.get("syncs_per_step")
-    return isinstance(rate, (int, float)) and rate >= SYNCS_PER_STEP_WARNING
+    every_step = isinstance(rate, (int, float)) and rate >= SYNCS_PER_STEP_WARNING
+    claimed = parts.sync_stake()[0] if every_step else 0.0
+    unexplained = parts.idle_unexplained
+    return parts, None if unexplained is None else max(0.0, unexplained - claimed), claimed
 
 
 def compute_bound(ctx: CheckContext) -> Finding | None:
@@ -302,17 +306,12 @@ def _retry_stake(ctx: CheckContext, retries: Any) -> tuple[float, str]:
     """(share at stake, basis) of allocator retries: each frees the cached blocks (a device-wide
     sync) and allocates again while the GPU waits, so with retries on most measured steps the
     GPU idle time that the data wait, the copies and the syncs' stall leave unexplained is theirs."""
-    from trainspeed.doctor.checks.gpu_time import gpu_time
-
     measured = int(ctx.summary.get("measured_steps") or ctx.steps or 0)
     if not isinstance(retries, (int, float)) or retries < 0.5 * max(1, measured):
         return 0.0, ""
-    parts = gpu_time(ctx)
-    unexplained = parts.idle_unexplained
-    if unexplained is None:
+    parts, residual, _ = _idle_left(ctx)
+    if residual is None:
         return 0.0, "no GPU busy figure over the measured steps: the retries' cost is not measured"
-    claimed = parts.sync_stake()[0] if _syncs_every_step(ctx) else 0.0
-    residual = max(0.0, unexplained - claimed)
     return residual, (f"{int(retries)} allocator retries over {measured} measured steps; the GPU idles "
                       f"{pct(parts.idle)} of them, {pct(residual)} not explained by the data wait, copies or syncs")
 
