@@ -193,3 +193,12 @@ def test_cudnn_benchmark_off_on_a_conv_model():
     assert hardware.cudnn_benchmark_off(ctx_of(on)) is None
     mlp = cuda_run(obs=({**H100, "cudnn_benchmark": False}, {**FP32_MODEL, "autocast": "bfloat16"}))
     assert hardware.cudnn_benchmark_off(ctx_of(mlp)) is None
+
+
+def test_report_shows_gpu_busy_of_the_measured_steps_and_why_not():
+    from trainspeed.report.terminal import summary_lines
+
+    rows = dict(summary_lines(summarize(cuda_run())))
+    assert rows["GPU busy"].startswith("90") and "inside the measured steps" in rows["GPU busy"]
+    low = dict(summary_lines(summarize(cuda_run(util_during=2.0, flops=0.08 * 67e12 * 0.1, peak=FP32_PEAK))))
+    assert low["GPU busy"].startswith("not measured") and "MFU" in low["GPU busy"]

@@ -49,6 +49,10 @@ def summary_lines(summary: dict[str, Any]) -> list[tuple[str, str]]:
     rows.append(("step time", f"p50 {fmt_seconds(st.get('p50'))} · p90 {fmt_seconds(st.get('p90'))} · "
                               f"p99 {fmt_seconds(st.get('p99'))}"))
     rows.append(("MFU", mfu_text(s.get("mfu"))))
+    busy = s.get("gpu_busy")
+    if isinstance(busy, dict):  # NVML over the measured steps only (telemetry/gpu_busy.py)
+        rows.append(("GPU busy", f"{fmt_share(busy.get('value'))} ({busy.get('basis')})" if busy.get("valid")
+                     else f"not measured ({busy.get('note') or busy.get('basis')})"))
     mem = s.get("memory") or {}
     parts = []
     for key, label in (("cuda_alloc_peak", "device alloc"), ("cuda_reserved_peak", "device reserved"),
