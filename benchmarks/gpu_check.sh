@@ -61,7 +61,7 @@ status=0
 
   echo; echo "== 3/3 gpu_truth.py (timeout 240 s)"; t0=$SECONDS
   if [ "$cuda" = 1 ]; then
-    timeout -s INT -k 10 240 "$PY" benchmarks/gpu_truth.py --budget 20s --timeout 90 || { echo "gpu_truth: exit $?"; status=1; }
+    timeout -s INT -k 10 240 "$PY" benchmarks/gpu_truth.py --budget 30s --timeout 75 || { echo "gpu_truth: exit $?"; status=1; }
   else
     timeout -s INT -k 10 400 "$PY" benchmarks/gpu_truth.py --dry-run --only fp32_mlp,memory_limit --budget 20s \
       --results-dir "$OUT" || { echo "gpu_truth --dry-run: exit $?"; status=1; }

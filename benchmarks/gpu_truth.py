@@ -43,6 +43,9 @@ ROOT = Path(__file__).resolve().parents[1]
 SCRIPTS = ROOT / "benchmarks" / "scripts" / "gpu"
 WARN = ("warning", "critical")
 MIN_SPEEDUP = 1.2
+TUNE_STEPS = 10
+"""Measured steps per tune trial (after 3 warm-up steps): the planted causes cost 1.5-5x, far
+above the noise of 10 steps, and a trial must fit a tune budget of tens of seconds."""
 
 
 @dataclass(frozen=True)
@@ -124,7 +127,7 @@ def doctor(case: Case, script_args: list[str], steps: int, out: Path, work: Path
 def tune(case: Case, script_args: list[str], run: Path, out: Path, work: Path, budget: str, steps: int,
          timeout: float) -> dict:
     cmd = ["tune", "--from", str(run), "--knobs", str(case.knob), "--budget", budget, "--steps", str(steps),
-           "--warmup-steps", "3", "--repeats", "1", "--out", str(out), "--", "python",
+           "--warmup-steps", "3", "--repeats", "1", "--verify-repeats", "1", "--out", str(out), "--", "python",
            str(SCRIPTS / case.script), *script_args]
     rc, log, wall = trainspeed(cmd, work, timeout)
     path = out / "tune.json"
@@ -175,7 +178,8 @@ def fix_case(case: Case, entry: dict, work: Path, dry: bool, budget: str, timeou
     elif not case.expect:
         fix = {"skipped": "healthy: nothing to fix"}
     elif case.knob:
-        fix = tune(case, args, work / "run", work / "tune", work, case.budget or budget, 5 if dry else 12, timeout)
+        fix = tune(case, args, work / "run", work / "tune", work, case.budget or budget, 5 if dry else TUNE_STEPS,
+                   timeout)
     else:
         fix = fixed_run(case, args, 12 if dry else case.steps, first, work, timeout)
     entry["fix"] = fix
@@ -203,7 +207,7 @@ def headline(results: dict, dry: bool) -> dict:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--only", default=None, help="comma-separated names: " + ", ".join(CASES))
-    ap.add_argument("--budget", default="25s", help="each tune's budget (default 25s; a case may set its own)")
+    ap.add_argument("--budget", default="30s", help="each tune's budget (default 30s; a case may set its own)")
     ap.add_argument("--timeout", type=float, default=180.0, help="seconds before one command is killed")
     ap.add_argument("--dry-run", action="store_true", help="tiny sizes, any device, no verdict (see above)")
     ap.add_argument("--results-dir", default=None, help="where the results file goes (default: benchmarks/results; "
