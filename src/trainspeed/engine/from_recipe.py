@@ -106,7 +106,7 @@ def load_found(found: Target, variant: str, overrides: Sequence[str]) -> tuple[T
     """The config of a resolved target, and the device overlay laid over it (or None). "fast"
     means fast on the device it runs on: a built-in recipe's fast variant on CUDA (run.device
     auto with a GPU, or cuda, after the overrides) takes the recipe's fast-cuda.yaml over
-    fast.yaml (bf16, compile, fused AdamW, pinned memory, a batch that fills the device);
+    fast.yaml (bf16, compile, fused AdamW, pinned memory, a larger batch);
     the command line's overrides still win. On a CPU nothing changes."""
     cfg = load_config(found.source, overrides)
     if found.kind != "recipe" or variant != "fast" or not isinstance(found.source, Path):
