@@ -87,27 +87,32 @@ CASES: dict[str, Case] = {c.script.removesuffix(".py"): c for c in (
 )}
 
 
-def trainspeed(args: list[str], cwd: Path, timeout: float) -> tuple[int, str, float]:
+def trainspeed(args: list[str], cwd: Path, timeout: float, output: Path) -> tuple[dict | None, dict]:
+    """Run `trainspeed ARGS` and read the JSON file it writes: (that file's content, or None when
+    the command failed or wrote none; {"wall_s", "command"} plus "error" and "log_tail" then)."""
     t0 = time.perf_counter()
+    meta: dict = {"command": shlex.join(["trainspeed", *args])}
     try:
         proc = subprocess.run([sys.executable, "-m", "trainspeed", *args], cwd=cwd, capture_output=True,
                               text=True, timeout=timeout,
                               env={**os.environ, "PYTHONPATH": str(ROOT / "src") + os.pathsep
                                    + os.environ.get("PYTHONPATH", "")})
-        return proc.returncode, (proc.stdout + proc.stderr)[-3000:], time.perf_counter() - t0
+        rc, log = proc.returncode, (proc.stdout + proc.stderr)[-3000:]
     except subprocess.TimeoutExpired as exc:
         out = (exc.stdout or b"") + (exc.stderr or b"")
-        return 124, (out.decode(errors="replace") if isinstance(out, bytes) else str(out))[-3000:], timeout
+        rc, log = 124, (out.decode(errors="replace") if isinstance(out, bytes) else str(out))[-3000:]
+    meta["wall_s"] = round(time.perf_counter() - t0, 1)
+    if rc != 0 or not output.exists():
+        return None, {**meta, "error": f"exit {rc}", "log_tail": log}
+    return json.loads(output.read_text()), meta
 
 
 def doctor(case: Case, script_args: list[str], steps: int, out: Path, work: Path, timeout: float) -> dict:
     cmd = ["doctor", "--steps", str(steps), "--out", str(out), "--no-html", "--", "python",
            str(SCRIPTS / case.script), *script_args]
-    rc, log, wall = trainspeed(cmd, work, timeout)
-    report = out / "report.json"
-    if rc != 0 or not report.exists():
-        return {"error": f"exit {rc}", "log_tail": log, "wall_s": round(wall, 1), "command": shlex.join(cmd)}
-    data = json.loads(report.read_text())
+    data, meta = trainspeed(cmd, work, timeout, out / "report.json")
+    if data is None:
+        return meta
     findings = data.get("findings") or []
     summary = data.get("summary") or {}
     top = findings[0] if findings else None
@@ -120,8 +125,7 @@ def doctor(case: Case, script_args: list[str], steps: int, out: Path, work: Path
             "samples_per_s": summary.get("samples_per_s"), "mfu": (summary.get("mfu") or {}).get("value"),
             "gpu_busy": summary.get("gpu_busy"), "memory": summary.get("memory"),
             "step_p50_ms": round(1e3 * summary["step_time"]["p50"], 2)
-            if (summary.get("step_time") or {}).get("p50") else None,
-            "wall_s": round(wall, 1), "command": shlex.join(["trainspeed", *cmd])}
+            if (summary.get("step_time") or {}).get("p50") else None, **meta}
 
 
 def tune(case: Case, script_args: list[str], run: Path, out: Path, work: Path, budget: str, steps: int,
@@ -129,19 +133,16 @@ def tune(case: Case, script_args: list[str], run: Path, out: Path, work: Path, b
     cmd = ["tune", "--from", str(run), "--knobs", str(case.knob), "--budget", budget, "--steps", str(steps),
            "--warmup-steps", "3", "--repeats", "1", "--verify-repeats", "1", "--out", str(out), "--", "python",
            str(SCRIPTS / case.script), *script_args]
-    rc, log, wall = trainspeed(cmd, work, timeout)
-    path = out / "tune.json"
-    if rc != 0 or not path.exists():
-        return {"error": f"exit {rc}", "log_tail": log, "wall_s": round(wall, 1), "command": shlex.join(cmd)}
-    result = json.loads(path.read_text())
+    result, meta = trainspeed(cmd, work, timeout, out / "tune.json")
+    if result is None:
+        return meta
     final = result.get("final") or {}
     best = result.get("best_settings") or {}
     speedup = final.get("speedup")
     verified = bool(best) and isinstance(speedup, (int, float)) and speedup >= MIN_SPEEDUP
     return {"best_settings": best, "final_speedup": speedup, "final_verdict": final.get("verdict"),
             "verified": verified, "ablation": [(r.get("knob"), r.get("setting"), r.get("verdict"), r.get("speedup"))
-                                               for r in result.get("ablation") or []],
-            "wall_s": round(wall, 1), "command": shlex.join(["trainspeed", *cmd])}
+                                               for r in result.get("ablation") or []], **meta}
 
 
 def fixed_run(case: Case, script_args: list[str], steps: int, first: dict, work: Path, timeout: float) -> dict:

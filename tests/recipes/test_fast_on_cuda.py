@@ -10,7 +10,7 @@ from trainspeed.cli import _target
 pytestmark = pytest.mark.timeout(60)
 
 
-@pytest.mark.parametrize("recipe", ["gpt", "convnext", "seqvae"])
+@pytest.mark.parametrize("recipe", ["gpt", "convnext", "seqvae", "hf"])
 def test_fast_variant_on_cuda_is_bf16_fused_pinned(recipe):
     cfg, _ = _target.load(recipe, ["run.device=cuda"], "fast", quiet=True)
     cpu, _ = _target.load(recipe, ["run.device=cpu"], "fast", quiet=True)
