@@ -83,7 +83,7 @@ def format_findings(findings: list[dict[str, Any]], *, limit: int | None = None)
     shown = findings if limit is None else findings[:limit]
     for i, f in enumerate(shown, start=1):
         stake = stake_text(f)
-        at_stake = f" ({stake})" if stake else ""
+        at_stake = f" — {stake}" if stake else ""
         lines.append(f"{i}. [{f.get('severity', '?').upper()}] {f.get('title')}{at_stake}")
         lines.append(f"   evidence: {f.get('evidence')}")
         lines.append(f"   fix:      {f.get('recommendation')}")

@@ -163,7 +163,7 @@ def print_findings(con: Any, findings: list[dict[str, Any]], *, heading: str = "
         line.append(f"[{sev.upper()}]", style=SEVERITY_STYLE.get(sev, ""))
         line.append(f" {f.get('title') or f.get('id') or 'finding'}", style="bold")
         if is_num(impact) and stake_text(f):
-            line.append(f"  ({stake_text(f)})")
+            line.append(f"  — {stake_text(f)}")
         con.print(line)
         if f.get("evidence"):
             con.print(Text(f"   evidence: {f['evidence']}"))

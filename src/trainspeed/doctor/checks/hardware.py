@@ -69,7 +69,7 @@ def fp32_on_tensor_cores(ctx: CheckContext) -> Finding | None:
         id="fp32_on_tensor_cores",
         severity="warning",
         title="Training in fp32 on a GPU with tensor cores",
-        evidence=f"{device.get('name', 'GPU')} (sm_{cap:.1f}), parameters float32, no autocast{tf32}; {basis}",
+        evidence=f"{device.get('name', 'GPU')} (sm_{cap:.1f}), parameters float32, no autocast{tf32}",
         recommendation=recommendation,
         verify_with=ctx.tune_command("precision"),
         impact=impact,
