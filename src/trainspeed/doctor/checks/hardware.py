@@ -17,12 +17,16 @@ FUSED_OPTIMIZERS = ("Adam", "AdamW", "SGD", "Adagrad", "Adamax", "NAdam", "RAdam
 """torch.optim classes with foreach/fused implementations."""
 OPTIMIZER_SHARE_NOTICE = 0.05
 """Optimizer step above 5 % of step time makes its implementation worth a look."""
-GPU_UTIL_WARNING = 0.5
-"""The GPU busy less than half of the measured steps (NVML utilization inside their window,
-telemetry/gpu_busy.py) means it waits on the host."""
+GPU_BUSY_NOTICE = 0.8
+"""Below 80 % busy over the measured steps (NVML utilization inside their window,
+telemetry/gpu_busy.py) the GPU's idle time is worth explaining. NVML counts a period as busy
+when any kernel ran in it, so a launch-bound loop of tiny kernels can read well above half busy:
+the threshold is not 50 %."""
 IDLE_UNEXPLAINED_NOTICE = 0.05
 """GPU idle time that the data wait, the copies and the syncs' stall leave unexplained below
 this share is not worth a finding of its own."""
+IDLE_UNEXPLAINED_WARNING = 0.2
+"""A fifth of the step with the GPU idle for no measured host stretch: a warning."""
 NEAR_OOM = 0.95
 """Reserved memory above 95 % of the device: the next longer batch can OOM, and the caching
 allocator starts freeing and retrying (cudaMalloc retries), which is slow."""
@@ -179,7 +183,7 @@ def low_gpu_utilization(ctx: CheckContext) -> Finding | None:
         return None
     parts, residual, claimed = _idle_left(ctx)
     busy = parts.busy
-    if busy is None or residual is None or busy >= GPU_UTIL_WARNING:
+    if busy is None or residual is None or busy >= GPU_BUSY_NOTICE:
         return None
     if residual < IDLE_UNEXPLAINED_NOTICE or _retrying(ctx):
         return None
@@ -202,7 +206,7 @@ def low_gpu_utilization(ctx: CheckContext) -> Finding | None:
            "replays the step as CUDA graphs; or a bigger batch, so that each launch carries more work")
     return Finding(
         id="low_gpu_utilization",
-        severity="warning",
+        severity="warning" if residual >= IDLE_UNEXPLAINED_WARNING else "info",
         title="The GPU idles between kernels: the step is launch-bound",
         evidence=", ".join(evidence),
         recommendation=fix,
