@@ -29,8 +29,9 @@ GPU_TESTS="tests/test_gpu_paths.py tests/test_gpu_doctor.py tests/telemetry/test
   tests/engine/data/test_data_prefetch.py tests/engine/checkpoint/test_ckpt_async.py"
 
 run_tests() {
+  # -v: each result on its own line as it comes, so a run cut by the timeout still shows them
   # shellcheck disable=SC2086 # the list is word-split on purpose
-  timeout -s INT -k 10 "${1:-120}" "$PY" -m pytest -q -m gpu -p no:cacheprovider -o addopts="-ra" $GPU_TESTS
+  timeout -s INT -k 10 "${1:-120}" "$PY" -m pytest -v -m gpu -p no:cacheprovider -o addopts="-ra" --durations=5 $GPU_TESTS
 }
 
 if [ "${1:-}" = "--tests-only" ]; then
