@@ -210,6 +210,7 @@ class Tuner:
         row.loss_delta = par.delta
         row.verdict = stats.verdict(comp, par.judged, tolerance=par.tolerance)
         row.speedup, row.ci, row.noise = comp.speedup, (comp.ci_low, comp.ci_high), comp.noise
+        row.noise_from = comp.noise_from
         ref_mem, cand_mem = max_memory(ref), max_memory(cand)
         if ref_mem and cand_mem:
             row.memory_ratio = cand_mem / ref_mem
