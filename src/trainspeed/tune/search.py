@@ -31,6 +31,7 @@ from trainspeed.tune import parity, stats
 from trainspeed.tune.arms import arm_of, fmt_loss, max_memory
 from trainspeed.tune.budget_plan import BudgetPlan, budget_note
 from trainspeed.tune.knobs import KNOBS, Candidate, DeviceInfo, KnobContext, Skip
+from trainspeed.tune.load_proof import LoadProof
 from trainspeed.tune.one_time import kept_one_time_notes, note_one_time
 from trainspeed.tune.options import TuneOptions
 from trainspeed.tune.order import ablation_round, bracket_repeats, n_brackets
@@ -58,7 +59,7 @@ def apply_settings(config: dict[str, Any], settings: dict[str, Any]) -> dict[str
     return apply_overrides(config, list(overrides_of(settings)))
 
 
-class Tuner:
+class Tuner(LoadProof):
     def __init__(self, *, base_config: dict[str, Any], base_hash: str, device: DeviceInfo,
                  runner: Runner, store: TrialStore, options: TuneOptions,
                  block_classes: list[str] | None = None, say: Callable[[str], None] = print,
@@ -181,7 +182,7 @@ class Tuner:
 
     # ------------------------------------------------------------------ comparison
     def row(self, knob: str, label: str, settings: dict[str, Any], reference: dict[str, Any],
-            *, cost_factor: float = 1.0, pairs: list[tuple[tuple[int, ...], int]]) -> Row:
+            *, cost_factor: float = 1.0, pairs: list[tuple[tuple[int, ...], int]], proof: bool = True) -> Row:
         """Candidate vs reference on the repeats that ran next to each other: `pairs` holds,
         per round, the reference's repeats around the candidate's (pooled as one) and the
         candidate's repeat. A config's other repeats ran minutes away, in another phase of the
@@ -220,7 +221,10 @@ class Tuner:
         if len(rounds) < planned:
             why = "far slower, not repeated" if config_key(self.base_hash, settings) in self.dropped else "budget"
             row.note = (row.note + "; " if row.note else "") + f"{len(rounds)} of {planned} repeats ({why})"
-        return row
+        return self._load_proof(row, reference, pairs) if proof else row  # load_proof.py
+
+    def _key(self, settings: dict[str, Any]) -> str:
+        return config_key(self.base_hash, settings)
 
     def _paired(self, settings: dict[str, Any], reference: dict[str, Any], pairs: list[tuple[tuple[int, ...], int]]
                 ) -> tuple[list[tuple[list[TrialResult], TrialResult]], list[TrialResult]]:

@@ -30,7 +30,9 @@ NO_CHANGE = "no measurable change"
 LOSS_MISMATCH = "loss mismatch"
 FAILED = "failed"
 SKIPPED = "skipped"
-VERDICTS = (FASTER, SLOWER, NO_CHANGE, LOSS_MISMATCH, FAILED, SKIPPED)
+BUSY = "not measurable while the machine is busy"
+"""A winner whose trials and reference trials saw different load from other processes (load_proof.py)."""
+VERDICTS = (FASTER, SLOWER, NO_CHANGE, LOSS_MISMATCH, FAILED, SKIPPED, BUSY)
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,7 +16,7 @@ from trainspeed.tune.result import Row, TuneResult
 COLUMNS = ("knob", "setting", "speedup", "95% CI", "noise", "memory", "loss delta", "verdict", "note")
 NUMERIC = ("speedup", "noise", "memory", "loss delta")
 VERDICT_STYLE = {stats.FASTER: "bold green", stats.SLOWER: "red", stats.LOSS_MISMATCH: "bold red",
-                 stats.FAILED: "bold red", stats.NO_CHANGE: "", stats.SKIPPED: "dim"}
+                 stats.FAILED: "bold red", stats.NO_CHANGE: "", stats.SKIPPED: "dim", stats.BUSY: "yellow"}
 
 
 def cells(row: Row) -> list[str]:
