@@ -103,6 +103,12 @@ def _site(path: Any) -> tuple[str, int] | None:
     return None
 
 
+def _sites_of(ctx: CheckContext, category: str, kinds: tuple[str, ...] | None = None) -> tuple[tuple[str, int], ...]:
+    """The (file, line) of each call site of a category the doctor counted (`site_path`)."""
+    found = [site for row in ctx.sites(category, kinds) if (site := _site(row.get("site_path")))]
+    return tuple(dict.fromkeys(found))
+
+
 def _trained_model(ctx: CheckContext) -> dict[str, Any] | None:
     """The module the loss comes from: the biggest observed module with parameters (the loss
     module, called next to it, has none)."""
@@ -153,6 +159,8 @@ def read_facts(run_dir: str | Path) -> ScriptFacts:
         convolutional=bool((model or {}).get("convolutional")),
         hf_model=bool((model or {}).get("hf_model")),
         framework=(ctx.first("framework") or {}).get("name"),
+        save_sites=_sites_of(ctx, "ckpt"), log_sites=_sites_of(ctx, "log"),
+        gc_sites=_sites_of(ctx, "sync", ("gc_collect", "empty_cache")),
     )
     return ScriptFacts(
         targets=targets, loader=loader, optimizer=opt, model=model,
