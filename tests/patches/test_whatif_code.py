@@ -27,7 +27,7 @@ def train(model, loader, opt, steps):
         gc.collect()
         if step > 3:
             print("late")
-    for i, batch in enumerate(loader):
+    for i, batch in enumerate(loader, 0):
         print(i,
               batch)
     while True:

@@ -77,7 +77,7 @@ def _interval_literal(test: Any) -> Any:
 
 def _loop_counter(loop: Any) -> str | None:
     """The name that counts a `for` loop's iterations from 0: `step` of `for step in
-    range(n)`, `i` of `for i, batch in enumerate(loader)` (no start argument)."""
+    range(n)`, `i` of `for i, batch in enumerate(loader)` (or `enumerate(loader, 0)`)."""
     import libcst as cst
 
     it, target = loop.iter, loop.target
@@ -85,7 +85,8 @@ def _loop_counter(loop: Any) -> str | None:
         return None
     if it.func.value == "range" and len(it.args) == 1 and isinstance(target, cst.Name):
         return target.value
-    if it.func.value == "enumerate" and len(it.args) == 1 and isinstance(target, cst.Tuple) \
+    from_zero = all(isinstance(a.value, cst.Integer) and a.value.evaluated_value == 0 for a in it.args[1:])
+    if it.func.value == "enumerate" and 1 <= len(it.args) <= 2 and from_zero and isinstance(target, cst.Tuple) \
             and target.elements and isinstance(target.elements[0].value, cst.Name):
         return target.elements[0].value.value
     return None

@@ -104,8 +104,11 @@ def _site(path: Any) -> tuple[str, int] | None:
 
 
 def _sites_of(ctx: CheckContext, category: str, kinds: tuple[str, ...] | None = None) -> tuple[tuple[str, int], ...]:
-    """The (file, line) of each call site of a category the doctor counted (`site_path`)."""
-    found = [site for row in ctx.sites(category, kinds) if (site := _site(row.get("site_path")))]
+    """The (file, line) of each call site of a category the doctor counted (`site_path`) more
+    than once: a what-if keeps every site's first call, so a call made once (makemore's
+    set-up prints) is one no edit needs to change."""
+    found = [site for row in ctx.sites(category, kinds)
+             if (row.get("count") or 0) > 1 and (site := _site(row.get("site_path")))]
     return tuple(dict.fromkeys(found))
 
 
