@@ -56,7 +56,7 @@ def test_a_tight_baseline_keeps_the_five_percent_floor(base_config, cpu, tmp_pat
     runner = SpreadRunner({BF16: 0.5}, base_losses=[2.0, 2.001, 1.999], losses={BF16: 2.2})
     row = row_of(run(base_config, cpu, runner, tmp_path, ["precision"]), "precision")
     assert row.verdict == stats.LOSS_MISMATCH
-    assert "beyond the 5.0% the baseline's own repeats allow" in row.note
+    assert "beyond a tolerance of 5.0% (the floor; the baseline's repeats spread 0.1%)" in row.note
     # inside the floor: kept
     ok = SpreadRunner({BF16: 0.5}, base_losses=[2.0, 2.001, 1.999], losses={BF16: 2.08})
     assert row_of(run(base_config, cpu, ok, tmp_path / "ok", ["precision"]), "precision").verdict == stats.FASTER
@@ -67,7 +67,7 @@ def test_a_math_changing_setting_beyond_the_spread_is_still_refused(base_config,
     runner = SpreadRunner({BF16: 0.5}, base_losses=[1.385, 1.468, 1.43], losses={BF16: 1.43 * 1.107})
     row = row_of(run(base_config, cpu, runner, tmp_path, ["precision"]), "precision")
     assert row.verdict == stats.LOSS_MISMATCH
-    assert "5.9%" in row.note  # (1.468 - 1.385) / their mean
+    assert "beyond a tolerance of 5.9% (the baseline's own repeats spread)" in row.note  # (1.468 - 1.385) / mean
 
 
 def test_a_log_interval_is_never_refused_for_loss(base_config, cpu, tmp_path):

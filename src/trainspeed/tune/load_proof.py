@@ -79,7 +79,8 @@ class LoadProof:
         cands = self._fresh(settings, [p[1] for p in pairs], len(bad))
         fresh: list[Pair] = [((r,), c) for r, c in zip(refs, cands)]
         for i, ((r,), c) in enumerate(fresh):
-            self._round([(reference, "reference", r), (settings, row.setting, c)], reverse=bool(i % 2))  # type: ignore[attr-defined]
+            self._round([(reference, "current" if reference else "baseline", r), (settings, row.setting, c)],  # type: ignore[attr-defined]
+                        reverse=bool(i % 2))
         matched = [p for p in [*pairs, *fresh] if p not in bad and self._matched(reference, settings, p)]
         if len(matched) < len(pairs):
             return Row(knob=row.knob, setting=row.setting, settings=settings, cost_factor=row.cost_factor,

@@ -56,11 +56,6 @@ def baseline_spread(losses: Iterable[float | None]) -> float:
     return (max(xs) - min(xs)) / max(abs(mean), 1e-12)
 
 
-def tolerance(baseline: list[TrialResult], floor: float) -> float:
-    """The loss change parity allows: the baseline repeats' spread, `floor` at least."""
-    return max(floor, baseline_spread(r.loss for r in baseline))
-
-
 @dataclass(frozen=True, slots=True)
 class Parity:
     """One comparison's loss parity."""
@@ -70,6 +65,8 @@ class Parity:
     delta: float | None
     """(candidate - baseline) / |baseline|, as the table shows it."""
     tolerance: float
+    spread: float
+    """How far the baseline's same-length repeats disagree (baseline_spread)."""
     math_free: bool
 
     @property
@@ -81,8 +78,10 @@ class Parity:
         return self.delta
 
     def note(self) -> str:
-        return (f"loss {fmt_loss(self.cand_loss)} vs baseline {fmt_loss(self.base_loss)}, beyond the "
-                f"{self.tolerance:.1%} the baseline's own repeats allow")
+        why = ("the baseline's own repeats spread" if self.spread >= self.tolerance
+               else f"the floor; the baseline's repeats spread {self.spread:.1%}")
+        return (f"loss {fmt_loss(self.cand_loss)} vs baseline {fmt_loss(self.base_loss)}: beyond a tolerance of "
+                f"{self.tolerance:.1%} ({why})")
 
 
 def judge(baseline: list[TrialResult], candidate: list[TrialResult], floor: float, free: bool = False) -> Parity:
@@ -90,8 +89,9 @@ def judge(baseline: list[TrialResult], candidate: list[TrialResult], floor: floa
     candidate's, with the spread-scaled tolerance; `free`: the setting cannot change the math."""
     base = same_length(baseline, candidate)
     base_loss, cand_loss = mean_loss(base), mean_loss(candidate)
+    spread = baseline_spread(r.loss for r in base)
     return Parity(base_loss=base_loss, cand_loss=cand_loss, delta=stats.loss_delta(base_loss, cand_loss),
-                  tolerance=tolerance(base, floor), math_free=free)
+                  tolerance=max(floor, spread), spread=spread, math_free=free)
 
 
-__all__ = ["MATH_FREE_KNOBS", "Parity", "baseline_spread", "judge", "math_free", "same_length", "tolerance"]
+__all__ = ["MATH_FREE_KNOBS", "Parity", "baseline_spread", "judge", "math_free", "same_length"]
