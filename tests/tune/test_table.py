@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import math
 
+import pytest
+
 from trainspeed.tune import stats
 from trainspeed.tune.result import Row, TuneResult
 from trainspeed.tune.table import cells, markdown, write_html
@@ -97,3 +99,20 @@ def test_the_table_opens_with_the_baseline_mfu_or_says_it_is_unknown():
     assert markdown(res).startswith("baseline: 10.000 ms/sample, MFU 62 %")
     res.baseline_mfu = None
     assert markdown(res).startswith("baseline: 10.000 ms/sample, MFU unknown (no FLOP count")
+
+
+def test_a_script_tune_from_a_doctor_run_reads_the_baseline_mfu_from_its_flop_count():
+    # trials count no FLOPs (it would slow a step of each): the doctor run's count and peak,
+    # at the baseline trials' median measured step, as the doctor computes MFU
+    from trainspeed.patches.targets import Targets
+    from trainspeed.tune.script_facts import ScriptFacts
+    from trainspeed.tune.script_session import doctor_mfu
+    from trainspeed.tune.trials import TrialResult
+
+    facts = ScriptFacts(targets=Targets(), flops_per_step=2.7e9, peak=(4e10, "cpu (2 threads) fp32 (measured)"))
+    base = [TrialResult(key="b", label="baseline", repeat=i, ok=True, step_times=[0.12, 0.135, 0.15]) for i in range(2)]
+    assert doctor_mfu(facts, base) == (pytest.approx(0.5), "cpu (2 threads) fp32 (measured)")
+    assert doctor_mfu(ScriptFacts(targets=Targets(), peak=(4e10, "x")), base) == (None, None)  # no FLOP count
+    assert doctor_mfu(facts, []) == (None, None)
+    impossible = ScriptFacts(targets=Targets(), flops_per_step=1e12, peak=(4e10, "x"))
+    assert doctor_mfu(impossible, base) == (None, None)  # over 100 %: a wrong count, never shown

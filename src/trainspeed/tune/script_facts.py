@@ -17,6 +17,7 @@ from trainspeed.doctor.checks.context import CheckContext
 from trainspeed.doctor.checks.script_flags import find_flag
 from trainspeed.patches.targets import Targets
 from trainspeed.telemetry.rundir import read_run
+from trainspeed.telemetry.summary import flops_per_step, peak_of
 
 # Knob -> the doctor's flag topic (checks/script_flags.TOPIC_FLAGS holds the flag names):
 # a trial passes the script's own flag instead of patching behind its back.
@@ -91,6 +92,10 @@ class ScriptFacts:
     doctor/instrument/deepspeed.py); None: the script runs no DeepSpeed engine."""
     deepspeed_config: DeepSpeedConfigFile | None = None
     """The DeepSpeed config JSON its command line names (None: none does)."""
+    flops_per_step: float | None = None
+    """The doctor's FLOP count of one step (trials count none: it would slow a step of each)."""
+    peak: tuple[float | None, str | None] = (None, None)
+    """The peak FLOP/s that MFU is relative to, and its name."""
 
     def flag_for(self, topic: str) -> dict[str, Any] | None:
         """The script's flag that holds knob `topic` (num_workers, compile, ...), if it has one."""
@@ -173,6 +178,7 @@ def read_facts(run_dir: str | Path) -> ScriptFacts:
         gc_calls=int(sum((totals["sync"].get(k) or {}).get("count") or 0 for k in ("gc_collect", "empty_cache"))),
         steps=ctx.steps, findings=findings, deepspeed=ctx.first("deepspeed"),
         deepspeed_config=deepspeed_config_file(list(flags_obs.get("flags") or [])),
+        flops_per_step=flops_per_step(run), peak=peak_of(run),
     )
 
 

@@ -176,6 +176,8 @@ def run_script_tune(command: list[str], out_dir: str | Path, options: TuneOption
         return realized.get(key, False)
 
     result = run_then_close(tuner, runner)
+    if result.baseline_mfu is None and prior is not None:
+        result.baseline_mfu, result.peak_name = doctor_mfu(prior, tuner.results({}))
     for row in result.ablation:
         if is_whatif(row.settings) and row.speedup is not None:
             said = ("what-if: an edit of your code does this (best.patch, if it wins)" if code_whatif(row.settings)
@@ -183,6 +185,17 @@ def run_script_tune(command: list[str], out_dir: str | Path, options: TuneOption
             row.note = said + ("; " + row.note if row.note else "")
     write_script_outputs(command, result, out, state["facts"], runner)
     return result
+
+
+def doctor_mfu(facts: ScriptFacts, baseline: list[TrialResult]) -> tuple[float | None, str | None]:
+    """The baseline's MFU from the doctor run's FLOP count and peak (`--from RUN`) at the
+    baseline trials' median measured step, as the doctor computes it (trials count no FLOPs).
+    (None, None) when either is unknown or the reading is impossible."""
+    from trainspeed.telemetry.throughput import mfu
+
+    steps = [t for r in baseline if r.ok for t in r.step_times]
+    reading = mfu(facts.flops_per_step, statistics.median(steps) if steps else None, *facts.peak)
+    return (reading.value, reading.peak_name) if reading.valid else (None, None)
 
 
 def _describe(facts: ScriptFacts, say: Callable[[str], None]) -> None:

@@ -58,7 +58,8 @@ def baseline_line(result: TuneResult) -> str:
     if result.baseline_mfu is not None:
         line += f", MFU {100 * result.baseline_mfu:.0f} % of {result.peak_name or 'the device peak'}"
     else:
-        line += ", MFU unknown (no FLOP count of its step, or no peak for this device)"
+        line += (", MFU unknown (no FLOP count of its step, or no peak for this device; a script tune takes "
+                 "both from the doctor run it is given with --from)")
     return line
 
 
