@@ -97,6 +97,8 @@ def test_a_long_verified_combination_wraps_instead_of_squeezing_the_numbers():
 def test_the_table_opens_with_the_baseline_mfu_or_says_it_is_unknown():
     res = result()
     assert markdown(res).startswith("baseline: 10.000 ms/sample, MFU 62 %")
+    res.baseline_mfu = 0.0012  # makemore under load: not "0 %"
+    assert markdown(res).startswith("baseline: 10.000 ms/sample, MFU 0.12 % of cpu")
     res.baseline_mfu = None
     assert markdown(res).startswith("baseline: 10.000 ms/sample, MFU unknown (no FLOP count")
 

@@ -56,7 +56,9 @@ def baseline_line(result: TuneResult) -> str:
     """One line on the baseline: its cost per sample and, when known, its MFU."""
     line = f"baseline: {1e3 * result.baseline_cost_s:.3f} ms/sample"
     if result.baseline_mfu is not None:
-        line += f", MFU {100 * result.baseline_mfu:.0f} % of {result.peak_name or 'the device peak'}"
+        share = 100 * result.baseline_mfu
+        line += f", MFU {share:.0f}" if share >= 10 else f", MFU {share:.2g}"  # 0.12 %, not 0 %
+        line += f" % of {result.peak_name or 'the device peak'}"
     else:
         line += (", MFU unknown (no FLOP count of its step, or no peak for this device; a script tune takes "
                  "both from the doctor run it is given with --from)")
