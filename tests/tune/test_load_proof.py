@@ -102,3 +102,13 @@ def test_the_closing_line_says_the_machine_was_busy_not_that_nothing_won(base_co
     result = run(base_config, cpu, Neighbour({}, start=1, busy=on_reference), tmp_path, ["fused_optimizer"])
     line = no_winner_line(result)
     assert line.startswith("nothing is kept: fused_optimizer=fused (") and "not measurable while the machine is busy" in line
+
+
+def test_rounds_that_compared_a_loaded_trial_with_a_quiet_one_leave_the_noise_pool(base_config, cpu, tmp_path):
+    runner = Neighbour({}, start=1, busy=on_reference)
+    tuner = Tuner(base_config=base_config, base_hash="h", device=cpu, runner=runner, store=TrialStore(tmp_path),
+                  options=TuneOptions(budget_s=10_000, knobs=["fused_optimizer"]), say=lambda s: None)
+    tuner.run()
+    fused = tuner._key({"optim.implementation": "fused"})
+    first = (0, 1)  # the ablation's repeats of fused
+    assert not [k for k in tuner.round_logs if k[3] == fused and k[4] == first]

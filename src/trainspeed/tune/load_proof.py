@@ -82,6 +82,10 @@ class LoadProof:
             self._round([(reference, "current" if reference else "baseline", r), (settings, row.setting, c)],  # type: ignore[attr-defined]
                         reverse=bool(i % 2))
         matched = [p for p in [*pairs, *fresh] if p not in bad and self._matched(reference, settings, p)]
+        # its first reading leaves the machine's noise pool: a round that compared a loaded
+        # trial with a quiet one measured the load, and the re-judged rows count their own
+        self.round_logs.pop((row.knob, row.setting, self._key(reference), self._key(settings),  # type: ignore[attr-defined]
+                             tuple(c for _, c in pairs)), None)
         if len(matched) < len(pairs):
             return Row(knob=row.knob, setting=row.setting, settings=settings, cost_factor=row.cost_factor,
                        verdict=stats.BUSY, speedup=row.speedup, ci=row.ci, noise=row.noise,
