@@ -109,3 +109,6 @@ def test_losses_compare_at_the_same_step_count():
     assert par.base_loss == pytest.approx(6.585)
     assert par.tolerance == 0.05
     assert parity.baseline_spread([1.0, None, math.nan]) == 0.0
+    # a candidate of another length has no baseline to compare with: no delta, no refusal
+    other = parity.judge(base, [trial(9.9, 60)], 0.05)
+    assert other.base_loss is None and other.delta is None and other.judged is None

@@ -38,12 +38,16 @@ def math_free(settings: dict[str, Any], knob_of: dict[str, str]) -> bool:
 
 
 def same_length(baseline: list[TrialResult], candidate: list[TrialResult]) -> list[TrialResult]:
-    """The baseline trials that ran as many steps as the candidate's (all of them when none
-    did, or when step counts are unknown). The script tuner's first baseline is a shorter
+    """The baseline trials that ran as many steps as the candidate's (none when no baseline
+    trial did: the parity check then has nothing to compare with; all when the step counts
+    are unknown). The script tuner's first baseline is a shorter
     pricing run (word_language_model: 30 steps, loss 7.126, against 6.585 after the 124 steps
     of every later trial): averaged in, it read bf16 as -2.1 % for final losses 0.14 % apart."""
     lengths = {c.steps_run for c in candidate if c.steps_run}
-    return [b for b in baseline if b.ok and b.steps_run in lengths] or [b for b in baseline if b.ok]
+    ok = [b for b in baseline if b.ok]
+    if lengths and any(b.steps_run for b in ok):
+        return [b for b in ok if b.steps_run in lengths]  # none: losses of other lengths are not compared
+    return ok
 
 
 def baseline_spread(losses: Iterable[float | None]) -> float:
