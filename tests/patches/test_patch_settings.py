@@ -20,6 +20,7 @@ ALL = {
     "loader.prefetch_factor": 4, "precision": "fp16", "compile": "default", "channels_last": True,
     "optimizer.impl": "fused", "threads": 1, "cuda.tf32": True, "cuda.cudnn_benchmark": True,
     "hf.attn_implementation": "sdpa", "whatif.log_every": 5, "whatif.save_every": 5, "whatif.no_gc": True,
+    "whatif.gc_every": 5,
 }
 
 

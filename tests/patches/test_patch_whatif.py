@@ -77,6 +77,17 @@ def test_log_save_and_gc_what_ifs(script, tmp_path, capsys, monkeypatch):
     assert torch.save.__module__ == "torch.serialization" and builtins.print.__module__ == "builtins"
 
 
+def test_gc_every_runs_every_kth_gc_collect_of_the_script(script, tmp_path, monkeypatch):
+    # what moving a per-step gc.collect() under `if i % 5 == 0:` does (whatif_code.py)
+    ran = []
+    real_collect = gc.collect
+    monkeypatch.setattr(gc, "collect", lambda *a: ran.append(1) or real_collect(*a))
+    source = "import gc\nfor i in range(20):\n    gc.collect()\n"
+    g, notes = script(source).run({"whatif.gc_every": 5}, OUT=str(tmp_path))
+    assert len(ran) == 4 and notes == ["what-if: gc.collect and torch.cuda.empty_cache from the script run once "
+                                       "every 5 calls per call site"]
+
+
 def test_one_line_logging_many_tags_keeps_every_kth_step_of_each(script, tmp_path):
     pytest.importorskip("tensorboard")
     source = """

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import math
 
+import pytest
+
 from trainspeed.tune import stats
 from trainspeed.tune.result import Row, TuneResult
 from trainspeed.tune.table import cells, markdown, write_html
@@ -11,7 +13,7 @@ from trainspeed.tune.table import cells, markdown, write_html
 
 def result():
     fast = Row(knob="precision", setting="bf16-mixed", verdict=stats.FASTER, speedup=2.0,
-               ci=(1.9, 2.1), memory_ratio=0.8, loss_delta=0.001)
+               ci=(1.9, 2.1), noise=0.03, memory_ratio=0.8, loss_delta=0.001)
     nan = Row(knob="precision", setting="fp16-mixed", verdict=stats.LOSS_MISMATCH, speedup=1.5,
               ci=(1.4, 1.6), loss_delta=math.inf, note="loss inf vs baseline 2.0\nmore")
     skip = Row(knob="precision", setting="tf32", note="TF32 needs a GPU")
@@ -24,9 +26,33 @@ def result():
 
 def test_cells_format_speedup_memory_loss_and_first_note_line():
     fast, nan, skip = result().ablation
-    assert cells(fast) == ["precision", "bf16-mixed", "2.00x", "1.90–2.10", "-20%", "+0.1%", "faster", ""]
-    assert cells(nan)[5:] == ["non-finite", "loss mismatch", "loss inf vs baseline 2.0"]
-    assert cells(skip)[2:7] == ["—", "—", "—", "—", "skipped"]
+    assert cells(fast) == ["precision", "bf16-mixed", "2.00x", "1.90–2.10", "±3%", "-20%", "+0.1%", "faster", ""]
+    assert cells(nan)[6:] == ["non-finite", "loss mismatch", "loss inf vs baseline 2.0"]
+    assert cells(skip)[2:8] == ["—", "—", "—", "—", "—", "skipped"]
+
+
+def test_a_no_change_row_shows_its_threshold_and_why():
+    # seen: "num_workers=2 | 2.10x | 95 % CI 1.37-3.28 | no measurable change", the threshold only in tune.json
+    row = Row(knob="num_workers", setting="2", verdict=stats.NO_CHANGE, speedup=2.10, ci=(1.37, 3.28),
+              noise=1.15, noise_from=stats.NOISE_ROUNDS, note="2 of 3 repeats (budget)")
+    c = cells(row)
+    assert c[4] == "±115%" and c[7] == "no measurable change"
+    assert c[8] == ("CI 1.37–3.28 reaches into the noise band 0.47–2.15x (this setting's rounds disagree "
+                    "by that much); 2 of 3 repeats (budget)")
+
+
+def test_the_verdict_is_read_off_the_ci_and_the_noise_band():
+    def verdict(lo, hi, noise):
+        c = stats.Comparison(speedup=(lo + hi) / 2, ci_low=lo, ci_high=hi, noise=noise,
+                             reference_cost=1.0, candidate_cost=1.0)
+        return stats.speed_verdict(c)
+
+    assert verdict(1.19, 1.23, 0.10) == stats.FASTER  # wholly above 1.10
+    assert verdict(1.19, 1.23, 0.25) == stats.NO_CHANGE  # tf32 1.21x (1.19-1.23) against a 25 % band
+    assert verdict(1.37, 3.28, 0.30) == stats.FASTER
+    assert verdict(1.08, 1.40, 0.10) == stats.NO_CHANGE  # the speedup clears 1.10, its interval does not
+    assert verdict(0.85, 0.88, 0.10) == stats.SLOWER  # wholly below 1/1.1
+    assert verdict(0.88, 0.93, 0.10) == stats.NO_CHANGE
 
 
 def test_markdown_and_html_hold_every_table(tmp_path):
@@ -66,3 +92,29 @@ def test_a_long_verified_combination_wraps_instead_of_squeezing_the_numbers():
     verified = text[text.index("Verified"):]
     assert "1.48x" in verified and "1.44–1.53" in verified and "faster" in verified
     assert "torch_threads" in verified  # wrapped, not cut
+
+
+def test_the_table_opens_with_the_baseline_mfu_or_says_it_is_unknown():
+    res = result()
+    assert markdown(res).startswith("baseline: 10.000 ms/sample, MFU 62 %")
+    res.baseline_mfu = 0.0012  # makemore under load: not "0 %"
+    assert markdown(res).startswith("baseline: 10.000 ms/sample, MFU 0.12 % of cpu")
+    res.baseline_mfu = None
+    assert markdown(res).startswith("baseline: 10.000 ms/sample, MFU unknown (no FLOP count")
+
+
+def test_a_script_tune_from_a_doctor_run_reads_the_baseline_mfu_from_its_flop_count():
+    # trials count no FLOPs (it would slow a step of each): the doctor run's count and peak,
+    # at the baseline trials' median measured step, as the doctor computes MFU
+    from trainspeed.patches.targets import Targets
+    from trainspeed.tune.script_facts import ScriptFacts
+    from trainspeed.tune.script_session import doctor_mfu
+    from trainspeed.tune.trials import TrialResult
+
+    facts = ScriptFacts(targets=Targets(), flops_per_step=2.7e9, peak=(4e10, "cpu (2 threads) fp32 (measured)"))
+    base = [TrialResult(key="b", label="baseline", repeat=i, ok=True, step_times=[0.12, 0.135, 0.15]) for i in range(2)]
+    assert doctor_mfu(facts, base) == (pytest.approx(0.5), "cpu (2 threads) fp32 (measured)")
+    assert doctor_mfu(ScriptFacts(targets=Targets(), peak=(4e10, "x")), base) == (None, None)  # no FLOP count
+    assert doctor_mfu(facts, []) == (None, None)
+    impossible = ScriptFacts(targets=Targets(), flops_per_step=1e12, peak=(4e10, "x"))
+    assert doctor_mfu(impossible, base) == (None, None)  # over 100 %: a wrong count, never shown

@@ -145,7 +145,15 @@ def no_winner_line(result) -> str:
     (a crash, a far-slower stop, the budget): the latter is no verdict on the script."""
     measured = [row for row in result.ablation if row.speedup is not None]
     won = [row for row in result.ablation if row.verdict == "faster" and row.speedup is not None]
+    from trainspeed.tune.stats import BUSY
+
     final = getattr(result, "final", None)
+    busy = [row for row in [*result.ablation, final] if row is not None and row.verdict == BUSY]
+    if busy:  # load_proof.py: a winner on mismatched load is no winner, nor proof of none
+        wins = ", ".join(f"{row.knob}={row.setting} ({row.speedup:.2f}x)" for row in busy if row.speedup)
+        return (f"nothing is kept: {wins} read faster, but other processes' load differed between its trials "
+                "and the baseline's: not measurable while the machine is busy. Rerun when it is quiet, or give "
+                "the tune cores of its own (taskset -c)")
     if won and (final is None or final.verdict == "skipped"):
         # run_clm.py's 6m tune: bf16 1.15x alone, then the budget ran out before the verification,
         # and the line said the script was "already the fastest measured here".

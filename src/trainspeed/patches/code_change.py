@@ -29,6 +29,7 @@ from trainspeed.patches.insert_lines import insert_snippets, overlapping, patcha
 from trainspeed.patches.snippets import RUNTIME_CODE, Snippet, Source, autocast_snippet, model_snippets, \
     runtime_snippet
 from trainspeed.patches.targets import Targets
+from trainspeed.patches.whatif_code import WHATIF_SITES, IntervalEdit, realize
 
 # setting -> (which call site of Targets, callee last name parts that match, keyword)
 KEYWORDS: dict[str, tuple[str, tuple[str, ...], str]] = {
@@ -47,6 +48,8 @@ _WHATIF = {
                         "gain, log every {v} steps in your loop (`if step % {v} == 0:`)",
     "whatif.save_every": "writing only every {v}th torch.save was measured (the script was not changed); to "
                          "keep the gain, checkpoint {v} times less often",
+    "whatif.gc_every": "gc.collect() / torch.cuda.empty_cache() running once every {v} calls was measured (the "
+                       "script was not changed); to keep the gain, call them every {v} steps (`if step % {v} == 0:`)",
     "whatif.no_gc": "gc.collect() / torch.cuda.empty_cache() doing nothing was measured (the script was not "
                     "changed); to keep the gain, remove those calls from your loop",
 }
@@ -191,6 +194,7 @@ def code_change(settings: dict[str, Any], targets: Targets, *, root: Path, comma
     device_type = str(device).split(":")[0] or "cpu"
     styles = dict(flag_styles or {})
     edits: dict[str, list[Edit]] = {}  # real path -> edits
+    intervals: dict[str, list[IntervalEdit]] = {}  # real path -> what-if edits (whatif_code.py)
     sources: dict[str, Source] = {}
     user_files = [p for p in {targets.script, *(s[0] for s in (targets.loader_site, targets.optimizer_site,
                                                               targets.model_call_site, targets.from_pretrained_site)
@@ -247,6 +251,8 @@ def code_change(settings: dict[str, Any], targets: Targets, *, root: Path, comma
             change.notes.append(f"precision={value}: {callees[0]}(precision={VALUES[value]!r}) makes the framework "
                                 "autocast the training step itself (the tune measured autocast around the model's "
                                 "forward)" + (" and scale the loss for fp16" if value == "fp16" else ""))
+        elif key in WHATIF_SITES and _want_intervals(key, value, targets, root, intervals, change):
+            pass  # made in the loop below, the call sites' code as the file has it
         elif key in _WHATIF:
             change.notes.append(f"{key}={value}: a what-if: " + _WHATIF[key].format(v=value))
         elif key.startswith("whatif."):
@@ -263,14 +269,14 @@ def code_change(settings: dict[str, Any], targets: Targets, *, root: Path, comma
         here = [s for s in here if s not in overlapping(here)]
         if here:
             inserts_by_file[real] = here
-    for path in sorted(set(edits) | set(inserts_by_file)):
+    for path in sorted(set(edits) | set(inserts_by_file) | set(intervals)):
         src = source(path)
         if src is None:
             continue
         text, inserts = insert_snippets(src, inserts_by_file.get(path, []))
         moved = shifted(edits.get(path, []), inserts)
         new, outcomes = edit_calls(text, moved)
-        new = src.bom + new
+        new = src.bom + _realize(new, intervals.get(path, []), inserts, _shown(path, root), change)
         # the notes name the lines of the file as the user has it, not of the patched text
         below = sum(n for _, n in inserts)
         original = {id(m): e for m, e in zip(moved, edits.get(path, []))}
@@ -293,6 +299,36 @@ def code_change(settings: dict[str, Any], targets: Targets, *, root: Path, comma
             parts.append(unified_diff(src.text, new, shown))
     change.patch = "".join(parts)
     return change
+
+
+def _want_intervals(key: str, value: Any, targets: Targets, root: Path, intervals: dict[str, list[IntervalEdit]],
+                    change: CodeChange) -> bool:
+    """Queue the edits that realize what-if `key` at every call site it thinned; False (the
+    what-if stays a note) when a site lies outside the project or none was recorded."""
+    sites = getattr(targets, WHATIF_SITES[key])
+    if not sites or not isinstance(value, int) or isinstance(value, bool):
+        return False
+    if any(_where_not(key, path, f"the call at {_shown(path, root)}:{line}", root) for path, line in sites):
+        return False
+    for path, line in sites:
+        intervals.setdefault(_real(path), []).append(IntervalEdit(key, line, value))
+    return True
+
+
+def _realize(text: str, wanted: list[IntervalEdit], inserts: list[tuple[int, int]], shown: str,
+             change: CodeChange) -> str:
+    """The what-if edits made in `text` (lines moved past inserted snippets), each said in
+    change.edits, or in change.notes why not."""
+    if not wanted:
+        return text
+    new, outcomes = realize(text, shifted(wanted, inserts))
+    for o, e in zip(outcomes, wanted):
+        if o.done:
+            change.edits.append(f"{e.setting}: {shown}:{e.line}: {o.done} (what the tune measured as the what-if)")
+        else:
+            change.notes.append(f"{e.setting}={e.factor}: {shown}:{e.line}: not changed: {o.why_not}; "
+                                + _WHATIF[e.setting].format(v=e.factor))
+    return new
 
 
 def _unshift(line: int, inserts: list[tuple[int, int]]) -> int:

@@ -87,6 +87,8 @@ def _registry() -> dict[str, SettingSpec]:
                                         "what-if: only every k-th logging call runs"),
         "whatif.save_every": SettingSpec(_int_at_least(2), "an int >= 2", whatif.install_save_every,
                                          "what-if: only every k-th torch.save writes"),
+        "whatif.gc_every": SettingSpec(_int_at_least(2), "an int >= 2", whatif.install_gc_every,
+                                       "what-if: only every k-th gc.collect / torch.cuda.empty_cache runs"),
         "whatif.no_gc": SettingSpec(_bool, "true or false", whatif.install_no_gc,
                                     "what-if: gc.collect / torch.cuda.empty_cache do nothing"),
     }

@@ -41,13 +41,20 @@ class Targets:
     """The trained module has Conv2d layers (channels_last applies)."""
     hf_model: bool = False
     """The trained module is a transformers PreTrainedModel."""
+    save_sites: tuple[Site, ...] = ()
+    """The script's own `torch.save` calls made during the steps (whatif_code.py edits them)."""
+    log_sites: tuple[Site, ...] = ()
+    """Its logging calls (print, SummaryWriter.add_*, wandb.log) made during the steps."""
+    gc_sites: tuple[Site, ...] = ()
+    """Its gc.collect / torch.cuda.empty_cache calls made during the steps."""
     framework: str | None = None
     """The loop's framework as the doctor saw it ("lightning", "lightning_fabric",
     "transformers"), or None for a plain loop: precision then belongs in its constructor."""
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
-        return {k: (list(v) if isinstance(v, tuple) else v) for k, v in d.items()}
+        return {k: ([list(x) for x in v] if k.endswith("_sites") else list(v) if isinstance(v, tuple) else v)
+                for k, v in d.items()}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any] | None) -> "Targets":
@@ -59,6 +66,8 @@ class Targets:
                 continue  # a newer writer's field: ignored, not an error
             if key.endswith("_site") and value is not None:
                 value = (str(value[0]), int(value[1]))
+            elif key.endswith("_sites"):
+                value = tuple((str(v[0]), int(v[1])) for v in value or ())
             out[key] = value
         return cls(**out)
 

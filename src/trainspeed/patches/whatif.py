@@ -92,6 +92,14 @@ def install_save_every(k: int, ctx: InstallContext) -> None:
     ctx.note(f"what-if: torch.save from the script writes once every {k} calls per call site")
 
 
+def install_gc_every(k: int, ctx: InstallContext) -> None:
+    """gc.collect / torch.cuda.empty_cache from the script's own files run once every k calls
+    per call site: what moving a per-step call under `if step % k == 0:` does (whatif_code.py)."""
+    ctx.patches.setattr(gc, "collect", _every_kth(k, gc.collect, Counter(), skipped_value=0, user_files=True))
+    ctx.patches.setattr(torch.cuda, "empty_cache", _every_kth(k, torch.cuda.empty_cache, Counter(), user_files=True))
+    ctx.note(f"what-if: gc.collect and torch.cuda.empty_cache from the script run once every {k} calls per call site")
+
+
 def install_no_gc(value: bool, ctx: InstallContext) -> None:
     if not value:
         return

@@ -21,6 +21,9 @@ class Row:
     speedup: float | None = None
     ci: tuple[float, float] | None = None
     noise: float | None = None
+    """The noise threshold: a change the CI does not clear by this much is no measurable change."""
+    noise_from: str = ""
+    """What set the threshold (stats.NOISE_*): shown as the reason of a 'no measurable change'."""
     memory_ratio: float | None = None
     """Candidate peak memory / reference peak memory."""
     loss_delta: float | None = None
@@ -34,6 +37,7 @@ class Row:
         return {"knob": self.knob, "setting": self.setting, "settings": self.settings,
                 "verdict": self.verdict, "speedup": self.speedup,
                 "ci": list(self.ci) if self.ci else None, "noise": self.noise,
+                "noise_from": self.noise_from,
                 "memory_ratio": self.memory_ratio, "loss_delta": self.loss_delta, "note": self.note,
                 "one_time_s": self.one_time[0] if self.one_time else None,
                 "pays_back_after_steps": self.one_time[1] if self.one_time else None}

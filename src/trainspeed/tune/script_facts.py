@@ -17,6 +17,7 @@ from trainspeed.doctor.checks.context import CheckContext
 from trainspeed.doctor.checks.script_flags import find_flag
 from trainspeed.patches.targets import Targets
 from trainspeed.telemetry.rundir import read_run
+from trainspeed.telemetry.summary import flops_per_step, peak_of
 
 # Knob -> the doctor's flag topic (checks/script_flags.TOPIC_FLAGS holds the flag names):
 # a trial passes the script's own flag instead of patching behind its back.
@@ -91,6 +92,10 @@ class ScriptFacts:
     doctor/instrument/deepspeed.py); None: the script runs no DeepSpeed engine."""
     deepspeed_config: DeepSpeedConfigFile | None = None
     """The DeepSpeed config JSON its command line names (None: none does)."""
+    flops_per_step: float | None = None
+    """The doctor's FLOP count of one step (trials count none: it would slow a step of each)."""
+    peak: tuple[float | None, str | None] = (None, None)
+    """The peak FLOP/s that MFU is relative to, and its name."""
 
     def flag_for(self, topic: str) -> dict[str, Any] | None:
         """The script's flag that holds knob `topic` (num_workers, compile, ...), if it has one."""
@@ -101,6 +106,15 @@ def _site(path: Any) -> tuple[str, int] | None:
     if isinstance(path, (list, tuple)) and len(path) == 2 and path[0]:
         return str(path[0]), int(path[1])
     return None
+
+
+def _sites_of(ctx: CheckContext, category: str, kinds: tuple[str, ...] | None = None) -> tuple[tuple[str, int], ...]:
+    """The (file, line) of each call site of a category the doctor counted (`site_path`) more
+    than once: a what-if keeps every site's first call, so a call made once (makemore's
+    set-up prints) is one no edit needs to change."""
+    found = [site for row in ctx.sites(category, kinds)
+             if (row.get("count") or 0) > 1 and (site := _site(row.get("site_path")))]
+    return tuple(dict.fromkeys(found))
 
 
 def _trained_model(ctx: CheckContext) -> dict[str, Any] | None:
@@ -153,6 +167,8 @@ def read_facts(run_dir: str | Path) -> ScriptFacts:
         convolutional=bool((model or {}).get("convolutional")),
         hf_model=bool((model or {}).get("hf_model")),
         framework=(ctx.first("framework") or {}).get("name"),
+        save_sites=_sites_of(ctx, "ckpt"), log_sites=_sites_of(ctx, "log"),
+        gc_sites=_sites_of(ctx, "sync", ("gc_collect", "empty_cache")),
     )
     return ScriptFacts(
         targets=targets, loader=loader, optimizer=opt, model=model,
@@ -162,6 +178,7 @@ def read_facts(run_dir: str | Path) -> ScriptFacts:
         gc_calls=int(sum((totals["sync"].get(k) or {}).get("count") or 0 for k in ("gc_collect", "empty_cache"))),
         steps=ctx.steps, findings=findings, deepspeed=ctx.first("deepspeed"),
         deepspeed_config=deepspeed_config_file(list(flags_obs.get("flags") or [])),
+        flops_per_step=flops_per_step(run), peak=peak_of(run),
     )
 
 

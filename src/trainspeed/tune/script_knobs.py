@@ -280,11 +280,16 @@ def eval_every(ctx: ScriptContext) -> list:
     return [own] if own else [Skip("eval_every", "4x", "the script has no eval-interval flag")]
 
 
+GC_EVERY = 100
+
+
 def no_gc(ctx: ScriptContext) -> list:
-    """What-if: gc.collect and torch.cuda.empty_cache from the script do nothing."""
+    """What-if: gc.collect and torch.cuda.empty_cache from the script run once every 100 calls
+    (per call site): a per-step call moved under `if step % 100 == 0:`, which best.patch can
+    write (patches/whatif_code.py); removing them outright could not be measured as an edit."""
     if not ctx.facts.gc_calls:
         return [Skip("no_gc", "on", "no gc.collect / empty_cache calls during the steps")]
-    return [Candidate("no_gc", "no gc.collect/empty_cache (what-if)", {"whatif.no_gc": True})]
+    return [Candidate("no_gc", f"every {GC_EVERY}th gc.collect/empty_cache (what-if)", {"whatif.gc_every": GC_EVERY})]
 
 
 DS_CONFIG_PREFIX = "ds_config."

@@ -159,15 +159,43 @@ def run_script_tune(command: list[str], out_dir: str | Path, options: TuneOption
             "trainspeed.step()).")
     tuner = Tuner(base_config={}, base_hash=command_hash(list(command)), device=DeviceInfo.detect("cpu"),
                   runner=runner, store=store, options=options, say=say, knob_table=SCRIPT_KNOBS,
-                  make_context=make_context, whatif=is_whatif, baseline_hint=hint, describe=describe_settings,
+                  make_context=make_context, whatif=lambda s: is_whatif(s) and not code_whatif(s),
+                  baseline_hint=hint, describe=describe_settings,
                   trial_price=(lambda base: rescaled_wall(base, runner.measure_steps))
                   if isinstance(runner, ScriptRunner) else None)
+    realized: dict[str, bool] = {}
+
+    def code_whatif(settings: dict[str, Any]) -> bool:
+        """A what-if best.patch can write as code (patches/whatif_code.py): it may win, since
+        the edit does what the measured what-if did; any other is a measurement only."""
+        from trainspeed.patches.whatif_code import realizable
+
+        key = json.dumps(settings, sort_keys=True, default=str)
+        if key not in realized and state["facts"] is not None:
+            realized[key] = realizable(settings, state["facts"].targets)
+        return realized.get(key, False)
+
     result = run_then_close(tuner, runner)
+    if result.baseline_mfu is None and prior is not None:
+        result.baseline_mfu, result.peak_name = doctor_mfu(prior, tuner.results({}))
     for row in result.ablation:
         if is_whatif(row.settings) and row.speedup is not None:
-            row.note = ("what-if: the time this costs, measured; not applied" + ("; " + row.note if row.note else ""))
+            said = ("what-if: an edit of your code does this (best.patch, if it wins)" if code_whatif(row.settings)
+                    else "what-if: the time this costs, measured; not applied")
+            row.note = said + ("; " + row.note if row.note else "")
     write_script_outputs(command, result, out, state["facts"], runner)
     return result
+
+
+def doctor_mfu(facts: ScriptFacts, baseline: list[TrialResult]) -> tuple[float | None, str | None]:
+    """The baseline's MFU from the doctor run's FLOP count and peak (`--from RUN`) at the
+    baseline trials' median measured step, as the doctor computes it (trials count no FLOPs).
+    (None, None) when either is unknown or the reading is impossible."""
+    from trainspeed.telemetry.throughput import mfu
+
+    steps = [t for r in baseline if r.ok for t in r.step_times]
+    reading = mfu(facts.flops_per_step, statistics.median(steps) if steps else None, *facts.peak)
+    return (reading.value, reading.peak_name) if reading.valid else (None, None)
 
 
 def _describe(facts: ScriptFacts, say: Callable[[str], None]) -> None:
@@ -198,10 +226,14 @@ def write_script_outputs(command: list[str], result: TuneResult, out: Path, fact
     # ZeRO settings won: the tuned DeepSpeed config is a file of its own, next to best.yaml
     settings = write_ds_config(dict(result.best_settings), facts.deepspeed_config if facts else None,
                                (out / "deepspeed_config.json").resolve())
-    plan = Plan(command=list(command), settings=settings, targets=targets, flag_styles=styles)
+    # a what-if winner is an edit of the code (best.patch), not a setting: kept in both, the
+    # patched loop would be thinned once more at run time
+    kept = {k: v for k, v in settings.items() if not is_whatif({k: v})}
+    plan = Plan(command=list(command), settings=kept, targets=targets, flag_styles=styles)
     save_plan(plan, out / "best.yaml", header=(
         f"# trainspeed tune of: {shlex.join(command)}\n"
-        f"# run it: trainspeed run --with {out / 'best.yaml'} -- {shlex.join(command)}"))
+        f"# run it: trainspeed run --with {out / 'best.yaml'} -- {shlex.join(command)}"
+        + ("\n# the what-if winners are edits of your code: apply best.patch" if kept != settings else "")))
     change = None
     if result.best_settings:
         try:

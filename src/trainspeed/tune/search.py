@@ -27,10 +27,11 @@ from typing import Any, Callable
 
 from trainspeed.config_io import apply_overrides
 from trainspeed.errors import TrainspeedError
-from trainspeed.tune import stats
-from trainspeed.tune.arms import arm_of, fmt_loss, max_memory, mean_loss
+from trainspeed.tune import parity, stats
+from trainspeed.tune.arms import arm_of, fmt_loss, max_memory
 from trainspeed.tune.budget_plan import BudgetPlan, budget_note
 from trainspeed.tune.knobs import KNOBS, Candidate, DeviceInfo, KnobContext, Skip
+from trainspeed.tune.load_proof import LoadProof
 from trainspeed.tune.one_time import kept_one_time_notes, note_one_time
 from trainspeed.tune.options import TuneOptions
 from trainspeed.tune.order import ablation_round, bracket_repeats, n_brackets
@@ -58,7 +59,7 @@ def apply_settings(config: dict[str, Any], settings: dict[str, Any]) -> dict[str
     return apply_overrides(config, list(overrides_of(settings)))
 
 
-class Tuner:
+class Tuner(LoadProof):
     def __init__(self, *, base_config: dict[str, Any], base_hash: str, device: DeviceInfo,
                  runner: Runner, store: TrialStore, options: TuneOptions,
                  block_classes: list[str] | None = None, say: Callable[[str], None] = print,
@@ -105,6 +106,7 @@ class Tuner:
         # Per comparison, its rounds' log speedups: together, the machine's noise per round.
         self.round_logs: dict[tuple, list[float]] = {}
         self.dropped: set[str] = set()  # config keys far slower in an ablation round
+        self.knob_of: dict[str, str] = {}  # setting key -> the knob that offered it (parity.math_free)
         # Budget held back for the final verification while the greedy steps run: without it
         # the steps spent it, the verification was cut, and best.yaml fell back to the baseline.
         self.reserve_s = 0.0
@@ -180,7 +182,7 @@ class Tuner:
 
     # ------------------------------------------------------------------ comparison
     def row(self, knob: str, label: str, settings: dict[str, Any], reference: dict[str, Any],
-            *, cost_factor: float = 1.0, pairs: list[tuple[tuple[int, ...], int]]) -> Row:
+            *, cost_factor: float = 1.0, pairs: list[tuple[tuple[int, ...], int]], proof: bool = True) -> Row:
         """Candidate vs reference on the repeats that ran next to each other: `pairs` holds,
         per round, the reference's repeats around the candidate's (pooled as one) and the
         candidate's repeat. A config's other repeats ran minutes away, in another phase of the
@@ -203,27 +205,26 @@ class Tuner:
         ref_arm, cand_arm = self._pool(knob, label, settings, reference, pairs, rounds)
         comp = stats.compare(ref_arm, cand_arm, min_effect=self.opt.min_effect,
                              round_sd=stats.pooled_round_sd(list(self.round_logs.values())))
-        # The baseline trials as long as the candidate's: the script tuner's first baseline is
-        # a shorter pricing run (word_language_model: 30 steps, loss 7.126, against 6.585 after
-        # the 124 steps of every later trial), and averaged in it read bf16 as -2.1 % in loss
-        # for final losses 0.14 % apart.
-        base = self.results({})
-        lengths = {c.steps_run for c in cand if c.steps_run}
-        base_loss = mean_loss([b for b in base if b.steps_run in lengths] or base)
-        row.loss_delta = stats.loss_delta(base_loss, mean_loss(cand))
-        row.verdict = stats.verdict(comp, row.loss_delta, tolerance=self.opt.loss_tolerance)
+        # Loss parity against the baseline trials as long as the candidate's, within the
+        # spread of their own repeats (parity.py).
+        par = parity.judge(self.results({}), cand, self.opt.loss_tolerance, parity.math_free(settings, self.knob_of))
+        row.loss_delta = par.delta
+        row.verdict = stats.verdict(comp, par.judged, tolerance=par.tolerance)
         row.speedup, row.ci, row.noise = comp.speedup, (comp.ci_low, comp.ci_high), comp.noise
+        row.noise_from = comp.noise_from
         ref_mem, cand_mem = max_memory(ref), max_memory(cand)
         if ref_mem and cand_mem:
             row.memory_ratio = cand_mem / ref_mem
         if row.verdict == stats.LOSS_MISMATCH:
-            row.note = (f"loss {fmt_loss(mean_loss(cand))} vs baseline {fmt_loss(base_loss)} "
-                        f"(tolerance {self.opt.loss_tolerance:.0%})")
+            row.note = par.note()
         note_one_time(row, ref, cand)
         if len(rounds) < planned:
             why = "far slower, not repeated" if config_key(self.base_hash, settings) in self.dropped else "budget"
             row.note = (row.note + "; " if row.note else "") + f"{len(rounds)} of {planned} repeats ({why})"
-        return row
+        return self._load_proof(row, reference, pairs) if proof else row  # load_proof.py
+
+    def _key(self, settings: dict[str, Any]) -> str:
+        return config_key(self.base_hash, settings)
 
     def _paired(self, settings: dict[str, Any], reference: dict[str, Any], pairs: list[tuple[tuple[int, ...], int]]
                 ) -> tuple[list[tuple[list[TrialResult], TrialResult]], list[TrialResult]]:
@@ -345,6 +346,7 @@ class Tuner:
                         deferred.append(name)
                     continue
                 settings = item.settings
+                self.knob_of.update(dict.fromkeys(settings, name))
                 self.cost_factor[config_key(self.base_hash, settings)] = item.cost_factor
                 for k, v in settings.items():
                     self.startup_s[(k, repr(v))] = max(item.startup_s, self.startup_s.get((k, repr(v)), 0.0))

@@ -30,7 +30,9 @@ NO_CHANGE = "no measurable change"
 LOSS_MISMATCH = "loss mismatch"
 FAILED = "failed"
 SKIPPED = "skipped"
-VERDICTS = (FASTER, SLOWER, NO_CHANGE, LOSS_MISMATCH, FAILED, SKIPPED)
+BUSY = "not measurable while the machine is busy"
+"""A winner whose trials and reference trials saw different load from other processes (load_proof.py)."""
+VERDICTS = (FASTER, SLOWER, NO_CHANGE, LOSS_MISMATCH, FAILED, SKIPPED, BUSY)
 
 
 @dataclass(frozen=True, slots=True)
@@ -217,6 +219,8 @@ class Comparison:
     """The relative change below which a difference is called noise (>= min_effect)."""
     reference_cost: float
     candidate_cost: float
+    noise_from: str = ""
+    """Which estimate set `noise`: NOISE_FLOOR, NOISE_ROUNDS or NOISE_POOLED."""
 
     def as_dict(self) -> dict[str, float]:
         return {"speedup": self.speedup, "ci_low": self.ci_low, "ci_high": self.ci_high,
@@ -267,18 +271,33 @@ def compare(reference: Arm, candidate: Arm, *, min_effect: float = 0.03, n_boot:
     lo, hi = ((float(np.quantile(ratios, alpha)), float(np.quantile(ratios, 1 - alpha)))
               if ratios.size else (math.nan, math.nan))
     rounds = min(reference.repeats, candidate.repeats)
-    noise = max(min_effect, paired_noise(reference, candidate), pooled_noise(round_sd, rounds))
+    noise, source = max((min_effect, NOISE_FLOOR), (paired_noise(reference, candidate), NOISE_ROUNDS),
+                        (pooled_noise(round_sd, rounds), NOISE_POOLED), key=lambda item: item[0])
     return Comparison(speedup=speedup, ci_low=lo, ci_high=hi, noise=noise,
-                      reference_cost=ref_cost, candidate_cost=cand_cost)
+                      reference_cost=ref_cost, candidate_cost=cand_cost, noise_from=source)
+
+
+NOISE_FLOOR = "the tune's --min-effect floor"
+NOISE_ROUNDS = "this setting's rounds disagree by that much"
+NOISE_POOLED = "the machine's noise per round, pooled over the tune"
+
+
+def noise_band(noise: float) -> tuple[float, float]:
+    """The speedups noise of `noise` reaches: 1/(1 + noise) .. 1 + noise."""
+    return 1.0 / (1.0 + noise), 1.0 + noise
 
 
 def speed_verdict(c: Comparison) -> str:
-    """faster / slower only when the interval excludes 1 *and* the change beats the noise."""
+    """faster when the whole interval lies above the noise band, slower when wholly below it,
+    else no measurable change: a verdict read off the table's CI and noise columns alone (the
+    speedup clearing the band with an interval reaching into it, 2.10x at 1.37-3.28 against a
+    wider band, was no answer the table could explain)."""
     if not (math.isfinite(c.speedup) and math.isfinite(c.ci_low) and math.isfinite(c.ci_high)):
         return NO_CHANGE
-    if c.ci_low > 1.0 and c.speedup > 1.0 + c.noise:
+    low, high = noise_band(c.noise)
+    if c.ci_low > high:
         return FASTER
-    if c.ci_high < 1.0 and c.speedup < 1.0 / (1.0 + c.noise):
+    if c.ci_high < low:
         return SLOWER
     return NO_CHANGE
 

@@ -13,9 +13,10 @@ from typing import Any
 from trainspeed.tune import stats
 from trainspeed.tune.result import Row, TuneResult
 
-COLUMNS = ("knob", "setting", "speedup", "95% CI", "memory", "loss delta", "verdict", "note")
+COLUMNS = ("knob", "setting", "speedup", "95% CI", "noise", "memory", "loss delta", "verdict", "note")
+NUMERIC = ("speedup", "noise", "memory", "loss delta")
 VERDICT_STYLE = {stats.FASTER: "bold green", stats.SLOWER: "red", stats.LOSS_MISMATCH: "bold red",
-                 stats.FAILED: "bold red", stats.NO_CHANGE: "", stats.SKIPPED: "dim"}
+                 stats.FAILED: "bold red", stats.NO_CHANGE: "", stats.SKIPPED: "dim", stats.BUSY: "yellow"}
 
 
 def cells(row: Row) -> list[str]:
@@ -31,15 +32,36 @@ def cells(row: Row) -> list[str]:
         loss = "non-finite"
     else:
         loss = f"{100 * row.loss_delta:+.1f}%"
+    noise = "—" if row.noise is None or not math.isfinite(row.noise) else f"±{100 * row.noise:.0f}%"
     note = (row.note or "").splitlines()[0] if row.note else ""
-    return [row.knob, row.setting, x(row.speedup), ci, mem, loss, row.verdict, note]
+    why = why_no_change(row)
+    if why:
+        note = f"{why}; {note}" if note else why
+    return [row.knob, row.setting, x(row.speedup), ci, noise, mem, loss, row.verdict, note]
+
+
+def why_no_change(row: Row) -> str:
+    """Why a measured row reads 'no measurable change': its CI reaches into the noise band
+    (and what set the band). Empty for any other verdict."""
+    if row.verdict != stats.NO_CHANGE or not row.ci or row.noise is None:
+        return ""
+    if not all(math.isfinite(v) for v in row.ci):
+        return "no finite interval"
+    low, high = stats.noise_band(row.noise)  # wholly above or below it would read faster/slower
+    return (f"CI {row.ci[0]:.2f}–{row.ci[1]:.2f} reaches into the noise band {low:.2f}–{high:.2f}x"
+            + (f" ({row.noise_from})" if row.noise_from else ""))
 
 
 def baseline_line(result: TuneResult) -> str:
     """One line on the baseline: its cost per sample and, when known, its MFU."""
     line = f"baseline: {1e3 * result.baseline_cost_s:.3f} ms/sample"
     if result.baseline_mfu is not None:
-        line += f", MFU {100 * result.baseline_mfu:.0f} % of {result.peak_name or 'the device peak'}"
+        share = 100 * result.baseline_mfu
+        line += f", MFU {share:.0f}" if share >= 10 else f", MFU {share:.2g}"  # 0.12 %, not 0 %
+        line += f" % of {result.peak_name or 'the device peak'}"
+    else:
+        line += (", MFU unknown (no FLOP count of its step, or no peak for this device; a script tune takes "
+                 "both from the doctor run it is given with --from)")
     return line
 
 
@@ -69,7 +91,7 @@ def print_tables(result: TuneResult, console: Any = None) -> None:
     def table(title: str, rows: list[Row]) -> None:
         t = Table(title=title, title_justify="left")
         for col in COLUMNS:
-            t.add_column(col, justify="right" if col in ("speedup", "memory", "loss delta") else "left",
+            t.add_column(col, justify="right" if col in NUMERIC else "left",
                          overflow="fold", max_width=60 if col in ("note", "setting") else None,
                          # a verified combination names every setting: it wraps, or the number
                          # columns would be squeezed to one character
@@ -93,7 +115,7 @@ def write_html(result: TuneResult, path: str | Path, *, title: str, subtitle: st
     from trainspeed.report.html import _e, _page
 
     def table(rows: list[Row]) -> str:
-        head = "".join(f"<th class='num'>{_e(c)}</th>" if c in ("speedup", "memory", "loss delta")
+        head = "".join(f"<th class='num'>{_e(c)}</th>" if c in NUMERIC
                        else f"<th>{_e(c)}</th>" for c in COLUMNS)
         body = []
         for row in rows:
@@ -101,7 +123,7 @@ def write_html(result: TuneResult, path: str | Path, *, title: str, subtitle: st
                    stats.FAILED: "worse"}.get(row.verdict, "")
             tds = []
             for col, text in zip(COLUMNS, cells(row)):
-                klass = "num" if col in ("speedup", "memory", "loss delta") else ("verdict " + cls if col == "verdict" else "")
+                klass = "num" if col in NUMERIC else ("verdict " + cls if col == "verdict" else "")
                 tds.append(f"<td class='{klass.strip()}'>{_e(text)}</td>")
             body.append(f"<tr>{''.join(tds)}</tr>")
         return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
@@ -130,6 +152,7 @@ def result_from_json(data: dict[str, Any]) -> TuneResult:
         return Row(knob=d["knob"], setting=d["setting"], settings=d.get("settings") or {},
                    verdict=d["verdict"], speedup=d.get("speedup"),
                    ci=tuple(d["ci"]) if d.get("ci") else None, noise=d.get("noise"),
+                   noise_from=d.get("noise_from") or "",
                    memory_ratio=d.get("memory_ratio"), loss_delta=d.get("loss_delta"),
                    note=d.get("note") or "")
 

@@ -147,6 +147,7 @@ class SiteCounter:
                     "category": cat,
                     "kind": kind,
                     "site": format_site(filename, lineno) if lineno else filename,
+                    "site_path": [filename, lineno] if lineno else None,
                     "code": code[:160],
                     "count": stat.count,
                     "seconds": stat.seconds,

@@ -1,0 +1,103 @@
+"""Load-proof winners: a comparison whose candidate and reference trials saw different load
+from other processes is repeated, and a winner must hold on rounds whose loads match.
+
+Every script trial reads the other processes' CPU from the doctor's system sampler
+(TrialResult.others_load, cores). A neighbour's burst that lands on the reference trials and
+not on the candidate's reads as a win: a GAN example's threads=1 was "verified 18.4x" on a
+busy machine and measured 1.0-1.4x alternated on a quieter one; the tune's note said the
+machine was busy, but the winner and its patch stood. Now a winning comparison's rounds whose
+loads differ are run again (fresh repeats of both, interleaved); the verdict is taken on the
+matched rounds alone, and with fewer matched rounds than planned the row reads "not
+measurable while the machine is busy": not a winner, so nothing reaches best.yaml or
+best.patch on that evidence. The verification goes through the same check.
+
+Loads match when the cores left free differ by at most LOAD_MATCH_RATIO: a busy loop on one
+of two cores halves what the script gets; 0.3 of 16 cores changes nothing.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from trainspeed.tune import stats
+from trainspeed.tune.result import Row
+from trainspeed.tune.trials import TrialResult
+
+LOAD_MATCH_RATIO = 1.25
+"""Largest ratio of free cores (cores - others' load) between a candidate's trial and its
+reference's for the two to count as run on the same machine."""
+MIN_FREE_CORES = 0.25
+"""Free cores are read as at least this (a saturated machine is not infinitely worse)."""
+
+Pair = tuple[tuple[int, ...], int]
+
+
+def loads_match(reference: list[float | None], candidate: float | None, cores: int) -> bool:
+    """Whether a candidate trial's load matches its reference trials' (their mean): True when
+    either side was not sampled (nothing to judge by)."""
+    known = [x for x in reference if x is not None]
+    if candidate is None or not known:
+        return True
+    free_ref = max(MIN_FREE_CORES, cores - sum(known) / len(known))
+    free_cand = max(MIN_FREE_CORES, cores - candidate)
+    return max(free_ref, free_cand) / min(free_ref, free_cand) <= LOAD_MATCH_RATIO
+
+
+class LoadProof:
+    """Mixed into search.Tuner: its store, keys, rounds and rows (kept out of search.py)."""
+
+    def _trials_of(self, settings: dict[str, Any], repeats: tuple[int, ...]) -> list[TrialResult]:
+        key = self._key(settings)  # type: ignore[attr-defined]
+        return [r for i in repeats if (r := self.store.get(key, i)) is not None and r.ok]  # type: ignore[attr-defined]
+
+    def _matched(self, reference: dict[str, Any], settings: dict[str, Any], pair: Pair) -> bool | None:
+        """Whether a round's loads match; None when the round did not run."""
+        refs, c = pair
+        ref, cand = self._trials_of(reference, refs), self._trials_of(settings, (c,))
+        if not ref or not cand:
+            return None
+        return loads_match([r.others_load for r in ref], cand[0].others_load, self.device.cores)  # type: ignore[attr-defined]
+
+    def _fresh(self, settings: dict[str, Any], used: list[int], n: int) -> list[int]:
+        """`n` repeat numbers of `settings` no phase of the search has given out."""
+        key = self._key(settings)  # type: ignore[attr-defined]
+        start = max([self.next_repeat.get(key, self.opt.repeats), *(i + 1 for i in used)])  # type: ignore[attr-defined]
+        self.next_repeat[key] = start + n  # type: ignore[attr-defined]
+        return list(range(start, start + n))
+
+    def _load_proof(self, row: Row, reference: dict[str, Any], pairs: list[Pair]) -> Row:
+        """A winning row whose rounds saw different loads, judged again on matched rounds."""
+        if row.verdict != stats.FASTER:
+            return row
+        settings = row.settings
+        bad = [p for p in pairs if self._matched(reference, settings, p) is False]
+        if not bad:
+            return row
+        self.say(f"  {row.knob}={row.setting}: other processes' load differed from its reference's "  # type: ignore[attr-defined]
+                 f"in {len(bad)} of {len(pairs)} rounds; repeating them")
+        refs = self._fresh(reference, [i for p in pairs for i in p[0]], len(bad))
+        cands = self._fresh(settings, [p[1] for p in pairs], len(bad))
+        fresh: list[Pair] = [((r,), c) for r, c in zip(refs, cands)]
+        for i, ((r,), c) in enumerate(fresh):
+            self._round([(reference, "current" if reference else "baseline", r), (settings, row.setting, c)],  # type: ignore[attr-defined]
+                        reverse=bool(i % 2))
+        matched = [p for p in [*pairs, *fresh] if p not in bad and self._matched(reference, settings, p)]
+        # its first reading leaves the machine's noise pool: a round that compared a loaded
+        # trial with a quiet one measured the load, and the re-judged rows count their own
+        self.round_logs.pop((row.knob, row.setting, self._key(reference), self._key(settings),  # type: ignore[attr-defined]
+                             tuple(c for _, c in pairs)), None)
+        if len(matched) < len(pairs):
+            return Row(knob=row.knob, setting=row.setting, settings=settings, cost_factor=row.cost_factor,
+                       verdict=stats.BUSY, speedup=row.speedup, ci=row.ci, noise=row.noise,
+                       noise_from=row.noise_from, loss_delta=row.loss_delta, memory_ratio=row.memory_ratio,
+                       note=f"read {row.speedup:.2f}x, but other processes' load differed between it and its "
+                            f"reference in {len(bad)} of {len(pairs)} rounds and again when repeated "
+                            f"({len(matched)} matched rounds): not kept")
+        again = self.row(row.knob, row.setting, settings, reference, cost_factor=row.cost_factor,  # type: ignore[attr-defined]
+                         pairs=matched, proof=False)
+        said = f"judged on the {len(matched)} rounds whose loads matched ({len(bad)} repeated)"
+        again.note = f"{again.note}; {said}" if again.note else said
+        return again
+
+
+__all__ = ["LOAD_MATCH_RATIO", "LoadProof", "loads_match"]

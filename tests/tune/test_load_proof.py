@@ -1,0 +1,114 @@
+"""Load-proof winners (load_proof.py): injected load readings, no real machine load."""
+
+from __future__ import annotations
+
+import pytest
+
+from trainspeed.tune import stats
+from trainspeed.tune.load_proof import loads_match
+from trainspeed.tune.search import Tuner, TuneOptions
+from trainspeed.tune.store import TrialStore
+
+from tune_fakes import FakeRunner
+
+FUSED = "optim.implementation=fused"
+BF16 = "precision.mode=bf16-mixed"
+
+
+class Neighbour(FakeRunner):
+    """A busy loop on one of the two cores from trial `start` on (mid-tune), present while
+    `busy(request)` says so: the trial runs 2x slower and its sampler reads 1.0 core of others."""
+
+    def __init__(self, effects, *, start, busy, **kw):
+        super().__init__(effects, **kw)
+        self.start, self.busy = start, busy
+
+    def __call__(self, req):
+        res = super().__call__(req)
+        on = len(self.calls) > self.start and self.busy(req)
+        res.others_load = 1.0 if on else 0.05
+        if on:
+            res.step_times = [2 * t for t in res.step_times]
+        return res
+
+
+def run(base_config, cpu, runner, tmp_path, knobs):
+    options = TuneOptions(budget_s=10_000, knobs=knobs)
+    return Tuner(base_config=base_config, base_hash="h", device=cpu, runner=runner, store=TrialStore(tmp_path),
+                 options=options, say=lambda s: None).run()
+
+
+def row_of(result, setting):
+    return next(r for r in result.ablation if r.setting == setting)
+
+
+def on_reference(req):
+    return not req.overrides  # its bursts land on the baseline trials
+
+
+def test_a_neighbour_that_starts_mid_tune_does_not_produce_a_winner(base_config, cpu, tmp_path):
+    # fused changes nothing; from the second trial on, the neighbour's bursts land on the
+    # baseline trials: before, fused read ~2x "faster", and was verified so, into best.yaml
+    runner = Neighbour({}, start=1, busy=on_reference)
+    result = run(base_config, cpu, runner, tmp_path, ["fused_optimizer"])
+    fused = row_of(result, "fused")
+    assert fused.verdict == stats.BUSY, (fused.verdict, fused.speedup, fused.note)
+    assert fused.speedup > 1.5  # what it read (a quiet first baseline in one bracket), shown beside the verdict
+    assert "load differed" in fused.note
+    assert result.best_settings == {} and result.final is None
+    # its mismatched rounds were run again, with fresh repeats of both
+    repeats = [c.repeat for c in runner.calls if c.overrides == (FUSED,)]
+    assert len(repeats) == len(set(repeats)) > TuneOptions().repeats
+
+
+def test_a_winner_whose_repeats_see_matched_load_is_judged_on_them(base_config, cpu, tmp_path):
+    # the bursts stop after the ablation's first round: the repeated rounds are quiet on both
+    # sides, and fused reads what it is, no change; bf16's real 2x still wins
+    runner = Neighbour({BF16: 0.5}, start=1, busy=lambda req: on_reference(req) and len(runner.calls) <= 4)
+    result = run(base_config, cpu, runner, tmp_path, ["fused_optimizer", "precision"])
+    assert row_of(result, "fused").verdict == stats.NO_CHANGE
+    bf16 = row_of(result, "bf16-mixed")
+    assert bf16.verdict == stats.FASTER and bf16.speedup == pytest.approx(2.0, rel=0.1)
+    assert result.best_settings == {"precision.mode": "bf16-mixed"}
+
+
+def test_a_steady_neighbour_on_both_sides_leaves_a_real_winner_alone(base_config, cpu, tmp_path):
+    runner = Neighbour({BF16: 0.5}, start=0, busy=lambda req: True)
+    result = run(base_config, cpu, runner, tmp_path, ["precision"])
+    assert row_of(result, "bf16-mixed").verdict == stats.FASTER
+    assert result.final.verdict == stats.FASTER and "load" not in result.final.note
+
+
+def test_the_verification_must_hold_with_the_load_matched(base_config, cpu, tmp_path):
+    # quiet through the ablation; from the verification on, the neighbour sits on the baseline trials
+    runner = Neighbour({BF16: 0.8}, start=10, busy=on_reference)
+    result = run(base_config, cpu, runner, tmp_path, ["precision"])
+    assert row_of(result, "bf16-mixed").verdict == stats.FASTER
+    assert result.final.verdict == stats.BUSY
+    assert result.best_settings == {}
+
+
+def test_loads_match_on_the_cores_left_free():
+    assert loads_match([0.05, 0.1], 0.2, cores=2)
+    assert not loads_match([1.0], 0.05, cores=2)  # a busy loop on one of two cores
+    assert loads_match([1.0], 0.05, cores=16)  # one of sixteen
+    assert loads_match([None], 1.5, cores=2) and loads_match([0.1], None, cores=2)  # not sampled
+    assert loads_match([2.5], 3.0, cores=2)  # saturated either way
+
+
+def test_the_closing_line_says_the_machine_was_busy_not_that_nothing_won(base_config, cpu, tmp_path):
+    from trainspeed.cli.tune import no_winner_line
+
+    result = run(base_config, cpu, Neighbour({}, start=1, busy=on_reference), tmp_path, ["fused_optimizer"])
+    line = no_winner_line(result)
+    assert line.startswith("nothing is kept: fused_optimizer=fused (") and "not measurable while the machine is busy" in line
+
+
+def test_rounds_that_compared_a_loaded_trial_with_a_quiet_one_leave_the_noise_pool(base_config, cpu, tmp_path):
+    runner = Neighbour({}, start=1, busy=on_reference)
+    tuner = Tuner(base_config=base_config, base_hash="h", device=cpu, runner=runner, store=TrialStore(tmp_path),
+                  options=TuneOptions(budget_s=10_000, knobs=["fused_optimizer"]), say=lambda s: None)
+    tuner.run()
+    fused = tuner._key({"optim.implementation": "fused"})
+    first = (0, 1)  # the ablation's repeats of fused
+    assert not [k for k in tuner.round_logs if k[3] == fused and k[4] == first]
