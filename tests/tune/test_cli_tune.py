@@ -31,7 +31,9 @@ def test_tune_cli_real_trials_best_yaml_tables_and_resume(tmp_path):
     assert first.returncode == 0, first.stderr[-3000:]
     data = json.loads((out / "tune.json").read_text())
     rows = {(r["knob"], r["setting"]): r for r in data["ablation"]}
-    threads = [r for (k, _), r in rows.items() if k == "torch_threads"]
+    # The old name of the knob is read as its one name now, and said so.
+    assert "knob 'torch_threads' is now called 'threads'" in first.stderr
+    threads = [r for (k, _), r in rows.items() if k == "threads"]
     assert threads, data["ablation"]
     measured = [r for r in threads if r["verdict"] != "skipped"]
     if (os.cpu_count() or 1) > 1:
@@ -49,8 +51,8 @@ def test_tune_cli_real_trials_best_yaml_tables_and_resume(tmp_path):
         section, name = key.split(".")
         assert getattr(getattr(best, section), name) == value
     html = (out / "tune.html").read_text()
-    assert "Ablation" in html and "torch_threads" in html
-    assert "| torch_threads |" in (out / "tune.md").read_text()
+    assert "Ablation" in html and "threads" in html
+    assert "| threads |" in (out / "tune.md").read_text()
     assert "speedup" in first.stdout and "best config" in first.stdout
     # The gpt recipe's FLOPs and the measured CPU peak give the baseline's MFU (a real
     # reading: under 100 %, named after the peak it is relative to).

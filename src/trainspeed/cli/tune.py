@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from trainspeed.cli._args import duration
 from trainspeed.tune.options import TuneOptions
 
 HELP = """Measure every speed switch on your own script (or a config) and machine, and write the fastest settings.
@@ -27,7 +28,8 @@ def _add_options(p: argparse.ArgumentParser) -> None:
 
     p.add_argument("--from", dest="from_run", default=None, metavar="RUN_DIR",
                    help="a doctor run of the script: the knobs its findings name are measured first")
-    p.add_argument("--budget", default="10m", help="wall-clock budget for all trials (90s, 10m, 1h)")
+    p.add_argument("--budget", default="10m", type=duration,
+                   help="wall-clock budget for all trials, with its unit: 90s, 10m, 1h (default 10m)")
     p.add_argument("--knobs", default=None, help=f"comma list (default: all). Config knobs: {','.join(KNOBS)}. "
                                                  "Script knobs: see `trainspeed tune --help-knobs`")
     p.add_argument("--help-knobs", action="store_true", help="list the knobs for a script and what each tries")
@@ -48,6 +50,8 @@ def _add_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--min-effect", type=float, default=0.03,
                    help="smallest relative change ever called a speedup (default 0.03)")
     p.add_argument("--trial-timeout", type=float, default=600.0, help="seconds before a trial is killed")
+    p.add_argument("--print-config", action="store_true",
+                   help="a config's tune: print the resolved config as YAML and exit")
     p.add_argument("--no-fork-server", dest="fork_server", action="store_false",
                    help="start every trial as a new interpreter instead of forking it from a "
                         "process that has imported torch once (slower start, same isolation)")
@@ -62,15 +66,6 @@ def register(sub) -> None:
     p.add_argument("rest", nargs=argparse.REMAINDER,
                    help="config overrides applied before tuning (key=value); options may follow them")
     p.set_defaults(run=run)
-
-
-def _split_rest(args) -> list[str]:
-    """Options may come after the overrides (`tune gpt data.batch_size=8 --budget 5m`):
-    parse them out of the remainder; what is left are the overrides."""
-    p = argparse.ArgumentParser(add_help=False)
-    _add_options(p)
-    known, overrides = p.parse_known_args(args.rest, namespace=args)
-    return overrides
 
 
 def is_script_command(target: str | None) -> bool:
@@ -89,10 +84,14 @@ def is_script_command(target: str | None) -> bool:
 def _print_knobs() -> int:
     from trainspeed.tune.script_knobs import SCRIPT_KNOBS
 
+    import shutil
+    import textwrap
+
+    width = max(60, min(100, shutil.get_terminal_size().columns))
     print("Knobs for a script (trainspeed tune --knobs a,b -- python train.py ...):")
     for name, fn in SCRIPT_KNOBS.items():
-        doc = (fn.__doc__ or "").strip().splitlines()[0] if fn.__doc__ else ""
-        print(f"  {name:<20}{doc}")
+        doc = " ".join((fn.__doc__ or "").split())  # the whole docstring: a first line cut sentences off
+        print(textwrap.fill(doc, width=width, initial_indent=f"  {name:<20}", subsequent_indent=" " * 22))
     return 0
 
 
@@ -191,15 +190,14 @@ def run(args) -> int:
     args.steps = 25 if args.steps is None else args.steps
     if args.steps < 3 or args.warmup_steps < 0:
         raise ConfigError(f"--steps must be >= 3 and --warmup-steps >= 0, got {args.steps} and {args.warmup_steps}")
-    # Before _split_rest: its parser would read `--help` as an abbreviation of --help-knobs.
-    asked_help, print_config, args.rest = _target.pop_flags(args.rest)
-    overrides = _split_rest(args)
+    # Options may come after the overrides (`tune gpt data.batch_size=8 --budget 5m`).
+    asked_help, overrides = _target.parse_rest(args, _add_options, "trainspeed tune")
     if asked_help:
         print(_target.target_help("tune", args.target, overrides, args.variant), end="")
         print("\nTune options (--budget, --knobs, --out, ...): trainspeed tune --help")
         return 0
     cfg, found = _target.load(args.target, overrides, args.variant)
-    if print_config:
+    if args.print_config:
         print(_target.config_yaml(cfg, keep_name=_target.named(found, overrides)), end="")
         return 0
     _target.check_extras(cfg)  # before any trial: each would fail on it

@@ -27,7 +27,7 @@ TUNE_KNOBS = {
     "fused_optimizer": "fused_optimizer",
     "attention": "attention",
     "channels_last": "channels_last",
-    "threads": "torch_threads",
+    "threads": "threads",
     "batch_size": "batch_size",
     "logging": "log_every",
     "log_every": "log_every",
