@@ -87,6 +87,28 @@ def test_no_winner_line_tells_unmeasured_from_measured_and_slower():
     assert no_winner_line(TuneResult(ablation=[killed, lost], **common)).startswith("nothing won over the baseline")
 
 
+def test_nothing_won_says_no_patch_and_leaves_no_stale_patch(tmp_path):
+    # A second tune in the same --out where nothing won: best.patch of the first stayed, and
+    # nothing said there was no patch (`git apply` then failed, or applied the old change).
+    from trainspeed.cli.tune import outcome_lines
+    from trainspeed.tune.result import Row, TuneResult
+
+    (tmp_path / "best.patch").write_text("--- a/train.py\n")
+    (tmp_path / "code_change.md").write_text("old change\n")
+    (tmp_path / "tune.json").write_text(json.dumps({"patch": None}))
+    common = dict(combination=[], final=None, baseline_cost_s=1e-3, trials_run=3, trials_reused=0, elapsed_s=40.0)
+    lost = Row(knob="num_workers", setting="2", verdict="slower", speedup=0.8)
+    lines = outcome_lines(TuneResult(ablation=[lost], best_settings={}, **common), tmp_path, ["python", "train.py"])
+    assert lines[-1].startswith("no patch: nothing won") and "best.patch" in lines[-1]
+    assert not (tmp_path / "best.patch").exists() and not (tmp_path / "code_change.md").exists()
+    # a winner with its patch: both named
+    (tmp_path / "best.patch").write_text("--- a/train.py\n")
+    (tmp_path / "tune.json").write_text(json.dumps({"patch": "best.patch"}))
+    won = TuneResult(ablation=[lost], best_settings={"threads": 1}, **common)
+    text = "\n".join(outcome_lines(won, tmp_path, ["python", "train.py"]))
+    assert "trainspeed run --with" in text and f"git apply {tmp_path / 'best.patch'}" in text
+
+
 def test_no_winner_line_when_a_winner_was_not_verified():
     # transformers' run_clm.py, tune --budget 6m: bf16 1.15x alone (CI 1.13-1.17), then "budget
     # ran out before this trial" for the verification; the line said the script's settings were

@@ -62,6 +62,7 @@ def run(args: argparse.Namespace) -> int:
         if not quiet:
             print(f"trainspeed run: {text}", file=sys.stderr, flush=True)
 
+    say(applied_line(plan, args.with_))
     if plan.flags():
         say(f"command: {shlex.join(command)}")
     target = parse_command(command)  # a ConfigError before anything is installed
@@ -92,6 +93,19 @@ def run(args: argparse.Namespace) -> int:
         else:
             for note in applied.notes:
                 say(note)
+
+
+def applied_line(plan: Any, source: str) -> str:
+    """Which settings this run applies: each patch setting with its value, each script flag as
+    it is written on the command line; or that there are none (a tune where nothing won)."""
+    from trainspeed.patches.plan import render_flag, flag_style
+
+    parts = [f"{key}={value}" for key, value in plan.patch_settings().items()]
+    parts += [" ".join(render_flag(option, value, flag_style(option, plan.flag_styles, plan.command)))
+              or f"{option} off" for option, value in plan.flags().items()]
+    if not parts:
+        return f"applying no settings from {source} (nothing won): the script runs as it is"
+    return f"applying {len(parts)} setting{'s' if len(parts) != 1 else ''} from {source}: {', '.join(parts)}"
 
 
 class _NothingInstalled:

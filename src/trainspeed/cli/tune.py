@@ -128,15 +128,35 @@ def run_script(args, command: list[str]) -> int:
                              from_run=args.from_run, trial_timeout_s=args.trial_timeout)
     print_tables(result)
     print(f"table: {out / 'tune.html'}")
-    if result.best_settings:
-        print(f"run it now:   trainspeed run --with {out / 'best.yaml'} -- {shlex.join(command)}")
-        if (out / "best.patch").is_file():
-            print(f"code change:  {out / 'code_change.md'}  (apply: git apply {out / 'best.patch'})")
-        elif (out / "code_change.md").is_file():
-            print(f"code change:  {out / 'code_change.md'}")
-    else:
-        print(no_winner_line(result))
+    for line in outcome_lines(result, out, command):
+        print(line)
     return 0
+
+
+def outcome_lines(result, out, command: list[str]) -> list[str]:
+    """What the user does next: run the winners, apply the patch; or, when nothing won, that
+    there is no patch (a best.patch left by an earlier tune in the same --out is removed: a
+    `git apply` of it would apply what this tune did not keep)."""
+    import json
+    import shlex
+
+    patch, change = out / "best.patch", out / "code_change.md"
+    try:
+        written = json.loads((out / "tune.json").read_text(encoding="utf-8")).get("patch")
+    except (OSError, ValueError):
+        written = None
+    if not written:
+        patch.unlink(missing_ok=True)
+    if not result.best_settings:
+        change.unlink(missing_ok=True)
+        return [no_winner_line(result),
+                f"no patch: nothing won, so there is no {patch} to apply and the script stays as it is"]
+    lines = [f"run it now:   trainspeed run --with {out / 'best.yaml'} -- {shlex.join(command)}"]
+    if patch.is_file():
+        lines.append(f"code change:  {change}  (apply: git apply {patch})")
+    elif change.is_file():
+        lines.append(f"code change:  {change}  (no patch: the change is described there)")
+    return lines
 
 
 def no_winner_line(result) -> str:
