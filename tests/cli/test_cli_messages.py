@@ -71,3 +71,20 @@ def test_help_knobs_prints_whole_sentences(capsys):
     for name, fn in SCRIPT_KNOBS.items():
         doc = " ".join((fn.__doc__ or "").split())
         assert doc and doc in text, name
+
+
+def test_an_interrupted_tune_prints_the_command_that_resumes_it(tmp_path, monkeypatch, capsys):
+    import trainspeed.tune.script_session as script_session
+
+    def interrupted(*a, **k):
+        raise KeyboardInterrupt
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "train.py").write_text("print('hi')\n")
+    monkeypatch.setattr(script_session, "run_script_tune", interrupted)
+    code, _, err = _run(["tune", "--knobs", "threads", "--budget", "2m", "--", "python", "train.py", "--lr", "1"],
+                        capsys)
+    assert code == 130
+    assert ("Resume with: trainspeed tune --out runs/tune-train --knobs threads --budget 2m -- python train.py "
+            "--lr 1") in err
+    assert "Traceback" not in err

@@ -95,6 +95,7 @@ def main(argv: list[str] | None = None) -> int:
         sub.print_usage(sys.stderr)
         print(f"{sub.prog}: error: {unknown_options(sub, extras)}", file=sys.stderr)
         return 2
+    args.argv = argv  # what was typed: an interrupted tune prints the command that resumes it
     try:
         return int(args.run(args) or 0)
     except TrainspeedError as exc:

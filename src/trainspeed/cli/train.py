@@ -58,6 +58,12 @@ def run(args) -> int:
         print(_target.config_yaml(cfg, keep_name=_target.named(found, overrides)), end="")
         return 0
     _target.check_extras(cfg)  # before the model and data are built
+    if args.no_report:
+        import os
+
+        # W&B prints its run history and summary at finish(): a report by another name. Its
+        # quiet mode keeps the lines that say where the run went. An explicit setting wins.
+        os.environ.setdefault("WANDB_QUIET", "true")
 
     from trainspeed.engine.from_recipe import build_trainer
 

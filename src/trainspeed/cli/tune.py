@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 
 from trainspeed.cli._args import duration
 from trainspeed.tune.options import TuneOptions
@@ -124,13 +125,40 @@ def run_script(args, command: list[str]) -> int:
     out = Path(args.out or f"runs/tune-{stem}")
     print(f"trainspeed: tuning `{shlex.join(command)}` -> {out} (budget {options.budget_s:.0f} s, "
           f"knobs: {', '.join(options.knobs)})", flush=True)
-    result = run_script_tune(command, out, options, warmup_steps=args.warmup_steps, measure_steps=args.steps,
-                             from_run=args.from_run, trial_timeout_s=args.trial_timeout)
+    with resume_hint(args, out):
+        result = run_script_tune(command, out, options, warmup_steps=args.warmup_steps, measure_steps=args.steps,
+                                 from_run=args.from_run, trial_timeout_s=args.trial_timeout)
     print_tables(result)
     print(f"table: {out / 'tune.html'}")
     for line in outcome_lines(result, out, command):
         print(line)
     return 0
+
+
+def resume_command(argv: list[str], out) -> str:
+    """The command that resumes a tune: the one typed, with --out named (a tune rerun with the
+    same --out reuses its finished trials)."""
+    import shlex
+
+    words = list(argv)
+    end = words.index("--") if "--" in words else len(words)
+    if not any(w == "--out" or w.startswith("--out=") for w in words[:end]):
+        words[1:1] = ["--out", str(out)]  # after "tune"
+    return "trainspeed " + shlex.join(words)
+
+
+@contextlib.contextmanager
+def resume_hint(args, out):
+    """On Ctrl-C, the command that resumes the tune (then the interrupt goes on to main)."""
+    import sys
+
+    try:
+        yield
+    except KeyboardInterrupt:
+        argv = getattr(args, "argv", None) or ["tune", "--", *([args.target] if args.target else []), *args.rest]
+        print(f"\ntrainspeed tune: interrupted; the finished trials are kept in {out / 'tune.jsonl'}. "
+              f"Resume with: {resume_command(argv, out)}", file=sys.stderr, flush=True)
+        raise
 
 
 def outcome_lines(result, out, command: list[str]) -> list[str]:
@@ -230,8 +258,9 @@ def run(args) -> int:
     out = Path(args.out or f"runs/tune-{recipe_label(cfg.recipe.name) if cfg.recipe.name else Path(args.target).stem}")
     print(f"trainspeed: tuning {cfg.recipe.name or args.target} -> {out} "
           f"(budget {options.budget_s:.0f} s, knobs: {', '.join(options.knobs)})")
-    result = run_tune(cfg, out, options, trial_timeout_s=args.trial_timeout,
-                      length=TrialLength(warmup_steps=args.warmup_steps, measure_steps=args.steps))
+    with resume_hint(args, out):
+        result = run_tune(cfg, out, options, trial_timeout_s=args.trial_timeout,
+                          length=TrialLength(warmup_steps=args.warmup_steps, measure_steps=args.steps))
     print_tables(result)
     print(f"best config: {out / 'best.yaml'}   table: {out / 'tune.html'}")
     return 0
