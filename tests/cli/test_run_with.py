@@ -34,3 +34,36 @@ def test_run_with_lists_the_settings_it_applies(tmp_path, monkeypatch, capsys):
     none = _plan(tmp_path / "none.yaml", {})
     assert main(["run", "--with", none, "--", "python", "train.py"]) == 0
     assert "applying no settings" in capsys.readouterr().err
+
+
+LOOP = """import torch
+model = torch.nn.Linear(64, 64)
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+for _ in range(12):
+    loss = model(torch.randn(16, 64)).pow(2).mean()
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+"""
+
+
+def test_run_with_doctor_measures_mfu(tmp_path, monkeypatch, capsys):
+    # `run --with best.yaml --doctor` showed MFU "not measured": it never counted the FLOPs.
+    import json
+
+    import torch
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("TRAINSPEED_CACHE", str(tmp_path / "cache"))
+    (tmp_path / "train.py").write_text(LOOP)
+    best = _plan(tmp_path / "best.yaml", {})
+    threads = torch.get_num_threads()
+    try:
+        code = main(["run", "--with", best, "--doctor", "--steps", "10", "--out", str(tmp_path / "r"), "--",
+                     "python", "train.py"])
+    finally:
+        torch.set_num_threads(threads)
+    assert code == 0
+    summary = json.loads((tmp_path / "r" / "report.json").read_text())["summary"]
+    mfu = summary["mfu"]
+    assert isinstance(mfu, dict) and mfu.get("value") is not None and 0 < mfu["value"] < 1, mfu

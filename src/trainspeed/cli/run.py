@@ -70,8 +70,9 @@ def run(args: argparse.Namespace) -> int:
     result = None
     try:
         if args.doctor:
+            # FLOPs are counted for a person's run (its MFU); a tune's trials (--quiet) skip the count
             config = DoctorConfig(command=command, steps=args.steps or None, out=args.out,
-                                  warmup_steps=args.warmup_steps, count_flops=False, sinks=("jsonl",))
+                                  warmup_steps=args.warmup_steps, count_flops=not args.quiet, sinks=("jsonl",))
             # the system sampler stays on: a tune's trials read other processes' CPU from it
             # (TrialResult.others_load), so a table timed on a busy machine says so
             result = run_doctor(config)
