@@ -15,6 +15,8 @@ import shlex
 import sys
 from typing import Any
 
+from trainspeed.cli._launchers import is_accelerate
+
 
 def register(subparsers: Any) -> None:
     p = subparsers.add_parser(
@@ -32,6 +34,18 @@ def register(subparsers: Any) -> None:
     p.add_argument("--quiet", action="store_true", help="with --doctor: print no report (trials)")
     p.add_argument("command", nargs=argparse.REMAINDER, help="the training command, after `--`")
     p.set_defaults(run=run)
+
+
+def _under_accelerate(args: argparse.Namespace, command: list[str]) -> int:
+    """`run --with best.yaml -- accelerate launch OPTS train.py ARGS`: run goes in under the
+    launcher, each process applying the settings to its own script."""
+    from trainspeed.cli._launchers import parse_accelerate, relaunch
+
+    own = ["run", "--with", str(args.with_)]
+    own += [flag for flag, on in (("--doctor", args.doctor), ("--quiet", args.quiet)) if on]
+    own += [w for opt, value in (("--steps", args.steps), ("--warmup-steps", args.warmup_steps), ("--out", args.out))
+            if value for w in (opt, str(value))]
+    return relaunch(parse_accelerate(command), own)
 
 
 def resolve_command(plan: Any, command: list[str]) -> list[str]:
@@ -55,6 +69,8 @@ def run(args: argparse.Namespace) -> int:
     if command and command[0] == "--":
         command = command[1:]
     plan = load_plan(args.with_)
+    if is_accelerate(command):
+        return _under_accelerate(args, command)
     command = resolve_command(plan, command)
     quiet = args.quiet and args.doctor
 

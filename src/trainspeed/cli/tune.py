@@ -6,6 +6,7 @@ import argparse
 import contextlib
 
 from trainspeed.cli._args import duration
+from trainspeed.cli._launchers import is_accelerate, one_process
 from trainspeed.tune.options import TuneOptions
 
 HELP = """Measure every speed switch on your own script (or a config) and machine, and write the fastest settings.
@@ -79,7 +80,8 @@ def is_script_command(target: str | None) -> bool:
     if not target:
         return False
     name = os.path.basename(target)
-    return bool(PYTHON_NAME.match(name) or target == sys.executable or name.endswith(".py") or name == "torchrun")
+    return bool(PYTHON_NAME.match(name) or target == sys.executable or name.endswith(".py")
+                or name in ("torchrun", "accelerate"))
 
 
 def _print_knobs() -> int:
@@ -115,6 +117,9 @@ def run_script(args, command: list[str]) -> int:
         raise ConfigError("trainspeed tune: a torchrun command starts several processes, and each trial "
                           "would need its own launcher; tune one process of it: trainspeed tune -- python "
                           + shlex.join(command[next((i for i, a in enumerate(command[1:], 1) if a.endswith('.py')), 1):]))
+    typed = list(command)  # what the user runs the winners with: `run --with` takes the launcher too
+    if is_accelerate(command):
+        command = one_process(command, "tune")  # the trials run it, with accelerate's environment
     target = parse_command(command)
     optional = {name: value for name, value in (("verify_repeats", args.verify_repeats),
                                                 ("baseline_every", args.baseline_every)) if value is not None}
@@ -123,14 +128,14 @@ def run_script(args, command: list[str]) -> int:
                           min_effect=args.min_effect, fork_server=args.fork_server, **optional)
     stem = Path(target.name).stem if target.kind == "path" else target.name.rsplit(".", 1)[-1]
     out = Path(args.out or f"runs/tune-{stem}")
-    print(f"trainspeed: tuning `{shlex.join(command)}` -> {out} (budget {options.budget_s:.0f} s, "
+    print(f"trainspeed: tuning `{shlex.join(typed)}` -> {out} (budget {options.budget_s:.0f} s, "
           f"knobs: {', '.join(options.knobs)})", flush=True)
     with resume_hint(args, out):
         result = run_script_tune(command, out, options, warmup_steps=args.warmup_steps, measure_steps=args.steps,
                                  from_run=args.from_run, trial_timeout_s=args.trial_timeout)
     print_tables(result)
     print(f"table: {out / 'tune.html'}")
-    for line in outcome_lines(result, out, command):
+    for line in outcome_lines(result, out, typed):
         print(line)
     return 0
 
