@@ -45,7 +45,7 @@ for _ in range(a.epochs):
         loss.backward()
         opt.step()
 """
-NOT_COMMANDS = ("export ", "cd ", "head=", "ARGS=", "pip install", "srun ", "git --git-dir")
+NOT_COMMANDS = ("export ", "cd ", "head=", "ARGS=", "srun ", "git --git-dir", "pip install setuptools")
 """Shell set-up lines, not commands of ours: nothing in the repository to check them against."""
 
 
@@ -159,6 +159,16 @@ def test_every_documented_command_is_read_as_written(where, command, work):
         assert re.search(rf"^{re.escape(words[1])}:", makefile, re.M), f"no make target {words[1]}"
     elif words[0] == "python" and words[1].startswith("benchmarks/"):
         assert (ROOT / words[1]).is_file(), f"{words[1]} is not in the repository"
+    elif words[0] == "source":  # the venv the Makefile creates
+        venv = re.search(r"^VENV \?= (\S+)", (ROOT / "Makefile").read_text(), re.M).group(1)
+        assert words[1] == f"{venv}/bin/activate", command
+    elif words[:2] == ["pip", "install"]:
+        import tomllib
+
+        extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+        for spec in (w for w in words[2:] if "[" in w):
+            for extra in spec.split("[", 1)[1].rstrip("]").split(","):
+                assert extra in extras, f"no extra {extra!r} in pyproject.toml ({command})"
     elif words[0] == "git":
         assert words[1] == "apply", command  # the tune's patch: applied in test_the_first_commands_run
     else:
