@@ -32,6 +32,8 @@ def register(subparsers: Any) -> None:
     p.add_argument("--warmup-steps", type=int, default=None, help="with --doctor: steps left out of throughput")
     p.add_argument("--out", default=None, help="with --doctor: run directory")
     p.add_argument("--quiet", action="store_true", help="with --doctor: print no report (trials)")
+    p.add_argument("--no-flops", dest="flops", action="store_false",
+                   help="with --doctor: count no FLOPs, so no MFU (a tune's trials, which compare step times)")
     p.add_argument("command", nargs=argparse.REMAINDER, help="the training command, after `--`")
     p.set_defaults(run=run)
 
@@ -42,7 +44,8 @@ def _under_accelerate(args: argparse.Namespace, command: list[str]) -> int:
     from trainspeed.cli._launchers import parse_accelerate, relaunch
 
     own = ["run", "--with", str(args.with_)]
-    own += [flag for flag, on in (("--doctor", args.doctor), ("--quiet", args.quiet)) if on]
+    own += [flag for flag, on in (("--doctor", args.doctor), ("--quiet", args.quiet), ("--no-flops", not args.flops))
+            if on]
     own += [w for opt, value in (("--steps", args.steps), ("--warmup-steps", args.warmup_steps), ("--out", args.out))
             if value for w in (opt, str(value))]
     return relaunch(parse_accelerate(command), own)
@@ -86,9 +89,8 @@ def run(args: argparse.Namespace) -> int:
     result = None
     try:
         if args.doctor:
-            # FLOPs are counted for a person's run (its MFU); a tune's trials (--quiet) skip the count
             config = DoctorConfig(command=command, steps=args.steps or None, out=args.out,
-                                  warmup_steps=args.warmup_steps, count_flops=not args.quiet, sinks=("jsonl",))
+                                  warmup_steps=args.warmup_steps, count_flops=args.flops, sinks=("jsonl",))
             # the system sampler stays on: a tune's trials read other processes' CPU from it
             # (TrialResult.others_load), so a table timed on a busy machine says so
             result = run_doctor(config)
