@@ -1,8 +1,11 @@
-# Two commands on a fresh machine: `make demo` and `make test`. Both create .venv first.
+# Two commands on a fresh machine: `make demo` and `make test`. Both create .venv first;
+# `make demo` installs only what the demo uses, `make test` everything (DeepSpeed included).
 VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 EXTRAS ?= dev,tensorboard,report,lightning,hf,vision,wandb,patch,deepspeed
+# The demo: its script decodes PNGs (vision), the report's plots (report), best.patch (patch).
+DEMO_EXTRAS ?= report,vision,patch
 # DeepSpeed JIT-builds a CPU op on first use (minutes on 2 cores); built once here, reused by the tests.
 TORCH_EXTENSIONS ?= $(CURDIR)/.cache/torch_extensions
 DEMO_STEPS ?= 40
@@ -12,10 +15,20 @@ DEMO_STEPS ?= 40
 venv: $(VENV)/.installed
 
 # torch==2.13.0 is a CPU build on these machines' disk; a user's own torch (>=2.4) is kept.
-$(VENV)/.installed: pyproject.toml
+# numpy with it: torch imported before numpy is there prints "Failed to initialize NumPy".
+$(VENV)/.base: pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
+	$(PIP) install -q "numpy>=1.24"
 	$(PY) -c "import torch" 2>/dev/null || $(PIP) install -q torch==2.13.0
+	touch $@
+
+# What the demo needs, and no more (no DeepSpeed build, no test tools); a full venv has it all.
+$(VENV)/.demo: $(VENV)/.base
+	test -f $(VENV)/.installed || $(PIP) install -q -e ".[$(DEMO_EXTRAS)]"
+	touch $@
+
+$(VENV)/.installed: $(VENV)/.base
 	@# DeepSpeed ships an sdist that imports torch at build time: no build isolation, torch kept as it is.
 	@# If it does not install, the rest still does and the DeepSpeed tests skip.
 	$(PIP) install -q setuptools wheel
@@ -36,8 +49,9 @@ browser:
 	  && (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) \
 	  || echo "note: chromium not installed; the browser test will be skipped"; }
 
-demo: venv
+demo: $(VENV)/.demo
 	$(PY) -m trainspeed.demo --steps $(DEMO_STEPS)
+	@echo "trainspeed is installed in $(VENV): source $(VENV)/bin/activate, then trainspeed doctor -- python train.py"
 
 test: venv browser
 	$(PY) -m pytest -q -m "not gpu" --durations=15

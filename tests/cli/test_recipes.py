@@ -66,3 +66,25 @@ def test_train_seqvae_fast_end_to_end(tmp_path, monkeypatch, capsys):
     evals = [e for e in map(json.loads, (run / "events.jsonl").read_text().splitlines()) if e["type"] == "eval"]
     assert len(evals) == 1 and "active_units" in evals[0]["data"]  # eval.at_end with collapse metrics
     assert json.loads((run / "report.json").read_text())["summary"]["tokens_per_s"] > 0
+
+
+@pytest.mark.timeout(300)  # ~5 s of CPU; a subprocess that starts W&B's service on a shared 2-core machine
+def test_no_report_keeps_wandb_from_printing_its_summary(tmp_path):
+    # `train ... --no-report` with the wandb sink still printed W&B's "Run history / Run summary".
+    import os
+    import subprocess
+    import sys
+
+    pytest.importorskip("wandb")
+    src = str(Path(__file__).resolve().parents[2] / "src")
+    env = {**os.environ, "PYTHONPATH": src, "WANDB_MODE": "offline", "WANDB_DIR": str(tmp_path),
+           "TRAINSPEED_CACHE": str(tmp_path / "cache")}
+    env.pop("WANDB_QUIET", None)
+    cmd = [sys.executable, "-m", "trainspeed", "train", "seqvae", "--no-report", "run.max_steps=3",
+           f"run.out_dir={tmp_path}", "run.torch_threads=1", "logging.progress=false", "eval.every_steps=null",
+           "eval.at_end=false", "logging.sinks=[jsonl,wandb]", "recipe.options.samples=32",
+           "recipe.options.val_samples=8", "recipe.options.max_len=40", "recipe.options.median_len=20",
+           "recipe.options.channels=8", "data.max_seq_len=40"]
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=280, env=env, cwd=tmp_path)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert "Run summary" not in res.stderr + res.stdout and "Run history" not in res.stderr + res.stdout

@@ -154,3 +154,18 @@ def test_set_flag_of_a_store_false_flag():
     no_pin = {"option": "--no-pin-memory", "dest": "pin_memory", "value": True, "kind": "storefalse"}
     assert set_flag(no_pin, False) == "--no-pin-memory"
     assert set_flag(no_pin, True) == "(leave out --no-pin-memory)"
+
+
+def test_the_verify_command_sets_the_fixed_flag_in_place():
+    # pytorch/examples imagenet with --print-freq 1: the verify command read
+    # `... --print-freq 1 ... --print-freq 50`, the old value left beside the fix.
+    from test_checks import _sites
+    from trainspeed.doctor.checks import syncs
+
+    flags = {**NANOGPT, "flags": [{"option": "--log_interval", "dest": "log_interval", "value": 1,
+                                   "default": None, "type": "int", "kind": "equals"}]}
+    run = make_run(obs=[_sites("sync", "item", 40, 0.001), flags], syncs_per_step=1)
+    run.config = {"command": ["python", "train.py", "--log_interval=1", "--batch_size=8"]}
+    f = syncs.host_syncs(ctx_of(run))
+    assert "-- python train.py --log_interval=50 --batch_size=8 (" in f.verify_with, f.verify_with
+    assert "--log_interval=1" not in f.verify_with

@@ -38,3 +38,30 @@ def test_missing_values_give_dashes():
     assert fmt_value(None, "seconds") == "—"
     assert fmt_value(0.0123, "seconds") == "12.30 ms"
     assert fmt_value(2**20, "bytes") == "1.0 MiB"
+
+
+def test_the_headline_ratio_is_a_row_of_the_table_and_noise_is_not_coloured():
+    # Seen: headline "B/A = 1.10 ... within the noise" over a table whose samples/s row read
+    # "1.03x faster" (mean throughput), coloured as a speedup.
+    import re
+
+    from trainspeed.report.compare import RatioInterval
+
+    a = summary(100.0, 0.0100, 0.002, 0.005, 1000.0)
+    b = summary(103.0, 0.0097, 0.002, 0.004, 1000.0)
+    noisy = RatioInterval(metric="samples/s", ratio=1.10, low=0.91, high=1.33, steps=(40, 40),
+                          a_median=95.0, b_median=104.5)
+    rows = compare_rows(a, b, noisy)
+    head = headline(rows, noisy)
+    said = float(re.search(r"B/A = ([0-9.]+)", head).group(1))
+    assert any(r["ratio"] is not None and round(r["ratio"], 2) == said for r in rows)
+    first = rows[0]
+    assert first["metric"] == "samples/s, median per step" and first["a"] == 95.0 and first["verdict"] == "within the noise"
+    by = {(r["group"], r["metric"]): r for r in rows}
+    assert by[("throughput", "samples/s")]["verdict"] == "within the noise"  # 1.03 inside 0.83-1.21 around 1
+    assert by[("step time", "p50")]["verdict"] == "within the noise"
+    assert by[("phase", "forward")]["verdict"] == "1.25x faster"  # no interval of its own: read as before
+    # outside the noise: read and coloured
+    clear = RatioInterval(metric="samples/s", ratio=1.83, low=1.75, high=1.90, steps=(40, 40), a_median=1, b_median=2)
+    rows = compare_rows(summary(100.0, 0.02, 0.01, 0.01, 1.0), summary(183.0, 0.01, 0.01, 0.01, 1.0), clear)
+    assert rows[0]["verdict"] == "1.83x faster" and rows[1]["verdict"] == "1.83x faster"

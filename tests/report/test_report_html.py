@@ -147,3 +147,21 @@ def test_without_matplotlib_terminal_still_works(run_a, tmp_path, monkeypatch, c
     assert "Where the step time goes" in out
     assert "pip install 'trainspeed[report]'" in " ".join(out.split())
     assert not (tmp_path / "x.html").exists()
+
+
+def test_step_time_plot_is_scaled_to_the_steady_steps(tmp_path):
+    # A 2 s first step over ~25 ms steady steps set the y scale: the steady line sat flat at zero.
+    from report_synth import step_records, write_run
+    from trainspeed.report.plots import Series, steady_scale
+
+    records = step_records(60, slowdown_at=None, cuda=False)
+    records[0]["t_step"] = 2.0
+    lr = load_run(write_run(tmp_path / "warm", records, device="cpu"))
+    steady = max(r["t_step"] for r in records if not r["warmup"]) * 1e3
+    top, (step, ms) = steady_scale([Series(label="a", run=lr.run, summary=lr.summary)])
+    assert steady < top < 1.2 * steady and step == 0 and ms == pytest.approx(2000)
+    text = write_html(lr.run, tmp_path / "r.html", summary=lr.summary, findings=[]).read_text()
+    assert "warm-up step 0: 2,000 ms (off the scale)" in figures(text)["step_time"]
+    # no warm-up spike: the scale is the data's own
+    plain = load_run(write_run(tmp_path / "plain", step_records(60, slowdown_at=None, cuda=False), device="cpu"))
+    assert steady_scale([Series(label="a", run=plain.run, summary=plain.summary)]) is None

@@ -120,3 +120,34 @@ def test_tty_uses_a_live_line() -> None:
 def test_bad_arguments(kw) -> None:
     with pytest.raises(ConfigError):
         ConsoleSink(**kw)
+
+
+def test_events_a_person_needs_one_short_line_each_no_raw_series() -> None:
+    # A real `trainspeed train gpt` printed the run_start dict with the whole argv, one line per
+    # doctor observation, and the system sampler's summary with its series lists.
+    out = io.StringIO()
+    sink = ConsoleSink(stream=out, every_s=1e9)
+    sink.write_event(schema.make_event("run_start", 0, 0.0, kind="train", argv=["python", "-m", "x"] * 20))
+    sink.write_event(schema.make_event("observation", 0, 0.0, kind="dataloader", num_workers=0))
+    sink.write_event(schema.make_event("system", 30, 0.0, samples=12, cpu_process_mean=27.275000000000002,
+                                       series={"cpu": [1.0] * 500}, t=[0.5] * 500))
+    sink.write_event(schema.make_event("peak_flops", 0, 0.0, flops=1.9e11))
+    sink.write_event(schema.make_event("eval", 30, 0.0, seconds=0.6661935879999987, val_loss=4.819080352783203,
+                                       per_batch=[4.8] * 50))
+    sink.write_event(schema.make_event("warning", 31, 0.0, message="torch.compile failed", detail="x" * 500))
+    sink.close()
+    assert out.getvalue().splitlines() == [
+        "[trainspeed] eval @ step 30: seconds=0.6662, val_loss=4.819",
+        "[trainspeed] warning @ step 31: torch.compile failed",
+    ]
+
+
+def test_no_duplicated_status_lines() -> None:
+    out, clock = io.StringIO(), FakeClock()
+    sink = ConsoleSink(total_steps=50, stream=out, every_s=1.0, clock=clock)
+    sink.write_steps([record(30)])
+    clock.t = 2.0
+    sink.write_steps([])  # a flush with no new step: the same line again
+    sink.close()
+    lines = out.getvalue().splitlines()
+    assert len(lines) == len(set(lines)) == 1

@@ -31,7 +31,9 @@ def test_tune_cli_real_trials_best_yaml_tables_and_resume(tmp_path):
     assert first.returncode == 0, first.stderr[-3000:]
     data = json.loads((out / "tune.json").read_text())
     rows = {(r["knob"], r["setting"]): r for r in data["ablation"]}
-    threads = [r for (k, _), r in rows.items() if k == "torch_threads"]
+    # The old name of the knob is read as its one name now, and said so.
+    assert "knob 'torch_threads' is now called 'threads'" in first.stderr
+    threads = [r for (k, _), r in rows.items() if k == "threads"]
     assert threads, data["ablation"]
     measured = [r for r in threads if r["verdict"] != "skipped"]
     if (os.cpu_count() or 1) > 1:
@@ -49,8 +51,8 @@ def test_tune_cli_real_trials_best_yaml_tables_and_resume(tmp_path):
         section, name = key.split(".")
         assert getattr(getattr(best, section), name) == value
     html = (out / "tune.html").read_text()
-    assert "Ablation" in html and "torch_threads" in html
-    assert "| torch_threads |" in (out / "tune.md").read_text()
+    assert "Ablation" in html and "threads" in html
+    assert "| threads |" in (out / "tune.md").read_text()
     assert "speedup" in first.stdout and "best config" in first.stdout
     # The gpt recipe's FLOPs and the measured CPU peak give the baseline's MFU (a real
     # reading: under 100 %, named after the peak it is relative to).
@@ -83,6 +85,28 @@ def test_no_winner_line_tells_unmeasured_from_measured_and_slower():
     assert line.startswith("no setting could be measured") and "compile=default: far slower" in line
     lost = Row(knob="num_workers", setting="2", verdict="slower", speedup=0.8)
     assert no_winner_line(TuneResult(ablation=[killed, lost], **common)).startswith("nothing won over the baseline")
+
+
+def test_nothing_won_says_no_patch_and_leaves_no_stale_patch(tmp_path):
+    # A second tune in the same --out where nothing won: best.patch of the first stayed, and
+    # nothing said there was no patch (`git apply` then failed, or applied the old change).
+    from trainspeed.cli.tune import outcome_lines
+    from trainspeed.tune.result import Row, TuneResult
+
+    (tmp_path / "best.patch").write_text("--- a/train.py\n")
+    (tmp_path / "code_change.md").write_text("old change\n")
+    (tmp_path / "tune.json").write_text(json.dumps({"patch": None}))
+    common = dict(combination=[], final=None, baseline_cost_s=1e-3, trials_run=3, trials_reused=0, elapsed_s=40.0)
+    lost = Row(knob="num_workers", setting="2", verdict="slower", speedup=0.8)
+    lines = outcome_lines(TuneResult(ablation=[lost], best_settings={}, **common), tmp_path, ["python", "train.py"])
+    assert lines[-1].startswith("no patch: nothing won") and "best.patch" in lines[-1]
+    assert not (tmp_path / "best.patch").exists() and not (tmp_path / "code_change.md").exists()
+    # a winner with its patch: both named
+    (tmp_path / "best.patch").write_text("--- a/train.py\n")
+    (tmp_path / "tune.json").write_text(json.dumps({"patch": "best.patch"}))
+    won = TuneResult(ablation=[lost], best_settings={"threads": 1}, **common)
+    text = "\n".join(outcome_lines(won, tmp_path, ["python", "train.py"]))
+    assert "trainspeed run --with" in text and f"git apply {tmp_path / 'best.patch'}" in text
 
 
 def test_no_winner_line_when_a_winner_was_not_verified():

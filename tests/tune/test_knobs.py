@@ -99,8 +99,18 @@ def test_activation_checkpointing_needs_a_block_class(base_config, cpu):
     assert items[0].settings == {"activation_checkpointing": ["Block"]}
 
 
-def test_torch_threads_skips_the_default(base_config, cpu):
-    assert labels(KNOBS["torch_threads"](ctx(base_config, cpu))) == ["1"]
+def test_threads_skips_the_default(base_config, cpu):
+    assert labels(KNOBS["threads"](ctx(base_config, cpu))) == ["1"]
+
+
+def test_one_knob_name_for_threads_the_old_one_an_alias(capsys):
+    from trainspeed.tune.knobs import parse_knobs
+    from trainspeed.tune.script_knobs import SCRIPT_KNOBS, parse_script_knobs
+
+    assert "threads" in KNOBS and "threads" in SCRIPT_KNOBS and "torch_threads" not in KNOBS
+    assert parse_knobs("precision,torch_threads") == ["precision", "threads"]
+    assert parse_script_knobs("torch_threads") == ["threads"]
+    assert "knob 'torch_threads' is now called 'threads'" in capsys.readouterr().err
 
 
 def test_log_every_and_checkpoint_every(base_config, cpu):

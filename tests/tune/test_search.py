@@ -199,7 +199,7 @@ class HumpDrift(FakeRunner):
         return res
 
 
-NULL_KNOBS = ["fused_optimizer", "channels_last", "log_every", "torch_threads"]
+NULL_KNOBS = ["fused_optimizer", "channels_last", "log_every", "threads"]
 
 
 @pytest.mark.parametrize("every", [2, 100])

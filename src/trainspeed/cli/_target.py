@@ -4,19 +4,26 @@ loading it with its note and checks, `TARGET --help` (every key with its value a
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import importlib.util
 import sys
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 HELP_FLAGS = ("--help", "-h")
-PRINT_FLAG = "--print-config"
 
 
-def pop_flags(rest: Sequence[str]) -> tuple[bool, bool, list[str]]:
-    """(help asked, --print-config asked, the rest without them)."""
-    keep = [a for a in rest if a not in HELP_FLAGS and a != PRINT_FLAG]
-    return any(a in HELP_FLAGS for a in rest), PRINT_FLAG in rest, keep
+def parse_rest(args: argparse.Namespace, add_options: Callable[[argparse.ArgumentParser], None],
+               prog: str) -> tuple[bool, list[str]]:
+    """(`TARGET --help` asked, the overrides) of what follows the target: the subcommand's own
+    options may come after it (`train gpt --naive run.max_steps=5`), parsed by argparse into
+    `args` (an option given before the target keeps its value); what argparse does not know is
+    an override (key=value or --key value). `--help` after the target asks for the target's keys."""
+    rest = [a for a in args.rest if a not in HELP_FLAGS]
+    parser = argparse.ArgumentParser(prog=prog, add_help=False, allow_abbrev=False)  # --help is no --help-knobs
+    add_options(parser)
+    _, overrides = parser.parse_known_args(rest, namespace=args)
+    return len(rest) < len(args.rest), overrides
 
 
 def load(target: str, overrides: Sequence[str], variant: str, *, quiet: bool = False):

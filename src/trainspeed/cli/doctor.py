@@ -1,4 +1,5 @@
 """`trainspeed doctor [--steps N] [--out DIR] [--log-every K] [--json] [--profile-steps A-B] -- python train.py ARGS`
+(or `-- accelerate launch [OPTIONS] train.py ARGS`)
 
 Runs the unchanged script in-process under instrumentation, writes a run directory and prints
 the ranked findings. The exit code is the script's own (0 when stopped after N steps).
@@ -10,6 +11,8 @@ import argparse
 import os
 import sys
 from typing import Any
+
+from trainspeed.cli._launchers import is_accelerate
 
 
 def register(subparsers: Any) -> None:
@@ -51,12 +54,29 @@ def _print_text(result: Any, *, html: bool) -> None:
     print(format_findings(result.findings, limit=10))
 
 
+def _under_accelerate(args: argparse.Namespace, command: list[str]) -> int:
+    """`doctor -- accelerate launch OPTS train.py ARGS`: the doctor goes in under the launcher,
+    one doctor per process into one run directory (rank 0 reports), as under torchrun."""
+    from trainspeed.cli._launchers import parse_accelerate, relaunch
+    from trainspeed.doctor.runner import default_run_dir, parse_command
+
+    launch = parse_accelerate(command)
+    out = args.out or str(default_run_dir(parse_command(launch.command)))
+    own = ["doctor", "--steps", str(args.steps), "--log-every", str(args.log_every), "--out", out]
+    own += [flag for flag, on in (("--json", args.json), ("--no-html", args.no_html)) if on]
+    own += [w for opt, value in (("--device", args.device), ("--profile-steps", args.profile_steps))
+            if value for w in (opt, value)]
+    return relaunch(launch, own)
+
+
 def run(args: argparse.Namespace) -> int:
     from trainspeed.doctor.runner import DoctorConfig, run_doctor
 
     command = list(args.command)
     if command and command[0] == "--":
         command = command[1:]
+    if is_accelerate(command):
+        return _under_accelerate(args, command)
     config = DoctorConfig(command=command, steps=args.steps or None, out=args.out,
                           log_every=args.log_every, device=args.device, profile_steps=args.profile_steps)
     result = run_doctor(config)

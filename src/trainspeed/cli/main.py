@@ -24,7 +24,9 @@ def build_parser() -> argparse.ArgumentParser:
         description="Make PyTorch training fast, and prove it with measurements.",
     )
     parser.add_argument("--version", action="version", version=f"trainspeed {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    # dest is not "command": doctor and run keep the training command under that name, and an
+    # empty one (`trainspeed doctor`) read as "no subcommand" printed the top-level help.
+    sub = parser.add_subparsers(dest="subcommand", metavar="COMMAND")
     for name in SUBCOMMANDS:
         try:
             module = importlib.import_module(f"trainspeed.cli.{name}")
@@ -52,6 +54,31 @@ def unknown_command(parser: argparse.ArgumentParser, argv: list[str]) -> str | N
     return f"unknown command '{argv[0]}'; {hint}commands: {', '.join(commands)} (trainspeed --help)"
 
 
+def _subparser(parser: argparse.ArgumentParser, name: str) -> argparse.ArgumentParser | None:
+    for action in parser._actions:  # noqa: SLF001 - argparse has no public accessor
+        if isinstance(action, argparse._SubParsersAction):  # noqa: SLF001
+            return action.choices.get(name)
+    return None
+
+
+def unknown_options(sub: argparse.ArgumentParser, extras: list[str]) -> str:
+    """The error for options a subcommand does not take (`doctor --stpes 5`), each with its
+    closest known option: said by the subcommand, not by the top-level usage."""
+    import difflib
+
+    known = [s for a in sub._actions for s in a.option_strings if s.startswith("--")]  # noqa: SLF001
+    parts = []
+    for arg in extras:
+        if not arg.startswith("-"):
+            continue
+        name = arg.split("=", 1)[0]
+        close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
+        parts.append(f"unknown option {name}" + (f"; did you mean {close[0]}?" if close else ""))
+    if not parts:
+        parts.append(f"unexpected arguments: {' '.join(extras)}")
+    return "; ".join(parts) + f" (options: {sub.prog} --help)"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     argv = sys.argv[1:] if argv is None else list(argv)
@@ -59,10 +86,16 @@ def main(argv: list[str] | None = None) -> int:
     if wrong:
         print(f"trainspeed: error: {wrong}", file=sys.stderr)
         return 2
-    args = parser.parse_args(argv)
-    if not getattr(args, "command", None):
+    args, extras = parser.parse_known_args(argv)
+    if not getattr(args, "subcommand", None):
         parser.print_help()
         return 2
+    sub = _subparser(parser, args.subcommand)
+    if extras and sub is not None:
+        sub.print_usage(sys.stderr)
+        print(f"{sub.prog}: error: {unknown_options(sub, extras)}", file=sys.stderr)
+        return 2
+    args.argv = argv  # what was typed: an interrupted tune prints the command that resumes it
     try:
         return int(args.run(args) or 0)
     except TrainspeedError as exc:

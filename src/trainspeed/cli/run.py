@@ -15,6 +15,8 @@ import shlex
 import sys
 from typing import Any
 
+from trainspeed.cli._launchers import is_accelerate
+
 
 def register(subparsers: Any) -> None:
     p = subparsers.add_parser(
@@ -30,8 +32,23 @@ def register(subparsers: Any) -> None:
     p.add_argument("--warmup-steps", type=int, default=None, help="with --doctor: steps left out of throughput")
     p.add_argument("--out", default=None, help="with --doctor: run directory")
     p.add_argument("--quiet", action="store_true", help="with --doctor: print no report (trials)")
+    p.add_argument("--no-flops", dest="flops", action="store_false",
+                   help="with --doctor: count no FLOPs, so no MFU (a tune's trials, which compare step times)")
     p.add_argument("command", nargs=argparse.REMAINDER, help="the training command, after `--`")
     p.set_defaults(run=run)
+
+
+def _under_accelerate(args: argparse.Namespace, command: list[str]) -> int:
+    """`run --with best.yaml -- accelerate launch OPTS train.py ARGS`: run goes in under the
+    launcher, each process applying the settings to its own script."""
+    from trainspeed.cli._launchers import parse_accelerate, relaunch
+
+    own = ["run", "--with", str(args.with_)]
+    own += [flag for flag, on in (("--doctor", args.doctor), ("--quiet", args.quiet), ("--no-flops", not args.flops))
+            if on]
+    own += [w for opt, value in (("--steps", args.steps), ("--warmup-steps", args.warmup_steps), ("--out", args.out))
+            if value for w in (opt, str(value))]
+    return relaunch(parse_accelerate(command), own)
 
 
 def resolve_command(plan: Any, command: list[str]) -> list[str]:
@@ -55,6 +72,8 @@ def run(args: argparse.Namespace) -> int:
     if command and command[0] == "--":
         command = command[1:]
     plan = load_plan(args.with_)
+    if is_accelerate(command):
+        return _under_accelerate(args, command)
     command = resolve_command(plan, command)
     quiet = args.quiet and args.doctor
 
@@ -62,6 +81,7 @@ def run(args: argparse.Namespace) -> int:
         if not quiet:
             print(f"trainspeed run: {text}", file=sys.stderr, flush=True)
 
+    say(applied_line(plan, args.with_))
     if plan.flags():
         say(f"command: {shlex.join(command)}")
     target = parse_command(command)  # a ConfigError before anything is installed
@@ -70,7 +90,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         if args.doctor:
             config = DoctorConfig(command=command, steps=args.steps or None, out=args.out,
-                                  warmup_steps=args.warmup_steps, count_flops=False, sinks=("jsonl",))
+                                  warmup_steps=args.warmup_steps, count_flops=args.flops, sinks=("jsonl",))
             # the system sampler stays on: a tune's trials read other processes' CPU from it
             # (TrialResult.others_load), so a table timed on a busy machine says so
             result = run_doctor(config)
@@ -92,6 +112,19 @@ def run(args: argparse.Namespace) -> int:
         else:
             for note in applied.notes:
                 say(note)
+
+
+def applied_line(plan: Any, source: str) -> str:
+    """Which settings this run applies: each patch setting with its value, each script flag as
+    it is written on the command line; or that there are none (a tune where nothing won)."""
+    from trainspeed.patches.plan import render_flag, flag_style
+
+    parts = [f"{key}={value}" for key, value in plan.patch_settings().items()]
+    parts += [" ".join(render_flag(option, value, flag_style(option, plan.flag_styles, plan.command)))
+              or f"{option} off" for option, value in plan.flags().items()]
+    if not parts:
+        return f"applying no settings from {source} (nothing won): the script runs as it is"
+    return f"applying {len(parts)} setting{'s' if len(parts) != 1 else ''} from {source}: {', '.join(parts)}"
 
 
 class _NothingInstalled:

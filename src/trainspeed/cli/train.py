@@ -13,8 +13,18 @@ Examples:
   trainspeed train gpt --help               every key of that target, its value and meaning
   trainspeed train gpt --print-config > my.yaml    the resolved config as YAML"""
 
-OWN_FLAGS = {"--naive", "--auto-resume", "--no-report", "--help", "-h", "--print-config"}
-OWN_VALUED = {"--resume", "--name", "--variant"}
+
+def _add_options(p: argparse.ArgumentParser) -> None:
+    """The options of `train`, before or after the target (the rest are overrides)."""
+    p.add_argument("--naive", action="store_true", help="start from the recipe's naive config (= --variant naive)")
+    p.add_argument("--variant", default=None, choices=("naive", "fast"),
+                   help="which config of a recipe to start from (default fast)")
+    p.add_argument("--resume", default=None, metavar="PATH", help="resume from this checkpoint (checkpoint.resume)")
+    p.add_argument("--auto-resume", action="store_true",
+                   help="resume from the newest checkpoint of the run directory, if there is one")
+    p.add_argument("--name", default=None, help="run name (run.name; default <recipe>-<time>)")
+    p.add_argument("--no-report", action="store_true", help="write no report.html and print no report at the end")
+    p.add_argument("--print-config", action="store_true", help="print the resolved config as YAML and exit")
 
 
 def register(sub) -> None:
@@ -22,53 +32,38 @@ def register(sub) -> None:
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("target", help="a YAML config file, a recipe name (see `trainspeed recipes`) or "
                                   "your model's import path (mymodel:build)")
-    p.add_argument("rest", nargs=argparse.REMAINDER,
-                   help="overrides (key=value) and --naive, --variant V, --resume PATH, "
-                        "--auto-resume, --name NAME, --no-report, --print-config, --help")
+    _add_options(p)
+    rest = p.add_argument("rest", nargs=argparse.REMAINDER, metavar="OVERRIDES",
+                          help="key=value or --key value, e.g. data.num_workers=4 (options may follow them)")
+    rest.required = False  # `trainspeed train` names the target as what is missing, not this
     p.set_defaults(run=run)
-
-
-def split_own_flags(rest: list[str]) -> tuple[dict[str, object], list[str]]:
-    """Pick our flags out of the override list (overrides may also start with --)."""
-    own: dict[str, object] = {}
-    overrides: list[str] = []
-    i = 0
-    while i < len(rest):
-        arg = rest[i]
-        key = arg.split("=", 1)[0]
-        if arg in OWN_FLAGS:
-            own[arg] = True
-        elif key in OWN_VALUED:
-            if "=" in arg:
-                own[key] = arg.split("=", 1)[1]
-            else:
-                i += 1
-                own[key] = rest[i] if i < len(rest) else None
-        else:
-            overrides.append(arg)
-        i += 1
-    return own, overrides
 
 
 def run(args) -> int:
     from trainspeed.cli import _target
 
-    own, overrides = split_own_flags(list(args.rest))
-    variant = "naive" if own.get("--naive") else str(own.get("--variant") or "fast")
-    if own.get("--resume"):
-        overrides.append(f"checkpoint.resume={own['--resume']}")
-    if own.get("--auto-resume"):
+    asked_help, overrides = _target.parse_rest(args, _add_options, "trainspeed train")
+    variant = "naive" if args.naive else (args.variant or "fast")
+    if args.resume:
+        overrides.append(f"checkpoint.resume={args.resume}")
+    if args.auto_resume:
         overrides.append("checkpoint.auto_resume=true")
-    if own.get("--name"):
-        overrides.append(f"run.name={own['--name']}")
-    if own.get("--help") or own.get("-h"):
+    if args.name:
+        overrides.append(f"run.name={args.name}")
+    if asked_help:
         print(_target.target_help("train", args.target, overrides, variant), end="")
         return 0
     cfg, found = _target.load(args.target, overrides, variant)
-    if own.get("--print-config"):
+    if args.print_config:
         print(_target.config_yaml(cfg, keep_name=_target.named(found, overrides)), end="")
         return 0
     _target.check_extras(cfg)  # before the model and data are built
+    if args.no_report:
+        import os
+
+        # W&B prints its run history and summary at finish(): a report by another name. Its
+        # quiet mode keeps the lines that say where the run went. An explicit setting wins.
+        os.environ.setdefault("WANDB_QUIET", "true")
 
     from trainspeed.engine.from_recipe import build_trainer
 
@@ -77,7 +72,7 @@ def run(args) -> int:
     if lead:
         print(f"trainspeed: training {cfg.recipe.name or args.target} -> {trainer.run_dir}")
     trainer.fit()
-    if lead and not own.get("--no-report"):
+    if lead and not args.no_report:
         from trainspeed.cli._finish import finish_run
 
         finish_run(trainer.run_dir, kind="train")

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 
+from trainspeed.cli._args import duration
+from trainspeed.cli._launchers import is_accelerate, one_process
 from trainspeed.tune.options import TuneOptions
 
 HELP = """Measure every speed switch on your own script (or a config) and machine, and write the fastest settings.
@@ -27,7 +30,8 @@ def _add_options(p: argparse.ArgumentParser) -> None:
 
     p.add_argument("--from", dest="from_run", default=None, metavar="RUN_DIR",
                    help="a doctor run of the script: the knobs its findings name are measured first")
-    p.add_argument("--budget", default="10m", help="wall-clock budget for all trials (90s, 10m, 1h)")
+    p.add_argument("--budget", default="10m", type=duration,
+                   help="wall-clock budget for all trials, with its unit: 90s, 10m, 1h (default 10m)")
     p.add_argument("--knobs", default=None, help=f"comma list (default: all). Config knobs: {','.join(KNOBS)}. "
                                                  "Script knobs: see `trainspeed tune --help-knobs`")
     p.add_argument("--help-knobs", action="store_true", help="list the knobs for a script and what each tries")
@@ -48,6 +52,8 @@ def _add_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--min-effect", type=float, default=0.03,
                    help="smallest relative change ever called a speedup (default 0.03)")
     p.add_argument("--trial-timeout", type=float, default=600.0, help="seconds before a trial is killed")
+    p.add_argument("--print-config", action="store_true",
+                   help="a config's tune: print the resolved config as YAML and exit")
     p.add_argument("--no-fork-server", dest="fork_server", action="store_false",
                    help="start every trial as a new interpreter instead of forking it from a "
                         "process that has imported torch once (slower start, same isolation)")
@@ -64,15 +70,6 @@ def register(sub) -> None:
     p.set_defaults(run=run)
 
 
-def _split_rest(args) -> list[str]:
-    """Options may come after the overrides (`tune gpt data.batch_size=8 --budget 5m`):
-    parse them out of the remainder; what is left are the overrides."""
-    p = argparse.ArgumentParser(add_help=False)
-    _add_options(p)
-    known, overrides = p.parse_known_args(args.rest, namespace=args)
-    return overrides
-
-
 def is_script_command(target: str | None) -> bool:
     """`python ...`, `python3.11 ...`, `train.py ...`, `torchrun ...`: a command, not a config."""
     import os
@@ -83,16 +80,21 @@ def is_script_command(target: str | None) -> bool:
     if not target:
         return False
     name = os.path.basename(target)
-    return bool(PYTHON_NAME.match(name) or target == sys.executable or name.endswith(".py") or name == "torchrun")
+    return bool(PYTHON_NAME.match(name) or target == sys.executable or name.endswith(".py")
+                or name in ("torchrun", "accelerate"))
 
 
 def _print_knobs() -> int:
     from trainspeed.tune.script_knobs import SCRIPT_KNOBS
 
+    import shutil
+    import textwrap
+
+    width = max(60, min(100, shutil.get_terminal_size().columns))
     print("Knobs for a script (trainspeed tune --knobs a,b -- python train.py ...):")
     for name, fn in SCRIPT_KNOBS.items():
-        doc = (fn.__doc__ or "").strip().splitlines()[0] if fn.__doc__ else ""
-        print(f"  {name:<20}{doc}")
+        doc = " ".join((fn.__doc__ or "").split())  # the whole docstring: a first line cut sentences off
+        print(textwrap.fill(doc, width=width, initial_indent=f"  {name:<20}", subsequent_indent=" " * 22))
     return 0
 
 
@@ -115,6 +117,9 @@ def run_script(args, command: list[str]) -> int:
         raise ConfigError("trainspeed tune: a torchrun command starts several processes, and each trial "
                           "would need its own launcher; tune one process of it: trainspeed tune -- python "
                           + shlex.join(command[next((i for i, a in enumerate(command[1:], 1) if a.endswith('.py')), 1):]))
+    typed = list(command)  # what the user runs the winners with: `run --with` takes the launcher too
+    if is_accelerate(command):
+        command = one_process(command, "tune")  # the trials run it, with accelerate's environment
     target = parse_command(command)
     optional = {name: value for name, value in (("verify_repeats", args.verify_repeats),
                                                 ("baseline_every", args.baseline_every)) if value is not None}
@@ -123,21 +128,68 @@ def run_script(args, command: list[str]) -> int:
                           min_effect=args.min_effect, fork_server=args.fork_server, **optional)
     stem = Path(target.name).stem if target.kind == "path" else target.name.rsplit(".", 1)[-1]
     out = Path(args.out or f"runs/tune-{stem}")
-    print(f"trainspeed: tuning `{shlex.join(command)}` -> {out} (budget {options.budget_s:.0f} s, "
+    print(f"trainspeed: tuning `{shlex.join(typed)}` -> {out} (budget {options.budget_s:.0f} s, "
           f"knobs: {', '.join(options.knobs)})", flush=True)
-    result = run_script_tune(command, out, options, warmup_steps=args.warmup_steps, measure_steps=args.steps,
-                             from_run=args.from_run, trial_timeout_s=args.trial_timeout)
+    with resume_hint(args, out):
+        result = run_script_tune(command, out, options, warmup_steps=args.warmup_steps, measure_steps=args.steps,
+                                 from_run=args.from_run, trial_timeout_s=args.trial_timeout)
     print_tables(result)
     print(f"table: {out / 'tune.html'}")
-    if result.best_settings:
-        print(f"run it now:   trainspeed run --with {out / 'best.yaml'} -- {shlex.join(command)}")
-        if (out / "best.patch").is_file():
-            print(f"code change:  {out / 'code_change.md'}  (apply: git apply {out / 'best.patch'})")
-        elif (out / "code_change.md").is_file():
-            print(f"code change:  {out / 'code_change.md'}")
-    else:
-        print(no_winner_line(result))
+    for line in outcome_lines(result, out, typed):
+        print(line)
     return 0
+
+
+def resume_command(argv: list[str], out) -> str:
+    """The command that resumes a tune: the one typed, with --out named (a tune rerun with the
+    same --out reuses its finished trials)."""
+    import shlex
+
+    words = list(argv)
+    end = words.index("--") if "--" in words else len(words)
+    if not any(w == "--out" or w.startswith("--out=") for w in words[:end]):
+        words[1:1] = ["--out", str(out)]  # after "tune"
+    return "trainspeed " + shlex.join(words)
+
+
+@contextlib.contextmanager
+def resume_hint(args, out):
+    """On Ctrl-C, the command that resumes the tune (then the interrupt goes on to main)."""
+    import sys
+
+    try:
+        yield
+    except KeyboardInterrupt:
+        argv = getattr(args, "argv", None) or ["tune", "--", *([args.target] if args.target else []), *args.rest]
+        print(f"\ntrainspeed tune: interrupted; the finished trials are kept in {out / 'tune.jsonl'}. "
+              f"Resume with: {resume_command(argv, out)}", file=sys.stderr, flush=True)
+        raise
+
+
+def outcome_lines(result, out, command: list[str]) -> list[str]:
+    """What the user does next: run the winners, apply the patch; or, when nothing won, that
+    there is no patch (a best.patch left by an earlier tune in the same --out is removed: a
+    `git apply` of it would apply what this tune did not keep)."""
+    import json
+    import shlex
+
+    patch, change = out / "best.patch", out / "code_change.md"
+    try:
+        written = json.loads((out / "tune.json").read_text(encoding="utf-8")).get("patch")
+    except (OSError, ValueError):
+        written = None
+    if not written:
+        patch.unlink(missing_ok=True)
+    if not result.best_settings:
+        change.unlink(missing_ok=True)
+        return [no_winner_line(result),
+                f"no patch: nothing won, so there is no {patch} to apply and the script stays as it is"]
+    lines = [f"run it now:   trainspeed run --with {out / 'best.yaml'} -- {shlex.join(command)}"]
+    if patch.is_file():
+        lines.append(f"code change:  {change}  (apply: git apply {patch})")
+    elif change.is_file():
+        lines.append(f"code change:  {change}  (no patch: the change is described there)")
+    return lines
 
 
 def no_winner_line(result) -> str:
@@ -199,15 +251,14 @@ def run(args) -> int:
     args.steps = 25 if args.steps is None else args.steps
     if args.steps < 3 or args.warmup_steps < 0:
         raise ConfigError(f"--steps must be >= 3 and --warmup-steps >= 0, got {args.steps} and {args.warmup_steps}")
-    # Before _split_rest: its parser would read `--help` as an abbreviation of --help-knobs.
-    asked_help, print_config, args.rest = _target.pop_flags(args.rest)
-    overrides = _split_rest(args)
+    # Options may come after the overrides (`tune gpt data.batch_size=8 --budget 5m`).
+    asked_help, overrides = _target.parse_rest(args, _add_options, "trainspeed tune")
     if asked_help:
         print(_target.target_help("tune", args.target, overrides, args.variant), end="")
         print("\nTune options (--budget, --knobs, --out, ...): trainspeed tune --help")
         return 0
     cfg, found = _target.load(args.target, overrides, args.variant)
-    if print_config:
+    if args.print_config:
         print(_target.config_yaml(cfg, keep_name=_target.named(found, overrides)), end="")
         return 0
     _target.check_extras(cfg)  # before any trial: each would fail on it
@@ -220,8 +271,9 @@ def run(args) -> int:
     out = Path(args.out or f"runs/tune-{recipe_label(cfg.recipe.name) if cfg.recipe.name else Path(args.target).stem}")
     print(f"trainspeed: tuning {cfg.recipe.name or args.target} -> {out} "
           f"(budget {options.budget_s:.0f} s, knobs: {', '.join(options.knobs)})")
-    result = run_tune(cfg, out, options, trial_timeout_s=args.trial_timeout,
-                      length=TrialLength(warmup_steps=args.warmup_steps, measure_steps=args.steps))
+    with resume_hint(args, out):
+        result = run_tune(cfg, out, options, trial_timeout_s=args.trial_timeout,
+                          length=TrialLength(warmup_steps=args.warmup_steps, measure_steps=args.steps))
     print_tables(result)
     print(f"best config: {out / 'best.yaml'}   table: {out / 'tune.html'}")
     return 0

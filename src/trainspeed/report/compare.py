@@ -42,8 +42,33 @@ def _row(group: str, metric: str, a: Any, b: Any, kind: str, *, higher_is_better
     }
 
 
-def compare_rows(sa: dict[str, Any], sb: dict[str, Any]) -> list[dict[str, Any]]:
-    """Rows for throughput, step time, each phase with time in either run, and memory peaks."""
+NOISE = "within the noise"
+"""The reading of a row whose ratio lies inside the measured noise: no colour, no direction."""
+
+
+def _noise_row(interval: RatioInterval) -> dict[str, Any]:
+    """The row the headline reads: the throughput ratio with the interval (median per step)."""
+    row = _row("throughput", f"{interval.metric}, median per step", interval.a_median, interval.b_median, "rate",
+               higher_is_better=True)
+    row["ratio"] = interval.ratio
+    row["verdict"] = verdict(interval.ratio, higher_is_better=True) if interval.significant else NOISE
+    return row
+
+
+def _inside_noise(row: dict[str, Any], interval: RatioInterval) -> bool:
+    """A speed row whose ratio lies inside the throughput interval moved to centre on 1 (its
+    relative spread): the runs' step-to-step noise could make it (a 1.03 beside a 0.91-1.33
+    interval). Phases and memory have no interval of their own and keep their reading."""
+    if row["group"] not in ("throughput", "step time") or row["ratio"] is None or not interval.ratio:
+        return False
+    speedup = row["ratio"] if row["group"] == "throughput" else 1.0 / row["ratio"]
+    return interval.low / interval.ratio <= speedup <= interval.high / interval.ratio
+
+
+def compare_rows(sa: dict[str, Any], sb: dict[str, Any], interval: RatioInterval | None = None) -> list[dict[str, Any]]:
+    """Rows for throughput, step time, each phase with time in either run, and memory peaks.
+    With the throughput ratio's interval, its own row comes first (the ratio the headline
+    reads), and a speed row inside the noise reads 'within the noise' instead of faster/slower."""
     rows = [
         _row("throughput", "samples/s", sa.get("samples_per_s"), sb.get("samples_per_s"), "rate", higher_is_better=True),
     ]
@@ -63,7 +88,12 @@ def compare_rows(sa: dict[str, Any], sb: dict[str, Any]) -> list[dict[str, Any]]
     for key, label in MEMORY_KEYS:
         if is_num(ma.get(key)) or is_num(mb.get(key)):
             rows.append(_row("memory", label, ma.get(key), mb.get(key), "bytes", higher_is_better=False))
-    return rows
+    if interval is None:
+        return rows
+    for row in rows:
+        if _inside_noise(row, interval):
+            row["verdict"] = NOISE
+    return [_noise_row(interval), *rows]
 
 
 def fmt_value(value: Any, kind: str) -> str:
@@ -119,6 +149,9 @@ class RatioInterval:
     level: float = 0.95
     steps: tuple[int, int] = (0, 0)
     """Steady-state steps of A and B resampled."""
+    a_median: float | None = None
+    """A's median per-step throughput (the numerator's and denominator's values, for the table)."""
+    b_median: float | None = None
 
     @property
     def significant(self) -> bool:
@@ -182,7 +215,8 @@ def ratio_interval(run_a: Any, run_b: Any, *, level: float = 0.95) -> RatioInter
     if len(ra) < MIN_STEPS or len(rb) < MIN_STEPS:
         return None
     value, low, high = bootstrap_ratio(ra, rb, level=level)
-    return RatioInterval(metric=metric_a, ratio=value, low=low, high=high, level=level, steps=(len(ra), len(rb)))
+    return RatioInterval(metric=metric_a, ratio=value, low=low, high=high, level=level, steps=(len(ra), len(rb)),
+                         a_median=float(np.median(ra)), b_median=float(np.median(rb)))
 
 
 def _steps_per_s(run: Any) -> np.ndarray:

@@ -139,8 +139,9 @@ def _details(lr: LoadedRun) -> str:
 
 
 def _compare_table(a: LoadedRun, b: LoadedRun) -> str:
-    rows = compare_rows(a.summary, b.summary)
-    head = headline(rows, loaded_interval(a, b))
+    interval = loaded_interval(a, b)
+    rows = compare_rows(a.summary, b.summary, interval)
+    head = headline(rows, interval)
     body = []
     for r in rows:
         cls = "better" if ("faster" in r["verdict"] or "less" in r["verdict"]) else \

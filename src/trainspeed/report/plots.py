@@ -136,8 +136,37 @@ def plot_step_time(runs: list[Series], prefix: str) -> str | None:
     ax.set_xlabel("step")
     ax.set_ylabel("step time (ms)")
     ax.set_ylim(bottom=0)
+    scale = steady_scale(runs)
+    if scale is not None:
+        top, (step, ms) = scale
+        ax.set_ylim(0, top)
+        ax.annotate(f"warm-up step {step}: {ms:,.0f} ms (off the scale)", xy=(step, top), xytext=(4, -12),
+                    textcoords="offset points", fontsize=8, color="#555555", va="top")
     _legend_above(ax)
     return _to_svg(fig, prefix)
+
+
+def steady_scale(runs: list[Series]) -> tuple[float, tuple[int, float]] | None:
+    """(y top in ms, (step, ms) of the slowest warm-up step) when warm-up steps would set the
+    step-time scale: a first step of seconds (imports, compile, allocator) against steady steps
+    of milliseconds left the steady line flat at zero. None when the steady steps set it."""
+    top, worst = 0.0, None
+    for s in runs:
+        y = S.column(s.run, "t_step") * 1e3
+        if not S.has_data(y):
+            continue
+        warm = np.array([bool(r.get("warmup")) for r in s.run.steps])
+        ok = np.isfinite(y)
+        steady = y[ok & ~warm]
+        if len(steady):
+            top = max(top, float(steady.max()))
+        x = S.step_axis(s.run)
+        for i in np.flatnonzero(ok & warm):
+            if worst is None or y[i] > worst[1]:
+                worst = (int(x[i]), float(y[i]))
+    if top <= 0 or worst is None or worst[1] <= 1.15 * top:
+        return None
+    return 1.15 * top, worst
 
 
 def plot_phases(runs: list[Series], prefix: str) -> str | None:

@@ -243,7 +243,7 @@ def render_terminal_compare(a: Any, b: Any, console: Any = None, *, comparabilit
     else:
         interval = loaded_interval(a, b)
     con.print(Rule(Text(f"trainspeed compare: A = {a.name}, B = {b.name}", style="bold"), align="left"))
-    rows = compare_rows(a.summary, b.summary)
+    rows = compare_rows(a.summary, b.summary, interval)
     head = headline(rows, interval)
     if head:
         con.print(Text(head, style="bold"))

@@ -18,11 +18,48 @@ from collections.abc import Callable
 from typing import Any, TextIO
 
 from trainspeed.errors import ConfigError
-from trainspeed.sinks.tensorboard import event_text, finite_float
+from trainspeed.sinks.tensorboard import finite_float
 from trainspeed.telemetry import schema
 
-QUIET_EVENTS = frozenset({"epoch"})
-"""Event types not printed: routine markers the status line already covers."""
+QUIET_EVENTS = frozenset({"epoch", "run_start", "observation", "system", "peak_flops", "flops", "model",
+                          "cuda", "collectives"})
+"""Event types not printed: routine markers the status line already covers, and records for the
+report (what the doctor observed, the system sampler's series, the FLOP counts): a person reads
+them in the report, not as raw dicts scrolling past the training."""
+
+_MAX_VALUE = 80
+"""A value longer than this (a path list, an argv) is left out of an event's line."""
+
+
+def _short(value: Any) -> str | None:
+    """A value as a person reads it on one line: floats to 4 significant digits; lists, dicts
+    and long text (a sampler's series, an argv) left out."""
+    if isinstance(value, bool) or value is None:
+        return str(value)
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    if isinstance(value, (list, tuple, dict, set)):
+        return None
+    text = str(value)
+    return text if len(text) <= _MAX_VALUE else None
+
+
+def event_line(event: dict[str, Any]) -> str | None:
+    """The one console line of an event, or None for one a person does not need while it runs."""
+    kind = event.get("type", "event")
+    if kind in QUIET_EVENTS:
+        return None
+    data = event.get("data") or {}
+    if isinstance(data, dict) and "message" in data:  # notes and warnings: the sentence itself
+        details = str(data["message"])
+    elif isinstance(data, dict):
+        shown = ((k, _short(v)) for k, v in data.items())
+        details = ", ".join(f"{k}={v}" for k, v in shown if v is not None)
+    else:
+        details = _short(data) or ""
+    step = event.get("step")
+    where = f" @ step {step}" if step is not None else ""
+    return f"[trainspeed] {kind}{where}: {details}" if details else f"[trainspeed] {kind}{where}"
 
 SHORT_PHASE = {
     "data": "data",
@@ -162,6 +199,7 @@ class ConsoleSink:
         self._last_print = -math.inf
         self._unprinted = False
         self._live: Any = None
+        self._last_line: str | None = None
         self._closed = False
         try:
             self.tty = bool(self.stream.isatty())
@@ -186,9 +224,9 @@ class ConsoleSink:
             self._unprinted = False
 
     def write_event(self, event: dict[str, Any]) -> None:
-        if self._closed or event.get("type") in QUIET_EVENTS:
+        line = None if self._closed else event_line(event)
+        if line is None:
             return
-        line = f"[trainspeed] {event_text(event)}"
         if self._live is not None:
             self._live.console.print(line, markup=False, highlight=False)
         else:
@@ -214,7 +252,9 @@ class ConsoleSink:
 
     def _show(self, line: str) -> None:
         if not self.tty:
-            print(line, file=self.stream)
+            if line != self._last_line:  # the same status again (no step since): one line, not two
+                print(line, file=self.stream)
+                self._last_line = line
             return
         from rich.text import Text
 

@@ -282,9 +282,10 @@ def activation_checkpointing(ctx: KnobContext) -> list:
     return [Candidate("activation_checkpointing", name, {"activation_checkpointing": [name]})]
 
 
-def torch_threads(ctx: KnobContext) -> list:
+def threads(ctx: KnobContext) -> list:
+    """torch.set_num_threads below the core count (run.torch_threads)."""
     current = ctx.get("run.torch_threads") or ctx.device.cores  # null = PyTorch's default (all cores)
-    return [Candidate("torch_threads", str(n), {"run.torch_threads": n})
+    return [Candidate("threads", str(n), {"run.torch_threads": n})
             for n in _powers_up_to(max(1, ctx.device.cores)) if n != current]
 
 
@@ -379,7 +380,7 @@ KNOBS: dict[str, KnobFn] = {
     "compile": compile,
     "channels_last": channels_last,
     "log_every": log_every,
-    "torch_threads": torch_threads,
+    "threads": threads,
     "pin_memory": pin_memory,
     "persistent_workers": persistent_workers,
     "prefetch_factor": prefetch_factor,
@@ -388,6 +389,9 @@ KNOBS: dict[str, KnobFn] = {
     "checkpoint_every": checkpoint_every,
 }
 """Knob name -> settings function. Names match `trainspeed tune --knobs`."""
+
+KNOB_ALIASES = {"torch_threads": "threads"}
+"""Old knob name -> its name now, the same for a config and a script (still accepted, with a note)."""
 
 
 def parse_knobs(text: str | None, table: dict[str, Any] | None = None, kind: str = "") -> list[str]:
@@ -399,6 +403,12 @@ def parse_knobs(text: str | None, table: dict[str, Any] | None = None, kind: str
     if text is None or text.strip() in ("", "all"):
         return list(table)
     names = [n.strip() for n in text.split(",") if n.strip()]
+    for i, name in enumerate(names):
+        if name in KNOB_ALIASES and name not in table:
+            import sys
+
+            print(f"trainspeed: note: knob '{name}' is now called '{KNOB_ALIASES[name]}'", file=sys.stderr)
+            names[i] = KNOB_ALIASES[name]
     for name in names:
         if name not in table:
             guess = did_you_mean(name, list(table))

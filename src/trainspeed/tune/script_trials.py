@@ -76,7 +76,7 @@ class ScriptRunner(SubprocessRunner):
         settings = write_ds_config(settings_of(request), self.deepspeed_config, path.with_suffix(".deepspeed.json"))
         save_plan(Plan(command=self.command, settings=settings, targets=self.targets,
                        flag_styles=self.flag_styles), path)
-        return ["run", "--with", str(path), "--doctor", "--quiet",
+        return ["run", "--with", str(path), "--doctor", "--quiet", "--no-flops",
                 "--steps", str(self.warmup_steps + self.measure_steps),
                 "--warmup-steps", str(self.warmup_steps),
                 "--out", str(self.out_dir / request.name), "--", *self.command]

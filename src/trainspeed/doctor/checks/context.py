@@ -7,7 +7,7 @@ from the run directory, so they run on any run later, not only inside the doctor
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -27,7 +27,7 @@ TUNE_KNOBS = {
     "fused_optimizer": "fused_optimizer",
     "attention": "attention",
     "channels_last": "channels_last",
-    "threads": "torch_threads",
+    "threads": "threads",
     "batch_size": "batch_size",
     "logging": "log_every",
     "log_every": "log_every",
@@ -136,11 +136,14 @@ class CheckContext:
         Trainer): advice names the config key, never "your own code"."""
         return not self.command and bool((self.first("device") or {}).get("engine"))
 
-    def doctor_command(self, steps: int | None = None) -> str:
+    def doctor_command(self, steps: int | None = None, flags: Sequence[str] = ()) -> str:
         """`trainspeed doctor -- <the recorded command>`: runnable as written. An engine run
         (a config.yaml, no command) is re-run with `trainspeed train` under a new run name, which
-        writes the same report."""
+        writes the same report. `flags` (`--print-freq 50`) are set in the command in place of the
+        ones it has: appended, the script's own earlier value was left beside the fix."""
         import shlex
+
+        from trainspeed.patches.plan import command_with_flags
 
         config = self.run.path / "config.yaml"
         ranks = len(self.summary.get("ranks") or [])  # a data-parallel run: launched again alike
@@ -148,7 +151,7 @@ class CheckContext:
         if not self.command and config.is_file():
             return (f"{launch} train {shlex.quote(str(config))} run.name={self.run.path.name}-after"
                     + (f" run.max_steps={steps}" if steps else ""))
-        cmd = shlex.join(self.command) if self.command else "python train.py"
+        cmd = shlex.join(command_with_flags(list(self.command or ["python", "train.py"]), list(flags)))
         # Ranks must agree on one directory (--out is required under torchrun): a new one
         # beside this run's, so the comparison keeps both.
         out = f" --out {shlex.quote(str(self.run.path) + '-after')}" if ranks > 1 else ""

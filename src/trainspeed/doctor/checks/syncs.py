@@ -142,7 +142,7 @@ def _verify(ctx: CheckContext, first: dict[str, Any] | None, count: int, per_ste
     the reads at other call sites stay (run_clm.py: the Trainer's NaN check, 2 a step, goes with
     --logging_nan_inf_filter False; transformers' mask check, 1 a step, stays)."""
     arg = _fix_flag(ctx, first, steps_with)
-    command = ctx.doctor_command() + (f" {arg}" if arg and arg.startswith("-") else "")
+    command = ctx.doctor_command(flags=[arg] if arg and arg.startswith("-") else [])
     if arg and first is not None and count:
         left = per_step * (1 - int(first.get("count") or 0) / count)
         if left >= 0.1:

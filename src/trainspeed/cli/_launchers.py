@@ -1,0 +1,104 @@
+"""`accelerate launch [options] train.py ARGS` as the doctor, the tuner and `run --with` take it.
+
+Hugging Face's launcher starts the script once per process with its own environment (the
+mixed precision, the CPU flag, torchrun's RANK/WORLD_SIZE for several processes). The doctor and
+`run --with` go in under it: `accelerate launch OPTIONS -m trainspeed doctor ... -- python
+train.py ARGS`, so every process is observed the way `torchrun -m trainspeed doctor` observes
+it (rank 0 reports on all ranks). A tune's trials are one process each: a one-process launch is
+tuned as the script with the environment accelerate would give it; several processes are refused
+with the one-process command, as for torchrun.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from typing import Sequence
+
+from trainspeed.errors import ConfigError
+
+
+@dataclass(kw_only=True, slots=True)
+class AccelerateLaunch:
+    options: list[str]
+    """accelerate launch's own options (`--num_processes 2 --mixed_precision bf16`), --module taken out."""
+    command: list[str]
+    """The script's one-process command: `python train.py ARGS` or `python -m pkg.train ARGS`."""
+    processes: int
+    """Processes accelerate starts (1 unless --num_processes / --multi_gpu say more)."""
+    env: dict[str, str] = field(default_factory=dict)
+    """What accelerate's one-process launcher adds to the environment (ACCELERATE_*)."""
+
+
+def is_accelerate(command: Sequence[str]) -> bool:
+    return len(command) >= 2 and os.path.basename(command[0]) == "accelerate" and command[1] == "launch"
+
+
+def parse_accelerate(command: Sequence[str]) -> AccelerateLaunch:
+    """The parts of `accelerate launch OPTIONS SCRIPT ARGS`, read by accelerate's own parser."""
+    try:
+        from accelerate.commands.launch import launch_command_parser
+    except ImportError:
+        raise ConfigError("the command starts with `accelerate launch`, but accelerate is not installed here: "
+                          "pip install accelerate (or trainspeed[hf])") from None
+    words = list(command[2:])
+    parser = launch_command_parser()
+    try:
+        args = parser.parse_args(words)
+    except SystemExit:
+        raise ConfigError(f"accelerate launch could not read its options: {' '.join(words)}") from None
+    if args.no_python:
+        raise ConfigError("accelerate launch --no_python runs no Python script; the doctor needs one: "
+                          "leave --no_python out")
+    script_at = len(words) - len(args.training_script_args) - 1
+    options = [w for w in words[:script_at] if w not in ("-m", "--module")]
+    python = ["python", "-m"] if args.module else ["python"]  # read by the doctor, run in its process
+    command_ = [*python, args.training_script, *args.training_script_args]
+    processes = int(args.num_processes or 1)
+    return AccelerateLaunch(options=options, command=command_, processes=max(1, processes),
+                            env=_one_process_env(args) if processes <= 1 else {})
+
+
+def _one_process_env(args) -> dict[str, str]:
+    """The variables accelerate's simple launcher sets (it validates the options first)."""
+    from accelerate.commands.launch import _validate_launch_command
+    from accelerate.utils.launch import prepare_simple_launcher_cmd_env
+
+    args, _, _ = _validate_launch_command(args)
+    _, env = prepare_simple_launcher_cmd_env(args)
+    return {k: v for k, v in env.items() if os.environ.get(k) != v}
+
+
+def one_process(command: Sequence[str], what: str) -> list[str]:
+    """The one-process command of a launch for a tune's trials, its environment set in this
+    process (the trials inherit it); several processes are refused, as for torchrun."""
+    launch = parse_accelerate(command)
+    if launch.processes > 1:
+        raise ConfigError(f"trainspeed {what}: accelerate starts {launch.processes} processes, and each trial would "
+                          "need its own launcher; tune one process of it: trainspeed tune -- accelerate launch "
+                          f"--num_processes 1 {' '.join(launch.command[1:])}")
+    os.environ.update(launch.env)
+    return list(launch.command)
+
+
+def relaunch(launch: AccelerateLaunch, trainspeed_args: Sequence[str]) -> int:
+    """Run `accelerate launch OPTIONS -m trainspeed ARGS -- COMMAND`; its exit status."""
+    cmd = [sys.executable, "-m", "accelerate.commands.launch", *launch.options, "-m", "trainspeed",
+           *trainspeed_args, "--", *launch.command]
+    print(f"trainspeed: under accelerate ({launch.processes} process{'es' if launch.processes > 1 else ''}): "
+          f"accelerate launch {' '.join(launch.options)} -m trainspeed {' '.join(trainspeed_args)} -- "
+          f"{' '.join(launch.command[1:])}", file=sys.stderr, flush=True)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [_our_root(), os.environ.get("PYTHONPATH")]))}
+    return subprocess.run(cmd, env=env).returncode
+
+
+def _our_root() -> str:
+    """The folder this trainspeed is imported from, so each process imports the same one."""
+    import trainspeed
+
+    return os.path.dirname(os.path.dirname(os.path.abspath(trainspeed.__file__)))
+
+
+__all__ = ["AccelerateLaunch", "is_accelerate", "one_process", "parse_accelerate", "relaunch"]

@@ -1,0 +1,63 @@
+"""`trainspeed doctor/tune/run -- accelerate launch ...` on a small Accelerate script, on 1 and 2
+CPU processes (issue #30: the launcher users already use was refused as a script path)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("accelerate")
+pytestmark = pytest.mark.timeout(300)  # a few seconds of CPU each; accelerate starts fresh processes
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = ROOT / "tests" / "assets" / "scripts" / "accelerate_train.py"
+
+
+def trainspeed(*argv: str, cwd: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "TRAINSPEED_CACHE": str(cwd / "cache"),
+           "PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "")}
+    return subprocess.run([sys.executable, "-m", "trainspeed", *argv], cwd=cwd, env=env, capture_output=True,
+                          text=True, timeout=280)
+
+
+def test_parse_reads_accelerates_own_options():
+    from trainspeed.cli._launchers import parse_accelerate
+
+    launch = parse_accelerate(["accelerate", "launch", "--multi_gpu", "--num_processes", "2", "train.py", "--lr", "1"])
+    assert launch.options == ["--multi_gpu", "--num_processes", "2"] and launch.processes == 2
+    assert launch.command == ["python", "train.py", "--lr", "1"]
+    module = parse_accelerate(["accelerate", "launch", "-m", "pkg.train", "--steps", "3"])
+    assert module.command == ["python", "-m", "pkg.train", "--steps", "3"] and module.processes == 1
+    assert module.env.get("ACCELERATE_USE_CPU") is not None  # what the one-process launcher sets
+
+
+@pytest.mark.parametrize("processes", [1, 2])
+def test_doctor_under_accelerate_launch(tmp_path, processes):
+    launch = ["--num_processes", "1"] if processes == 1 else ["--multi_gpu", "--num_processes", "2"]
+    res = trainspeed("doctor", "--steps", "12", "--out", str(tmp_path / "r"), "--no-html", "--",
+                     "accelerate", "launch", *launch, str(SCRIPT), "--steps", "200", cwd=tmp_path)
+    assert res.returncode == 0, res.stderr[-3000:]
+    report = json.loads((tmp_path / "r" / "report.json").read_text())
+    assert report["doctor"]["steps"] == 12
+    ranks = report["summary"].get("ranks") or []
+    assert len(ranks) == (processes if processes > 1 else 0), ranks
+    assert "stopped after 12 steps" in res.stdout and res.stdout.count("trainspeed doctor: stopped") == 1
+
+
+def test_tune_takes_a_one_process_launch_and_refuses_two(tmp_path):
+    two = trainspeed("tune", "--knobs", "threads", "--", "accelerate", "launch", "--multi_gpu", "--num_processes",
+                     "2", str(SCRIPT), cwd=tmp_path)
+    assert two.returncode == 2 and "tune one process of it" in two.stderr and "--num_processes 1" in two.stderr
+    out = tmp_path / "t"
+    one = trainspeed("tune", "--knobs", "threads", "--steps", "4", "--warmup-steps", "1", "--repeats", "1",
+                     "--verify-repeats", "0", "--budget", "4m", "--out", str(out), "--",
+                     "accelerate", "launch", "--num_processes", "1", str(SCRIPT), "--steps", "400", cwd=tmp_path)
+    assert one.returncode == 0, one.stderr[-3000:]
+    data = json.loads((out / "tune.json").read_text())
+    assert data["trials_run"] >= 1 and any(r["knob"] == "threads" for r in data["ablation"])
+    assert "accelerate launch --num_processes 1" in one.stdout  # the next command keeps the launcher
