@@ -94,7 +94,8 @@ def _print_knobs() -> int:
     print("Knobs for a script (trainspeed tune --knobs a,b -- python train.py ...):")
     for name, fn in SCRIPT_KNOBS.items():
         doc = " ".join((fn.__doc__ or "").split())  # the whole docstring: a first line cut sentences off
-        print(textwrap.fill(doc, width=width, initial_indent=f"  {name:<20}", subsequent_indent=" " * 22))
+        print(textwrap.fill(doc, width=width, initial_indent=f"  {name:<20}", subsequent_indent=" " * 22,
+                            break_on_hyphens=False, break_long_words=False))  # "per-step" stays one word
     return 0
 
 
