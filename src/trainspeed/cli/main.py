@@ -67,9 +67,10 @@ def main(argv: list[str] | None = None) -> int:
         return int(args.run(args) or 0)
     except TrainspeedError as exc:
         print(f"trainspeed: error: {type(exc).__name__}: {exc}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("trainspeed: interrupted", file=sys.stderr)
+        return getattr(exc, "exit_code", 2)  # DiskFullError: 28 (ENOSPC)
+    except KeyboardInterrupt as exc:
+        if not getattr(exc, "reported", False):  # the engine's stop line said it already
+            print("trainspeed: interrupted", file=sys.stderr)
         return 130
 
 

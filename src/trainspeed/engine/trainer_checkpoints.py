@@ -66,6 +66,7 @@ def checkpoint_session(trainer: Trainer, mon: Any, loaders: Any) -> CheckpointSe
         model, optimizer = RefuseSingleFile("model"), RefuseSingleFile("optimizer")
     else:
         model, optimizer = trainer.eager, OptimizerLoader(trainer.eager, trainer.optimizer, sharded=False)
+    ckpt.run_name = trainer.run_dir.name
     resumed = ckpt.resume(model, optimizer, trainer.scheduler, trainer.precision)
     if resumed is not None:
         c = resumed.counters

@@ -451,7 +451,12 @@ class Monitor:
             self._profile.finish()  # a run that ends inside the window still gets its trace
         self.flush()
         trace = None
-        if error is not None:
+        if isinstance(error, (KeyboardInterrupt, SystemExit)):
+            # Ctrl-C or SIGTERM (the engine's signal save leaves with these): a stop, not a crash
+            code = getattr(error, "code", None)
+            name = "SIGINT" if isinstance(error, KeyboardInterrupt) else _signal_name(code)
+            self.event("interrupt", signal=name, exit_code=130 if isinstance(error, KeyboardInterrupt) else code)
+        elif error is not None:
             trace = "".join(tb_module.format_exception(type(error), error, error.__traceback__))
             self.event("crash", error=f"{type(error).__name__}: {error}", traceback=trace)
         if self._sampler is not None:
@@ -490,6 +495,16 @@ class Monitor:
 
     def __exit__(self, exc_type, exc, tb) -> None:
         self.close(error=exc if exc_type is not None and exc_type is not GeneratorExit else None)
+
+
+def _signal_name(code: Any) -> str:
+    """SystemExit(143) -> "SIGTERM": the signal a 128+N exit code stands for."""
+    import signal
+
+    try:
+        return signal.Signals(int(code) - 128).name
+    except (TypeError, ValueError):
+        return f"exit {code}"
 
 
 def _host_loss(loss: Any) -> float:

@@ -24,6 +24,8 @@ from collections.abc import Callable
 from types import FrameType
 from typing import Any
 
+from trainspeed.errors import TrainspeedWarning
+
 
 def is_oom(exc: BaseException) -> bool:
     """True for a device out-of-memory error (CUDA OOM, or a RuntimeError saying so)."""
@@ -96,7 +98,7 @@ class EmergencySaver:
             warnings.warn(
                 "EmergencySaver: signal handlers can only be installed on the main thread; "
                 "SIGTERM/Ctrl-C will not trigger a checkpoint",
-                stacklevel=2,
+                TrainspeedWarning, stacklevel=2,
             )
             return self
         for name in self.SIGNALS:
