@@ -151,7 +151,9 @@ class Monitor:
         self.recent: deque[dict[str, Any]] = deque(maxlen=4096)
 
         if self.run_dir is not None:
-            self.run_dir.mkdir(parents=True, exist_ok=True)
+            from trainspeed.telemetry.rundir import try_write
+
+            try_write(self.run_dir, self.run_dir.mkdir, 0o777, True, True)  # full/read-only: said once
         self.writer = self._make_writer(sinks, config)
         self._sampler = self._make_sampler(system_sampler)
         self._start_run(config, command, write_env)
@@ -172,7 +174,14 @@ class Monitor:
                     "Pass Monitor(run_dir=...) or use sinks=('console',) / sinks=()."
                 )
         # The config reaches the sinks too: W&B project/mode/run config, TensorBoard hparams.
-        built = make_sinks(self.run_dir, names, total_steps=self.total_steps, config=config) if names else []
+        try:
+            built = make_sinks(self.run_dir, names, total_steps=self.total_steps, config=config) if names else []
+        except OSError as exc:  # the run directory cannot be written: the console still reports
+            from trainspeed.telemetry.rundir import unwritable
+
+            unwritable(self.run_dir, exc)
+            built = make_sinks(self.run_dir, [n for n in names if n == "console"],
+                               total_steps=self.total_steps, config=config)
         return AsyncWriter([*built, *objects])
 
     def _make_sampler(self, enabled: bool):
@@ -204,12 +213,13 @@ class Monitor:
 
     def _start_run(self, config, command, write_env) -> None:
         if self.run_dir is not None and self.rank == 0:
-            from trainspeed.telemetry.rundir import write_config, write_env as _write_env
+            from trainspeed.telemetry.rundir import try_write, write_config, write_env as _write_env
 
             if config is not None or command is not None:
-                write_config(self.run_dir, config if config is not None else {"command": command})
+                try_write(self.run_dir, write_config, self.run_dir,
+                          config if config is not None else {"command": command})
             if write_env:
-                _write_env(self.run_dir)
+                try_write(self.run_dir, _write_env, self.run_dir)
         self.event(
             "run_start",
             kind=self.kind,
@@ -469,11 +479,11 @@ class Monitor:
         run, self._summary = self._summarize()
         if self.run_dir is not None and self.rank == 0:
             from trainspeed.telemetry.diagnosis import end_of_run_report
-            from trainspeed.telemetry.rundir import write_json
+            from trainspeed.telemetry.rundir import try_write, write_json
 
             # the findings of the run directory: as given, else the rules' (telemetry/diagnosis.py)
-            write_json(self.run_dir / schema.REPORT_JSON,
-                       end_of_run_report(run, self._summary, kind=self.kind, given=findings, traceback=trace))
+            try_write(self.run_dir, write_json, self.run_dir / schema.REPORT_JSON,
+                      end_of_run_report(run, self._summary, kind=self.kind, given=findings, traceback=trace))
         return self._summary
 
     def _summarize(self) -> tuple[Any, dict[str, Any]]:
@@ -481,9 +491,13 @@ class Monitor:
         from trainspeed.telemetry.rundir import RunData, read_run
         from trainspeed.telemetry.summary import summarize
 
+        run = None
         if self.run_dir is not None and (self.run_dir / schema.STEPS_FILE).exists():
-            run = read_run(self.run_dir)
-        else:
+            try:
+                run = read_run(self.run_dir)
+            except OSError:  # removed or unreadable under us: the records kept in memory
+                run = None
+        if run is None:
             run = RunData(path=self.run_dir or Path("."), steps=list(self.recent))
             run.events = [schema.make_event("run_start", 0, 0.0, flops_per_step=self.flops_per_step,
                                             device=str(self.device or "cpu"),

@@ -17,7 +17,7 @@ class _FullFile:
         self._f, self._disk = f, disk
 
     def write(self, data) -> int:
-        view = memoryview(data).cast("B")
+        view = data if isinstance(data, str) else memoryview(data).cast("B")
         room = self._disk.budget - self._disk.written
         if len(view) > room:
             if room > 0:
