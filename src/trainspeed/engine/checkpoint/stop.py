@@ -52,4 +52,14 @@ def resume_command(path: str | os.PathLike, run_name: str | None = None,
     if run_name:
         rest.append(f"run.name={run_name}")
     rest.append("--auto-resume")
-    return " ".join(["trainspeed", *map(shlex.quote, rest)])
+    return " ".join([*_launcher(), *map(shlex.quote, rest)])
+
+
+def _launcher() -> list[str]:
+    """`trainspeed`, or under torchrun the launcher with the same number of processes."""
+    world, local = int(os.environ.get("WORLD_SIZE", 1)), int(os.environ.get("LOCAL_WORLD_SIZE", 1))
+    if world <= 1:
+        return ["trainspeed"]
+    if world == local:
+        return ["torchrun", "--nproc_per_node", str(local), "-m", "trainspeed"]
+    return ["torchrun", "<your launcher options>", "-m", "trainspeed"]
