@@ -84,10 +84,10 @@ def launcher(nproc: int) -> list[str]:
             "--master_port", str(port), "-m", "trainspeed"]
 
 
-def train_cmd(kind: str, out: Path, name: str, *extra: str) -> list[str]:
+def train_cmd(kind: str, out: Path, name: str, *extra: str, steps: int = STEPS) -> list[str]:
     overrides, nproc = KINDS[kind]
     return [*launcher(nproc), "train", "gpt", *TINY, *overrides, f"run.out_dir={out}",
-            f"run.name={name}", f"run.max_steps={STEPS}", "--no-report", *extra]
+            f"run.name={name}", f"run.max_steps={steps}", "--no-report", *extra]
 
 
 def run(cmd: list[str], ws: Path, timeout: float = 400) -> subprocess.CompletedProcess:
@@ -138,7 +138,7 @@ def exit_says(proc_rc: int, stderr: str, code: int) -> bool:
     return proc_rc == code or (proc_rc == 1 and f"exitcode  : {code}" in stderr)
 
 
-def resumed_intact(proc: subprocess.CompletedProcess, run_dir: Path) -> tuple[bool, str]:
+def resumed_intact(proc: subprocess.CompletedProcess, run_dir: Path, steps: int = STEPS) -> tuple[bool, str]:
     """The resume ran to the end from a checkpoint, and the records cover every step once."""
     if proc.returncode != 0:
         return False, f"resume rc {proc.returncode}: {proc.stderr.strip().splitlines()[-1:]}"
@@ -146,8 +146,8 @@ def resumed_intact(proc: subprocess.CompletedProcess, run_dir: Path) -> tuple[bo
     if not restart:
         return False, "no restart event"
     got = sorted(set(steps_of(run_dir)))
-    if got != list(range(1, STEPS + 1)):
-        missing = sorted(set(range(1, STEPS + 1)) - set(got))
+    if got != list(range(1, steps + 1)):
+        missing = sorted(set(range(1, steps + 1)) - set(got))
         return False, f"steps missing from the records: {missing}"
     return True, f"resumed at step {restart[-1].get('at_step') or restart[-1].get('from_step')}"
 
@@ -167,20 +167,22 @@ def trial_kill9(kind: str, ws: Path, i: int, rng: random.Random) -> dict:
     name = f"kill9-{kind}-{i}"
     run_dir = ws / "runs" / name
     extra = ["checkpoint.every_steps=1", "checkpoint.keep_last=2"]
-    proc = subprocess.Popen(train_cmd(kind, ws / "runs", name, *extra), env=env(ws), cwd=ws,
+    steps = 120  # saves every step: the kill lands in a save (or between two) long before the end
+    proc = subprocess.Popen(train_cmd(kind, ws / "runs", name, *extra, steps=steps), env=env(ws), cwd=ws,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     try:
         ckpts = run_dir / "checkpoints"
         started = wait_for(lambda: ckpts.is_dir() and any(p.name.startswith("step-") for p in ckpts.iterdir()),
                            300, proc)
-        time.sleep(rng.uniform(0.0, 0.6))
+        time.sleep(rng.uniform(0.0, 1.5))
+        finished = proc.poll() is not None
         os.killpg(proc.pid, signal.SIGKILL)
     finally:
         proc.wait(timeout=60)
-    if not started:
-        return {"trial": i, "intact": False, "clean": False, "note": "ended before its first checkpoint"}
-    resume = run(train_cmd(kind, ws / "runs", name, *extra, "--auto-resume"), ws)
-    ok, note = resumed_intact(resume, run_dir)
+    if not started or finished:
+        return {"trial": i, "intact": None, "clean": None, "note": "ended before the kill: no fault"}
+    resume = run(train_cmd(kind, ws / "runs", name, *extra, "--auto-resume", steps=steps), ws)
+    ok, note = resumed_intact(resume, run_dir, steps)
     return {"trial": i, "intact": ok, "clean": clean(resume.stderr), "note": note}
 
 

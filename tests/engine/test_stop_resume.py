@@ -88,6 +88,14 @@ def test_resume_command_keeps_the_command_and_names_the_run():
     assert resume_command("/p", "r", ["train.py"]).startswith("checkpoint.resume=/p")
 
 
+def test_resume_command_under_torchrun_names_the_launcher(monkeypatch):
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+    argv = ["/src/trainspeed/__main__.py", "train", "gpt", "distributed.strategy=fsdp"]
+    assert resume_command("/p", "g", argv) == \
+        "torchrun --nproc_per_node 2 -m trainspeed train gpt distributed.strategy=fsdp run.name=g --auto-resume"
+
+
 def _corrupt_all(run_dir):
     for p in (run_dir / "checkpoints").glob("step-*.pt"):
         p.write_bytes(p.read_bytes()[:-7])

@@ -53,7 +53,7 @@ from trainspeed.engine.checkpoint.listing import (  # noqa: F401 - re-exported (
     list_checkpoints,
     verify_checkpoint,
 )
-from trainspeed.engine.checkpoint.space import disk_full, low_space_note, no_space, state_bytes
+from trainspeed.engine.checkpoint.space import SpaceCheck, disk_full, no_space, says_no_space, state_bytes
 from trainspeed.errors import CheckpointError, ConfigError, DiskFullError, warn
 
 EventFn = Callable[[dict[str, Any]], None]
@@ -114,7 +114,13 @@ class CheckpointManager:
         if every_minutes is not None and not (every_minutes > 0):
             raise ConfigError(f"checkpoint.every_minutes must be > 0 or null, got {every_minutes!r}")
         self.directory = Path(directory)
-        self.directory.mkdir(parents=True, exist_ok=True)
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:  # a full disk, a read-only mount: one line, not a traceback
+            if says_no_space(exc):
+                raise disk_full(self.directory, None, cause=exc) from exc
+            raise CheckpointError(f"cannot create the checkpoint directory {self.directory}: "
+                                  f"{exc.strerror or exc}; set checkpoint.dir to a writable place") from exc
         self.keep_last, self.keep_best = keep_last, keep_best
         self.best_metric, self.best_mode = best_metric, best_mode
         self.every_steps, self.every_minutes = every_steps, every_minutes
@@ -128,9 +134,8 @@ class CheckpointManager:
         self._pending: collections.deque[dict[str, Any]] = collections.deque()
         self._lock = threading.Lock()  # retention / pointer updates (writer thread vs caller)
         self._saver = AsyncSaver() if async_save else None
-        self._last_bytes = 0
+        self.space = SpaceCheck(self.directory)
         self._sharded_pending: tuple[Path, Path, int, int | None] | None = None
-        self._space_warned = False
         self.skipped: list[str] = []
         """Human-readable notes about corrupt checkpoints that find_resumable passed over."""
         self.corrupt: set[Path] = set()
@@ -238,19 +243,10 @@ class CheckpointManager:
         return {k: _metric_value(v) for k, v in (metrics or {}).items()}
 
     def _check_space(self, state: Any) -> None:
-        """Warn (once) when the disk has less room than the next save needs: the previous
-        save's size, else the state's tensors. A statvfs call, and a walk of the state only
-        before the first save."""
-        if self._space_warned or not self.writer:
-            return
-        if not self._last_bytes:
-            self._last_bytes = state_bytes(state)
-        needed = self._last_bytes
-        note = low_space_note(self.directory, needed)
+        note = self.space.before_save(state) if self.writer else None
         if note is not None:
-            self._space_warned = True
             self._emit({"type": "warning", "kind": "low_disk_space", "path": str(self.directory),
-                        "needed_bytes": needed, "message": note})
+                        "needed_bytes": self.space.last_bytes, "message": note})
 
     def _skipped(self, path: Path, step: int) -> SaveResult:
         self.poll()
@@ -275,7 +271,7 @@ class CheckpointManager:
         self._wait_sharded()  # the previous save (all of it, on this rank) finishes before the next starts
         waited_s = time.perf_counter() - t0
         tmp = self.directory / f".{path.name}.tmp-{io.tag}"
-        needed = (self._last_bytes or state_bytes(state.tensors) * io.world_size
+        needed = (self.space.last_bytes or state_bytes(state.tensors) * io.world_size
                   or getattr(io, "estimate_bytes", lambda: 0)() or None)
         then = None
         if self.writer:
@@ -344,7 +340,7 @@ class CheckpointManager:
                         "error": "checkpoint.mirror copies single-file checkpoints only"})
         return write_s, {"type": "checkpoint", "kind": "save", "ckpt_step": meta["step"],
                          "reason": meta["reason"], "path": str(path), "write_s": write_s,
-                         "bytes": self._note_bytes(marker["bytes"]), "sharded": True,
+                         "bytes": self.space.saved(marker["bytes"]), "sharded": True,
                          "world_size": meta["world_size"], "metrics": meta["metrics"],
                          "pruned": [p.name for p in pruned]}
 
@@ -373,12 +369,8 @@ class CheckpointManager:
             for old in pruned:
                 self.mirror.delete(old.name)
         return write_s, {"type": "checkpoint", "kind": "save", "ckpt_step": step, "reason": reason, "path": str(path),
-                         "write_s": write_s, "bytes": self._note_bytes(manifest["bytes"]), "async": is_async,
+                         "write_s": write_s, "bytes": self.space.saved(manifest["bytes"]), "async": is_async,
                          "metrics": metrics, "pruned": [p.name for p in pruned]}
-
-    def _note_bytes(self, nbytes: int) -> int:
-        self._last_bytes = nbytes  # what the next save needs (_check_space)
-        return nbytes
 
     # -- retention ------------------------------------------------------------------------------
     def _prune(self) -> list[Path]:

@@ -116,3 +116,28 @@ def low_space_note(directory: str | os.PathLike, needed: int, *, margin: float =
         return None
     return (f"only {free / 1e6:.1f} MB free on {directory}; the next checkpoint needs about "
             f"{needed / 1e6:.1f} MB: free space or point checkpoint.dir at a larger disk")
+
+
+class SpaceCheck:
+    """Before each save: warn once when the disk has less room than the save needs (the
+    previous save's size; before the first, the state's tensors). A statvfs call per save."""
+
+    def __init__(self, directory: str | os.PathLike):
+        self.directory = directory
+        self.last_bytes = 0
+        """Bytes the newest save wrote: what the next one needs (also the full-disk message's)."""
+        self.warned = False
+
+    def before_save(self, state: Any) -> str | None:
+        """The warning to give now, or None."""
+        if self.warned:
+            return None
+        if not self.last_bytes:
+            self.last_bytes = state_bytes(state)
+        note = low_space_note(self.directory, self.last_bytes)
+        self.warned = note is not None
+        return note
+
+    def saved(self, nbytes: int) -> int:
+        self.last_bytes = nbytes
+        return nbytes
