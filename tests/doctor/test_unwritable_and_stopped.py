@@ -23,7 +23,7 @@ for step in range(int(sys.argv[1])):
     loss = model(torch.randn(8, 16)).pow(2).mean()
     opt.zero_grad(); loss.backward(); opt.step()
     if step + 1 == int(sys.argv[2]):
-        os.kill(os.getpid(), signal.SIGTERM)
+        os.kill(os.getpid(), getattr(signal, sys.argv[4] if len(sys.argv) > 4 else "SIGTERM"))
 sys.exit(int(sys.argv[3]))
 """
 
@@ -104,3 +104,16 @@ def test_a_half_written_line_is_cut_back(tmp_path, monkeypatch):
     monkeypatch.setattr(os, "write", real)
     os.close(fd)
     assert path.read_bytes() == b'{"a": 1}\n'
+
+
+def test_ctrl_c_under_the_doctor_is_an_interrupt_with_its_report(tmp_path, monkeypatch):
+    import json
+
+    monkeypatch.chdir(tmp_path)
+    result = run_doctor(DoctorConfig(command=["python", str(_script(tmp_path)), "1000", "9", "0", "SIGINT"],
+                                     steps=None, out=tmp_path / "run", system_sampler=False, log_every=3))
+    assert result.stopped == "interrupt" and result.exit_code == 130 and result.steps == 9
+    report = json.loads((tmp_path / "run" / "report.json").read_text())
+    assert report["traceback"] is None  # a stop, not a crash
+    events = [json.loads(x)["type"] for x in (tmp_path / "run" / "events.jsonl").read_text().splitlines()]
+    assert "interrupt" in events and "crash" not in events

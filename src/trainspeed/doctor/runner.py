@@ -330,7 +330,7 @@ def run_doctor(config: DoctorConfig) -> DoctorResult:
     record_peak(monitor, session.observations.values(), device)
     trace = None
     summary_line = None
-    if error is not None:
+    if error is not None and not isinstance(error, KeyboardInterrupt):  # Ctrl-C is a stop, not a crash
         trace = "".join(traceback.format_exception(type(error), error, error.__traceback__))
         summary_line = f"{type(error).__name__}: {(str(error).strip().splitlines() or [''])[0]}"
     if rank > 0:  # rank 0 reads this rank's records and reports
