@@ -141,7 +141,8 @@ def exit_says(proc_rc: int, stderr: str, code: int) -> bool:
 def resumed_intact(proc: subprocess.CompletedProcess, run_dir: Path, steps: int = STEPS) -> tuple[bool, str]:
     """The resume ran to the end from a checkpoint, and the records cover every step once."""
     if proc.returncode != 0:
-        return False, f"resume rc {proc.returncode}: {proc.stderr.strip().splitlines()[-1:]}"
+        said = [ln for ln in proc.stderr.splitlines() if "error" in ln.lower()][:3]
+        return False, f"resume rc {proc.returncode}: {said or proc.stderr.strip()[-400:]}"
     restart = events_of(run_dir, "restart")
     if not restart:
         return False, "no restart event"
@@ -150,6 +151,29 @@ def resumed_intact(proc: subprocess.CompletedProcess, run_dir: Path, steps: int 
         missing = sorted(set(range(1, steps + 1)) - set(got))
         return False, f"steps missing from the records: {missing}"
     return True, f"resumed at step {restart[-1].get('at_step') or restart[-1].get('from_step')}"
+
+
+def descendants(pid: int) -> list[int]:
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        try:
+            kids = Path(f"/proc/{p}/task/{p}/children").read_text().split()
+        except OSError:
+            kids = []
+        out += map(int, kids)
+        todo += map(int, kids)
+    return out
+
+
+def kill_tree(pid: int) -> None:
+    """SIGKILL the launcher and every rank: torchrun starts its workers in sessions of their
+    own, so killing its process group would leave them running on."""
+    for p in [pid, *descendants(pid)]:
+        try:
+            os.kill(p, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
 
 
 def wait_for(predicate, timeout: float, proc: subprocess.Popen) -> bool:
@@ -176,7 +200,7 @@ def trial_kill9(kind: str, ws: Path, i: int, rng: random.Random) -> dict:
                            300, proc)
         time.sleep(rng.uniform(0.0, 1.5))
         finished = proc.poll() is not None
-        os.killpg(proc.pid, signal.SIGKILL)
+        kill_tree(proc.pid)
     finally:
         proc.wait(timeout=60)
     if not started or finished:
