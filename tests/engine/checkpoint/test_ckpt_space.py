@@ -17,7 +17,7 @@ from trainspeed.engine.checkpoint.manager import CheckpointManager, find_resumab
 from trainspeed.engine.checkpoint.sharded import ShardedIO, ShardedState
 from trainspeed.engine.checkpoint.space import low_space_note, says_no_space
 from trainspeed.engine.checkpoint.state import TrainState, build_checkpoint
-from trainspeed.errors import CheckpointError, DiskFullError
+from trainspeed.errors import CheckpointError, DiskFullError, TrainspeedWarning
 
 pytestmark = [pytest.mark.timeout(60),
               pytest.mark.filterwarnings("ignore:torch.distributed is disabled")]
@@ -136,8 +136,10 @@ def test_a_save_warns_once_before_the_disk_is_too_small(tmp_path, monkeypatch):
     events = []
     mgr = CheckpointManager(tmp_path, async_save=False, on_event=events.append)
     monkeypatch.setattr(space.shutil, "disk_usage", lambda p: type("U", (), {"free": 100_000})())
-    mgr.save(_state(1), 1)
-    mgr.save(_state(2), 2)
+    with pytest.warns(TrainspeedWarning, match="MB free on") as seen:
+        mgr.save(_state(1), 1)
+        mgr.save(_state(2), 2)
+    assert len(seen) == 1  # once, not at every save
     low = [e for e in events if e.get("kind") == "low_disk_space"]
     assert len(low) == 1 and "0.1 MB free" in low[0]["message"]
     assert low_space_note(tmp_path, 10) is None

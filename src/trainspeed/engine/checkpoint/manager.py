@@ -245,6 +245,7 @@ class CheckpointManager:
     def _check_space(self, state: Any) -> None:
         note = self.space.before_save(state) if self.writer else None
         if note is not None:
+            warn(note)  # on the console too: the save after this one may not fit
             self._emit({"type": "warning", "kind": "low_disk_space", "path": str(self.directory),
                         "needed_bytes": self.space.last_bytes, "message": note})
 
