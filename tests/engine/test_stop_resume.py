@@ -129,3 +129,21 @@ def test_trainspeed_warnings_are_one_line():
         other = warnings.formatwarning("m", UserWarning, "/a/b.py", 3)
     assert text == "trainspeed: warning: skipping corrupt checkpoint: x\n"
     assert "b.py:3: UserWarning: m" in other
+
+
+def test_records_a_kill_lost_are_named_on_resume(tmp_path, capsys):
+    """kill -9 after a checkpoint was published but before its steps' records were written:
+    the resume cannot fill the gap, so it names it."""
+    import json
+
+    Trainer(_model(), mse, _data(), config=_cfg(tmp_path, every_steps=3)).fit()
+    steps = tmp_path / "r" / "steps.jsonl"
+    kept = [x for x in steps.read_text().splitlines() if json.loads(x)["step"] <= 4]
+    steps.write_text("\n".join(kept) + "\n")
+    (tmp_path / "r" / "checkpoints" / "step-00000008.pt").unlink()  # as if killed before step 8's save
+    cfg = _cfg(tmp_path, every_steps=3, auto_resume=True)
+    cfg["run"]["max_steps"] = 10
+    Trainer(_model(), mse, _data(), config=cfg).fit()
+    lost = [e["data"] for e in read_run(tmp_path / "r").events if e["data"].get("kind") == "records_lost"]
+    assert lost and lost[-1]["first_step"] == 5 and lost[-1]["last_step"] == 6
+    assert "steps 5-6 ran before the previous process was killed" in capsys.readouterr().err

@@ -53,6 +53,27 @@ def try_write(run_dir: str | Path | None, write: Any, *args: Any) -> Any:
         return None
 
 
+def last_recorded_step(run_dir: str | Path) -> int | None:
+    """The step of the last complete record in steps.jsonl (its tail only is read), or None."""
+    path = Path(run_dir) / schema.STEPS_FILE
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, 2)
+            size = f.tell()
+            f.seek(max(0, size - (64 << 10)))
+            tail = f.read()
+    except OSError:
+        return None
+    for line in reversed(tail.split(b"\n")):
+        try:
+            step = json.loads(line).get("step")
+        except (ValueError, AttributeError):
+            continue
+        if isinstance(step, int):
+            return step
+    return None
+
+
 def write_config(run_dir: str | Path, config: dict[str, Any]) -> Path:
     text = yaml.safe_dump(schema.sanitize_any(config), sort_keys=False)
     return atomic_write_text(Path(run_dir) / schema.CONFIG_FILE, text)
