@@ -272,14 +272,17 @@ def trial_sigterm(kind: str, ws: Path, i: int, rng: random.Random) -> dict:
     name = f"sigterm-{kind}-{i}"
     run_dir = ws / "runs" / name
     extra = ["checkpoint.every_steps=5"]
-    proc = subprocess.Popen(train_cmd(kind, ws / "runs", name, *extra), env=env(ws), cwd=ws,
+    steps = 60
+    proc = subprocess.Popen(train_cmd(kind, ws / "runs", name, *extra, steps=steps), env=env(ws), cwd=ws,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)
-    at = rng.randint(3, STEPS - 4)
+    at = rng.randint(3, steps // 2)
     reached = wait_for(lambda: len(steps_of(run_dir)) >= at, 300, proc)
     if reached:
         os.kill(proc.pid, signal.SIGTERM)  # torchrun forwards it to its workers
     _, err = proc.communicate(timeout=300)
+    if not reached:
+        return {"trial": i, "intact": None, "clean": None, "note": "ended before the signal: no fault"}
     match = next((m for m in map(STOP_LINE.search, err.splitlines()) if m), None)
     is_clean = exit_says(proc.returncode, err, 143) and match is not None and clean(err)
     if not reached or match is None:
@@ -291,7 +294,7 @@ def trial_sigterm(kind: str, ws: Path, i: int, rng: random.Random) -> dict:
     # printed, with this interpreter and a free port
     cmd = [*launcher(nproc), *words[words.index("trainspeed") + 1:]]
     resume = run([*cmd, "--no-report"], ws)
-    ok, why = resumed_intact(resume, run_dir)
+    ok, why = resumed_intact(resume, run_dir, steps)
     return {"trial": i, "intact": ok, "clean": is_clean,
             "note": f"stopped at step {match.group(1)}; {why}"
                     + ("" if is_clean else f"; rc {proc.returncode}; stderr: {err.strip()[-600:]}")}
@@ -324,6 +327,7 @@ def main() -> None:
     ap.add_argument("--faults", default=",".join(FAULTS))
     ap.add_argument("--workdir", default=None, help="scratch directory (default: a new temp dir)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--name", default="faults", help="results file name (several parts run side by side)")
     args = ap.parse_args()
     import tempfile
 
@@ -357,7 +361,7 @@ def main() -> None:
                     "skipped": len(rows) - len(counted), "rows": rows}
                 headline = {k: f"{v['intact']}/{v['trials']} intact, {v['clean']}/{v['trials']} clean"
                             for k, v in results["faults"].items()}
-                write_result("faults", results, headline=headline)
+                write_result(args.name, results, headline=headline)
     shutil.rmtree(ws / "runs", ignore_errors=True)
 
 
