@@ -123,11 +123,14 @@ def atomic_save(obj: Any, path: str | Path, *, meta: dict[str, Any] | None = Non
             os.fsync(f.fileno())  # the payload must be on disk before the rename makes it visible
         _replace_durably(tmp, path)
     except BaseException as exc:
-        tmp.unlink(missing_ok=True)  # first: the space it held counts as free in the message
+        full = None
         if isinstance(exc, Exception) and not isinstance(exc, DiskFullError) and (
                 says_no_space(getattr(writer, "error", None)) or no_space(exc, path.parent)):
-            needed = max(state_bytes(obj), getattr(writer, "nbytes", 0))
-            raise disk_full(path.parent, needed, cause=exc) from exc
+            # free space as it was when the write failed, before the temp file gives it back
+            full = disk_full(path.parent, max(state_bytes(obj), getattr(writer, "nbytes", 0)), cause=exc)
+        tmp.unlink(missing_ok=True)
+        if full is not None:
+            raise full from exc
         raise
     manifest = {
         "schema": MANIFEST_SCHEMA,

@@ -305,17 +305,18 @@ class CheckpointManager:
                         needed: int | None) -> CheckpointError:
         """A sharded save that failed: its temp directory is removed (it holds the space a
         full disk needs back), the error named in one line, "sharded" only for a sharded run."""
-        if self.writer:
-            remove_tree(tmp, missing_ok=True)
         io = self.sharded
         what = ("DeepSpeed checkpoint" if io.format == "deepspeed"
                 else "sharded checkpoint" if io.world_size > 1 else "checkpoint")
         if isinstance(exc, DiskFullError) or no_space(exc, self.directory):
+            # free space as the failed write left it, measured before the temp directory goes
             err: CheckpointError = disk_full(self.directory, needed, what=what, cause=exc)
         elif isinstance(exc, CheckpointError):
             err = exc
         else:
             err = CheckpointError(f"saving {what} {path} failed: {dcp_reason(exc)}")
+        if self.writer:
+            remove_tree(tmp, missing_ok=True)
         self._emit({"type": "warning", "kind": "checkpoint_failed", "ckpt_step": step,
                     "path": str(path), "error": str(err)})
         self.poll()
