@@ -317,6 +317,21 @@ def trial_doctor(kind: str, ws: Path, i: int, rng: random.Random) -> dict:
         _umount(mnt)
 
 
+def merge(names: list[str]) -> None:
+    from harness import RESULTS, machine_name
+
+    parts = [json.loads((RESULTS / f"{n}-{machine_name()}.json").read_text()) for n in names]
+    results = {**parts[0]["results"], "faults": {}, "parts": [
+        {"command": p["command"], "date": p["date"]} for p in parts]}
+    for p in parts:
+        results["faults"].update(p["results"]["faults"])
+    headline = {k: f"{v['intact']}/{v['trials']} intact, {v['clean']}/{v['trials']} clean"
+                for k, v in results["faults"].items()}
+    write_result("faults", results, headline=headline,
+                 command=" ; ".join(p["command"] for p in parts) + " ; python benchmarks/faults.py --merge "
+                 + " ".join(names))
+
+
 FAULTS = {"kill9": trial_kill9, "diskfull": trial_diskfull, "sigterm": trial_sigterm, "doctor": trial_doctor}
 
 
@@ -328,7 +343,13 @@ def main() -> None:
     ap.add_argument("--workdir", default=None, help="scratch directory (default: a new temp dir)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--name", default="faults", help="results file name (several parts run side by side)")
+    ap.add_argument("--merge", nargs="+", metavar="NAME", default=None,
+                    help="only merge the results files of parts run side by side (e.g. faults-a "
+                         "faults-b) into faults-<machine>.json")
     args = ap.parse_args()
+    if args.merge:
+        merge(args.merge)
+        return
     import tempfile
 
     ws = Path(args.workdir or tempfile.mkdtemp(prefix="trainspeed-faults-"))

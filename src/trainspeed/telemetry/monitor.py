@@ -461,11 +461,11 @@ class Monitor:
             self._profile.finish()  # a run that ends inside the window still gets its trace
         self.flush()
         trace = None
-        if isinstance(error, (KeyboardInterrupt, SystemExit)):
+        signal_name = _signal_of(error)
+        if signal_name is not None:
             # Ctrl-C or SIGTERM (the engine's signal save leaves with these): a stop, not a crash
-            code = getattr(error, "code", None)
-            name = "SIGINT" if isinstance(error, KeyboardInterrupt) else _signal_name(code)
-            self.event("interrupt", signal=name, exit_code=130 if isinstance(error, KeyboardInterrupt) else code)
+            self.event("interrupt", signal=signal_name,
+                       exit_code=130 if isinstance(error, KeyboardInterrupt) else error.code)
         elif error is not None:
             trace = "".join(tb_module.format_exception(type(error), error, error.__traceback__))
             self.event("crash", error=f"{type(error).__name__}: {error}", traceback=trace)
@@ -511,14 +511,19 @@ class Monitor:
         self.close(error=exc if exc_type is not None and exc_type is not GeneratorExit else None)
 
 
-def _signal_name(code: Any) -> str:
-    """SystemExit(143) -> "SIGTERM": the signal a 128+N exit code stands for."""
+def _signal_of(error: BaseException | None) -> str | None:
+    """"SIGINT" for Ctrl-C, "SIGTERM" for SystemExit(143) (128 + the signal, as the engine's
+    signal save leaves), else None."""
+    if isinstance(error, KeyboardInterrupt):
+        return "SIGINT"
+    if not isinstance(error, SystemExit) or isinstance(error.code, bool) or not isinstance(error.code, int):
+        return None
     import signal
 
     try:
-        return signal.Signals(int(code) - 128).name
-    except (TypeError, ValueError):
-        return f"exit {code}"
+        return signal.Signals(error.code - 128).name
+    except ValueError:
+        return None
 
 
 def _host_loss(loss: Any) -> float:
