@@ -127,16 +127,19 @@ def temps(run_dir: Path) -> list[str]:
 
 
 def clean(stderr: str) -> bool:
-    """No traceback from trainspeed's processes. torchrun's own ChildFailedError/SignalException
-    block (the launcher reporting its workers' exit codes) is the launcher's, not counted."""
-    launcher_blocks = stderr.count("ChildFailedError:") + stderr.count("SignalException:")
-    return stderr.count("Traceback (most recent call last)") <= launcher_blocks
+    """No traceback from trainspeed's processes: no frame of trainspeed's (or the script's) code.
+    torchrun's own ChildFailedError/SignalException tracebacks (the launcher reporting on its
+    workers, all in torch.distributed's frames) are the launcher's, not counted."""
+    frames = [ln for ln in stderr.splitlines() if ln.lstrip().startswith('File "')]
+    launcher = ("torch/distributed/", "<frozen runpy>", "/subprocess.py", "/threading.py")
+    return all(any(mark in f for mark in launcher) for f in frames)
 
 
 def exit_says(proc_rc: int, stderr: str, code: int) -> bool:
     """The run's exit code is `code`; under torchrun (rc 1 for any failed worker) the workers'
-    exit codes in its summary are."""
-    return proc_rc == code or (proc_rc == 1 and f"exitcode  : {code}" in stderr)
+    exit codes in its summary are, and after SIGTERM torchrun's own SignalException rc 1."""
+    return proc_rc == code or (proc_rc == 1 and (f"exitcode  : {code}" in stderr or (
+        code == 143 and "SignalException" in stderr)))
 
 
 def resumed_intact(proc: subprocess.CompletedProcess, run_dir: Path, steps: int = STEPS) -> tuple[bool, str]:
