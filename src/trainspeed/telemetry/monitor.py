@@ -25,7 +25,6 @@ import math
 import os
 import sys
 import time
-import traceback as tb_module
 from collections import deque
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Sequence
@@ -33,7 +32,7 @@ from typing import Any, Iterable, Iterator, Sequence
 import numpy as np
 
 from trainspeed.errors import ConfigError
-from trainspeed.telemetry import schema
+from trainspeed.telemetry import rundir, schema
 from trainspeed.telemetry.loader_facts import observe_loader
 from trainspeed.telemetry.phase_context import PHASE_INDEX, MarkPhase, Phase, PhaseTable, unknown_phase
 from trainspeed.telemetry.records import step_records
@@ -150,10 +149,8 @@ class Monitor:
         # The most recent records, for an in-memory summary when there is no run directory.
         self.recent: deque[dict[str, Any]] = deque(maxlen=4096)
 
-        if self.run_dir is not None:
-            from trainspeed.telemetry.rundir import try_write
-
-            try_write(self.run_dir, self.run_dir.mkdir, 0o777, True, True)  # full/read-only: said once
+        if self.run_dir is not None:  # a full or read-only disk is said once, and training goes on
+            rundir.try_write(self.run_dir, self.run_dir.mkdir, 0o777, True, True)
         self.writer = self._make_writer(sinks, config)
         self._sampler = self._make_sampler(system_sampler)
         self._start_run(config, command, write_env)
@@ -177,9 +174,7 @@ class Monitor:
         try:
             built = make_sinks(self.run_dir, names, total_steps=self.total_steps, config=config) if names else []
         except OSError as exc:  # the run directory cannot be written: the console still reports
-            from trainspeed.telemetry.rundir import unwritable
-
-            unwritable(self.run_dir, exc)
+            rundir.unwritable(self.run_dir, exc)
             built = make_sinks(self.run_dir, [n for n in names if n == "console"],
                                total_steps=self.total_steps, config=config)
         return AsyncWriter([*built, *objects])
@@ -213,13 +208,11 @@ class Monitor:
 
     def _start_run(self, config, command, write_env) -> None:
         if self.run_dir is not None and self.rank == 0:
-            from trainspeed.telemetry.rundir import try_write, write_config, write_env as _write_env
-
             if config is not None or command is not None:
-                try_write(self.run_dir, write_config, self.run_dir,
-                          config if config is not None else {"command": command})
+                rundir.try_write(self.run_dir, rundir.write_config, self.run_dir,
+                                 config if config is not None else {"command": command})
             if write_env:
-                try_write(self.run_dir, _write_env, self.run_dir)
+                rundir.try_write(self.run_dir, rundir.write_env, self.run_dir)
         self.event(
             "run_start",
             kind=self.kind,
@@ -461,14 +454,11 @@ class Monitor:
             self._profile.finish()  # a run that ends inside the window still gets its trace
         self.flush()
         trace = None
-        signal_name = _signal_of(error)
-        if signal_name is not None:
-            # Ctrl-C or SIGTERM (the engine's signal save leaves with these): a stop, not a crash
-            self.event("interrupt", signal=signal_name,
-                       exit_code=130 if isinstance(error, KeyboardInterrupt) else error.code)
-        elif error is not None:
-            trace = "".join(tb_module.format_exception(type(error), error, error.__traceback__))
-            self.event("crash", error=f"{type(error).__name__}: {error}", traceback=trace)
+        if error is not None:
+            # a crash (with its traceback), or Ctrl-C / SIGTERM: an interrupt, not a crash
+            type_, data = schema.ending_event(error)
+            trace = data.get("traceback")
+            self.event(type_, **data)
         if self._sampler is not None:
             self._sampler.stop()
             # The sampled series (bounded by the sampler's ring) goes with the summary: the
@@ -479,11 +469,9 @@ class Monitor:
         run, self._summary = self._summarize()
         if self.run_dir is not None and self.rank == 0:
             from trainspeed.telemetry.diagnosis import end_of_run_report
-            from trainspeed.telemetry.rundir import try_write, write_json
-
             # the findings of the run directory: as given, else the rules' (telemetry/diagnosis.py)
-            try_write(self.run_dir, write_json, self.run_dir / schema.REPORT_JSON,
-                      end_of_run_report(run, self._summary, kind=self.kind, given=findings, traceback=trace))
+            rundir.try_write(self.run_dir, rundir.write_json, self.run_dir / schema.REPORT_JSON,
+                             end_of_run_report(run, self._summary, kind=self.kind, given=findings, traceback=trace))
         return self._summary
 
     def _summarize(self) -> tuple[Any, dict[str, Any]]:
@@ -509,21 +497,6 @@ class Monitor:
 
     def __exit__(self, exc_type, exc, tb) -> None:
         self.close(error=exc if exc_type is not None and exc_type is not GeneratorExit else None)
-
-
-def _signal_of(error: BaseException | None) -> str | None:
-    """"SIGINT" for Ctrl-C, "SIGTERM" for SystemExit(143) (128 + the signal, as the engine's
-    signal save leaves), else None."""
-    if isinstance(error, KeyboardInterrupt):
-        return "SIGINT"
-    if not isinstance(error, SystemExit) or isinstance(error.code, bool) or not isinstance(error.code, int):
-        return None
-    import signal
-
-    try:
-        return signal.Signals(error.code - 128).name
-    except ValueError:
-        return None
 
 
 def _host_loss(loss: Any) -> float:

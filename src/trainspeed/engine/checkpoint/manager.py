@@ -53,7 +53,7 @@ from trainspeed.engine.checkpoint.listing import (  # noqa: F401 - re-exported (
     list_checkpoints,
     verify_checkpoint,
 )
-from trainspeed.engine.checkpoint.space import SpaceCheck, disk_full, no_space, says_no_space, state_bytes
+from trainspeed.engine.checkpoint.space import SpaceCheck, disk_full, make_directory, no_space, state_bytes
 from trainspeed.errors import CheckpointError, ConfigError, DiskFullError, warn
 
 EventFn = Callable[[dict[str, Any]], None]
@@ -114,13 +114,7 @@ class CheckpointManager:
         if every_minutes is not None and not (every_minutes > 0):
             raise ConfigError(f"checkpoint.every_minutes must be > 0 or null, got {every_minutes!r}")
         self.directory = Path(directory)
-        try:
-            self.directory.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:  # a full disk, a read-only mount: one line, not a traceback
-            if says_no_space(exc):
-                raise disk_full(self.directory, None, cause=exc) from exc
-            raise CheckpointError(f"cannot create the checkpoint directory {self.directory}: "
-                                  f"{exc.strerror or exc}; set checkpoint.dir to a writable place") from exc
+        make_directory(self.directory)  # a full disk, a read-only mount: one line, not a traceback
         self.keep_last, self.keep_best = keep_last, keep_best
         self.best_metric, self.best_mode = best_metric, best_mode
         self.every_steps, self.every_minutes = every_steps, every_minutes
@@ -439,12 +433,9 @@ class CheckpointManager:
         return found
 
     def resolve_resume(self, resume: str | Path | None, *, auto_resume: bool = False) -> Path | None:
-        """Turn checkpoint.resume / auto_resume into a checkpoint path (or None: start fresh).
-
-        `resume` may be a checkpoint file, a directory of checkpoints, "latest" (this manager's
-        directory; an error if it holds no intact checkpoint) or an fsspec URL (a mirror's
-        checkpoint or the mirror itself). Auto-resume falls back on the mirror, and stops with
-        the choices when every checkpoint is unusable (restore.py)."""
+        """checkpoint.resume (a file, a directory, "latest", an fsspec URL) / auto_resume (the
+        newest intact here, else on the mirror) as a checkpoint path; None: start fresh
+        (restore.py)."""
         from trainspeed.engine.checkpoint.restore import resolve
 
         found = resolve(self.directory, resume, auto_resume=auto_resume, mirror=self.mirror_url,

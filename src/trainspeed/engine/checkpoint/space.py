@@ -16,7 +16,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from trainspeed.errors import DiskFullError
+from trainspeed.errors import CheckpointError, DiskFullError
 
 _NO_SPACE = {errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)}
 _NO_SPACE_TEXT = ("no space left on device", "disk quota exceeded", "[errno 28]")
@@ -141,3 +141,14 @@ class SpaceCheck:
     def saved(self, nbytes: int) -> int:
         self.last_bytes = nbytes
         return nbytes
+
+
+def make_directory(directory: Path) -> None:
+    """mkdir -p, with a full disk or an unwritable place said in one line."""
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        if says_no_space(exc):
+            raise disk_full(directory, None, cause=exc) from exc
+        raise CheckpointError(f"cannot create the checkpoint directory {directory}: "
+                              f"{exc.strerror or exc}; set checkpoint.dir to a writable place") from exc
