@@ -334,9 +334,14 @@ def merge(names: list[str]) -> None:
 
     parts = [json.loads((RESULTS / f"{n}-{machine_name()}.json").read_text()) for n in names]
     results = {**parts[0]["results"], "faults": {}, "parts": [
-        {"command": p["command"], "date": p["date"]} for p in parts]}
-    for p in parts:
-        results["faults"].update(p["results"]["faults"])
+        {"name": n, "command": p["command"], "date": p["date"]} for n, p in zip(names, parts)]}
+    for name, p in zip(names, parts):  # the same fault and kind in two parts: their trials add up
+        for key, cell in p["results"]["faults"].items():
+            into = results["faults"].setdefault(key, {"trials": 0, "intact": 0, "clean": 0,
+                                                      "skipped": 0, "rows": []})
+            for k in ("trials", "intact", "clean", "skipped"):
+                into[k] += cell[k]
+            into["rows"] += [{**row, "part": name} for row in cell["rows"]]
     headline = {k: f"{v['intact']}/{v['trials']} intact, {v['clean']}/{v['trials']} clean"
                 for k, v in results["faults"].items()}
     write_result("faults", results, headline=headline,
