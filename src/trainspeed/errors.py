@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 
 class TrainspeedError(Exception):
     """Base class of every error trainspeed raises on purpose."""
@@ -23,6 +25,22 @@ class CheckpointError(TrainspeedError):
     """A checkpoint is corrupt, truncated, or does not fit the model/optimizer."""
 
 
+class DiskFullError(CheckpointError):
+    """A checkpoint (or a run-directory file) did not fit on its disk. The message is one line:
+    `no space left on PATH: N MB needed, M free`; the CLI exits with `exit_code`."""
+
+    exit_code = 28
+    """errno ENOSPC ("No space left on device"): a script or scheduler can tell a full disk
+    from a crash (1), a bad setting (2) or a signal (128 + N)."""
+
+    def __init__(self, path: object, needed: int | None, free: int | None, *, what: str = "checkpoint"):
+        self.path, self.needed, self.free, self.what = path, needed, free, what
+        need = f"{needed / 1e6:.1f} MB needed" if needed else "more space needed"
+        have = f"{free / 1e6:.1f} MB free" if free is not None else "free space unknown"
+        super().__init__(f"no space left on {path}: {need}, {have} (the {what} was not written; "
+                         "free space there, or point checkpoint.dir at a larger disk)")
+
+
 class MissingDependencyError(TrainspeedError, ImportError):
     """An optional dependency is needed for a feature; the message names the extra to install."""
 
@@ -42,3 +60,24 @@ def require(module: str, *, package: str | None = None, extra: str, feature: str
         return importlib.import_module(module)
     except ImportError as exc:  # pragma: no cover - exercised when the extra is absent
         raise MissingDependencyError(package or module.split(".")[0], extra, feature) from exc
+
+
+class TrainspeedWarning(UserWarning):
+    """A warning trainspeed gives on purpose. Shown as one line, `trainspeed: warning: ...`,
+    not as Python's `file.py:397: UserWarning: ...` followed by the source line (which names
+    our code, not the user's); other warnings keep Python's format."""
+
+
+def warn(message: str) -> None:
+    warnings.warn(message, TrainspeedWarning, stacklevel=2)
+
+
+def _format_warning(message, category, filename, lineno, line=None, _python=warnings.formatwarning):
+    if isinstance(category, type) and issubclass(category, TrainspeedWarning):
+        return f"trainspeed: warning: {message}\n"
+    return _python(message, category, filename, lineno, line)
+
+
+if not getattr(warnings.formatwarning, "_trainspeed", False):
+    _format_warning._trainspeed = True  # type: ignore[attr-defined]
+    warnings.formatwarning = _format_warning

@@ -90,7 +90,8 @@ def run(args: argparse.Namespace) -> int:
         how = {"steps": f"stopped after {result.steps} steps", "end": f"script finished ({result.steps} steps)",
                "exit": f"script exited with status {result.exit_code} after {result.steps} steps",
                "crash": f"script crashed after {result.steps} steps (traceback in report.json)",
-               "interrupt": "interrupted"}.get(result.stopped, result.stopped)
+               "interrupt": "interrupted",
+               "signal": f"stopped by a signal after {result.steps} steps (report written)"}.get(result.stopped, result.stopped)
         print(f"trainspeed doctor: {how}; run directory {result.run_dir}")
     sys.stdout.flush()
     return result.exit_code

@@ -8,12 +8,14 @@ stays instant.
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
 import sys
 
 from trainspeed import __version__
 from trainspeed.errors import TrainspeedError
 
+_CANNOT_WRITE = {errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC), errno.EROFS}
 # Subcommand name -> module. A module that is not there yet is simply not offered.
 SUBCOMMANDS = ("train", "doctor", "tune", "run", "report", "env", "recipes")
 
@@ -100,9 +102,17 @@ def main(argv: list[str] | None = None) -> int:
         return int(args.run(args) or 0)
     except TrainspeedError as exc:
         print(f"trainspeed: error: {type(exc).__name__}: {exc}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("trainspeed: interrupted", file=sys.stderr)
+        return getattr(exc, "exit_code", 2)  # DiskFullError: 28 (ENOSPC)
+    except OSError as exc:
+        if exc.errno not in _CANNOT_WRITE:
+            raise
+        # `trainspeed report RUN` on a full disk, a run directory on a read-only mount: one line
+        where = f" {exc.filename}" if exc.filename else ""
+        print(f"trainspeed: error: cannot write{where}: {exc.strerror}", file=sys.stderr)
+        return 28 if exc.errno == errno.ENOSPC else 1
+    except KeyboardInterrupt as exc:
+        if not getattr(exc, "reported", False):  # the engine's stop line said it already
+            print("trainspeed: interrupted", file=sys.stderr)
         return 130
 
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-from trainspeed.errors import ConfigError
+from trainspeed.errors import ConfigError, RunDirError
 
 PYTHON_NAME = re.compile(r"^python(\d+(\.\d+)?)?(\.exe)?$")
 """An interpreter's file name (python, python3.11, python.exe): what starts a command."""
@@ -91,7 +91,8 @@ class DoctorResult:
     findings: list[dict[str, Any]]
     traceback: str | None
     stopped: str
-    """"steps" (limit reached), "end" (script finished), "exit" (sys.exit), "crash", "interrupt"."""
+    """"steps" (limit reached), "end" (script finished), "exit" (sys.exit), "crash", "interrupt"
+    (Ctrl-C), "signal" (SIGTERM)."""
     steps: int
 
 
@@ -233,6 +234,33 @@ def record_peak(monitor: Any, observations: Iterable[dict[str, Any]], device: st
     record(monitor, device, dtype, measure_if_unknown=measure)
 
 
+class DoctorSignal(BaseException):
+    """SIGTERM arrived while the script ran (`timeout 150 trainspeed doctor ...`): raised from
+    the handler so that the run ends like a Ctrl-C, with its report written."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _stop_on_sigterm() -> Any:
+    """Turn SIGTERM into DoctorSignal while the script runs, unless the script (or its host)
+    handles SIGTERM itself; returns the undo."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread() or \
+            signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        return lambda: None
+
+    def handle(signum: int, frame: Any) -> None:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a second SIGTERM ends the process
+        raise DoctorSignal(signum)
+
+    signal.signal(signal.SIGTERM, handle)
+    return lambda: signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
 def run_doctor(config: DoctorConfig) -> DoctorResult:
     """Run the script under instrumentation and diagnose it. See module docstring."""
     import torch
@@ -244,7 +272,7 @@ def run_doctor(config: DoctorConfig) -> DoctorResult:
     from trainspeed.doctor.instrument.observations import emit_observations
     from trainspeed.telemetry import schema
     from trainspeed.telemetry.monitor import Monitor
-    from trainspeed.telemetry.rundir import read_run, write_json
+    from trainspeed.telemetry.rundir import RunData, read_run, try_write, write_json
 
     from trainspeed.telemetry.ranks import rank_dir, wait_for_ranks
 
@@ -276,10 +304,13 @@ def run_doctor(config: DoctorConfig) -> DoctorResult:
     error: BaseException | None = None
     code, stopped = 0, "end"
     installed = install(session)
+    restore_term = _stop_on_sigterm()
     try:
         execute(target)
     except StopDoctor:
         stopped = "steps"
+    except DoctorSignal as exc:  # SIGTERM (`timeout`, a scheduler): report what was recorded
+        code, stopped = 128 + exc.signum, "signal"
     except SystemExit as exc:
         code, stopped = exit_code_of(exc), "exit"
         if exc.code is not None and not isinstance(exc.code, int):
@@ -290,6 +321,7 @@ def run_doctor(config: DoctorConfig) -> DoctorResult:
         code, stopped, error = 1, "crash", exc
         traceback.print_exception(type(exc), exc, exc.__traceback__, file=sys.stderr)
     finally:
+        restore_term()
         installed.uninstall()
 
     observe_argv_flags(session, target.args)
@@ -298,7 +330,7 @@ def run_doctor(config: DoctorConfig) -> DoctorResult:
     record_peak(monitor, session.observations.values(), device)
     trace = None
     summary_line = None
-    if error is not None:
+    if error is not None and not isinstance(error, KeyboardInterrupt):  # Ctrl-C is a stop, not a crash
         trace = "".join(traceback.format_exception(type(error), error, error.__traceback__))
         summary_line = f"{type(error).__name__}: {(str(error).strip().splitlines() or [''])[0]}"
     if rank > 0:  # rank 0 reads this rank's records and reports
@@ -314,9 +346,12 @@ def run_doctor(config: DoctorConfig) -> DoctorResult:
         monitor.event("precision", precision=found[0], source=found[1])
     summary = monitor.close(error=error)
     error = None  # drop the frames (and DataLoader workers) the traceback holds
-    run = read_run(run_dir)
+    try:
+        run = read_run(run_dir)
+    except (OSError, RunDirError):  # the run directory could not be written: what was kept
+        run = RunData(path=run_dir, steps=list(monitor.recent))
     findings = diagnose(run, summary)
-    write_json(run_dir / schema.REPORT_JSON, {
+    try_write(run_dir, write_json, run_dir / schema.REPORT_JSON, {
         "schema": schema.SCHEMA_VERSION,
         "kind": "doctor",
         "summary": summary,

@@ -70,6 +70,9 @@ class Trainer:
         from trainspeed.engine.precision import setup_precision
 
         self.cfg = config if isinstance(config, TrainConfig) else load_config(config)
+        from trainspeed.engine.checkpoint.restore import check_resume_spec
+
+        check_resume_spec(self.cfg.checkpoint.resume)  # before anything is built or written
         set_threads(self.cfg)
         seed_everything(self.cfg.run.seed)
         from trainspeed.engine.distributed import setup_distributed, wrap_model
@@ -264,8 +267,11 @@ class Trainer:
                 if eval_every and st.step % eval_every == 0:
                     evaluate(self, loaders.val, mon)
                 if ckpt_every_step or emergency.signum is not None:
-                    ckpt.step_end(st.step, make_state, st.metrics)  # periodic save, or signal exit
+                    # periodic save, or a signal's save (the exit waits for the step's record)
+                    ckpt.step_end(st.step, make_state, st.metrics, defer_exit=True)
                 mon.step(samples=samples, tokens=tokens, pad_tokens=pad_tokens, loss=loss, lr=st.lr)
+                if ckpt.stopping is not None:
+                    ckpt.leave()  # "stopped at step N; checkpoint saved to ...; resume with ..."
                 if mon.nonfinite_losses != self.nan_guard.seen:  # read back at the log interval
                     self.nan_guard.check(mon)
                 if exhausted or st.step >= total_steps or st.should_stop:

@@ -4,6 +4,7 @@ Trainer, kept out of trainer.py so that the loop there reads on its own."""
 
 from __future__ import annotations
 
+import sys
 from typing import TYPE_CHECKING, Any, Callable
 
 from trainspeed.config import config_to_dict
@@ -66,6 +67,7 @@ def checkpoint_session(trainer: Trainer, mon: Any, loaders: Any) -> CheckpointSe
         model, optimizer = RefuseSingleFile("model"), RefuseSingleFile("optimizer")
     else:
         model, optimizer = trainer.eager, OptimizerLoader(trainer.eager, trainer.optimizer, sharded=False)
+    ckpt.run_name = trainer.run_dir.name
     resumed = ckpt.resume(model, optimizer, trainer.scheduler, trainer.precision)
     if resumed is not None:
         c = resumed.counters
@@ -75,7 +77,28 @@ def checkpoint_session(trainer: Trainer, mon: Any, loaders: Any) -> CheckpointSe
             loaders.train_bundle.load_state_dict(resumed.sampler)
         mon.steps_done = st.step  # step records continue the resumed run's numbering
         mon.event("restart", path=str(resumed.path), at_step=st.step)
+        _name_lost_records(mon, st.step)
     return ckpt
+
+
+def _name_lost_records(mon: Any, resumed_at: int) -> None:
+    """A run killed (kill -9, a dead node) after a checkpoint was published but before the
+    records of its last steps reached the disk leaves those steps without a record: a gap the
+    resume cannot fill, so it is named (an event and one line), never silent."""
+    from trainspeed.telemetry.rundir import last_recorded_step
+
+    if mon.run_dir is None:
+        return
+    last = last_recorded_step(mon.run_dir)
+    if last is None or last >= resumed_at:
+        return
+    first = last + 1
+    span = f"step {first}" if first == resumed_at else f"steps {first}-{resumed_at}"
+    message = (f"{span} ran before the previous process was killed, but {'its record' if first == resumed_at else 'their records'} "
+               "did not reach steps.jsonl (the checkpoint did): those steps have no step record")
+    mon.event("warning", kind="records_lost", first_step=first, last_step=resumed_at, message=message)
+    if mon.rank == 0:
+        print(f"trainspeed: warning: {message}", file=sys.stderr, flush=True)
 
 
 def state_fn(trainer: Trainer, loaders: Any) -> Callable[[], Any]:

@@ -54,11 +54,24 @@ def repair_torn_tail(fd: int, chunk: int = 1 << 16) -> int:
 
 
 def write_all(fd: int, data: bytes) -> None:
-    """Write every byte of `data` to `fd`, looping on short writes."""
+    """Write every byte of `data` to `fd`, looping on short writes. A write that fails part
+    way (a full disk) is cut back to where it began: the file ends in whole lines, and a later
+    write (space freed, a resumed run) is not glued onto a half record."""
     view = memoryview(data)
-    while view:
-        n = os.write(fd, view)
-        view = view[n:]
+    start = None
+    try:
+        while view:
+            n = os.write(fd, view)
+            if start is None and n < len(view):
+                start = os.fstat(fd).st_size - n
+            view = view[n:]
+    except OSError:
+        if start is not None:
+            try:
+                os.ftruncate(fd, start)
+            except OSError:
+                pass
+        raise
 
 
 def encode_lines(records: list[dict[str, Any]]) -> bytes:

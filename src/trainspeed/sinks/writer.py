@@ -326,7 +326,11 @@ class AsyncWriter:
             with self._lock:
                 self._sink_errors[name] += 1
                 first = self._sink_errors[name] == 1
-            if first:
+            if isinstance(exc, OSError) and getattr(sink, "run_dir", None) is not None:
+                from trainspeed.telemetry.rundir import unwritable
+
+                unwritable(sink.run_dir, exc)  # full, read-only or removed: said once per run
+            elif first:
                 print(
                     f"trainspeed: sink {name} failed in {method}: {type(exc).__name__}: "
                     f"{exc}. Further errors from this sink are counted, not printed; "

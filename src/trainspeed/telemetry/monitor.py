@@ -25,7 +25,6 @@ import math
 import os
 import sys
 import time
-import traceback as tb_module
 from collections import deque
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Sequence
@@ -33,7 +32,7 @@ from typing import Any, Iterable, Iterator, Sequence
 import numpy as np
 
 from trainspeed.errors import ConfigError
-from trainspeed.telemetry import schema
+from trainspeed.telemetry import rundir, schema
 from trainspeed.telemetry.loader_facts import observe_loader
 from trainspeed.telemetry.phase_context import PHASE_INDEX, MarkPhase, Phase, PhaseTable, unknown_phase
 from trainspeed.telemetry.records import step_records
@@ -150,8 +149,8 @@ class Monitor:
         # The most recent records, for an in-memory summary when there is no run directory.
         self.recent: deque[dict[str, Any]] = deque(maxlen=4096)
 
-        if self.run_dir is not None:
-            self.run_dir.mkdir(parents=True, exist_ok=True)
+        if self.run_dir is not None:  # a full or read-only disk is said once, and training goes on
+            rundir.try_write(self.run_dir, self.run_dir.mkdir, 0o777, True, True)
         self.writer = self._make_writer(sinks, config)
         self._sampler = self._make_sampler(system_sampler)
         self._start_run(config, command, write_env)
@@ -172,7 +171,12 @@ class Monitor:
                     "Pass Monitor(run_dir=...) or use sinks=('console',) / sinks=()."
                 )
         # The config reaches the sinks too: W&B project/mode/run config, TensorBoard hparams.
-        built = make_sinks(self.run_dir, names, total_steps=self.total_steps, config=config) if names else []
+        try:
+            built = make_sinks(self.run_dir, names, total_steps=self.total_steps, config=config) if names else []
+        except OSError as exc:  # the run directory cannot be written: the console still reports
+            rundir.unwritable(self.run_dir, exc)
+            built = make_sinks(self.run_dir, [n for n in names if n == "console"],
+                               total_steps=self.total_steps, config=config)
         return AsyncWriter([*built, *objects])
 
     def _make_sampler(self, enabled: bool):
@@ -204,12 +208,11 @@ class Monitor:
 
     def _start_run(self, config, command, write_env) -> None:
         if self.run_dir is not None and self.rank == 0:
-            from trainspeed.telemetry.rundir import write_config, write_env as _write_env
-
             if config is not None or command is not None:
-                write_config(self.run_dir, config if config is not None else {"command": command})
+                rundir.try_write(self.run_dir, rundir.write_config, self.run_dir,
+                                 config if config is not None else {"command": command})
             if write_env:
-                _write_env(self.run_dir)
+                rundir.try_write(self.run_dir, rundir.write_env, self.run_dir)
         self.event(
             "run_start",
             kind=self.kind,
@@ -452,8 +455,10 @@ class Monitor:
         self.flush()
         trace = None
         if error is not None:
-            trace = "".join(tb_module.format_exception(type(error), error, error.__traceback__))
-            self.event("crash", error=f"{type(error).__name__}: {error}", traceback=trace)
+            # a crash (with its traceback), or Ctrl-C / SIGTERM: an interrupt, not a crash
+            type_, data = schema.ending_event(error)
+            trace = data.get("traceback")
+            self.event(type_, **data)
         if self._sampler is not None:
             self._sampler.stop()
             # The sampled series (bounded by the sampler's ring) goes with the summary: the
@@ -464,11 +469,9 @@ class Monitor:
         run, self._summary = self._summarize()
         if self.run_dir is not None and self.rank == 0:
             from trainspeed.telemetry.diagnosis import end_of_run_report
-            from trainspeed.telemetry.rundir import write_json
-
             # the findings of the run directory: as given, else the rules' (telemetry/diagnosis.py)
-            write_json(self.run_dir / schema.REPORT_JSON,
-                       end_of_run_report(run, self._summary, kind=self.kind, given=findings, traceback=trace))
+            rundir.try_write(self.run_dir, rundir.write_json, self.run_dir / schema.REPORT_JSON,
+                             end_of_run_report(run, self._summary, kind=self.kind, given=findings, traceback=trace))
         return self._summary
 
     def _summarize(self) -> tuple[Any, dict[str, Any]]:
@@ -476,9 +479,13 @@ class Monitor:
         from trainspeed.telemetry.rundir import RunData, read_run
         from trainspeed.telemetry.summary import summarize
 
+        run = None
         if self.run_dir is not None and (self.run_dir / schema.STEPS_FILE).exists():
-            run = read_run(self.run_dir)
-        else:
+            try:
+                run = read_run(self.run_dir)
+            except OSError:  # removed or unreadable under us: the records kept in memory
+                run = None
+        if run is None:
             run = RunData(path=self.run_dir or Path("."), steps=list(self.recent))
             run.events = [schema.make_event("run_start", 0, 0.0, flops_per_step=self.flops_per_step,
                                             device=str(self.device or "cpu"),

@@ -8,6 +8,7 @@ A record from a newer major schema is an error, because guessing its meaning wou
 from __future__ import annotations
 
 import json
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,53 @@ from trainspeed.telemetry.ranks import rank_dirs
 def write_json(path: str | Path, obj: Any) -> Path:
     """Write JSON atomically (temp file in the same directory, then rename)."""
     return atomic_write_text(Path(path), json.dumps(schema.sanitize_any(obj), indent=2) + "\n")
+
+
+_TOLD: set[str] = set()
+
+
+def unwritable(run_dir: str | Path | None, exc: OSError) -> None:
+    """Say, once per run directory and process, that it cannot be written (full, read-only,
+    removed), and that training goes on without it: telemetry never stops the user's run."""
+    key = str(run_dir)
+    if key in _TOLD:
+        return
+    _TOLD.add(key)
+    reason = exc.strerror or type(exc).__name__
+    where = f" ({exc.filename})" if exc.filename and str(exc.filename) != key else ""
+    print(f"trainspeed: warning: cannot write the run directory {run_dir}{where}: {reason}; "
+          "training goes on, its records from here on are not kept", file=sys.stderr, flush=True)
+
+
+def try_write(run_dir: str | Path | None, write: Any, *args: Any) -> Any:
+    """`write(*args)`, or None (said once, see unwritable) when the run directory cannot be
+    written."""
+    try:
+        return write(*args)
+    except OSError as exc:
+        unwritable(run_dir, exc)
+        return None
+
+
+def last_recorded_step(run_dir: str | Path) -> int | None:
+    """The step of the last complete record in steps.jsonl (its tail only is read), or None."""
+    path = Path(run_dir) / schema.STEPS_FILE
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, 2)
+            size = f.tell()
+            f.seek(max(0, size - (64 << 10)))
+            tail = f.read()
+    except OSError:
+        return None
+    for line in reversed(tail.split(b"\n")):
+        try:
+            step = json.loads(line).get("step")
+        except (ValueError, AttributeError):
+            continue
+        if isinstance(step, int):
+            return step
+    return None
 
 
 def write_config(run_dir: str | Path, config: dict[str, Any]) -> Path:
@@ -156,7 +204,8 @@ def read_run(path: str | Path) -> RunData:
     return run
 
 
-__all__ = ["RunData", "read_run", "write_json", "write_config", "write_env", "SchemaError"]
+__all__ = ["RunData", "read_run", "write_json", "write_config", "write_env", "SchemaError", "try_write",
+           "unwritable"]
 
 
 def fresh_run_dir(base: Path) -> Path:

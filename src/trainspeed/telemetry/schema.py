@@ -76,11 +76,33 @@ EVENT_TYPES: tuple[str, ...] = (
     "warning",
     "restart",
     "crash",
+    "interrupt",  # Ctrl-C or a signal ended the run: data.signal, data.exit_code (not a crash)
     "dropped_records",
     "thinned_records",  # dashboards (TensorBoard, W&B) sent fewer records to keep up
     "profile",  # a torch.profiler trace of a step window: data.path (in the run dir), data.captured
     "epoch",  # an epoch's first batch is next: data.epoch, data.steps_per_epoch (null: unknown)
 )
+
+
+def ending_event(error: BaseException) -> tuple[str, dict[str, Any]]:
+    """The event a run that ended on `error` records: ("interrupt", {signal, exit_code}) for
+    Ctrl-C or a SystemExit of 128 + a signal (the engine's signal save leaves with those), else
+    ("crash", {error, traceback})."""
+    import signal
+
+    name = "SIGINT" if isinstance(error, KeyboardInterrupt) else None
+    code = 130 if name else getattr(error, "code", None)
+    if name is None and isinstance(error, SystemExit) and isinstance(code, int) and not isinstance(code, bool):
+        try:
+            name = signal.Signals(code - 128).name
+        except ValueError:
+            name = None
+    if name is not None:
+        return "interrupt", {"signal": name, "exit_code": code}
+    import traceback
+
+    trace = "".join(traceback.format_exception(type(error), error, error.__traceback__))
+    return "crash", {"error": f"{type(error).__name__}: {error}", "traceback": trace}
 
 
 def check_schema(record: dict[str, Any], *, where: str) -> None:

@@ -107,3 +107,26 @@ def test_sigterm_in_a_training_loop_saves_then_exits_143(tmp_path):
     assert path is not None and kind == "checkpoint"
     counters = restore_checkpoint(torch.load(path, weights_only=True), torch.nn.Linear(4, 4))
     assert counters.step == int(step) >= 3
+
+
+DOUBLE_TERM = textwrap.dedent("""
+    import os, signal, sys
+    from trainspeed.engine.checkpoint.emergency import EmergencySaver
+    with EmergencySaver() as saver:
+        saver.DUPLICATE_S = float(sys.argv[1])
+        os.kill(os.getpid(), signal.SIGTERM)
+        os.kill(os.getpid(), signal.SIGTERM)  # torchrun's second, a millisecond later
+        print("alive", saver.requested, flush=True)
+""")
+
+
+@pytest.mark.parametrize("grace, alive", [(5.0, True), (0.0, False)])
+def test_a_launchers_duplicate_sigterm_does_not_kill_the_save(grace, alive):
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(__import__("pathlib").Path(__file__).parents[3] / "src"),
+                                                        os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.run([sys.executable, "-c", DOUBLE_TERM, str(grace)], capture_output=True, text=True,
+                          env=env, timeout=60)
+    if alive:  # within the grace period: one request, the save goes on
+        assert proc.returncode == 0 and proc.stdout.strip() == "alive True", proc.stderr
+    else:  # a second SIGTERM after it: terminated at once, as a shell shows it
+        assert proc.returncode == -signal.SIGTERM and "alive" not in proc.stdout

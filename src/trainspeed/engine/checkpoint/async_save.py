@@ -142,6 +142,8 @@ class AsyncSaver:
             self._thread = None
         with self._lock:
             error, self._error = self._error, None
+        if isinstance(error, CheckpointError):  # already one line (a full disk: DiskFullError)
+            raise error
         if error is not None:
             raise CheckpointError(f"background checkpoint write failed: {error!r}") from error
 

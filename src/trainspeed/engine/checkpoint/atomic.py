@@ -21,7 +21,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from trainspeed.errors import CheckpointError
+from trainspeed.engine.checkpoint.space import disk_full, no_space, says_no_space, state_bytes
+from trainspeed.errors import CheckpointError, DiskFullError
 
 MANIFEST_SUFFIX = ".json"
 MANIFEST_SCHEMA = 1
@@ -62,12 +63,19 @@ class _HashingWriter:
         self._f = f
         self.sha = hashlib.sha256()
         self.nbytes = 0
+        self.error: OSError | None = None
+        """The file's own write error: torch's zip writer swallows it and reports only
+        `unexpected pos ...`, which says nothing of a full disk."""
 
     def write(self, data) -> int:
         view = memoryview(data)
         self.sha.update(view)
         self.nbytes += view.nbytes
-        return self._f.write(view)
+        try:
+            return self._f.write(view)
+        except OSError as exc:
+            self.error = exc
+            raise
 
     def flush(self) -> None:
         self._f.flush()
@@ -88,8 +96,10 @@ def atomic_write_bytes(data: bytes, path: str | Path) -> None:
             f.flush()
             os.fsync(f.fileno())
         _replace_durably(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         tmp.unlink(missing_ok=True)
+        if isinstance(exc, OSError) and says_no_space(exc):
+            raise disk_full(path.parent, len(data), cause=exc) from exc
         raise
 
 
@@ -104,6 +114,7 @@ def atomic_save(obj: Any, path: str | Path, *, meta: dict[str, Any] | None = Non
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = _temp_path(path)
+    writer = None
     try:
         with open(tmp, "wb") as f:
             writer = _HashingWriter(f)
@@ -111,8 +122,15 @@ def atomic_save(obj: Any, path: str | Path, *, meta: dict[str, Any] | None = Non
             f.flush()
             os.fsync(f.fileno())  # the payload must be on disk before the rename makes it visible
         _replace_durably(tmp, path)
-    except BaseException:
+    except BaseException as exc:
+        full = None
+        if isinstance(exc, Exception) and not isinstance(exc, DiskFullError) and (
+                says_no_space(getattr(writer, "error", None)) or no_space(exc, path.parent)):
+            # free space as it was when the write failed, before the temp file gives it back
+            full = disk_full(path.parent, max(state_bytes(obj), getattr(writer, "nbytes", 0)), cause=exc)
         tmp.unlink(missing_ok=True)
+        if full is not None:
+            raise full from exc
         raise
     manifest = {
         "schema": MANIFEST_SCHEMA,

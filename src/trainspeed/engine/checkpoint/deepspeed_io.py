@@ -64,6 +64,14 @@ class DeepSpeedIO:
     def state_dicts(self) -> dict[str, Any]:
         return {}  # DeepSpeed gathers its own state inside save_checkpoint
 
+    def estimate_bytes(self) -> int:
+        """About what a save writes before the first one says (a full disk's message): the
+        module's weights plus, with Adam, an fp32 master copy and two moments per weight."""
+        try:
+            return sum(p.numel() for p in self.engine.module.parameters()) * 14
+        except Exception:  # noqa: BLE001 - an estimate for a message, never a failure
+            return 0
+
     def marker_meta(self) -> dict[str, Any]:
         return {"zero_stage": self.zero_stage}
 

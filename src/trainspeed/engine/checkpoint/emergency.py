@@ -5,7 +5,8 @@ training step, when the model and optimizer may be half-updated. So the handler 
 flag; the Trainer checks `saver.requested` at each step boundary, saves, records the event and
 calls `saver.exit()`, which raises SystemExit(143) after SIGTERM (the code a shell reports for
 "terminated", which schedulers such as SLURM and Kubernetes expect) or re-raises
-KeyboardInterrupt after SIGINT. A second Ctrl-C while the save runs interrupts at once.
+KeyboardInterrupt after SIGINT. A second Ctrl-C while the save runs interrupts at once; a second
+SIGTERM does so only after DUPLICATE_S seconds (launchers such as torchrun send it twice).
 
     with EmergencySaver() as emergency:
         for batch in loader:
@@ -17,12 +18,16 @@ KeyboardInterrupt after SIGINT. A second Ctrl-C while the save runs interrupts a
 
 from __future__ import annotations
 
+import os
 import signal
 import threading
+import time
 import warnings
 from collections.abc import Callable
 from types import FrameType
 from typing import Any
+
+from trainspeed.errors import TrainspeedWarning
 
 
 def is_oom(exc: BaseException) -> bool:
@@ -43,6 +48,9 @@ class EmergencySaver:
     """Context manager turning SIGTERM/SIGINT into a 'save at the next step boundary' request."""
 
     SIGNALS = ("SIGTERM", "SIGINT")
+    DUPLICATE_S = 5.0
+    """A SIGTERM within this many seconds of the first is a duplicate (launchers repeat it);
+    one later ends the process at once, as a second Ctrl-C does."""
 
     def __init__(self, *, on_signal: Callable[[int], None] | None = None, enabled: bool = True):
         self._on_signal = on_signal
@@ -50,6 +58,7 @@ class EmergencySaver:
         self._previous: dict[int, Any] = {}
         self.signum: int | None = None
         """The first signal received, or None."""
+        self._first_t = 0.0
         self.installed = False
         """Whether handlers are active (only possible on the main thread)."""
 
@@ -78,14 +87,21 @@ class EmergencySaver:
 
     # -- handlers --------------------------------------------------------------------------------
     def _handle(self, signum: int, frame: FrameType | None) -> None:
+        now = time.monotonic()
         if self.signum is None:
-            self.signum = signum
+            self.signum, self._first_t = signum, now
+        elif signum != signal.SIGINT and now - self._first_t < self.DUPLICATE_S:
+            # A launcher's duplicate, not a person asking twice: torchrun sends its workers
+            # SIGTERM twice within a millisecond, which killed a rank in the middle of its save.
+            return
         # The next identical signal gets the default behaviour: a second Ctrl-C raises
-        # KeyboardInterrupt immediately, a second SIGTERM terminates.
+        # KeyboardInterrupt immediately; a SIGTERM after the grace period terminates.
         if signum == signal.SIGINT:
             signal.signal(signum, signal.default_int_handler)
-        else:
+        elif now - self._first_t >= self.DUPLICATE_S:
             signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+            return
         if self._on_signal is not None:
             self._on_signal(signum)
 
@@ -96,7 +112,7 @@ class EmergencySaver:
             warnings.warn(
                 "EmergencySaver: signal handlers can only be installed on the main thread; "
                 "SIGTERM/Ctrl-C will not trigger a checkpoint",
-                stacklevel=2,
+                TrainspeedWarning, stacklevel=2,
             )
             return self
         for name in self.SIGNALS:

@@ -24,7 +24,6 @@ import collections
 import math
 import threading
 import time
-import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,10 +42,8 @@ from trainspeed.engine.checkpoint.sharded import (
     ShardedIO,
     ShardedState,
     dcp_reason,
-    is_sharded_checkpoint,
     publish,
     remove_tree,
-    verify_dir,
 )
 from trainspeed.engine.checkpoint.listing import (  # noqa: F401 - re-exported (public names)
     NAME_RE,
@@ -56,7 +53,8 @@ from trainspeed.engine.checkpoint.listing import (  # noqa: F401 - re-exported (
     list_checkpoints,
     verify_checkpoint,
 )
-from trainspeed.errors import CheckpointError, ConfigError
+from trainspeed.engine.checkpoint.space import SpaceCheck, disk_full, make_directory, no_space, state_bytes
+from trainspeed.errors import CheckpointError, ConfigError, DiskFullError, warn
 
 EventFn = Callable[[dict[str, Any]], None]
 LATEST = "latest"
@@ -116,7 +114,7 @@ class CheckpointManager:
         if every_minutes is not None and not (every_minutes > 0):
             raise ConfigError(f"checkpoint.every_minutes must be > 0 or null, got {every_minutes!r}")
         self.directory = Path(directory)
-        self.directory.mkdir(parents=True, exist_ok=True)
+        make_directory(self.directory)  # a full disk, a read-only mount: one line, not a traceback
         self.keep_last, self.keep_best = keep_last, keep_best
         self.best_metric, self.best_mode = best_metric, best_mode
         self.every_steps, self.every_minutes = every_steps, every_minutes
@@ -130,6 +128,8 @@ class CheckpointManager:
         self._pending: collections.deque[dict[str, Any]] = collections.deque()
         self._lock = threading.Lock()  # retention / pointer updates (writer thread vs caller)
         self._saver = AsyncSaver() if async_save else None
+        self.space = SpaceCheck(self.directory)
+        self._sharded_pending: tuple[Path, Path, int, int | None] | None = None
         self.skipped: list[str] = []
         """Human-readable notes about corrupt checkpoints that find_resumable passed over."""
         self.corrupt: set[Path] = set()
@@ -139,6 +139,7 @@ class CheckpointManager:
         self.sharded: ShardedIO | None = None
         """Set (on every rank) to save and load sharded checkpoints (save_sharded)."""
         self.mirror = None
+        self.mirror_url = mirror
         if mirror and writer:
             from trainspeed.engine.checkpoint.mirror import Mirror
 
@@ -202,6 +203,7 @@ class CheckpointManager:
         clean = self._start_save(step, metrics)
         if clean is None:
             return self._skipped(path, step)
+        self._check_space(state)
         if self._saver is not None:
             def job(host: Any, timing: Any) -> None:
                 write_s, event = self._write(host, step, clean, is_async=True, reason=reason)
@@ -214,6 +216,9 @@ class CheckpointManager:
         t0 = time.perf_counter()
         try:
             write_s, event = self._write(state, step, clean, is_async=False, reason=reason)
+        except DiskFullError:
+            self.poll()
+            raise
         except Exception as exc:
             self.poll()
             raise CheckpointError(f"saving checkpoint {path} failed: {exc!r}") from exc
@@ -230,6 +235,13 @@ class CheckpointManager:
         self._last_save_t = self._clock()
         self._last_step = step
         return {k: _metric_value(v) for k, v in (metrics or {}).items()}
+
+    def _check_space(self, state: Any) -> None:
+        note = self.space.before_save(state) if self.writer else None
+        if note is not None:
+            warn(note)  # on the console too: the save after this one may not fit
+            self._emit({"type": "warning", "kind": "low_disk_space", "path": str(self.directory),
+                        "needed_bytes": self.space.last_bytes, "message": note})
 
     def _skipped(self, path: Path, step: int) -> SaveResult:
         self.poll()
@@ -251,9 +263,11 @@ class CheckpointManager:
             return self._skipped(path, step)
         is_async = self.async_save and not io.synchronous  # DeepSpeed writes before it returns
         t0 = time.perf_counter()
-        io.wait()  # the previous save (all of it, on this rank) finishes before the next starts
+        self._wait_sharded()  # the previous save (all of it, on this rank) finishes before the next starts
         waited_s = time.perf_counter() - t0
         tmp = self.directory / f".{path.name}.tmp-{io.tag}"
+        needed = (self.space.last_bytes or state_bytes(state.tensors) * io.world_size
+                  or getattr(io, "estimate_bytes", lambda: 0)() or None)
         then = None
         if self.writer:
             rest = to_host(state.rest)  # the training thread keeps mutating the live RNG/sampler
@@ -271,17 +285,36 @@ class CheckpointManager:
             # Async: `then` runs in the background, after every rank's write; it reads
             # blocking_s (set below) only once the shards are written, long after this returns.
             io.start_save(state.tensors, tmp, async_save=is_async, then=then)
-        except (CheckpointError, KeyboardInterrupt, SystemExit):
+        except (KeyboardInterrupt, SystemExit):
             raise
         except BaseException as exc:  # DCP's CheckpointException is a BaseException
-            self._emit({"type": "warning", "kind": "checkpoint_failed", "ckpt_step": step,
-                        "path": str(path), "error": dcp_reason(exc)})
-            self.poll()
-            raise CheckpointError(f"saving sharded checkpoint {path} failed: {dcp_reason(exc)}") from exc
+            raise self._sharded_failed(exc, tmp, path, step, needed) from exc
+        self._sharded_pending = (tmp, path, step, needed) if is_async else None
         blocking_s = time.perf_counter() - t0
         self.poll()
         return SaveResult(path=path, step=step, blocking_s=blocking_s,
                           write_s=None if is_async else blocking_s, async_save=is_async)
+
+    def _sharded_failed(self, exc: BaseException, tmp: Path, path: Path, step: int,
+                        needed: int | None) -> CheckpointError:
+        """A sharded save that failed: its temp directory is removed (it holds the space a
+        full disk needs back), the error named in one line, "sharded" only for a sharded run."""
+        io = self.sharded
+        what = ("DeepSpeed checkpoint" if io.format == "deepspeed"
+                else "sharded checkpoint" if io.world_size > 1 else "checkpoint")
+        if isinstance(exc, DiskFullError) or no_space(exc, self.directory):
+            # free space as the failed write left it, measured before the temp directory goes
+            err: CheckpointError = disk_full(self.directory, needed, what=what, cause=exc)
+        elif isinstance(exc, CheckpointError):
+            err = exc
+        else:
+            err = CheckpointError(f"saving {what} {path} failed: {dcp_reason(exc)}")
+        if self.writer:
+            remove_tree(tmp, missing_ok=True)
+        self._emit({"type": "warning", "kind": "checkpoint_failed", "ckpt_step": step,
+                    "path": str(path), "error": str(err)})
+        self.poll()
+        return err
 
     def _publish_sharded(self, rest: dict[str, Any], tmp: Path, path: Path, meta: dict[str, Any],
                          t0: float) -> tuple[float, dict[str, Any]]:
@@ -294,15 +327,16 @@ class CheckpointManager:
                 write_s = time.perf_counter() - t0
                 pruned = self._prune()
         except BaseException as exc:
+            remove_tree(tmp, missing_ok=True)
             self._emit({"type": "warning", "kind": "checkpoint_failed", "ckpt_step": meta["step"],
-                        "path": str(path), "error": repr(exc)})
+                        "path": str(path), "error": str(exc) if isinstance(exc, DiskFullError) else repr(exc)})
             raise
         if self.mirror is not None:
             self._emit({"type": "warning", "kind": "mirror_skipped", "path": str(path),
                         "error": "checkpoint.mirror copies single-file checkpoints only"})
         return write_s, {"type": "checkpoint", "kind": "save", "ckpt_step": meta["step"],
                          "reason": meta["reason"], "path": str(path), "write_s": write_s,
-                         "bytes": marker["bytes"], "sharded": True,
+                         "bytes": self.space.saved(marker["bytes"]), "sharded": True,
                          "world_size": meta["world_size"], "metrics": meta["metrics"],
                          "pruned": [p.name for p in pruned]}
 
@@ -324,14 +358,14 @@ class CheckpointManager:
                 pruned = self._prune()
         except BaseException as exc:
             self._emit({"type": "warning", "kind": "checkpoint_failed", "ckpt_step": step,
-                        "path": str(path), "error": repr(exc)})
+                        "path": str(path), "error": str(exc) if isinstance(exc, DiskFullError) else repr(exc)})
             raise
         if self.mirror is not None:
             self.mirror.submit(path)
             for old in pruned:
                 self.mirror.delete(old.name)
         return write_s, {"type": "checkpoint", "kind": "save", "ckpt_step": step, "reason": reason, "path": str(path),
-                         "write_s": write_s, "bytes": manifest["bytes"], "async": is_async,
+                         "write_s": write_s, "bytes": self.space.saved(manifest["bytes"]), "async": is_async,
                          "metrics": metrics, "pruned": [p.name for p in pruned]}
 
     # -- retention ------------------------------------------------------------------------------
@@ -389,7 +423,7 @@ class CheckpointManager:
         def skip(path: Path, why: str) -> None:
             self.corrupt.add(path)
             self.skipped.append(why)
-            warnings.warn(f"skipping corrupt checkpoint: {why}", stacklevel=3)
+            warn(f"skipping corrupt checkpoint: {why}")
             self._emit({"type": "warning", "kind": "checkpoint_corrupt", "path": str(path), "error": why})
             if on_skip is not None:
                 on_skip(path, why)
@@ -399,30 +433,15 @@ class CheckpointManager:
         return found
 
     def resolve_resume(self, resume: str | Path | None, *, auto_resume: bool = False) -> Path | None:
-        """Turn checkpoint.resume / auto_resume into a checkpoint path (or None: start fresh).
+        """checkpoint.resume (a file, a directory, "latest", an fsspec URL) / auto_resume (the
+        newest intact here, else on the mirror) as a checkpoint path; None: start fresh
+        (restore.py)."""
+        from trainspeed.engine.checkpoint.restore import resolve
 
-        `resume` may be a checkpoint file, a directory of checkpoints, or "latest" (this
-        manager's directory; an error if it holds no intact checkpoint).
-        """
-        if resume is None:
-            return self.find_resumable() if auto_resume else None
-        if str(resume) == "latest":
-            found = self.find_resumable()
-            if found is None:
-                raise CheckpointError(f"checkpoint.resume='latest' but {self.directory} holds no intact checkpoint")
-            return found
-        path = Path(resume)
-        if is_sharded_checkpoint(path):
-            verify_dir(path)  # a clear error now rather than a failed load on every rank
-            return path
-        if path.is_dir():
-            found = find_resumable(path, on_skip=lambda p, why: self.skipped.append(why))
-            if found is None:
-                raise CheckpointError(f"checkpoint.resume={str(resume)!r}: no intact checkpoint in that directory")
-            return found
-        if not path.is_file():
-            raise CheckpointError(f"checkpoint.resume={str(resume)!r}: no such file or directory")
-        return path
+        found = resolve(self.directory, resume, auto_resume=auto_resume, mirror=self.mirror_url,
+                        find_local=self.find_resumable, skipped=self.skipped, say=self.writer)
+        self.poll()
+        return found
 
     def load(self, path: str | Path | None = None, map_location: Any = "cpu") -> dict[str, Any]:
         """Load a verified checkpoint (default: the newest intact one)."""
@@ -442,13 +461,26 @@ class CheckpointManager:
         """Block until the background write (and mirror copies) finished; raise write errors."""
         try:
             if self.sharded is not None:
-                self.sharded.wait()
+                self._wait_sharded()
             if self._saver is not None:
                 self._saver.wait()
             if self.mirror is not None:
                 self.mirror.wait()
         finally:
             self.poll()
+
+    def _wait_sharded(self) -> None:
+        """The pending async sharded save; a failure is named (a full disk in one line) and
+        its temp directory removed, as for a save that failed at once."""
+        pending, self._sharded_pending = self._sharded_pending, None
+        try:
+            self.sharded.wait()
+        except (KeyboardInterrupt, SystemExit):
+            raise
+        except BaseException as exc:
+            if pending is None:
+                raise
+            raise self._sharded_failed(exc, *pending) from exc
 
     def close(self) -> None:
         try:

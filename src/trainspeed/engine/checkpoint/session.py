@@ -25,6 +25,8 @@ that never come: `agree_signal(requested, step)` and `agree_crash(exc)` are thos
 
 from __future__ import annotations
 
+import signal
+import sys
 from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import dataclass
@@ -34,6 +36,8 @@ from typing import Any
 from trainspeed.engine.checkpoint.emergency import EmergencySaver, is_oom
 from trainspeed.engine.checkpoint.manager import CheckpointManager, SaveResult
 from trainspeed.engine.checkpoint.sharded import ShardedIO, ShardedState, is_sharded_checkpoint
+from trainspeed.engine.checkpoint.space import says_no_space
+from trainspeed.engine.checkpoint.stop import resume_command
 from trainspeed.engine.checkpoint.state import TrainState, restore_checkpoint
 from trainspeed.errors import CheckpointError
 
@@ -75,6 +79,10 @@ class CheckpointSession:
         self.save_on_crash = save_on_crash
         self.on_checkpoint = on_checkpoint
         self.emergency = EmergencySaver(enabled=handle_signals)
+        self.stopping: tuple[int, Path] | None = None
+        """(step, checkpoint) once a signal's save is written and the run is to leave."""
+        self.run_name: str | None = None
+        """The run directory's name, for the resume command a stop prints (set by the Trainer)."""
         self.every_step = (manager.every_steps is not None or manager.every_minutes is not None
                            or agree_signal is not None)
         """Whether step_end has work at every step boundary (periodic saves, a signal
@@ -124,6 +132,11 @@ class CheckpointSession:
             counters = restore_checkpoint(ckpt, model, optimizer, scheduler, scaler)
         self._route({"type": "restart", "path": str(path), "from_step": counters.step,
                      "skipped_corrupt": list(self.manager.skipped)})
+        if self.writer:
+            skipped = len(self.manager.skipped)
+            print(f"trainspeed: resumed from {path} at step {counters.step}"
+                  + (f" (skipped {skipped} damaged checkpoint{'s' * (skipped > 1)})" if skipped else ""),
+                  file=sys.stderr, flush=True)
         return Resumed(path=Path(path), counters=counters, sampler=ckpt.get("sampler"), checkpoint=ckpt)
 
     # -- saves ----------------------------------------------------------------------------------
@@ -147,29 +160,49 @@ class CheckpointSession:
         return result
 
     def step_end(self, step: int, make_state: StateFn,
-                 metrics: dict[str, Any] | None = None) -> SaveResult | None:
+                 metrics: dict[str, Any] | None = None, *, defer_exit: bool = False) -> SaveResult | None:
         """Call at every step boundary. Saves when due; after SIGTERM/SIGINT saves, waits for
-        the write and leaves via SystemExit(143) / KeyboardInterrupt."""
+        the write and leaves via SystemExit(143) / KeyboardInterrupt. With `defer_exit` it
+        returns instead (`self.stopping` is set) and the caller calls `leave()` once the step
+        is recorded: the step the signal ended has its record like every other."""
         # EmergencySaver.requested without its property frame: this runs every step
         requested = self.emergency.signum is not None
         if self.agree_signal is not None:
             requested = self.agree_signal(requested, step)
         if requested:
-            self._save(step, make_state, metrics, "signal", wait=True)
+            result = self._save(step, make_state, metrics, "signal", wait=True)
             self._route({"type": "warning", "kind": "signal_exit",
                          "signal": self.emergency.signal_name or "SIGTERM (another rank's)",
                          "at_step": step})
             self.manager.close()
-            self.emergency.exit()
-            raise SystemExit(143)  # agreed because another rank got SIGTERM; leave with it
+            self.stopping = (step, result.path)
+            if not defer_exit:
+                self.leave()
+            return result
         if self.manager.should_save(step):
             return self._save(step, make_state, metrics, "periodic", wait=False)
         return None
+
+    def leave(self) -> None:
+        """After a signal's save: say where it went and how to go on (one line, the writer
+        rank), then leave the way the signal asked (SystemExit(143) / KeyboardInterrupt)."""
+        step, path = self.stopping
+        exc: BaseException = (KeyboardInterrupt() if self.emergency.signum == signal.SIGINT
+                              else SystemExit(self.emergency.exit_code or 143))
+        if self.writer:
+            print(f"trainspeed: stopped at step {step}; checkpoint saved to {path}; resume with "
+                  f"{resume_command(path, self.run_name)}", file=sys.stderr, flush=True)
+            exc.reported = True  # the CLI adds no second line
+        raise exc
 
     def crash(self, exc: BaseException, step: int, make_state: StateFn) -> Path | None:
         """Best-effort save after training raised. Skipped for OOM (the state may not even fit
         in memory to copy) and when disabled; never raises (the original error matters)."""
         if not self.save_on_crash or is_oom(exc) or isinstance(exc, (KeyboardInterrupt, SystemExit)):
+            self._close_quietly()
+            return None
+        if says_no_space(exc):  # a save into a full disk fails the same way, after a long write
+            self._route({"type": "warning", "kind": "crash_save_skipped", "error": str(exc)})
             self._close_quietly()
             return None
         if self.agree_crash is not None:

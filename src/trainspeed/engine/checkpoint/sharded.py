@@ -120,11 +120,16 @@ def verify_dir(path: str | Path) -> dict[str, Any]:
     return marker
 
 
-def remove_tree(path: Path) -> None:
+def remove_tree(path: Path, *, missing_ok: bool = False) -> None:
     """Delete a checkpoint directory so that it disappears at once: renamed to a temp name
     first (an interrupted delete leaves a stale temp, never a half-deleted checkpoint)."""
     trash = path.with_name(f".{path.name}.tmp-{temp_tag()}")
-    os.replace(path, trash)
+    try:
+        os.replace(path, trash)
+    except FileNotFoundError:
+        if missing_ok:
+            return
+        raise
     fsync_dir(path.parent)
     shutil.rmtree(trash, ignore_errors=True)
 

@@ -17,7 +17,7 @@ import warnings
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
-from trainspeed.errors import CheckpointError
+from trainspeed.errors import CheckpointError, TrainspeedWarning
 
 FORMAT = "trainspeed-checkpoint"
 FORMAT_VERSION = 1
@@ -77,7 +77,7 @@ def restore_rng(state: dict[str, Any]) -> None:
             warnings.warn(
                 f"checkpoint holds RNG state for {len(cuda_states)} CUDA devices but "
                 f"{torch.cuda.device_count()} are visible; restored the first {n}",
-                stacklevel=2,
+                TrainspeedWarning, stacklevel=2,
             )
         for i in range(n):
             torch.cuda.set_rng_state(cuda_states[i].cpu(), device=i)

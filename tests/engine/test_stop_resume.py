@@ -1,0 +1,149 @@
+"""Stops and resumes through the Trainer: the step a signal ends has its record, a resume after
+it leaves no gap, the stop says where the checkpoint went and how to resume, Ctrl-C is an
+interrupt (not a crash), every checkpoint unusable stops auto-resume with the choices, and a
+resume of a path that does not exist writes no run directory."""
+
+from __future__ import annotations
+
+import os
+import signal
+import warnings
+
+import pytest
+import torch
+from torch import nn
+from torch.utils.data import TensorDataset
+
+from trainspeed.engine.checkpoint.stop import resume_command
+from trainspeed.engine.events import Callback
+from trainspeed.engine.trainer import Trainer
+from trainspeed.errors import CheckpointError, TrainspeedWarning
+from trainspeed.telemetry import read_run
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def _data():
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(64, 6, generator=g)
+    return TensorDataset(x, x.sum(1, keepdim=True))
+
+
+def _model():
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(6, 8), nn.Tanh(), nn.Linear(8, 1))
+
+
+def mse(model, batch):
+    x, y = batch
+    return nn.functional.mse_loss(model(x), y)
+
+
+class SignalAt(Callback):
+    def __init__(self, step, sig):
+        self.step, self.sig = step, sig
+
+    def on_batch_end(self, state):
+        if state.step == self.step:
+            os.kill(os.getpid(), self.sig)
+
+
+def _cfg(tmp_path, **ckpt):
+    return {"run": {"out_dir": str(tmp_path), "name": "r", "max_steps": 8, "seed": 3},
+            "data": {"batch_size": 8},
+            "logging": {"every": 1, "warmup_steps": 0, "progress": False},
+            "eval": {"at_end": False}, "checkpoint": {"async_save": False, **ckpt}}
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_stop_records_its_step_and_the_resume_has_no_gap(tmp_path, capsys, sig):
+    expected = SystemExit if sig == signal.SIGTERM else KeyboardInterrupt
+    with pytest.raises(expected):
+        Trainer(_model(), mse, _data(), config=_cfg(tmp_path), callbacks=[SignalAt(5, sig)]).fit()
+    run_dir = tmp_path / "r"
+    ckpt = run_dir / "checkpoints" / "step-00000005.pt"
+    assert ckpt.exists()
+    line = [x for x in capsys.readouterr().err.splitlines() if "stopped at step" in x]
+    assert line == [f"trainspeed: stopped at step 5; checkpoint saved to {ckpt}; resume with "
+                    f"{resume_command(ckpt, 'r')}"]
+    run = read_run(run_dir)
+    assert [s["step"] for s in run.steps] == [1, 2, 3, 4, 5]  # the signal's step is recorded
+    types = [e["type"] for e in run.events]
+    assert "crash" not in types
+    interrupt = next(e for e in run.events if e["type"] == "interrupt")
+    assert interrupt["data"]["signal"] == signal.Signals(sig).name
+    assert next(e for e in run.events if e["type"] == "run_end")["data"]["steps"] == 5
+
+    Trainer(_model(), mse, _data(), config=_cfg(tmp_path, auto_resume=True)).fit()
+    assert f"resumed from {ckpt} at step 5" in capsys.readouterr().err
+    assert [s["step"] for s in read_run(run_dir).steps] == list(range(1, 9))
+
+
+def test_resume_command_keeps_the_command_and_names_the_run():
+    argv = ["/venv/bin/trainspeed", "train", "gpt", "run.max_steps=100", "--resume", "/x/step-1.pt"]
+    assert resume_command("/p", "gpt-1", argv) == \
+        "trainspeed train gpt run.max_steps=100 run.name=gpt-1 --auto-resume"
+    argv = ["/src/trainspeed/__main__.py", "train", "my cfg.yaml", "--auto-resume", "--name", "old"]
+    assert resume_command("/p", "old", argv) == "trainspeed train 'my cfg.yaml' run.name=old --auto-resume"
+    assert resume_command("/p", "r", ["train.py"]).startswith("checkpoint.resume=/p")
+
+
+def test_resume_command_under_torchrun_names_the_launcher(monkeypatch):
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+    argv = ["/src/trainspeed/__main__.py", "train", "gpt", "distributed.strategy=fsdp"]
+    assert resume_command("/p", "g", argv) == \
+        "torchrun --nproc_per_node 2 -m trainspeed train gpt distributed.strategy=fsdp run.name=g --auto-resume"
+
+
+def _corrupt_all(run_dir):
+    for p in (run_dir / "checkpoints").glob("step-*.pt"):
+        p.write_bytes(p.read_bytes()[:-7])
+
+
+def test_every_checkpoint_damaged_stops_auto_resume_with_the_choices(tmp_path, recwarn):
+    Trainer(_model(), mse, _data(), config=_cfg(tmp_path, every_steps=3)).fit()
+    run_dir = tmp_path / "r"
+    _corrupt_all(run_dir)
+    before = (run_dir / "steps.jsonl").read_text()
+    with pytest.raises(CheckpointError) as info:
+        Trainer(_model(), mse, _data(), config=_cfg(tmp_path, every_steps=3, auto_resume=True)).fit()
+    message = str(info.value)
+    assert "every checkpoint" in message and "unusable" in message
+    assert "run.name=NEW" in message and "--resume PATH" in message
+    assert (run_dir / "steps.jsonl").read_text() == before  # nothing mixed into the old run
+    assert all(issubclass(w.category, TrainspeedWarning) for w in recwarn
+               if "corrupt" in str(w.message))
+
+
+def test_a_missing_resume_file_is_an_error_before_any_run_directory(tmp_path):
+    with pytest.raises(CheckpointError, match="no such file"):
+        Trainer(_model(), mse, _data(), config=_cfg(tmp_path, resume=str(tmp_path / "nope.pt")))
+    assert not (tmp_path / "r").exists()
+
+
+def test_trainspeed_warnings_are_one_line():
+    with warnings.catch_warnings():
+        warnings.simplefilter("always")
+        text = warnings.formatwarning("skipping corrupt checkpoint: x", TrainspeedWarning, "/a/manager.py", 397)
+        other = warnings.formatwarning("m", UserWarning, "/a/b.py", 3)
+    assert text == "trainspeed: warning: skipping corrupt checkpoint: x\n"
+    assert "b.py:3: UserWarning: m" in other
+
+
+def test_records_a_kill_lost_are_named_on_resume(tmp_path, capsys):
+    """kill -9 after a checkpoint was published but before its steps' records were written:
+    the resume cannot fill the gap, so it names it."""
+    import json
+
+    Trainer(_model(), mse, _data(), config=_cfg(tmp_path, every_steps=3)).fit()
+    steps = tmp_path / "r" / "steps.jsonl"
+    kept = [x for x in steps.read_text().splitlines() if json.loads(x)["step"] <= 4]
+    steps.write_text("\n".join(kept) + "\n")
+    (tmp_path / "r" / "checkpoints" / "step-00000008.pt").unlink()  # as if killed before step 8's save
+    cfg = _cfg(tmp_path, every_steps=3, auto_resume=True)
+    cfg["run"]["max_steps"] = 10
+    Trainer(_model(), mse, _data(), config=cfg).fit()
+    lost = [e["data"] for e in read_run(tmp_path / "r").events if e["data"].get("kind") == "records_lost"]
+    assert lost and lost[-1]["first_step"] == 5 and lost[-1]["last_step"] == 6
+    assert "steps 5-6 ran before the previous process was killed" in capsys.readouterr().err
