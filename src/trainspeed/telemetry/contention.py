@@ -12,6 +12,8 @@ its step in one phase, whatever the machine does.
                       per step (scaled to wall seconds by the run's usual wall/CPU ratio), each
                       phase its share of it; what the trend of the script is judged on
   load_per_step       the sampler's other-process CPU lined up with the steps
+  level_with_start    steps whose load (and whether this process's threads fit in the cores
+                      left free) matches the start's: the only steps a trend may compare
   linear_rate         a robust slope per 1,000 steps (RSS, a phase) with its noise test
 """
 
@@ -24,8 +26,8 @@ import numpy as np
 
 from trainspeed.telemetry.trend import robust_clip, theil_sen
 
-__all__ = ["Contention", "detect_contention", "load_per_step", "loaded_mask", "robust_step_times", "linear_rate",
-           "LOAD_MIN", "SLOWDOWN_MIN", "CPU_SHARE_MAX"]
+__all__ = ["Contention", "detect_contention", "level_with_start", "load_per_step", "loaded_mask", "robust_step_times",
+           "linear_rate", "LOAD_MIN", "SLOWDOWN_MIN", "CPU_SHARE_MAX"]
 
 LOAD_MIN = 40.0
 """Other processes count as a load when they use at least this many % of one core more than in
@@ -105,6 +107,59 @@ def loaded_mask(
     base = float(np.median(ratio[quiet]))
     edge = ~mask & (np.asarray(near, dtype=np.float64).ravel() >= floor + PARTIAL_LOAD_MIN) & (ratio > base * (1.0 + SLOWDOWN_MIN))
     return mask | edge
+
+
+LEVEL_BAND = 30.0
+"""A step's load matches the start's when its neighbourhood's reading (load_per_step,
+spread=1) lies within this many % of one core of the start's median reading."""
+START_SHARE = 0.2
+"""The start: the first fifth of the sampled steps (at least MIN_STEPS)."""
+FIT_MARGIN = 0.75
+"""Compute threads fit in the cores other processes leave free while those take at most this
+many cores more than the threads leave (a tenant's half core now and then does not make two
+threads on two cores spin; a busy loop's full core does)."""
+
+
+def level_with_start(
+    others: np.ndarray, near: np.ndarray, *, threads: int | None = None, cores: int | None = None
+) -> tuple[np.ndarray, bool] | None:
+    """(steps whose load matches the start's, whether the load changed at all). The start's
+    load is the median of the first START_SHARE of the steps' own readings (`others`, % of one
+    core); a step matches when its neighbourhood's reading (`near`: load_per_step, spread=1)
+    lies within LEVEL_BAND of it and, with `threads` and `cores` known, this process's compute
+    threads fit in the cores the others leave free as they did (or did not) at the start:
+    threads that do not fit spin while they wait for a descheduled sibling, so even the CPU
+    time per step rises (2 threads on 2 cores beside one busy loop: 2.0x). The load changed
+    when some step's own reading left the band or the fit. None with too few readings; steps
+    without a reading do not match."""
+    raw = np.asarray(others, dtype=np.float64).ravel()
+    o = np.asarray(near, dtype=np.float64).ravel()
+    finite = np.isfinite(raw)
+    if finite.sum() < 2 * MIN_STEPS or o.size != raw.size:
+        return None
+    idx = np.flatnonzero(finite)
+    start = float(np.median(raw[idx[: max(MIN_STEPS, int(START_SHARE * idx.size))]]))
+
+    def matches(values: np.ndarray) -> np.ndarray:
+        ok = np.isfinite(values) & (np.abs(values - start) <= LEVEL_BAND)
+        if threads and threads > 1 and cores:
+            fits = values / 100.0 <= cores - threads + FIT_MARGIN
+            ok &= fits == (start / 100.0 <= cores - threads + FIT_MARGIN)
+        return ok
+
+    return matches(o), bool((~matches(raw) & finite).any())
+
+
+def threads_may_spin(near: np.ndarray, *, threads: int | None, cores: int | None) -> bool:
+    """Did other processes leave fewer free cores than this process has compute threads at some
+    step (so its CPU time per step is no evidence there)? True when unknown."""
+    if threads == 1:
+        return False  # one compute thread has no sibling to wait for
+    if not threads or not cores:
+        return True
+    o = np.asarray(near, dtype=np.float64).ravel()
+    o = o[np.isfinite(o)]
+    return bool(o.size and float(np.max(o)) / 100.0 > cores - threads + FIT_MARGIN)
 
 
 @dataclass(kw_only=True, slots=True)
