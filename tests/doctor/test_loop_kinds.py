@@ -198,3 +198,28 @@ def test_per_sample_module_transforms_are_data_time_and_not_the_model(doctor_cod
     assert result.findings[0]["id"] == "data_bound" or "data_bound" in ids(result)[:2]
     not_compiled = next((f for f in result.findings if f["id"] == "not_compiled"), None)
     assert not_compiled is None or "Flip" not in not_compiled["evidence"]
+
+
+def test_an_augmentation_module_in_the_loop_is_data_and_never_the_model(doctor_code):
+    # an image library's train script: "The model is not compiled — evidence:
+    # RandomHorizontalFlip runs eagerly"; the flip was the first module the loop called
+    result = doctor_code("""
+        import time
+        class RandomHorizontalFlip(nn.Module):
+            def forward(self, x):
+                time.sleep(0.003)
+                return x.flip(-1)
+        flip = RandomHorizontalFlip()
+        model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 1))
+        opt = torch.optim.SGD(model.parameters(), lr=0.01)
+        x, y = torch.randn(4, 8), torch.randn(4, 1)
+        for step in range(100):
+            out = model(flip(x))
+            loss = nn.functional.mse_loss(out, y)
+            opt.zero_grad(); loss.backward(); opt.step()
+    """)
+    assert [m["class"] for m in _observations(result, "model")] == ["Sequential"]
+    not_compiled = next(f for f in result.findings if f["id"] == "not_compiled")
+    assert not_compiled["evidence"].startswith("Sequential runs eagerly")
+    phases = result.summary["phases"]
+    assert phases["data"]["share"] > phases["forward"]["share"], phases
