@@ -4,12 +4,11 @@ transforms inside the dataset. Each loop's update structure is known; the doctor
 of it (micro-batches per update, which module is the model, which time is data) is checked."""
 from __future__ import annotations
 
-import json
 import textwrap
 
 import pytest
 
-from conftest import ids
+from conftest import ids, observations, run_inline
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -47,22 +46,11 @@ for epoch in range(100):
 
 @pytest.fixture
 def doctor_code(tmp_path, monkeypatch):
-    from trainspeed.doctor.runner import DoctorConfig, run_doctor
-
     monkeypatch.chdir(tmp_path)
-
-    def run(body: str, steps: int | None = 20):
-        script = tmp_path / "train.py"
-        script.write_text(PRELUDE + textwrap.dedent(body))
-        return run_doctor(DoctorConfig(command=["python", str(script)], steps=steps, out=tmp_path / "run",
-                                       system_sampler=False))
-
-    return run
+    return lambda body, steps=20: run_inline(tmp_path, PRELUDE + textwrap.dedent(body), steps)
 
 
-def _observations(result, kind):
-    events = [json.loads(line) for line in (result.run_dir / "events.jsonl").read_text().splitlines()]
-    return [e["data"] for e in events if e["type"] == "observation" and e["data"]["kind"] == kind]
+_observations = observations
 
 
 def test_a_gan_is_two_updates_of_one_batch_not_accumulation(doctor_code):
