@@ -211,3 +211,25 @@ def test_an_augmentation_module_in_the_loop_is_data_and_never_the_model(doctor_c
     assert not_compiled["evidence"].startswith("Sequential runs eagerly")
     phases = result.summary["phases"]
     assert phases["data"]["share"] > phases["forward"]["share"], phases
+
+
+def test_the_trained_model_under_no_grad_inside_a_step_is_still_evaluation(doctor_code):
+    # evaluation at the top of the loop body, after the training batch was fetched
+    result = doctor_code("""
+        model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 1))
+        opt = torch.optim.SGD(model.parameters(), lr=0.01)
+        loader = DataLoader(TensorDataset(torch.randn(4096, 8), torch.randn(4096, 1)), batch_size=8)
+        val = torch.randn(512, 8)
+        for epoch in range(10):
+            for i, (x, y) in enumerate(loader):
+                if i % 2 == 0:
+                    model.eval()
+                    with torch.no_grad():
+                        for _ in range(20):
+                            model(val)
+                    model.train()
+                loss = nn.functional.mse_loss(model(x), y)
+                opt.zero_grad(); loss.backward(); opt.step()
+    """)
+    phases = result.summary["phases"]
+    assert phases["eval"]["share"] > phases["forward"]["share"], phases

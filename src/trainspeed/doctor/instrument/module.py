@@ -144,12 +144,13 @@ def install(session: Session, patches: Patches) -> None:
         s.fwd_depth = 1
         trainable = s.module_facts_of(module)[0]
         if not torch.is_grad_enabled() or not module.training:
-            if s.eval_open or not _inside_step(s):
+            if s.eval_open or not _inside_step(s) or id(module) in s.updates.modules:
                 s.open_eval()
                 s.fwd_phase = None
                 return None
-            # a no-grad forward inside a training step (a teacher, a target network) is the
-            # step's forward, not an evaluation
+            # a no-grad forward, inside a training step, of a module that never trains (a
+            # teacher, a target network) is the step's forward, not an evaluation; the trained
+            # model itself under no_grad is one (an evaluation between fetch and forward)
         elif not trainable and not s.step_trained_forwards and not s.opt_depth:
             # a module without trainable parameters called on the batch before any model has
             # seen it (an augmentation in the loop): preparing the batch, "data"
