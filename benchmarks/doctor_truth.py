@@ -112,26 +112,26 @@ CASES: dict[str, Case] = {c.script.removesuffix(".py"): c for c in (
     Case("nanogpt_style.py", ("data_bound",), 640, ("--batch_size=32", "--eval_interval=100000"),
          planted="nanoGPT get_batch: memmap slices, from_numpy, stack per sample, no DataLoader"),
     # loops of several kinds (issue 32): several optimizers and models, closures, manual updates
-    Case("gan_two_optimizers.py", (), 400, ("--steps", "100000"), forbid=("accumulation_for_speed",),
+    Case("gan_two_optimizers.py", (), 240, ("--steps", "100000"), forbid=("accumulation_for_speed",),
          planted="none: a GAN, optimizerD after two backwards, optimizerG after one (not accumulation)"),
-    Case("actor_critic.py", ("evaluation_share",), 400, ("--steps", "100000"), forbid=("accumulation_for_speed",),
+    Case("actor_critic.py", ("evaluation_share",), 240, ("--steps", "100000"), forbid=("accumulation_for_speed",),
          planted="16 no-grad rollouts in eval() after every update; one optimizer, two models, two losses"),
-    Case("teacher_ema.py", (), 400, ("--steps", "100000"), forbid=("evaluation_share",),
+    Case("teacher_ema.py", (), 320, ("--steps", "100000"), forbid=("evaluation_share",),
          planted="none: a no-grad teacher inside the step, an EMA copy of the student"),
-    Case("lbfgs_closure.py", ("data_bound",), 240, ("--steps", "100000"), forbid=("accumulation_for_speed",),
+    Case("lbfgs_closure.py", ("data_bound",), 160, ("--steps", "100000"), forbid=("accumulation_for_speed",),
          planted="LBFGS closure (4 evaluations per step); per-sample Python __getitem__, num_workers=0"),
-    Case("manual_sgd_ckpt.py", ("checkpointing",), 320, ("--steps", "100000", "--ckpt-dir", "{tmp}/ckpt"),
+    Case("manual_sgd_ckpt.py", ("checkpointing",), 200, ("--steps", "100000", "--ckpt-dir", "{tmp}/ckpt"),
          planted="manual update without torch.optim; torch.save of the model every step"),
-    Case("module_transforms.py", ("data_bound",), 240, ("--steps", "100000"),
+    Case("module_transforms.py", ("data_bound",), 160, ("--steps", "100000"),
          planted="per-sample nn.Module transforms in the dataset (torchvision v2 style), num_workers=0"),
     # real open-source scripts at a pinned commit, unchanged; expectations measured (doctor_truth_real)
-    Case("real_word_language_model", (), 240, real="real_word_language_model",
+    Case("real_word_language_model", (), 160, real="real_word_language_model",
          planted="pytorch/examples word_language_model/main.py (LSTM, manual SGD, loss.item() per step)"),
-    Case("real_makemore", (), 320, real="real_makemore",
+    Case("real_makemore", (), 200, real="real_makemore",
          planted="karpathy/makemore makemore.py (transformer, 4 DataLoader workers by default)"),
-    Case("real_nanogpt", (), 240, real="real_nanogpt",
+    Case("real_nanogpt", (), 160, real="real_nanogpt",
          planted="karpathy/nanoGPT train.py (memmap get_batch, 2 micro-batches, --compile=False)"),
-    Case("real_mingpt_chargpt", (), 240, real="real_mingpt_chargpt",
+    Case("real_mingpt_chargpt", (), 160, real="real_mingpt_chargpt",
          planted="karpathy/minGPT projects/chargpt (gpt-nano, 4 DataLoader workers by default)"),
 )}
 
@@ -205,7 +205,7 @@ def command_of(case: Case, tmp: Path, mirror: Path) -> tuple[list[str], dict[str
 
 
 def run_case(case: Case, condition: str, steps: int, work: Path, threads: int, mirror: Path = MIRROR,
-             extra: tuple[str, ...] = ()) -> dict:
+             extra: tuple[str, ...] = (), timeout: int = 600) -> dict:
     out = work / f"{case.script.removesuffix('.py')}-{condition}"
     tmp = work / f"{case.script.removesuffix('.py')}-{condition}-tmp"
     tmp.mkdir(parents=True, exist_ok=True)
@@ -228,7 +228,12 @@ def run_case(case: Case, condition: str, steps: int, work: Path, threads: int, m
             if proc.poll() is None:
                 load_at = step_records(out / "steps.jsonl")
                 burners = start_burners(os.cpu_count() or 2, seconds=600)
-        log, _ = proc.communicate(timeout=900)
+        log, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        log, _ = proc.communicate()
+        return {"error": f"timed out after {timeout} s", "log_tail": (log or "")[-2000:],
+                "wall_s": round(time.perf_counter() - t0, 1)}
     finally:
         stop_burners(burners)
         if proc.poll() is None:
@@ -370,7 +375,7 @@ def main() -> int:
     ap.add_argument("--keep", default=None, help="keep the run directories here (default: a temp dir)")
     ap.add_argument("--mirror", default=str(MIRROR), help="folder of OWNER+NAME/repo git directories of the real "
                     "scripts' repositories (doctor_truth_real.py)")
-    ap.add_argument("--truth-steps", type=int, default=60, help="doctor steps of each A/B run of a real script's knob")
+    ap.add_argument("--truth-steps", type=int, default=40, help="doctor steps of each A/B run of a real script's knob")
     ap.add_argument("--machine-note", default="", help="recorded with the results: who else used the machine")
     args = ap.parse_args()
     names = args.only.split(",") if args.only else list(CASES)

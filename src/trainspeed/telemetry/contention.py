@@ -12,8 +12,9 @@ its step in one phase, whatever the machine does.
                       per step (scaled to wall seconds by the run's usual wall/CPU ratio), each
                       phase its share of it; what the trend of the script is judged on
   load_per_step       the sampler's other-process CPU lined up with the steps
-  level_with_start    steps whose load (and whether this process's threads fit in the cores
-                      left free) matches the start's: the only steps a trend may compare
+  level_with_start    steps whose load (the others' readings, whether this process's threads
+                      fit in the cores left free, what this process got) matches the start's:
+                      the only steps a trend may compare while the load changes
   linear_rate         a robust slope per 1,000 steps (RSS, a phase) with its noise test
 """
 
@@ -114,6 +115,10 @@ LEVEL_BAND = 30.0
 spread=1) lies within this many % of one core of the start's median reading."""
 START_SHARE = 0.2
 """The start: the first fifth of the sampled steps (at least MIN_STEPS)."""
+GOT_BAND = 0.35
+"""This process's CPU per wall second (rolling median) matches the start's within +-35 %."""
+GOT_STEPS = 20
+"""Steps outside GOT_BAND that say the load changed (a few slow steps are noise)."""
 FIT_MARGIN = 0.75
 """Compute threads fit in the cores other processes leave free while those take at most this
 many cores more than the threads leave (a tenant's half core now and then does not make two
@@ -121,24 +126,32 @@ threads on two cores spin; a busy loop's full core does)."""
 
 
 def level_with_start(
-    others: np.ndarray, near: np.ndarray, *, threads: int | None = None, cores: int | None = None
+    others: np.ndarray, near: np.ndarray, *, threads: int | None = None, cores: int | None = None,
+    got: np.ndarray | None = None,
 ) -> tuple[np.ndarray, bool] | None:
-    """(steps whose load matches the start's, whether the load changed at all). The start's
-    load is the median of the first START_SHARE of the steps' own readings (`others`, % of one
-    core); a step matches when its neighbourhood's reading (`near`: load_per_step, spread=1)
-    lies within LEVEL_BAND of it and, with `threads` and `cores` known, this process's compute
-    threads fit in the cores the others leave free as they did (or did not) at the start:
-    threads that do not fit spin while they wait for a descheduled sibling, so even the CPU
-    time per step rises (2 threads on 2 cores beside one busy loop: 2.0x). The load changed
-    when some step's own reading left the band or the fit. None with too few readings; steps
-    without a reading do not match."""
+    """(steps whose load matches the start's, whether the load changed at all).
+
+    The start is the first START_SHARE of the steps. A step matches when its neighbourhood's
+    other-process CPU (`near`: load_per_step, spread=1, % of one core) lies within LEVEL_BAND
+    of the start's median own reading (`others`); with `threads` and `cores` known, when this
+    process's compute threads fit in the cores the others leave free as they did (or did not)
+    at the start (threads that do not fit spin for a descheduled sibling: 2 threads on 2
+    cores beside one busy loop doubled the CPU time per step); and with `got` (this process's
+    CPU seconds per wall second, per step), when its rolling median stays within GOT_BAND of
+    the start's. On a machine whose cores were all taken already, more load cannot show in the
+    others' readings (they cannot pass the cores), only in what this process gets: two busy
+    loops beside teacher_ema, others at 1.9 cores before and after, cut it from ~0.2 core to
+    ~0.1 and its CPU time per step rose 50 % (hyperthreads share a core). The load changed
+    when some step's own reading left the band or the fit, or GOT_STEPS steps left the got
+    band. None with too few readings; steps without a reading do not match."""
     raw = np.asarray(others, dtype=np.float64).ravel()
     o = np.asarray(near, dtype=np.float64).ravel()
     finite = np.isfinite(raw)
     if finite.sum() < 2 * MIN_STEPS or o.size != raw.size:
         return None
     idx = np.flatnonzero(finite)
-    start = float(np.median(raw[idx[: max(MIN_STEPS, int(START_SHARE * idx.size))]]))
+    head = idx[: max(MIN_STEPS, int(START_SHARE * idx.size))]
+    start = float(np.median(raw[head]))
 
     def matches(values: np.ndarray) -> np.ndarray:
         ok = np.isfinite(values) & (np.abs(values - start) <= LEVEL_BAND)
@@ -147,19 +160,22 @@ def level_with_start(
             ok &= fits == (start / 100.0 <= cores - threads + FIT_MARGIN)
         return ok
 
-    return matches(o), bool((~matches(raw) & finite).any())
+    level, changed = matches(o), bool((~matches(raw) & finite).any())
+    if got is not None and np.asarray(got).size == raw.size:
+        g = _rolling_median(np.asarray(got, dtype=np.float64).ravel(), 9)
+        g0 = float(np.nanmedian(g[head])) if np.isfinite(g[head]).any() else math.nan
+        if math.isfinite(g0) and g0 > 0:
+            steady = np.isfinite(g) & (np.abs(np.log(np.where(g > 0, g, np.nan) / g0)) <= math.log(1 + GOT_BAND))
+            level &= steady
+            changed |= int((~steady & np.isfinite(g)).sum()) >= GOT_STEPS
+    return level, changed
 
 
-def threads_may_spin(near: np.ndarray, *, threads: int | None, cores: int | None) -> bool:
-    """Did other processes leave fewer free cores than this process has compute threads at some
-    step (so its CPU time per step is no evidence there)? True when unknown."""
-    if threads == 1:
-        return False  # one compute thread has no sibling to wait for
-    if not threads or not cores:
-        return True
-    o = np.asarray(near, dtype=np.float64).ravel()
-    o = o[np.isfinite(o)]
-    return bool(o.size and float(np.max(o)) / 100.0 > cores - threads + FIT_MARGIN)
+def _rolling_median(values: np.ndarray, window: int) -> np.ndarray:
+    if values.size < window:
+        return values
+    padded = np.pad(values, window // 2, mode="edge")
+    return np.nanmedian(np.lib.stride_tricks.sliding_window_view(padded, window), axis=1)
 
 
 @dataclass(kw_only=True, slots=True)

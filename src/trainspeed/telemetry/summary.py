@@ -198,7 +198,7 @@ def robust_series(run: RunData, keep: np.ndarray) -> tuple[np.ndarray, np.ndarra
     steps in `keep`: the quiet steps when other processes loaded the machine for part of the
     run (basis "quiet"), else the load-free CPU-based times (basis "cpu"), else the wall times
     as recorded (basis "wall"). See contention.robust_step_times."""
-    from trainspeed.telemetry.contention import level_with_start, loaded_mask, robust_step_times, threads_may_spin
+    from trainspeed.telemetry.contention import level_with_start, loaded_mask, robust_step_times
 
     steps, times = run.array("step")[keep], run.array("t_step")[keep]
     phases = {name: run.array(f"phases.{name}")[keep] for name in PHASES}
@@ -211,18 +211,20 @@ def robust_series(run: RunData, keep: np.ndarray) -> tuple[np.ndarray, np.ndarra
         # at 3x their quiet time, read as growth at the end of the run)
         loaded = loaded | ~np.isfinite(others)
     # The load changed during the run: only steps whose load matches the start's compare with
-    # it; without enough of them, CPU time per step is evidence only when this process's
-    # threads fit in the cores left free (else they spin: a data-bound script read 'step time
-    # grows', critical, on its CPU time per step, 2.0x under one busy loop with 2 threads).
+    # it, else the trend cannot be told. Not even CPU time per step is free of a changing load:
+    # threads spin for a descheduled sibling (a data-bound script read 'step time grows',
+    # critical, on CPU time 2.0x under one busy loop with 2 threads) and hyperthreads share a
+    # core (one thread: +50 % beside two busy loops).
     threads, cores = run_threads_cores(run)
-    found = level_with_start(others, near, threads=threads, cores=cores)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        got = np.where(times > 0, cpu / times, np.nan)
+    found = level_with_start(others, near, threads=threads, cores=cores, got=got)
     if found is not None and found[1]:
         matched = found[0] & ~loaded if loaded is not None else found[0]
         if matched.sum() >= MIN_TREND_STEPS:
             # quiet (not loaded) and level with the start's load
             return steps[matched], times[matched], {k: v[matched] for k, v in phases.items()}, "quiet"
-        if threads_may_spin(near, threads=threads, cores=cores):
-            return steps, times, phases, "changing"
+        return steps, times, phases, "changing"
     robust = robust_step_times(times, cpu, phases, loaded)
     if robust is None:
         return steps, times, phases, "wall"

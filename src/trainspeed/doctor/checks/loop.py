@@ -195,17 +195,17 @@ def step_time_growth(ctx: CheckContext) -> Finding | None:
 
 def _undecided_growth(ctx: CheckContext, trend: dict[str, Any]) -> Finding:
     """The wall time per step rose while other processes' load changed, with too few steps at
-    the start's load to compare and this process's threads outnumbering the cores left free
-    (so even its CPU time per step rose with the load): nothing the run measured can tell a
-    slower script from a busier machine. Said at info level, nothing at stake."""
+    the start's load to compare them with: nothing the run measured tells a slower script from
+    a busier machine (even CPU time per step moves with the load: spinning threads, shared
+    hyperthreads). Said at info level, nothing at stake."""
     threads = torch_threads(ctx)
-    spin = f" and its {threads} compute threads did not all fit in the cores left free" if threads else ""
     return Finding(
         id="step_time_growth",
         severity="info",
         title="Step time rose while the machine's load changed: cannot tell whether the script slows down",
-        evidence=(f"{trend.get('message')}; too few steps ran at the start's load to compare{spin}, so neither "
-                  "wall time nor this process's CPU time per step is free of the load"),
+        evidence=(f"{trend.get('message')}; too few steps ran at the start's load to compare, and neither wall "
+                  "time nor this process's CPU time per step is free of a changing load (compute threads spin "
+                  "for a descheduled sibling, hyperthreads share a core)"),
         recommendation=("re-run on a quiet machine, or on cores of its own (taskset -c), with more steps; a "
                         "trend that is the script's shows there too" + (threads_advice(ctx, {"threads": threads})
                                                                      if threads else "")),
