@@ -96,3 +96,11 @@ def test_a_saturated_machine_shows_its_new_load_in_what_this_process_gets():
     _, _, _, basis = robust_series(run, keep)
     assert basis == "quiet"
     assert _growth(run) is None
+
+
+def test_a_phase_whose_share_grows_under_a_changing_load_is_still_the_scripts_growth():
+    # too few steps at the start's load, but the "other" phase's share of the step grows: a
+    # load slows every phase alike, so this growth is the script's (judged on CPU time)
+    finding = _growth(_run(60, threads=1, cpu_rise=1.2, grow=0.080))
+    assert finding is not None and finding["severity"] in ("warning", "critical"), finding
+    assert "cannot tell" not in finding["title"]

@@ -171,6 +171,31 @@ def level_with_start(
     return level, changed
 
 
+SHARE_GROWTH = 0.05
+"""A phase whose median share of the step rose by 5 points from the first to the last quarter
+of the steps grew by itself: other processes' load slows every phase alike."""
+
+
+def share_grew(wall: np.ndarray, phases: dict[str, np.ndarray]) -> bool:
+    """Did some phase's share of the step grow (SHARE_GROWTH) from the first quarter of the
+    steps to the last? Shares are what a changing load cannot move much."""
+    w = np.asarray(wall, dtype=np.float64).ravel()
+    q = max(MIN_STEPS, w.size // 4)
+    if w.size < 2 * q:
+        return False
+    with np.errstate(divide="ignore", invalid="ignore"):
+        for values in phases.values():
+            v = np.asarray(values, dtype=np.float64).ravel()
+            if v.size != w.size:
+                continue
+            share = np.where(w > 0, v / w, np.nan)
+            early, late = share[:q], share[-q:]
+            if np.isfinite(early).sum() >= MIN_STEPS and np.isfinite(late).sum() >= MIN_STEPS and \
+                    float(np.nanmedian(late)) - float(np.nanmedian(early)) >= SHARE_GROWTH:
+                return True
+    return False
+
+
 def _rolling_median(values: np.ndarray, window: int) -> np.ndarray:
     if values.size < window:
         return values

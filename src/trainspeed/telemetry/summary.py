@@ -198,7 +198,7 @@ def robust_series(run: RunData, keep: np.ndarray) -> tuple[np.ndarray, np.ndarra
     steps in `keep`: the quiet steps when other processes loaded the machine for part of the
     run (basis "quiet"), else the load-free CPU-based times (basis "cpu"), else the wall times
     as recorded (basis "wall"). See contention.robust_step_times."""
-    from trainspeed.telemetry.contention import level_with_start, loaded_mask, robust_step_times
+    from trainspeed.telemetry.contention import level_with_start, loaded_mask, robust_step_times, share_grew
 
     steps, times = run.array("step")[keep], run.array("t_step")[keep]
     phases = {name: run.array(f"phases.{name}")[keep] for name in PHASES}
@@ -224,7 +224,10 @@ def robust_series(run: RunData, keep: np.ndarray) -> tuple[np.ndarray, np.ndarra
         if matched.sum() >= MIN_TREND_STEPS:
             # quiet (not loaded) and level with the start's load
             return steps[matched], times[matched], {k: v[matched] for k, v in phases.items()}, "quiet"
-        return steps, times, phases, "changing"
+        if not share_grew(times, phases):
+            return steps, times, phases, "changing"
+        # a load slows every phase alike; one phase's share of the step that grew is the
+        # script's own growth (a history re-read at every log line): judged on CPU time below
     robust = robust_step_times(times, cpu, phases, loaded)
     if robust is None:
         return steps, times, phases, "wall"
