@@ -16,7 +16,7 @@ def main() -> None:
     os.makedirs(args.ckpt_dir, exist_ok=True)
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(256, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(), nn.Linear(512, 10))
-    x, y = torch.randn(64, 256)  # 1.7 MB per checkpoint, torch.randint(0, 10, (64,))
+    x, y = torch.randn(64, 256), torch.randint(0, 10, (64,))  # the model: 1.7 MB per checkpoint
     for step in range(args.steps):
         loss = nn.functional.cross_entropy(model(x), y)
         model.zero_grad()
