@@ -37,6 +37,7 @@ import json
 import os
 import shlex
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -307,7 +308,7 @@ def measure_truth(case: Case, work: Path, threads: int, mirror: Path, steps: int
                   f"{result.get('error') or ''}", flush=True)
     if not times["A"] or not times["B"]:
         return {"knob": real.knob_label, "error": "an arm did not run", "times_ms": times}
-    a, b = sorted(times["A"])[len(times["A"]) // 2], sorted(times["B"])[len(times["B"]) // 2]
+    a, b = statistics.median(times["A"]), statistics.median(times["B"])
     won = a / b >= real_scripts.WIN
     expect, bound = (real.if_won, real.bound_if_won) if won else (real.if_lost, real.bound_if_lost)
     case_expect[case.script], case_bound[case.script] = expect, bound
