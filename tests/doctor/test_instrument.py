@@ -2,14 +2,13 @@
 loggers, DataParallel, torch internals, and the StopDoctor contract."""
 from __future__ import annotations
 
-import json
 import sys
 import textwrap
 
 import pytest
 import torch
 
-from conftest import ids
+from conftest import ids, observations, run_inline
 from trainspeed.doctor.instrument.session import Session
 from trainspeed.doctor.instrument.syncs import counts_as_sync
 
@@ -27,22 +26,15 @@ x, y = torch.randn(4, 8), torch.randn(4, 1)
 
 @pytest.fixture
 def doctor_code(tmp_path, monkeypatch):
-    from trainspeed.doctor.runner import DoctorConfig, run_doctor
-
     monkeypatch.chdir(tmp_path)
 
     def run(body: str, steps: int | None = 20, name: str = "train.py"):
-        script = tmp_path / name
-        script.write_text(PRELUDE + textwrap.dedent(body))
-        return run_doctor(DoctorConfig(command=["python", str(script)], steps=steps, out=tmp_path / "run",
-                                       system_sampler=False))
+        return run_inline(tmp_path, PRELUDE + textwrap.dedent(body), steps, name)
 
     return run
 
 
-def _observations(result, kind):
-    events = [json.loads(line) for line in (result.run_dir / "events.jsonl").read_text().splitlines()]
-    return [e["data"] for e in events if e["type"] == "observation" and e["data"]["kind"] == kind]
+_observations = observations
 
 
 def test_accumulation_factor_and_info_finding(doctor_code):

@@ -266,6 +266,7 @@ def run_doctor(config: DoctorConfig) -> DoctorResult:
     import torch
 
     from trainspeed.doctor.checks import diagnose
+    from trainspeed.doctor.checks.bound import time_goes
     from trainspeed.doctor.instrument import Session, StopDoctor, install
     from trainspeed.doctor.instrument.files import snapshot
     from trainspeed.doctor.instrument.flags import observe_argv_flags
@@ -355,6 +356,7 @@ def run_doctor(config: DoctorConfig) -> DoctorResult:
         "schema": schema.SCHEMA_VERSION,
         "kind": "doctor",
         "summary": summary,
+        "time_goes": time_goes(run, summary),  # the report's first statement (checks/bound.py)
         "findings": findings,
         "traceback": trace,
         "doctor": {"command": command, "stopped": stopped, "exit_code": code, "error": summary_line,

@@ -186,6 +186,24 @@ def print_notes(con: Any, skipped: list[str], *, label: str = "") -> None:
         con.print(Text(f"  ... and {len(skipped) - MAX_NOTES} more"))
 
 
+def time_goes_text(run: Any, summary: dict[str, Any]) -> str:
+    """The report's first statement, where the step's time goes (doctor/checks/bound.py): as
+    report.json stored it, else computed from the run directory (the rules are imported
+    lazily, as telemetry/diagnosis.py does; a trimmed install without them shows none)."""
+    report = run.report if isinstance(getattr(run, "report", None), dict) else {}
+    try:
+        from trainspeed.doctor.checks.bound import format_time_goes, time_goes
+    except ImportError:
+        return ""
+    found = report.get("time_goes")
+    if found is None and summary and getattr(run, "steps", None):
+        try:
+            found = time_goes(run, summary)
+        except Exception:  # noqa: BLE001 - a statement must not cost the report
+            return ""
+    return format_time_goes(found) if isinstance(found, dict) else ""
+
+
 def render_terminal(run: Any, summary: dict[str, Any], findings: list[dict[str, Any]], console: Any = None) -> None:
     """Print one run's report: summary, phase table, ranked findings, skipped-line notes."""
     from rich.rule import Rule
@@ -193,6 +211,10 @@ def render_terminal(run: Any, summary: dict[str, Any], findings: list[dict[str, 
 
     con = _console(console)
     con.print(Rule(Text(f"trainspeed report: {run.path.name}", style="bold"), align="left"))
+    statement = time_goes_text(run, summary)
+    if statement:
+        con.print(Text(statement, style="bold"))
+        con.print()
     _print_summary(con, summary)
     con.print()
     _print_phases(con, summary)

@@ -12,6 +12,9 @@ its step in one phase, whatever the machine does.
                       per step (scaled to wall seconds by the run's usual wall/CPU ratio), each
                       phase its share of it; what the trend of the script is judged on
   load_per_step       the sampler's other-process CPU lined up with the steps
+  level_with_start    steps whose load (the others' readings, whether this process's threads
+                      fit in the cores left free, what this process got) matches the start's:
+                      the only steps a trend may compare while the load changes
   linear_rate         a robust slope per 1,000 steps (RSS, a phase) with its noise test
 """
 
@@ -24,8 +27,8 @@ import numpy as np
 
 from trainspeed.telemetry.trend import robust_clip, theil_sen
 
-__all__ = ["Contention", "detect_contention", "load_per_step", "loaded_mask", "robust_step_times", "linear_rate",
-           "LOAD_MIN", "SLOWDOWN_MIN", "CPU_SHARE_MAX"]
+__all__ = ["Contention", "detect_contention", "level_with_start", "load_per_step", "loaded_mask", "robust_step_times",
+           "linear_rate", "LOAD_MIN", "SLOWDOWN_MIN", "CPU_SHARE_MAX"]
 
 LOAD_MIN = 40.0
 """Other processes count as a load when they use at least this many % of one core more than in
@@ -105,6 +108,99 @@ def loaded_mask(
     base = float(np.median(ratio[quiet]))
     edge = ~mask & (np.asarray(near, dtype=np.float64).ravel() >= floor + PARTIAL_LOAD_MIN) & (ratio > base * (1.0 + SLOWDOWN_MIN))
     return mask | edge
+
+
+LEVEL_BAND = 30.0
+"""A step's load matches the start's when its neighbourhood's reading (load_per_step,
+spread=1) lies within this many % of one core of the start's median reading."""
+START_SHARE = 0.2
+"""The start: the first fifth of the sampled steps (at least MIN_STEPS)."""
+GOT_BAND = 0.35
+"""This process's CPU per wall second (rolling median) matches the start's within +-35 %."""
+GOT_STEPS = 20
+"""Steps outside GOT_BAND that say the load changed (a few slow steps are noise)."""
+FIT_MARGIN = 0.75
+"""Compute threads fit in the cores other processes leave free while those take at most this
+many cores more than the threads leave (a tenant's half core now and then does not make two
+threads on two cores spin; a busy loop's full core does)."""
+
+
+def level_with_start(
+    others: np.ndarray, near: np.ndarray, *, threads: int | None = None, cores: int | None = None,
+    got: np.ndarray | None = None,
+) -> tuple[np.ndarray, bool] | None:
+    """(steps whose load matches the start's, whether the load changed at all).
+
+    The start is the first START_SHARE of the steps. A step matches when its neighbourhood's
+    other-process CPU (`near`: load_per_step, spread=1, % of one core) lies within LEVEL_BAND
+    of the start's median own reading (`others`); with `threads` and `cores` known, when this
+    process's compute threads fit in the cores the others leave free as they did (or did not)
+    at the start (threads that do not fit spin for a descheduled sibling: 2 threads on 2
+    cores beside one busy loop doubled the CPU time per step); and with `got` (this process's
+    CPU seconds per wall second, per step), when its rolling median stays within GOT_BAND of
+    the start's. On a machine whose cores were all taken already, more load cannot show in the
+    others' readings (they cannot pass the cores), only in what this process gets: two busy
+    loops beside teacher_ema, others at 1.9 cores before and after, cut it from ~0.2 core to
+    ~0.1 and its CPU time per step rose 50 % (hyperthreads share a core). The load changed
+    when some step's own reading left the band or the fit, or GOT_STEPS steps left the got
+    band. None with too few readings; steps without a reading do not match."""
+    raw = np.asarray(others, dtype=np.float64).ravel()
+    o = np.asarray(near, dtype=np.float64).ravel()
+    finite = np.isfinite(raw)
+    if finite.sum() < 2 * MIN_STEPS or o.size != raw.size:
+        return None
+    idx = np.flatnonzero(finite)
+    head = idx[: max(MIN_STEPS, int(START_SHARE * idx.size))]
+    start = float(np.median(raw[head]))
+
+    def matches(values: np.ndarray) -> np.ndarray:
+        ok = np.isfinite(values) & (np.abs(values - start) <= LEVEL_BAND)
+        if threads and threads > 1 and cores:
+            fits = values / 100.0 <= cores - threads + FIT_MARGIN
+            ok &= fits == (start / 100.0 <= cores - threads + FIT_MARGIN)
+        return ok
+
+    level, changed = matches(o), bool((~matches(raw) & finite).any())
+    if got is not None and np.asarray(got).size == raw.size:
+        g = _rolling_median(np.asarray(got, dtype=np.float64).ravel(), 9)
+        g0 = float(np.nanmedian(g[head])) if np.isfinite(g[head]).any() else math.nan
+        if math.isfinite(g0) and g0 > 0:
+            steady = np.isfinite(g) & (np.abs(np.log(np.where(g > 0, g, np.nan) / g0)) <= math.log(1 + GOT_BAND))
+            level &= steady
+            changed |= int((~steady & np.isfinite(g)).sum()) >= GOT_STEPS
+    return level, changed
+
+
+SHARE_GROWTH = 0.05
+"""A phase whose median share of the step rose by 5 points from the first to the last quarter
+of the steps grew by itself: other processes' load slows every phase alike."""
+
+
+def share_grew(wall: np.ndarray, phases: dict[str, np.ndarray]) -> bool:
+    """Did some phase's share of the step grow (SHARE_GROWTH) from the first quarter of the
+    steps to the last? Shares are what a changing load cannot move much."""
+    w = np.asarray(wall, dtype=np.float64).ravel()
+    q = max(MIN_STEPS, w.size // 4)
+    if w.size < 2 * q:
+        return False
+    with np.errstate(divide="ignore", invalid="ignore"):
+        for values in phases.values():
+            v = np.asarray(values, dtype=np.float64).ravel()
+            if v.size != w.size:
+                continue
+            share = np.where(w > 0, v / w, np.nan)
+            early, late = share[:q], share[-q:]
+            if np.isfinite(early).sum() >= MIN_STEPS and np.isfinite(late).sum() >= MIN_STEPS and \
+                    float(np.nanmedian(late)) - float(np.nanmedian(early)) >= SHARE_GROWTH:
+                return True
+    return False
+
+
+def _rolling_median(values: np.ndarray, window: int) -> np.ndarray:
+    if values.size < window:
+        return values
+    padded = np.pad(values, window // 2, mode="edge")
+    return np.nanmedian(np.lib.stride_tricks.sliding_window_view(padded, window), axis=1)
 
 
 @dataclass(kw_only=True, slots=True)

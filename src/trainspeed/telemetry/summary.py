@@ -212,7 +212,7 @@ def robust_series(run: RunData, keep: np.ndarray) -> tuple[np.ndarray, np.ndarra
     steps in `keep`: the quiet steps when other processes loaded the machine for part of the
     run (basis "quiet"), else the load-free CPU-based times (basis "cpu"), else the wall times
     as recorded (basis "wall"). See contention.robust_step_times."""
-    from trainspeed.telemetry.contention import loaded_mask, robust_step_times
+    from trainspeed.telemetry.contention import level_with_start, loaded_mask, robust_step_times, share_grew
 
     steps, times = run.array("step")[keep], run.array("t_step")[keep]
     phases = {name: run.array(f"phases.{name}")[keep] for name in PHASES}
@@ -224,11 +224,38 @@ def robust_series(run: RunData, keep: np.ndarray) -> tuple[np.ndarray, np.ndarra
         # reading: a load that lasts to the end of the run covers them too (a second of steps
         # at 3x their quiet time, read as growth at the end of the run)
         loaded = loaded | ~np.isfinite(others)
+    # The load changed during the run: only steps whose load matches the start's compare with
+    # it, else the trend cannot be told. Not even CPU time per step is free of a changing load:
+    # threads spin for a descheduled sibling (a data-bound script read 'step time grows',
+    # critical, on CPU time 2.0x under one busy loop with 2 threads) and hyperthreads share a
+    # core (one thread: +50 % beside two busy loops).
+    threads, cores = run_threads_cores(run)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        got = np.where(times > 0, cpu / times, np.nan)
+    found = level_with_start(others, near, threads=threads, cores=cores, got=got)
+    if found is not None and found[1]:
+        matched = found[0] & ~loaded if loaded is not None else found[0]
+        if matched.sum() >= MIN_TREND_STEPS:
+            # quiet (not loaded) and level with the start's load
+            return steps[matched], times[matched], {k: v[matched] for k, v in phases.items()}, "quiet"
+        if not share_grew(times, phases):
+            return steps, times, phases, "changing"
+        # a load slows every phase alike; one phase's share of the step that grew is the
+        # script's own growth (a history re-read at every log line): judged on CPU time below
     robust = robust_step_times(times, cpu, phases, loaded)
     if robust is None:
         return steps, times, phases, "wall"
     mask, times, phases, basis = robust
     return steps[mask], times, phases, basis
+
+
+def run_threads_cores(run: RunData) -> tuple[int | None, int | None]:
+    """(torch compute threads, cores available) of the run, from env.json; None when unknown."""
+    cpu = (run.env or {}).get("cpu") if isinstance(run.env, dict) else None
+    cpu = cpu if isinstance(cpu, dict) else {}
+    threads, cores = cpu.get("torch_threads"), cpu.get("available_cores") or cpu.get("logical_cores")
+    return (int(threads) if isinstance(threads, (int, float)) and threads > 0 else None,
+            int(cores) if isinstance(cores, (int, float)) and cores > 0 else None)
 
 
 MIN_TREND_STEPS = 40
@@ -246,6 +273,13 @@ def _trend(run: RunData, keep: np.ndarray) -> dict[str, Any] | None:
         return None
     steps, times, phases, basis = robust_series(run, keep)
     found = detect_trend(steps, times, phases, min_steps=MIN_TREND_STEPS)
+    if basis == "changing":
+        # wall times under a load that changed: what rose may be the load; said, not judged
+        if found is None:
+            return None
+        return {"basis": basis, "kind": "undecided", "since_step": found.since_step, "phase": found.phase,
+                "change": found.change, "message": (f"{found.message}, while other processes' load changed: "
+                                                    "cannot tell the script's own trend")}
     if found is None:
         found = _phase_trend(steps, times, phases)
     if found is None:

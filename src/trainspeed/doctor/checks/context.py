@@ -191,7 +191,18 @@ class CheckContext:
         return opts[0] if opts else None
 
     def models(self) -> list[dict[str, Any]]:
-        return self.obs("model")
+        """The trained models: modules with parameters seen in a training forward, those an
+        optimizer updates first (never a parameter-free transform or loss module)."""
+        models = [m for m in self.obs("model") if m.get("params") != 0]
+        return sorted(models, key=lambda m: not m.get("trained_by"))
+
+    @staticmethod
+    def optimizer_label(opt: dict[str, Any]) -> str:
+        """`optimizerD (Adam over Discriminator)`: the optimizer as the script names it, and
+        what it updates."""
+        cls, name, updates = opt.get("class") or "optimizer", opt.get("name"), opt.get("updates") or []
+        over = f" over {', '.join(updates)}" if updates else ""
+        return f"{name} ({cls}{over})" if name and name != cls else f"{cls}{over}"
 
     @property
     def device_type(self) -> str:

@@ -124,7 +124,7 @@ def optimizer_not_fused(ctx: CheckContext) -> Finding | None:
     return Finding(
         id="optimizer_not_fused",
         severity="warning" if forced_loop and share >= OPTIMIZER_SHARE_NOTICE else "info",
-        title=f"{opt['class']} runs {'a per-parameter loop' if forced_loop else 'without fused kernels'}",
+        title=f"{ctx.optimizer_label(opt)} runs {'a per-parameter loop' if forced_loop else 'without fused kernels'}",
         evidence=(f"{opt['class']}(fused={opt.get('fused')}, foreach={opt.get('foreach')}) over "
                   f"{opt.get('params')} parameters; the optimizer step is {pct(share)} of step time"),
         recommendation=f"{opt['class']}(..., fused=True) (engine: optim.implementation=fused)",
@@ -166,7 +166,8 @@ def not_compiled(ctx: CheckContext) -> Finding | None:
         id="not_compiled",
         severity="info",
         title="The model is not compiled",
-        evidence=(f"{models[0].get('class')} runs eagerly ({framework} loop); torch.compile fuses elementwise ops"
+        evidence=(f"{', '.join(str(m.get('class')) for m in models[:3])} run{'s' if len(models) == 1 else ''} "
+                  f"eagerly ({framework} loop); torch.compile fuses elementwise ops"
                   f"{flag_note(ctx, 'compile')}"),
         recommendation=f"{how}{'' if ctx.engine_run else ' (engine: compile.mode=default)'}; measure it, gains vary",
         verify_with=ctx.tune_command("compile"),
@@ -368,12 +369,17 @@ def accumulation_for_speed(ctx: CheckContext) -> Finding | None:
         id="accumulation_for_speed",
         severity="info",
         title=f"Gradient accumulation over {factor} micro-batches without memory pressure",
-        evidence=f"{factor} backward passes per optimizer step; {room}",
+        evidence=f"{factor} backward passes on new inputs (micro-batches) per update of {_primary(ctx)}; {room}",
         recommendation=("accumulation saves memory, not time: with memory to spare, use one micro-batch "
                         f"{factor}x larger ({change})"),
         verify_with=ctx.tune_command("batch_size"),
         impact=0.0,
     )
+
+
+def _primary(ctx: CheckContext) -> str:
+    opt = ctx.primary_optimizer()
+    return ctx.optimizer_label(opt) if opt else "the optimizer"
 
 
 def no_step_found(ctx: CheckContext) -> Finding | None:

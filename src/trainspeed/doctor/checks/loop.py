@@ -116,7 +116,7 @@ _ENGINE_GROWTH_OTHER = (
 
 
 _BASIS = {
-    "quiet": "judged on the steps other processes did not slow down",
+    "quiet": "judged on the steps other processes did not slow down, their load level with the start's",
     "cpu": "judged on this process's CPU time per step, which other processes' load does not move",
     "wall": "judged on wall time",
 }
@@ -147,6 +147,10 @@ def step_time_growth(ctx: CheckContext) -> Finding | None:
     if not trend:
         return None
     keep = _measured(ctx)
+    if trend.get("basis") == "changing":
+        wall = _quarter_medians(ctx.run.array("t_step")[keep])
+        rose = wall is not None and wall[0] > 0 and wall[1] / wall[0] >= GROWTH_MIN_RATIO
+        return _undecided_growth(ctx, trend) if rose else None
     steps, times, phases, basis = robust_series(ctx.run, keep)
     quarters = _quarter_medians(times)
     if quarters is None or quarters[0] <= 0:
@@ -193,6 +197,27 @@ def step_time_growth(ctx: CheckContext) -> Finding | None:
                         else _GROWTH_ADVICE.get(phase, _GROWTH_ADVICE["other"])),
         verify_with=f"{ctx.doctor_command(steps=1000)} (the trend should be flat)",
         impact=growth / (early + growth),
+    )
+
+
+def _undecided_growth(ctx: CheckContext, trend: dict[str, Any]) -> Finding:
+    """The wall time per step rose while other processes' load changed, with too few steps at
+    the start's load to compare them with: nothing the run measured tells a slower script from
+    a busier machine (even CPU time per step moves with the load: spinning threads, shared
+    hyperthreads). Said at info level, nothing at stake."""
+    threads = torch_threads(ctx)
+    return Finding(
+        id="step_time_growth",
+        severity="info",
+        title="Step time rose while the machine's load changed: cannot tell whether the script slows down",
+        evidence=(f"{trend.get('message')}; too few steps ran at the start's load to compare, and neither wall "
+                  "time nor this process's CPU time per step is free of a changing load (compute threads spin "
+                  "for a descheduled sibling, hyperthreads share a core)"),
+        recommendation=("re-run on a quiet machine, or on cores of its own (taskset -c), with more steps; a "
+                        "trend that is the script's shows there too" + (threads_advice(ctx, {"threads": threads})
+                                                                     if threads else "")),
+        verify_with=f"{ctx.doctor_command(steps=1000)} (on a quiet machine)",
+        impact=0.0,
     )
 
 

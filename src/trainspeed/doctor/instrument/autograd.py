@@ -111,8 +111,8 @@ def install(session: Session, patches: Patches) -> None:
             if s.seq_probe is not None and isinstance(module, SEQ_FIRST_TYPES) and s.on():
                 s.probe_sequence_layer(module, args)
             return None
-        if not s.on() or not module.training or not torch.is_grad_enabled():
-            return None
+        if not s.on() or s.in_data or not module.training or not torch.is_grad_enabled():
+            return None  # in_data: a dataset's module transforms are the data pipeline (module.py)
         s.on_train_forward(module, args)
         return None
 

@@ -137,17 +137,31 @@ def install(session: Session, patches: Patches) -> None:
         if s.fwd_depth:
             s.fwd_depth += 1
             return None
-        if not s.on():
+        if not s.on() or s.in_data:
+            # inside DataLoader.__next__ (num_workers=0): a dataset's nn.Module transforms
+            # (torchvision v2) are the data pipeline, timed as "data" by dataloader.py
             return None
         s.fwd_depth = 1
+        trainable = s.module_facts_of(module)[0]
         if not torch.is_grad_enabled() or not module.training:
-            s.open_eval()
-            s.fwd_phase = None
+            if s.eval_open or not _inside_step(s) or id(module) in s.updates.modules:
+                s.open_eval()
+                s.fwd_phase = None
+                return None
+            # a no-grad forward, inside a training step, of a module that never trains (a
+            # teacher, a target network) is the step's forward, not an evaluation; the trained
+            # model itself under no_grad is one (an evaluation between fetch and forward)
+        elif not trainable and not s.step_trained_forwards and not s.opt_depth:
+            # a module without trainable parameters called on the batch before any model has
+            # seen it (an augmentation in the loop): preparing the batch, "data"
+            s.fwd_phase = "data"
+            s.mon.begin("data")
             return None
         s.close_eval()
         s.fwd_phase = "forward"
         key = f"module:{id(module)}"
-        if key not in s.observations and len(s.observations) < 256 and _count_modules(s) < MAX_MODULES_OBSERVED:
+        if (trainable and torch.is_grad_enabled() and key not in s.observations and len(s.observations) < 256
+                and _count_modules(s) < MAX_MODULES_OBSERVED):
             s.internal += 1
             try:
                 info = describe_module(module)
@@ -176,9 +190,11 @@ def install(session: Session, patches: Patches) -> None:
         if not s.fwd_depth:
             return None
         s.fwd_depth -= 1
-        if s.fwd_depth == 0 and s.fwd_phase == "forward":
-            s.fwd_phase = None
-            s.mon.end("forward")
+        if s.fwd_depth == 0 and s.fwd_phase in ("forward", "data"):
+            phase, s.fwd_phase = s.fwd_phase, None
+            s.mon.end(phase)
+            if phase == "forward" and rest and torch.is_grad_enabled():
+                s.updates.on_output(rest[0])
         return None
 
     patches.handle(module_mod.register_module_forward_pre_hook(pre_hook))
@@ -187,6 +203,12 @@ def install(session: Session, patches: Patches) -> None:
     except TypeError:  # torch without always_call: an exception in forward leaves depth > 0,
         handle = module_mod.register_module_forward_hook(post_hook)  # reset at each step
     patches.handle(handle)
+
+
+def _inside_step(session: Session) -> bool:
+    """A training step is under way: its batch was fetched, or a model trained on it, and no
+    optimizer closed the step since."""
+    return bool(session.step_loader_batches or session.step_trained_forwards)
 
 
 def _count_modules(session: Session) -> int:

@@ -53,6 +53,31 @@ def _accumulation(session: Session) -> dict[str, Any]:
             "closure_counts": {str(k): v for k, v in sorted(session.closure_evaluations.items())}}
 
 
+def _updates(session: Session) -> dict[str, dict[str, Any]]:
+    """Extra fields of the optimizer and model observations: each optimizer's name (the
+    variable its construction line assigns), the modules it updates and its micro-batches per
+    update; each model's optimizers (`trained_by`). Keyed by observation key."""
+    from trainspeed.doctor.instrument.updates import assigned_name
+
+    updates = session.updates
+    extra: dict[str, dict[str, Any]] = {}
+    for key, obs in session.observations.items():
+        if not key.startswith("optimizer:"):
+            continue
+        opt = int(key.split(":", 1)[1])
+        site = obs.get("site_path")
+        name = assigned_name(tuple(site)) if site else None
+        modules = updates.updated.get(opt, (0, []))[1]
+        classes = [updates.classes[k] for k in modules]
+        micro = updates.micro.get(opt)
+        extra[key] = {"name": name or obs.get("class"), "updates": classes,
+                      "micro_batches": _median_key(micro) if micro else None}
+        for module in modules:
+            model = extra.setdefault(f"module:{module}", {"trained_by": []})
+            model["trained_by"].append(name or obs.get("class"))
+    return extra
+
+
 def _step_boundary(session: Session) -> dict[str, Any]:
     """What closed the steps ("optimizer", "backward", "mark", None: nothing did) and what the
     run showed, so a run without steps can say what it saw and how to mark a step."""
@@ -104,11 +129,15 @@ def emit_observations(monitor: Any, session: Session, *, files_before: dict[str,
     def emit(kind: str, **data: Any) -> None:
         monitor.event("observation", kind=kind, **data)
 
+    extra = _updates(session)
     for key, obs in session.observations.items():
         data = dict(obs)
         kind = data.pop("kind")
         if key in ("compiled",):
             continue
+        if kind == "model":
+            data.setdefault("trained_by", [])
+        data.update(extra.get(key, {}))
         emit(kind, **data)
     for info in _loaders(session):
         emit("dataloader", **info)

@@ -93,6 +93,14 @@ def install(session: Session, patches: Patches) -> None:
         if not s.on():
             return None
         s.mon.end("optimizer")
+        if not s.opt_depth:  # not an optimizer stepped inside another's closure
+            s.internal += 1
+            try:
+                micro = s.updates.on_update(opt)
+            finally:
+                s.internal -= 1
+            if id(opt) == s.primary_opt:
+                s.step_micro = micro
         if id(opt) == s.primary_opt and not s.engine_depth:  # an engine's step closes its own step
             s.end_step(opt)  # may raise StopDoctor: the step was applied and recorded
         return None

@@ -7,9 +7,9 @@ is working (`internal`), and after the run; then the hook is a plain pass-throug
 Step boundaries, from the first source that shows one (`boundary` says which):
 
 - "optimizer": a step of the *primary* optimizer (the first one that steps), so a GAN's two
-  optimizers make one step, and gradient accumulation shows up as several backward calls per
-  step. Forwards and backwards inside `optimizer.step(closure)` (LBFGS) are closure
-  evaluations of one batch, not micro-batches.
+  optimizers make one step (one iteration); each optimizer's micro-batches per update are
+  its own new inputs (updates.py), not the backward calls. Forwards and backwards inside
+  `optimizer.step(closure)` (LBFGS) are closure evaluations of one batch, not micro-batches.
 - "backward": no torch.optim optimizer ever stepped (manual SGD `p.data.add_(p.grad, ...)`, a
   custom optimizer): the training module's next training forward after a backward closes the
   step, when the backward's gradients were consumed by then (the module's gradients are None or
@@ -42,10 +42,11 @@ from typing import Any
 import torch
 
 from trainspeed import mark
-from trainspeed.doctor.instrument.batch import SEQ_FIRST_TYPES, BatchStats, batch_dim_from_layer, module_facts
+from trainspeed.doctor.instrument.batch import batch_dim_from_layer, module_facts
 from trainspeed.doctor.instrument.flop_window import FlopWindow
 from trainspeed.doctor.instrument.phase_view import HookPhases
 from trainspeed.doctor.instrument.sites import SiteCounter
+from trainspeed.doctor.instrument.updates import Updates
 
 SAMPLE_FIRST_BATCHES = 8
 """Padding is measured exactly on the first batches, then on every SAMPLE_EVERY-th one
@@ -108,6 +109,8 @@ class Session:
         self.inputs_seen = 0
         self.in_pad_source: str | None = None
         self.seen = Counter()  # whole run: training forwards, backwards, optimizer steps, marks
+        self.updates = Updates()  # which module each optimizer updates, micro-batches per update
+        self.step_micro: int | None = None  # the primary optimizer's micro-batches this step
         # per-step accumulators, reset at each step boundary
         self.step_samples = 0
         self.step_tokens = 0
@@ -117,6 +120,7 @@ class Session:
         self.step_backwards = 0
         self.step_closure_backwards = 0
         self.step_forwards = 0  # training forwards of the training module
+        self.step_trained_forwards = 0  # training forwards of any module with trainable parameters
         self.step_shapes: list[tuple[int, ...]] = []  # its inputs' shapes (samples at step end)
         self.step_in_tokens = 0  # token ids in its inputs (steps without a DataLoader batch)
         self.step_in_pad = 0
@@ -211,6 +215,7 @@ class Session:
             if info is not None:
                 info["train_batches"] = info.get("train_batches", 0) + 1
             self.batches_seen += 1
+            self.updates.loader_batches += 1
             sample = self.batches_seen <= SAMPLE_FIRST_BATCHES or self.batches_seen % SAMPLE_EVERY == 0
             stats = batch_stats(batch, measure_padding=sample)
             if stats is None:
@@ -226,12 +231,9 @@ class Session:
                 self.last_pad_share = stats.pad_tokens / stats.tokens if stats.tokens else 0.0
             else:  # not sampled: assume the padding share of the last measured batch
                 self.step_pad += int(round(stats.tokens * self.last_pad_share))
-            self._observe_batch(stats)
+            self._observe_shape(stats.samples, stats.seq_len, stats.pad_source)
         finally:
             self.internal -= 1
-
-    def _observe_batch(self, stats: BatchStats) -> None:
-        self._observe_shape(stats.samples, stats.seq_len, stats.pad_source)
 
     def _observe_shape(self, samples: int, seq_len: int | None, pad_source: str | None) -> None:
         obs = self.observations.get("batch")
@@ -266,6 +268,13 @@ class Session:
         trainable, seq_first = self.module_facts_of(module)
         if not trainable:
             return  # a loss module: not the training batch, not a step boundary
+        self.step_trained_forwards += 1
+        if not self.opt_depth:
+            self.internal += 1
+            try:
+                self.updates.on_forward(module, args)
+            finally:
+                self.internal -= 1
         key = id(module)
         if self.train_module is None:
             self.train_module = key
@@ -364,6 +373,7 @@ class Session:
             self.step_closure_backwards += 1
         else:
             self.step_backwards += 1
+            self.updates.backwards += 1
         self.seen["backwards"] += 1
         self.bwd_since_fwd = True
         if not isinstance(tensor, torch.Tensor) or tensor.numel() != 1:
@@ -455,7 +465,10 @@ class Session:
             else:
                 samples, tokens, pad = self._input_samples(), self.step_in_tokens, self.step_in_pad
             closure = self.step_closure_backwards
-            self.accumulation[self.step_backwards or (1 if closure else 0)] += 1
+            # an optimizer's update counts its own micro-batches (updates.py): a GAN's three
+            # backwards per iteration are two updates of one batch each
+            micro = self.step_micro if source == "optimizer" and self.step_micro and not closure else None
+            self.accumulation[micro or self.step_backwards or (1 if closure else 0)] += 1
             if closure:
                 self.closure_evaluations[closure] += 1
             lr = None
@@ -474,11 +487,10 @@ class Session:
                           loss=self.step_loss(), lr=lr)
         finally:
             self.internal -= 1
-        self.step_samples = self.step_tokens = self.step_pad = 0
+        self.step_samples = self.step_tokens = self.step_pad = self.step_in_tokens = self.step_in_pad = 0
         self.step_loader_batches = self.step_fwd_samples = self.step_backwards = 0
-        self.step_closure_backwards = self.step_forwards = 0
-        self.step_in_tokens = self.step_in_pad = 0
-        self.step_shapes = []
+        self.step_closure_backwards = self.step_forwards = self.step_trained_forwards = 0
+        self.step_micro, self.step_shapes = None, []
         self.loss_sum = self.loss_first = None
         self.losses = self.scaled_losses = 0
         self.bwd_since_fwd = False

@@ -1,0 +1,111 @@
+"""Where the time goes: one statement at the top of every report, before the findings.
+
+Findings name problems, ranked by the time at stake; a run whose time is mostly the model's own
+arithmetic has few, and its first one could be "[INFO] num_workers=0 ~10 %" while nothing said
+that compute took 79 % of the step and what can still help there (an image classifier on a
+CPU: backward 46 %, forward 33 %, data 10 %). The statement sorts the step's measured time into
+three kinds, each with what can still help:
+
+- data: waiting for the batch and copying it to the device (phases data, h2d);
+- overhead: the host's own work around the training phases (logging, checkpoints, evaluation,
+  the loop's Python between phases: log, ckpt, eval, other), or, on a GPU whose training
+  phases run far below its peak (MFU under LAUNCH_MFU), the launching of small kernels;
+- compute: forward, backward and the optimizer's update.
+
+The largest kind is the bound. Pure: shares from the summary, facts from the observations.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from trainspeed.doctor.checks.context import CheckContext, pct
+
+DATA = ("data", "h2d")
+OVERHEAD = ("log", "ckpt", "eval", "other")
+COMPUTE = ("forward", "backward", "optimizer")
+LAUNCH_MFU = 0.05
+"""Training phases at under 5 % of a GPU's peak are launch- or host-bound work, not arithmetic
+(the doctor's low_gpu_utilization reads the same MFU)."""
+
+
+def _helps(ctx: CheckContext, bound: str, launch: bool) -> list[str]:
+    loader = ctx.train_loader() or {}
+    if bound == "data":
+        workers = loader.get("num_workers")
+        more = (f"DataLoader workers (now {workers}, {ctx.cores} cores)" if isinstance(workers, int)
+                else "building batches in DataLoader workers")
+        return [more, "less work per sample in __getitem__ (decode once, cache, cheaper transforms)",
+                "pin_memory with non_blocking copies on a GPU",
+                "a faster model changes nothing until the data keeps up"]
+    if bound == "overhead" and launch:
+        return ["a larger batch (more work per kernel launch)",
+                "torch.compile (fewer, fused kernels; mode=reduce-overhead adds CUDA graphs)",
+                "no host reads of device values inside the step (.item(), printing tensors)"]
+    if bound == "overhead":
+        return ["logging, checkpointing and evaluation less often (the findings below name their lines)",
+                "moving Python work out of the step (bookkeeping over growing lists, per-step conversions)"]
+    cpu = (ctx.run.env or {}).get("cpu") if isinstance(ctx.run.env, dict) else None
+    no_bf16 = ctx.device_type == "cpu" and isinstance(cpu, dict) and cpu.get("bf16_fast") is False
+    precision = str(ctx.summary.get("precision") or "fp32")
+    helps = []
+    if precision == "fp32" and not any(m.get("autocast") for m in ctx.models()):
+        helps.append("bf16 autocast (this CPU has no bf16 units: it would be emulated, slower)" if no_bf16
+                     else "lower precision where the device has units for it (bf16 autocast)")
+    if not any(m.get("compiled") for m in ctx.models()):
+        helps.append("torch.compile (fuses the elementwise ops between the matmuls)")
+    if any(m.get("convolutional") for m in ctx.models()):
+        helps.append("channels_last memory format for the convolutions")
+    if ctx.device_type == "cpu":
+        helps.append("compute threads matched to the free cores")
+    helps += ["a smaller or cheaper model", "a faster device"]
+    return helps
+
+
+def where_time_goes(ctx: CheckContext) -> dict[str, Any] | None:
+    """{bound, shares {data, overhead, compute}, mfu, statement, helps, verify_with}, or None
+    for a run without timed phases."""
+    shares = {"data": sum(ctx.share(p) for p in DATA), "overhead": sum(ctx.share(p) for p in OVERHEAD),
+              "compute": sum(ctx.share(p) for p in COMPUTE)}
+    if sum(shares.values()) <= 0:
+        return None
+    mfu = ctx.summary.get("mfu") or {}
+    mfu_value = mfu.get("value") if mfu.get("valid") else None
+    bound = max(shares, key=shares.get)  # type: ignore[arg-type]
+    launch = (bound == "compute" and ctx.device_type == "cuda" and isinstance(mfu_value, (int, float))
+              and mfu_value < LAUNCH_MFU)
+    if launch:
+        bound = "overhead"
+    parts = {kind: ", ".join(f"{p} {pct(ctx.share(p))}" for p in names if ctx.share(p) >= 0.005)
+             for kind, names in (("data", DATA), ("overhead", OVERHEAD), ("compute", COMPUTE))}
+    what = {"data": "waiting for data", "overhead": "the host's own work around the training phases",
+            "compute": "the model's forward, backward and update"}[bound]
+    if launch:
+        what = f"launching small GPU kernels (the training phases run at {pct(mfu_value)} of the GPU's peak)"
+    at_peak = (f" at {pct(mfu_value)} of {mfu.get('peak_name') or 'the peak'}"
+               if bound == "compute" and isinstance(mfu_value, (int, float)) else "")
+    rest = "; ".join(f"{kind} {pct(shares[kind])} ({parts[kind]})" for kind in ("data", "overhead", "compute")
+                     if kind != ("compute" if launch else bound) and parts[kind])
+    statement = (f"{bound}-bound: {pct(shares['compute'] if launch else shares[bound])} of the step is {what}"
+                 f"{at_peak} ({parts['compute' if launch else bound]})" + (f"; {rest}" if rest else ""))
+    topics = {"data": ("num_workers",), "overhead": ("compile", "batch_size") if launch else ("logging", "eval"),
+              "compute": ("precision", "compile")}[bound]
+    return {"bound": bound, "shares": shares, "mfu": mfu_value, "statement": statement,
+            "helps": _helps(ctx, bound, launch), "verify_with": ctx.tune_command(*topics)}
+
+
+def time_goes(run: Any, summary: dict[str, Any]) -> dict[str, Any] | None:
+    """where_time_goes of a read run directory (the doctor writes it to report.json)."""
+    from trainspeed.doctor.checks.run_kinds import as_diagnosed
+
+    return where_time_goes(CheckContext.from_run(as_diagnosed(run), summary))
+
+
+def format_time_goes(found: dict[str, Any] | None) -> str:
+    """Two lines for a report's top: the statement, and what can still help."""
+    if not found:
+        return ""
+    text = f"Where the time goes: {found['statement']}.\nWhat can still help: {'; '.join(found['helps'])}."
+    if found.get("verify_with"):
+        text += f"\nMeasure it: {found['verify_with']}"
+    return text

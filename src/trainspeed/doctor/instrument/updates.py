@@ -1,0 +1,151 @@
+"""Which module each optimizer updates, and over how many micro-batches.
+
+A training iteration may step several optimizers (a GAN's discriminator and generator, an
+actor and a critic with optimizers of their own) and run several backward passes per update
+that are not micro-batches: a GAN's discriminator update backwards its loss on the real batch
+and on the generated one, an actor-critic loop backwards a policy loss and a value loss. The
+doctor once counted every backward between two steps of the first optimizer as one micro-batch
+(a dcgan loop read "gradient accumulation over 3 micro-batches ... use one micro-batch 3x
+larger"). A micro-batch is a new input, so each update counts, since that optimizer's own
+previous update:
+
+- the training DataLoader's batches, when the loop fetched any;
+- else the training forwards, of each module the optimizer updates, whose input is not the
+  output of a module this iteration (a GAN's `netD(fake.detach())` re-reads the generator's
+  output): the most of any one module (an actor and a critic reading one state are one);
+- else (the forwards ran unseen, compiled) the backward passes.
+
+All state is bounded: a few optimizers, a few trained modules, a ring of recent outputs.
+"""
+
+from __future__ import annotations
+
+import linecache
+import re
+import weakref
+from collections import Counter, deque
+from typing import Any
+
+import torch
+
+MAX_OPTIMIZERS = 16
+MAX_MODULES = 16
+RECENT_OUTPUTS = 16
+"""Outputs of outermost training forwards remembered (weakly): an input that shares one's
+storage is a module's output fed on, not a new batch."""
+
+_ASSIGNED = re.compile(r"^\s*([A-Za-z_][\w.]*)\s*(?::[^=]*)?=(?!=)")
+
+
+def assigned_name(site: tuple[str, int] | None) -> str | None:
+    """`optimizerD` from the line `optimizerD = optim.Adam(...)` that built an object."""
+    if site is None:
+        return None
+    match = _ASSIGNED.match(linecache.getline(site[0], site[1]))
+    return match.group(1) if match else None
+
+
+def _first_tensor(value: Any, depth: int = 0) -> torch.Tensor | None:
+    if isinstance(value, torch.Tensor):
+        return value
+    if depth < 2 and isinstance(value, (tuple, list)):
+        for item in value[:4]:
+            found = _first_tensor(item, depth + 1)
+            if found is not None:
+                return found
+    if depth < 2 and isinstance(value, dict):
+        for item in list(value.values())[:4]:
+            found = _first_tensor(item, depth + 1)
+            if found is not None:
+                return found
+    return None
+
+
+def _storage(t: torch.Tensor) -> int:
+    try:
+        return int(t.untyped_storage().data_ptr())
+    except (RuntimeError, NotImplementedError, AttributeError):
+        return 0
+
+
+class Updates:
+    """Per-optimizer update bookkeeping (see module docstring). Called from the session's
+    hooks, which already hold `session.internal`."""
+
+    def __init__(self) -> None:
+        self.modules: dict[int, Any] = {}  # id -> weakref of a trainable module seen in a training forward
+        self.classes: dict[int, str] = {}  # id -> its class name (the module is gone when the run ends)
+        self.fresh: Counter[int] = Counter()  # module id -> forwards on a new input (monotonic)
+        self.loader_batches = 0  # training DataLoader batches (monotonic)
+        self.backwards = 0  # backward passes outside closures (monotonic)
+        self.outputs: deque[Any] = deque(maxlen=RECENT_OUTPUTS)
+        self.marks: dict[int, tuple[int, int, dict[int, int]]] = {}  # opt -> counters at its last update
+        self.updated: dict[int, tuple[int, list[int]]] = {}  # opt -> (modules known then, module ids)
+        self.micro: dict[int, Counter[int]] = {}  # opt -> micro-batches per update
+
+    # ------------------------------------------------------------ what the hooks see
+    def on_forward(self, module: torch.nn.Module, args: tuple[Any, ...]) -> None:
+        """An outermost training forward of a module with trainable parameters."""
+        key = id(module)
+        if key not in self.modules:
+            if len(self.modules) >= MAX_MODULES:
+                return
+            self.modules[key] = weakref.ref(module)
+            self.classes[key] = type(module).__name__
+        first = _first_tensor(args)
+        if first is not None and first.grad_fn is None and not self._is_output(first):
+            self.fresh[key] += 1
+
+    def on_output(self, output: Any) -> None:
+        """What an outermost training forward returned."""
+        first = _first_tensor(output)
+        if first is not None:
+            try:
+                self.outputs.append(weakref.ref(first))
+            except TypeError:
+                pass
+
+    def _is_output(self, t: torch.Tensor) -> bool:
+        ptr = _storage(t)
+        if not ptr:
+            return False
+        for ref in self.outputs:
+            out = ref()
+            if out is not None and _storage(out) == ptr:
+                return True
+        return False
+
+    # ------------------------------------------------------------ an update
+    def modules_of(self, opt: Any) -> list[int]:
+        """Ids of the seen modules whose parameters the optimizer updates (recomputed when a
+        module was first seen after the last look)."""
+        known = self.updated.get(id(opt))
+        if known is not None and known[0] == len(self.modules):
+            return known[1]
+        params = {id(p) for group in opt.param_groups for p in group["params"]}
+        found = []
+        for key, ref in self.modules.items():
+            module = ref()
+            if module is not None and any(id(p) in params for p in module.parameters()):
+                found.append(key)
+        if len(self.updated) < MAX_OPTIMIZERS or id(opt) in self.updated:
+            self.updated[id(opt)] = (len(self.modules), found)
+        return found
+
+    def on_update(self, opt: Any) -> int | None:
+        """The optimizer stepped: its micro-batches since its own previous update (None past
+        the bound on optimizers)."""
+        key = id(opt)
+        if key not in self.marks and len(self.marks) >= MAX_OPTIMIZERS:
+            return None
+        loader0, backwards0, fresh0 = self.marks.get(key, (0, 0, {}))
+        modules = self.modules_of(opt)
+        if self.loader_batches > loader0:
+            micro = self.loader_batches - loader0
+        else:
+            micro = max((self.fresh[m] - fresh0.get(m, 0) for m in modules), default=0)
+            if micro <= 0:
+                micro = self.backwards - backwards0
+        self.marks[key] = (self.loader_batches, self.backwards, {m: self.fresh[m] for m in modules})
+        self.micro.setdefault(key, Counter())[micro] += 1
+        return micro

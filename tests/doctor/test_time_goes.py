@@ -1,0 +1,62 @@
+"""Every report opens with where the step's time goes (checks/bound.py): data-, overhead- or
+compute-bound, and what can still help there. An image classifier compute-bound on a CPU
+(backward 46 %, forward 33 %, data 10 %) got 'num_workers=0 ~10 %' first and nothing said that
+compute dominates."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from test_checks import ctx_of, make_run
+from test_loop_kinds import TRANSFORM_DATASET, doctor_code  # noqa: F401 - a fixture
+from trainspeed.doctor.checks.bound import format_time_goes, where_time_goes
+
+pytestmark = pytest.mark.timeout(120)
+
+CONV = {"kind": "model", "class": "ResNet", "params": 11_000_000, "compiled": False, "convolutional": True,
+        "trained_by": ["optimizer"]}
+
+
+def test_a_compute_bound_cpu_run_says_so_and_what_can_still_help():
+    run = make_run(shares={"backward": 0.46, "forward": 0.33, "data": 0.10, "optimizer": 0.02},
+                   obs=[CONV, {"kind": "dataloader", "role": "train", "num_workers": 0, "cores": 2}])
+    found = where_time_goes(ctx_of(run))
+    assert found["bound"] == "compute" and found["shares"]["compute"] == pytest.approx(0.81, abs=0.01)
+    assert found["statement"].startswith("compute-bound: 81% of the step is the model's forward, backward")
+    assert "data 10% (data 10%)" in found["statement"]
+    helps = " ".join(found["helps"])
+    assert "torch.compile" in helps and "channels_last" in helps and "bf16" in helps
+    assert "Where the time goes: compute-bound" in format_time_goes(found)
+
+
+def test_a_data_bound_run_points_at_the_loader():
+    run = make_run(shares={"data": 0.7, "forward": 0.1, "backward": 0.15},
+                   obs=[{"kind": "dataloader", "role": "train", "num_workers": 0, "cores": 8}])
+    found = where_time_goes(ctx_of(run))
+    assert found["bound"] == "data" and "DataLoader workers (now 0, 8 cores)" in found["helps"][0]
+
+
+def test_a_gpu_run_far_below_its_peak_is_launch_overhead_not_compute():
+    run = make_run(shares={"forward": 0.4, "backward": 0.5}, device="cuda",
+                   obs=[{"kind": "device", "type": "cuda"}])
+    summary_mfu = {"value": 0.01, "valid": True, "peak_name": "H100 bf16"}
+    from trainspeed.doctor.checks.context import CheckContext
+    from trainspeed.telemetry.summary import summarize
+
+    summary = {**summarize(run), "mfu": summary_mfu}
+    found = where_time_goes(CheckContext.from_run(run, summary))
+    assert found["bound"] == "overhead" and "launching small GPU kernels" in found["statement"]
+    assert any("larger batch" in h for h in found["helps"])
+
+
+def test_the_doctor_writes_it_and_the_report_opens_with_it(doctor_code, capsys):
+    from trainspeed.report import render_run
+
+    result = doctor_code(TRANSFORM_DATASET)
+    report = json.loads((result.run_dir / "report.json").read_text())
+    assert report["time_goes"]["bound"] == "data", report["time_goes"]
+    render_run(result.run_dir, html=False)
+    out = capsys.readouterr().out
+    body = out[out.index("trainspeed report"):]
+    assert body.index("Where the time goes: data-bound") < body.index("Findings")
