@@ -20,7 +20,7 @@ import pytest
 
 from trainspeed.doctor.runner import DoctorConfig, run_doctor
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.timeout(120), pytest.mark.alone]
 
 STEPS = 160
 
