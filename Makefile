@@ -9,6 +9,10 @@ DEMO_EXTRAS ?= report,vision,patch
 # DeepSpeed JIT-builds a CPU op on first use (minutes on 2 cores); built once here, reused by the tests.
 TORCH_EXTENSIONS ?= $(CURDIR)/.cache/torch_extensions
 DEMO_STEPS ?= 40
+# `make test` spreads the tests over TEST_WORKERS pytest-xdist workers (the suite's steps are
+# single-threaded and many tests wait for subprocesses); the tests that plant their own CPU load
+# (`alone`) run after them, with the machine to themselves.
+TEST_WORKERS ?= 2
 
 .PHONY: venv demo test test-fast gpu-test bench browser clean
 
@@ -54,10 +58,12 @@ demo: $(VENV)/.demo
 	@echo "trainspeed is installed in $(VENV): source $(VENV)/bin/activate, then trainspeed doctor -- python train.py"
 
 test: venv browser
-	$(PY) -m pytest -q -m "not gpu" --durations=15
+	$(PY) -m pytest -q -m "not gpu and not alone" -n $(TEST_WORKERS) --dist loadgroup --durations=15
+	$(PY) -m pytest -q -m "alone and not gpu" --durations=5
 
 test-fast: venv
-	$(PY) -m pytest -q -m "not gpu and not slow" -x
+	$(PY) -m pytest -q -m "not gpu and not slow and not alone" -n $(TEST_WORKERS) --dist loadgroup -x
+	$(PY) -m pytest -q -m "alone and not gpu and not slow" -x
 
 # The GPU tests on a lent GPU: no venv or package index needed (PYTHONPATH=src, python3 with
 # CUDA torch); the file list lives in benchmarks/gpu_check.sh, which also runs the GPU benchmarks.

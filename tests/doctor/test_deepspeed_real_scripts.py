@@ -27,7 +27,7 @@ import pytest
 from test_checks import ctx_of, make_run
 from test_deepspeed_script import _events, _observation, deepspeed_env  # noqa: F401 - the fixture
 
-from conftest import SCRIPTS
+from doctor_helpers import SCRIPTS
 from trainspeed.doctor.checks import deepspeed as checks
 
 GIB = 1 << 30

@@ -27,7 +27,7 @@ import pytest
 from trainspeed.telemetry.rundir import read_run
 from trainspeed.telemetry.summary import summarize
 
-from conftest import SCRIPTS, ids
+from doctor_helpers import SCRIPTS, ids
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = SCRIPTS / "deepspeed_train.py"

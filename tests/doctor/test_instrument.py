@@ -8,7 +8,7 @@ import textwrap
 import pytest
 import torch
 
-from conftest import ids, observations, run_inline
+from doctor_helpers import ids, observations, run_inline
 from trainspeed.doctor.instrument.session import Session
 from trainspeed.doctor.instrument.syncs import counts_as_sync
 

@@ -8,7 +8,7 @@ import textwrap
 
 import pytest
 
-from conftest import ids, observations, run_inline
+from doctor_helpers import ids, observations, run_inline
 
 pytestmark = pytest.mark.timeout(120)
 

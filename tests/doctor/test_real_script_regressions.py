@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from conftest import SCRIPTS, ids
+from doctor_helpers import SCRIPTS, ids
 from trainspeed.doctor.checks import diagnose
 from trainspeed.telemetry.rundir import RunData
 
@@ -121,6 +121,7 @@ def _burners(marker, seconds: float, count: int) -> list[int]:
 
 
 @pytest.mark.timeout(150)
+@pytest.mark.alone
 def test_chargpt_style_script_beside_other_jobs_reports_the_load(doctor, tmp_path):
     # The real story end to end: a minGPT-style script (config overrides, a with-replacement
     # sampler, a sample + save at iteration 0) run by the doctor while other processes hold the

@@ -7,6 +7,7 @@ loader, and trainspeed.step() for a loop nothing else can read."""
 from __future__ import annotations
 
 import json
+import statistics
 import textwrap
 from pathlib import Path
 
@@ -14,7 +15,7 @@ import pytest
 import torch
 
 import trainspeed
-from conftest import SCRIPTS, ids
+from doctor_helpers import SCRIPTS, ids
 from trainspeed.doctor.instrument.batch import batch_stats, detect_pad_id
 
 pytestmark = pytest.mark.timeout(180)
@@ -74,10 +75,18 @@ def test_nanogpt_accumulation_loss_tokens_and_data_phase(doctor, tmp_path):
     recorded = [s["loss"] for s in steps]
     ratio = (sum(recorded) / len(recorded)) / (sum(printed[: len(recorded)]) / len(recorded))
     assert 0.85 < ratio < 1.15, (recorded[:4], printed[:4])
-    # get_batch (randint, memmap slices, from_numpy, stack) is data, not "other"
-    phases = result.summary["phases"]
-    assert phases["data"]["share"] > 0.05, phases
-    assert phases["data"]["share"] > phases["other"]["share"] * 0.5, phases
+    # get_batch (randint, memmap slices, from_numpy, stack) is data, not "other". Judged on the
+    # median step, as the means are not: on a loaded machine a few steps descheduled for 100+ ms
+    # in "other" took its mean share to 19 % against data's 5 % (load 13 on 2 cores)
+    measured = [s for s in steps if not s.get("warmup")]
+
+    def median(key: str) -> float:
+        return statistics.median(float(s["phases"].get(key) or 0.0) for s in measured)
+
+    phases = {k: median(k) for k in ("data", "other")}
+    # ~5 % of the median step (4.7 % at load 13): get_batch counted elsewhere leaves ~0 here
+    assert phases["data"] > 0.02 * statistics.median(s["t_step"] for s in measured), phases
+    assert phases["data"] > phases["other"] * 0.5, phases
     data = next((f for f in result.findings if f["id"] == "data_bound"), None)
     if data is not None:
         assert "no DataLoader" in data["evidence"] and "even with workers" not in data["recommendation"]

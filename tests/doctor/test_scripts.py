@@ -13,7 +13,7 @@ from torch.optim import optimizer as optim_mod
 from torch.utils.data import DataLoader
 from torch.utils.data.dataloader import _BaseDataLoaderIter
 
-from conftest import SCRIPTS, ids, warnings_or_worse
+from doctor_helpers import SCRIPTS, ids, script_findings, warnings_or_worse
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -85,7 +85,7 @@ def test_growing_history_with_per_step_tensorboard(doctor, tmp_path):
 
 def test_item_every_step_names_the_line(doctor):
     result = doctor("item_every_step.py", steps=40)
-    first = result.findings[0]
+    first = script_findings(result.findings)[0]  # a CPU's info, below a busy machine's warning
     assert first["id"] == "host_syncs"
     assert site("item_every_step.py", "loss.item()") in first["evidence"] and "loss.item()" in first["recommendation"]
     assert result.summary["syncs_per_step"] == pytest.approx(1.0, abs=0.05)
@@ -109,7 +109,7 @@ def test_eval_every_step(doctor):
 
 def test_cache_and_gc_every_step(doctor):
     result = doctor("cache_gc.py", steps=8)
-    first = result.findings[0]
+    first = script_findings(result.findings)[0]
     assert first["id"] == "cache_gc_in_loop"
     assert site("cache_gc.py", "gc.collect()  #") in first["evidence"]
     assert site("cache_gc.py", "    torch.cuda.empty_cache()") in first["evidence"]

@@ -25,6 +25,10 @@ idle, but half a core taken all the time is a visible share of a small VM."""
 BUSY_MIN_SHARE = 0.25
 BUSY_WARNING_SHARE = 0.5
 """Half the machine's cores or more taken by others: the run's figures are far off; a warning."""
+MACHINE_FINDINGS = ("machine_contention", "machine_busy")
+"""Ids of the findings about the machine the run shared, not the script: other processes' load,
+with nothing at stake and "(not the script)" in the title. A verdict about the script (its first
+finding, its warnings) is read from the other findings, which that load cannot add."""
 SPIN_MIN = 2.0
 """CPU time per step at least doubled under other processes' load, with 2+ compute threads:
 threads spinning while they wait for descheduled siblings (work done alone does not double)."""
