@@ -24,14 +24,23 @@ def result():
 
 def test_cells_format_speedup_memory_loss_and_first_note_line():
     fast, nan, skip = result().ablation
-    assert cells(fast) == ["precision", "bf16-mixed", "2.00x", "1.90–2.10", "-20%", "+0.1%", "faster", ""]
-    assert cells(nan)[5:] == ["non-finite", "loss mismatch", "loss inf vs baseline 2.0"]
-    assert cells(skip)[2:7] == ["—", "—", "—", "—", "skipped"]
+    assert cells(fast) == ["precision", "bf16-mixed", "—", "2.00x", "1.90–2.10", "—", "-20%", "+0.1%", "faster", ""]
+    assert cells(nan)[7:] == ["non-finite", "loss mismatch", "loss inf vs baseline 2.0"]
+    assert cells(skip)[2:9] == ["—", "—", "—", "—", "—", "—", "skipped"]
+
+
+def test_the_doctors_stake_and_a_one_time_cost_have_their_own_columns():
+    """The doctor's predicted share beside the measured gain; compile's warm-up apart from its
+    per-step speed (it was a clause at the end of the note)."""
+    row = Row(knob="compile", setting="default", verdict=stats.FASTER, speedup=1.3, ci=(1.2, 1.4),
+              stake=0.4, one_time=(31.6, 1500))
+    assert cells(row)[2:6] == ["40%", "1.30x", "1.20–1.40", "+32 s, pays off after 1,500 steps"]
+    assert cells(Row(knob="compile", setting="default", one_time=(31.6, None)))[5] == "+32 s, never pays off"
 
 
 def test_markdown_and_html_hold_every_table(tmp_path):
     md = markdown(result())
-    assert md.count("| knob |") == 3 and "| precision | bf16-mixed | 2.00x |" in md
+    assert md.count("| knob |") == 3 and "| precision | bf16-mixed | — | 2.00x |" in md
     html = write_html(result(), tmp_path / "tune.html", title="t", subtitle="s").read_text()
     assert "id='ablation'" in html and "id='combination'" in html and "id='final'" in html
     assert "a note &lt;b&gt;" in html  # escaped

@@ -41,6 +41,9 @@ class DoctorConfig:
     """The script's command line: `python train.py ARGS`, `python -m pkg.mod ARGS`, or `train.py ARGS`."""
     steps: int | None = 200
     """Stop after this many optimizer steps (None: run until the script ends)."""
+    max_seconds: float | None = None
+    """Also stop once the run is this old, when its warm-up and 3 more steps are done: a
+    tune's first trial measures an unknown step time within its budget."""
     out: str | Path | None = None
     """Run directory (default: runs/doctor-<script>-<time>)."""
     log_every: int = 20
@@ -242,6 +245,7 @@ def run_doctor(config: DoctorConfig) -> DoctorResult:
     from trainspeed.doctor.instrument.files import snapshot
     from trainspeed.doctor.instrument.flags import observe_argv_flags
     from trainspeed.doctor.instrument.observations import emit_observations
+    from trainspeed.doctor.tuned import annotate as annotate_tuned, script_key
     from trainspeed.telemetry import schema
     from trainspeed.telemetry.monitor import Monitor
     from trainspeed.telemetry.rundir import read_run, write_json
@@ -272,7 +276,8 @@ def run_doctor(config: DoctorConfig) -> DoctorResult:
                       warmup_steps=warmup, config={"command": command}, command=command,
                       total_steps=steps, system_sampler=config.system_sampler, kind="doctor",
                       profile_steps=config.profile_steps)
-    session = Session(monitor, max_steps=steps, count_flops_at=flops_at)
+    session = Session(monitor, max_steps=steps, count_flops_at=flops_at,
+                      time_limit=(config.max_seconds, warmup + 3) if config.max_seconds else None)
     error: BaseException | None = None
     code, stopped = 0, "end"
     installed = install(session)
@@ -315,7 +320,7 @@ def run_doctor(config: DoctorConfig) -> DoctorResult:
     summary = monitor.close(error=error)
     error = None  # drop the frames (and DataLoader workers) the traceback holds
     run = read_run(run_dir)
-    findings = diagnose(run, summary)
+    findings = annotate_tuned(diagnose(run, summary), script_key(target.kind, target.name))  # doctor/tuned.py
     write_json(run_dir / schema.REPORT_JSON, {
         "schema": schema.SCHEMA_VERSION,
         "kind": "doctor",

@@ -13,7 +13,7 @@ from typing import Any
 from trainspeed.tune import stats
 from trainspeed.tune.result import Row, TuneResult
 
-COLUMNS = ("knob", "setting", "speedup", "95% CI", "memory", "loss delta", "verdict", "note")
+COLUMNS = ("knob", "setting", "at stake", "speedup", "95% CI", "one-time", "memory", "loss delta", "verdict", "note")
 VERDICT_STYLE = {stats.FASTER: "bold green", stats.SLOWER: "red", stats.LOSS_MISMATCH: "bold red",
                  stats.FAILED: "bold red", stats.NO_CHANGE: "", stats.SKIPPED: "dim"}
 
@@ -32,7 +32,11 @@ def cells(row: Row) -> list[str]:
     else:
         loss = f"{100 * row.loss_delta:+.1f}%"
     note = (row.note or "").splitlines()[0] if row.note else ""
-    return [row.knob, row.setting, x(row.speedup), ci, mem, loss, row.verdict, note]
+    # the doctor's prediction beside the measured gain; a one-time cost apart (one_time.py)
+    stake = "—" if row.stake is None else f"{100 * row.stake:.0f}%"
+    once = "—" if not row.one_time else (f"+{row.one_time[0]:.0f} s" + (
+        f", pays off after {row.one_time[1]:,} steps" if row.one_time[1] else ", never pays off"))
+    return [row.knob, row.setting, stake, x(row.speedup), ci, once, mem, loss, row.verdict, note]
 
 
 def baseline_line(result: TuneResult) -> str:
@@ -73,7 +77,7 @@ def print_tables(result: TuneResult, console: Any = None) -> None:
                          overflow="fold", max_width=60 if col in ("note", "setting") else None,
                          # a verified combination names every setting: it wraps, or the number
                          # columns would be squeezed to one character
-                         no_wrap=col not in ("note", "setting"))
+                         no_wrap=col not in ("note", "setting", "one-time"))
         for row in rows:
             t.add_row(*cells(row), style=VERDICT_STYLE.get(row.verdict, ""))
         con.print(t)
