@@ -107,3 +107,17 @@ def test_no_trial_runs_past_the_end_of_the_budget(base_config, cpu, tmp_path):
     result = sleeper(TrialRequest(key="k", label="compile=default", overrides=(), repeat=0, timeout_s=20.0,
                                   budget_s=1.0))
     assert not result.ok and result.error.startswith(BUDGET_END) and result.wall_s < 10
+
+
+def test_settings_measured_late_leave_a_winner_its_verification(base_config, cpu, tmp_path):
+    """The demo on a busy machine: the settings the plan left out were measured in one round
+    (3.5x), that round took the rest of the budget, and the winner went unverified. A round of
+    settings never measured leaves one verification round."""
+    runner = FakeRunner({FUSED: 0.5}, wall_s=10.0)
+    # 10 s trials, 120 s: the ablation of bf16 and fp16 (no gain) leaves 50 s; fused and foreach
+    # together (4 trials) would take 40 of them and leave the verification none
+    tuner, result = _tune(runner, tmp_path, 120, ["precision", "fused_optimizer"], base_config, cpu)
+    rows = {(r.knob, r.setting): r for r in result.ablation}
+    assert rows[("fused_optimizer", "fused")].verdict == stats.FASTER  # measured after the ablation
+    assert result.final is not None and result.final.verdict == stats.FASTER, result.final
+    assert result.best_settings == {"optim.implementation": "fused"} and tuner.spent <= 120

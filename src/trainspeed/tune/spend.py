@@ -71,9 +71,12 @@ def reprice(tuner: Tuner) -> None:
         tuner.base_wall = statistics.median(walls)
 
 
-def _left(tuner: Tuner, reserve: bool = True) -> float:
-    """Budget left for more rounds: less the verification's reserve where a setting may win."""
-    return tuner.opt.budget_s - tuner.spent - (tuner._verify_reserve() if reserve else 0.0)
+def _left(tuner: Tuner, may_win: bool = True) -> float:
+    """Budget left for more rounds: less the verification's reserve where a setting may win,
+    else one verification round's (the demo on a busy machine measured its last settings at
+    3.5x in a round that took the rest of the budget, and nothing was verified)."""
+    one_round = 2 * tuner.base_wall if tuner.opt.verify_repeats else 0.0
+    return tuner.opt.budget_s - tuner.spent - (tuner._verify_reserve() if may_win else one_round)
 
 
 def _round_qs(tuner: Tuner, c: Candidate, pair: Pair) -> list[float]:
@@ -206,6 +209,17 @@ def fresh_round(tuner: Tuner, candidates: list[Candidate], chosen: list[int], pa
     tuner._round(arms, reverse=False)
 
 
+def _fitting(tuner: Tuner, candidates: list[Candidate], wanted: list[int], left: float) -> list[int]:
+    """The wanted candidates, in order, whose round (with its baseline trials) fits `left`."""
+    chosen: list[int] = []
+    for i in wanted:
+        trial = [*chosen, i]
+        cost = sum(tuner._price(tuner.key(candidates[j].settings)) for j in trial)
+        if cost + tuner.base_wall * n_brackets(len(trial), tuner.opt.baseline_every) <= left:
+            chosen = trial
+    return chosen
+
+
 def spend_rest(tuner: Tuner, candidates: list[Candidate], pairs: list[list[Pair]],
                unadmitted: list[Candidate]) -> list[Candidate]:
     """Rounds for what is left to learn while a round fits the budget (see the module
@@ -221,13 +235,10 @@ def spend_rest(tuner: Tuner, candidates: list[Candidate], pairs: list[list[Pair]
     parity = 0
     while True:
         reprice(tuner)
-        chosen: list[int] = []
         wanted, may_win = _wanted(tuner, candidates, pairs)
-        for i in wanted:
-            trial = [*chosen, i]
-            cost = sum(tuner._price(tuner.key(candidates[j].settings)) for j in trial)
-            if cost + tuner.base_wall * n_brackets(len(trial), tuner.opt.baseline_every) <= _left(tuner, may_win):
-                chosen = trial
+        chosen = _fitting(tuner, candidates, wanted, _left(tuner, may_win))
+        if not chosen and not may_win:  # nothing to verify yet: measuring comes first
+            chosen = _fitting(tuner, candidates, wanted, tuner.opt.budget_s - tuner.spent)
         if not chosen:
             break
         names = ", ".join(f"{candidates[i].knob}={candidates[i].label}" for i in chosen)
