@@ -44,6 +44,9 @@ def test_stakes_order_the_knobs_and_mark_the_rows():
                 _finding("log_every", 0.0)]
     assert order_by_stake(["threads", "log_every", "precision", "compile", "num_workers"], findings) == [
         "num_workers", "precision", "compile", "threads", "log_every"]  # nothing at stake: not ahead
+    # a finding without a figure (an older report) still leads: its stake is unknown, not nothing
+    assert order_by_stake(["threads", "compile"], [{"verify_with": "trainspeed tune --knobs compile -- x"}]) == [
+        "compile", "threads"]
     rows = [Row(knob="num_workers", setting="1"), Row(knob="threads", setting="1")]
     mark_stakes(rows, findings)
     assert rows[0].stake == 0.56 and rows[1].stake is None

@@ -283,5 +283,5 @@ def unused_share(tuner: Tuner) -> float:
     return max(0.0, 1.0 - tuner.spent / tuner.opt.budget_s) if math.isfinite(tuner.opt.budget_s) else 0.0
 
 
-__all__ = ["CLEAR_LOSER", "STOP_BELOW", "MAX_ROUNDS", "confirm", "fresh_round", "halve", "offered", "planned_trials", "reprice",
-           "spend_rest", "unused_share"]
+__all__ = ["CLEAR_LOSER", "MAX_ROUNDS", "STOP_BELOW", "confirm", "fresh_round", "halve", "offered",
+           "planned_trials", "reprice", "spend_rest", "unused_share"]

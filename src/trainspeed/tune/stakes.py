@@ -36,7 +36,8 @@ def order_by_stake(knobs: list[str], findings: Sequence[dict[str, Any]]) -> list
     not compiled') does not send a costly setting ahead (nanoGPT's compile trial took 396 s of a
     6m budget on a loaded machine, first because a finding named it)."""
     stakes = stakes_by_knob(findings)
-    named = [k for k in knobs_from_findings(list(findings)) if k in knobs and stakes.get(k, 0.0) > 0]
+    unknown = {k for k in knobs_from_findings([f for f in findings if f.get("impact") is None])}
+    named = [k for k in knobs_from_findings(list(findings)) if k in knobs and (stakes.get(k, 0.0) > 0 or k in unknown)]
     named.sort(key=lambda k: -stakes.get(k, 0.0))  # stable: the doctor's rank breaks ties
     return named + [k for k in knobs if k not in named]
 

@@ -110,4 +110,5 @@ def _s(seconds: float) -> str:
     return f"{1e3 * seconds:.0f} ms" if seconds < 1 else f"{seconds:.2f} s"
 
 
-__all__ = ["MIN_FIT_STEPS", "MIN_FIT_WARMUP", "PRICING_WARMUP", "TrialFit", "fit_trial", "min_fit_steps", "pricing_seconds", "trial_length_line"]
+__all__ = ["MIN_FIT_STEPS", "MIN_FIT_WARMUP", "PRICING_WARMUP", "TrialFit", "fit_trial", "min_fit_steps",
+           "pricing_seconds", "trial_length_line"]
