@@ -121,3 +121,20 @@ def test_settings_measured_late_leave_a_winner_its_verification(base_config, cpu
     assert rows[("fused_optimizer", "fused")].verdict == stats.FASTER  # measured after the ablation
     assert result.final is not None and result.final.verdict == stats.FASTER, result.final
     assert result.best_settings == {"optim.implementation": "fused"} and tuner.spent <= 120
+
+
+def test_the_first_trial_stops_at_its_time_limit(tmp_path, monkeypatch):
+    """The first (pricing) baseline trial of a script with slow steps ran 25 measured steps (64 s
+    of an image classifier); `trainspeed run --max-seconds` stops it once it is that old, after
+    its warm-up and 3 steps."""
+    from trainspeed.cli.main import main
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "slow.py").write_text(
+        "import time, torch\nm = torch.nn.Linear(2, 1)\nopt = torch.optim.SGD(m.parameters(), lr=0.1)\n"
+        "for _ in range(1000):\n    m(torch.ones(1, 2)).sum().backward()\n    opt.step()\n    time.sleep(0.3)\n")
+    (tmp_path / "plan.yaml").write_text("schema: 1\nkind: script-settings\nsettings: {}\n")
+    assert main(["run", "--with", "plan.yaml", "--doctor", "--quiet", "--steps", "1000", "--warmup-steps", "2",
+                 "--max-seconds", "3", "--out", "r", "--", "python", "slow.py"]) == 0
+    steps = [line for line in (tmp_path / "r" / "steps.jsonl").read_text().splitlines() if line.strip()]
+    assert 5 <= len(steps) <= 25  # warm-up + 3 at least, then about 3 s of 0.3 s steps
