@@ -15,8 +15,13 @@ pytestmark = pytest.mark.timeout(300)
 def test_demo_tells_the_story_on_its_slow_script(tmp_path, capsys):
     pytest.importorskip("PIL")
     out = tmp_path / "demo"
-    assert demo.main(["--steps", "12", "--budget", "25s", "--out", str(out)]) == 0
+    from trainspeed.cli.tune import NOTHING_MEASURED
+
+    rc = demo.main(["--steps", "12", "--budget", "25s", "--out", str(out)])
     text = capsys.readouterr().out
+    # a budget this short may measure nothing on a loaded machine: the story goes on, and the
+    # status says so (a tune that measured nothing is no verdict)
+    assert rc == 0 or (rc == NOTHING_MEASURED == demo.NOTHING_MEASURED and "no setting could be measured" in text)
     before = json.loads((out / "before" / "report.json").read_text())
     assert before["findings"][0]["id"] == "data_bound"
     assert before["summary"]["steps"] == 12

@@ -115,6 +115,12 @@ def test_script_tune_finds_workers_verifies_them_and_hands_back_the_change(tmp_p
     assert loaders and loaders[0]["num_workers"] == best["settings"]["loader.num_workers"]
     assert _digest(user) == before
 
+    # the loop closes: the doctor's next report of the script says what the tune measured
+    assert main(["doctor", "--steps", "8", "--no-html", "--out", str(user / "runs" / "again"), "--", *command]) == 0
+    report = json.loads((user / "runs" / "again" / "report.json").read_text())
+    tuned = [f["tuned"] for f in report["findings"] if f.get("tuned")]
+    assert tuned and tuned[0].startswith("trainspeed tune measured a gain: num_workers="), report["findings"]
+
     # a rerun with the same --out resumes: every trial is reused, none runs again
     again = run_script_tune(command, out, TuneOptions(knobs=["num_workers"], budget_s=240, repeats=1,
                                                       verify_repeats=2),
@@ -136,14 +142,29 @@ def test_tune_cli_with_a_missing_script_says_so(tmp_path, monkeypatch, capsys):
     assert "script 'nope.py' not found" in capsys.readouterr().err
 
 
-def test_rescaled_wall_keeps_the_start_up_and_scales_the_steps():
-    from trainspeed.tune.script_session import rescaled_wall
+def test_trials_are_sized_to_the_budget_from_what_the_first_trial_took():
+    """An image classifier's steps ran 0.57-4.98 s and its baseline trial took 64 s; the line
+    said 'steps of 632.8 ms: each trial measures 25 steps (~4 s)' and a 5-minute tune ran only
+    the baseline. The length now comes from the first trial's start-up, warm-up and steps, and
+    shrinks until the plan's trials fit the budget."""
+    from trainspeed.tune.trial_fit import MIN_FIT_STEPS, fit_trial, min_fit_steps, trial_length_line
     from trainspeed.tune.trials import TrialResult
 
-    base = TrialResult(ok=True, key="k", label="baseline", repeat=0, wall_s=3.0, step_times=[0.02] * 25)
-    assert rescaled_wall(base, 175) == pytest.approx(2.5 + 0.02 * 175)
-    assert rescaled_wall(TrialResult(ok=True, key="k", label="b", repeat=0, wall_s=3.0), 175) == 3.0
-
+    steps = [0.57, 0.6, 0.62, 4.98, 0.63, 0.61, 0.64, 0.6]
+    base = TrialResult(ok=True, key="k", label="baseline", repeat=0, step_times=steps, warmup_s=9.0,
+                       wall_s=12.0 + 9.0 + sum(steps))
+    roomy = fit_trial(base, 5, trials=10, budget_left=10_000, max_steps=25)
+    assert (roomy.warmup_steps, roomy.measure_steps, roomy.cut) == (5, 25, False)
+    assert roomy.price_s == pytest.approx(12.0 + 9.0 + 25 * 0.615, rel=0.01)
+    tight = fit_trial(base, 5, trials=20, budget_left=540, max_steps=25)  # 27 s a trial
+    assert tight.cut and tight.warmup_steps == 1 and min_fit_steps(0.615) <= tight.measure_steps < 25
+    assert 20 * tight.price_s <= 540
+    line = trial_length_line(base, tight, 20)
+    assert "took 30 s" in line and "570 ms-4.98 s" in line and "cut to fit ~20 trials" in line
+    assert f"{tight.measure_steps} measured steps (~{tight.price_s:.0f} s)" in line
+    # never below the fewest steps for such steps, whatever the budget: 6, or ~3 s of slow ones
+    assert fit_trial(base, 5, trials=20, budget_left=10, max_steps=25).measure_steps == min_fit_steps(0.615) == 5
+    assert min_fit_steps(0.1) == MIN_FIT_STEPS and min_fit_steps(8.0) == 3
 
 def test_the_trial_length_follows_the_quiet_steps_of_a_baseline_hit_by_a_burst():
     from trainspeed.tune.script_session import quiet_step_time, trial_steps

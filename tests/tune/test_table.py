@@ -26,9 +26,10 @@ def result():
 
 def test_cells_format_speedup_memory_loss_and_first_note_line():
     fast, nan, skip = result().ablation
-    assert cells(fast) == ["precision", "bf16-mixed", "2.00x", "1.90–2.10", "±3%", "-20%", "+0.1%", "faster", ""]
-    assert cells(nan)[6:] == ["non-finite", "loss mismatch", "loss inf vs baseline 2.0"]
-    assert cells(skip)[2:8] == ["—", "—", "—", "—", "—", "skipped"]
+    assert cells(fast) == ["precision", "bf16-mixed", "—", "2.00x", "1.90–2.10", "±3%", "—", "-20%", "+0.1%",
+                           "faster", ""]
+    assert cells(nan)[8:] == ["non-finite", "loss mismatch", "loss inf vs baseline 2.0"]
+    assert cells(skip)[2:10] == ["—", "—", "—", "—", "—", "—", "—", "skipped"]
 
 
 def test_a_no_change_row_shows_its_threshold_and_why():
@@ -36,8 +37,8 @@ def test_a_no_change_row_shows_its_threshold_and_why():
     row = Row(knob="num_workers", setting="2", verdict=stats.NO_CHANGE, speedup=2.10, ci=(1.37, 3.28),
               noise=1.15, noise_from=stats.NOISE_ROUNDS, note="2 of 3 repeats (budget)")
     c = cells(row)
-    assert c[4] == "±115%" and c[7] == "no measurable change"
-    assert c[8] == ("CI 1.37–3.28 reaches into the noise band 0.47–2.15x (this setting's rounds disagree "
+    assert c[5] == "±115%" and c[9] == "no measurable change"
+    assert c[10] == ("CI 1.37–3.28 reaches into the noise band 0.47–2.15x (this setting's rounds disagree "
                     "by that much); 2 of 3 repeats (budget)")
 
 
@@ -54,10 +55,18 @@ def test_the_verdict_is_read_off_the_ci_and_the_noise_band():
     assert verdict(0.85, 0.88, 0.10) == stats.SLOWER  # wholly below 1/1.1
     assert verdict(0.88, 0.93, 0.10) == stats.NO_CHANGE
 
+def test_the_doctors_stake_and_a_one_time_cost_have_their_own_columns():
+    """The doctor's predicted share beside the measured gain; compile's warm-up apart from its
+    per-step speed (it was a clause at the end of the note)."""
+    row = Row(knob="compile", setting="default", verdict=stats.FASTER, speedup=1.3, ci=(1.2, 1.4),
+              stake=0.4, one_time=(31.6, 1500))
+    assert cells(row)[2:7] == ["40%", "1.30x", "1.20–1.40", "—", "+32 s, pays off after 1,500 steps"]
+    assert cells(Row(knob="compile", setting="default", one_time=(31.6, None)))[6] == "+32 s, never pays off"
+
 
 def test_markdown_and_html_hold_every_table(tmp_path):
     md = markdown(result())
-    assert md.count("| knob |") == 3 and "| precision | bf16-mixed | 2.00x |" in md
+    assert md.count("| knob |") == 3 and "| precision | bf16-mixed | — | 2.00x |" in md
     html = write_html(result(), tmp_path / "tune.html", title="t", subtitle="s").read_text()
     assert "id='ablation'" in html and "id='combination'" in html and "id='final'" in html
     assert "a note &lt;b&gt;" in html  # escaped

@@ -55,6 +55,28 @@ def test_result_excludes_warmup_and_prefers_the_validation_loss(tmp_path):
     assert res.memory_peak == 1005
 
 
+def test_slow_first_steps_after_the_warm_up_are_warm_up_too(tmp_path):
+    """An image library's compile trial: a 39 s step after the declared warm-up was measured,
+    and its row read 0.14x while its steps ran at 0.71-0.85x. Steps far slower than the
+    trial's steady ones, from its first measured step on, move to the warm-up (and so to the
+    setting's one-time cost); a slow step later in the trial stays measured."""
+    from trainspeed.tune.settle import settled_from
+
+    path = tmp_path / "r"
+    times = [2.0, 0.2, 39.0, 1.5, 0.1, 0.1, 0.11, 0.1, 0.5, 0.1, 0.1, 0.1]  # warm-up: the first two
+    path.mkdir()
+    (path / "events.jsonl").write_text("")
+    with (path / "steps.jsonl").open("w") as f:
+        for i, t in enumerate(times):
+            f.write(json.dumps({"schema": 1, "step": i + 1, "t_step": t, "samples": 8, "loss": 1.0,
+                                "warmup": i < 2, "mem": {"rss": 1}}) + "\n")
+    res = result_from_run_dir(REQ, path, wall_s=50.0)
+    assert res.step_times == pytest.approx([0.1, 0.1, 0.11, 0.1, 0.5, 0.1, 0.1, 0.1])
+    assert res.warmup_s == pytest.approx(2.0 + 0.2 + 39.0 + 1.5)
+    assert settled_from([0.1] * 10) == 0 and settled_from([9.0] * 3 + [0.1]) == 0  # too few to judge
+    assert settled_from([5.0] * 7 + [0.1] * 5) == 6  # never more than half
+
+
 def test_result_reads_mfu_at_the_median_measured_step(tmp_path):
     # measured steps 0.12..0.15 s: median 0.135 s; 2.7e9 FLOPs a step on a 4e10 FLOP/s peak
     run = write_run(tmp_path / "r", [5.0, 4.0, 3.0, 2.0, 1.0, 1.0], warm=2, flops=2.7e9, peak=4e10)

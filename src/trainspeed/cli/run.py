@@ -30,6 +30,8 @@ def register(subparsers: Any) -> None:
                    help="run under the doctor (phase timing, a run directory and findings)")
     p.add_argument("--steps", type=int, default=0, help="with --doctor: stop after N optimizer steps (0: run to the end)")
     p.add_argument("--warmup-steps", type=int, default=None, help="with --doctor: steps left out of throughput")
+    p.add_argument("--max-seconds", type=float, default=None,
+                   help="with --doctor: also stop once the run is this old (after its warm-up and 3 steps)")
     p.add_argument("--out", default=None, help="with --doctor: run directory")
     p.add_argument("--quiet", action="store_true", help="with --doctor: print no report (trials)")
     p.add_argument("--no-flops", dest="flops", action="store_false",
@@ -90,7 +92,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         if args.doctor:
             config = DoctorConfig(command=command, steps=args.steps or None, out=args.out,
-                                  warmup_steps=args.warmup_steps, count_flops=args.flops, sinks=("jsonl",))
+                                  warmup_steps=args.warmup_steps, count_flops=args.flops, sinks=("jsonl",),
+                                  max_seconds=args.max_seconds)
             # the system sampler stays on: a tune's trials read other processes' CPU from it
             # (TrialResult.others_load), so a table timed on a busy machine says so
             result = run_doctor(config)

@@ -138,6 +138,21 @@ def run_script(args, command: list[str]) -> int:
     print(f"table: {out / 'tune.html'}")
     for line in outcome_lines(result, out, typed):
         print(line)
+    return unmeasured_exit(result)
+
+
+NOTHING_MEASURED = 3
+"""Exit status of a tune that measured no setting (the budget, crashes): not a verdict."""
+
+
+def unmeasured_exit(result) -> int:
+    """0 when a setting was measured; else NOTHING_MEASURED, with why on stderr (a script or CI
+    reading the status must not take 'nothing measured' for 'nothing wins')."""
+    import sys
+
+    if not any(row.speedup is not None for row in result.ablation) and result.ablation:
+        print(f"trainspeed tune: {no_winner_line(result)}", file=sys.stderr)
+        return NOTHING_MEASURED
     return 0
 
 
@@ -277,4 +292,4 @@ def run(args) -> int:
                           length=TrialLength(warmup_steps=args.warmup_steps, measure_steps=args.steps))
     print_tables(result)
     print(f"best config: {out / 'best.yaml'}   table: {out / 'tune.html'}")
-    return 0
+    return unmeasured_exit(result)

@@ -89,6 +89,8 @@ def format_findings(findings: list[dict[str, Any]], *, limit: int | None = None)
         lines.append(f"   fix:      {f.get('recommendation')}")
         if f.get("verify_with"):
             lines.append(f"   verify:   {f['verify_with']}")
+        if f.get("tuned"):
+            lines.append(f"   tuned:    {f['tuned']}")
     if limit is not None and len(findings) > limit:
         lines.append(f"... and {len(findings) - limit} more in report.json")
     return "\n".join(lines)

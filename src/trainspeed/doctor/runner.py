@@ -41,6 +41,9 @@ class DoctorConfig:
     """The script's command line: `python train.py ARGS`, `python -m pkg.mod ARGS`, or `train.py ARGS`."""
     steps: int | None = 200
     """Stop after this many optimizer steps (None: run until the script ends)."""
+    max_seconds: float | None = None
+    """Also stop once the run is this old, when its warm-up and 3 more steps are done: a
+    tune's first trial measures an unknown step time within its budget."""
     out: str | Path | None = None
     """Run directory (default: runs/doctor-<script>-<time>)."""
     log_every: int = 20
@@ -271,6 +274,7 @@ def run_doctor(config: DoctorConfig) -> DoctorResult:
     from trainspeed.doctor.instrument.files import snapshot
     from trainspeed.doctor.instrument.flags import observe_argv_flags
     from trainspeed.doctor.instrument.observations import emit_observations
+    from trainspeed.doctor.tuned import annotate as annotate_tuned, script_key
     from trainspeed.telemetry import schema
     from trainspeed.telemetry.monitor import Monitor
     from trainspeed.telemetry.rundir import RunData, read_run, try_write, write_json
@@ -301,7 +305,8 @@ def run_doctor(config: DoctorConfig) -> DoctorResult:
                       warmup_steps=warmup, config={"command": command}, command=command,
                       total_steps=steps, system_sampler=config.system_sampler, kind="doctor",
                       profile_steps=config.profile_steps)
-    session = Session(monitor, max_steps=steps, count_flops_at=flops_at)
+    session = Session(monitor, max_steps=steps, count_flops_at=flops_at,
+                      time_limit=(config.max_seconds, warmup + 3) if config.max_seconds else None)
     error: BaseException | None = None
     code, stopped = 0, "end"
     installed = install(session)
@@ -351,7 +356,7 @@ def run_doctor(config: DoctorConfig) -> DoctorResult:
         run = read_run(run_dir)
     except (OSError, RunDirError):  # the run directory could not be written: what was kept
         run = RunData(path=run_dir, steps=list(monitor.recent))
-    findings = diagnose(run, summary)
+    findings = annotate_tuned(diagnose(run, summary), script_key(target.kind, target.name))  # doctor/tuned.py
     try_write(run_dir, write_json, run_dir / schema.REPORT_JSON, {
         "schema": schema.SCHEMA_VERSION,
         "kind": "doctor",

@@ -96,7 +96,8 @@ def _findings(findings: list[dict[str, Any]]) -> str:
         parts = [f'<div class="finding {sev_cls}" data-finding="{_e(f.get("id", ""))}">',
                  f'<h3><span class="sev">{_e(sev)}</span>{_e(f.get("title") or f.get("id") or "finding")}'
                  f'<span class="note">{_e(impact_txt)}</span></h3>']
-        for key, label in (("evidence", "Evidence"), ("recommendation", "Do"), ("verify_with", "Verify with")):
+        for key, label in (("evidence", "Evidence"), ("recommendation", "Do"), ("verify_with", "Verify with"),
+                           ("tuned", "Tuned")):
             if f.get(key):
                 value = f"<code>{_e(f[key])}</code>" if key == "verify_with" else _e(f[key])
                 parts.append(f'<p><span class="label">{label}:</span> {value}</p>')

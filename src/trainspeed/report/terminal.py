@@ -171,6 +171,8 @@ def print_findings(con: Any, findings: list[dict[str, Any]], *, heading: str = "
             con.print(Text(f"   do: {f['recommendation']}"))
         if f.get("verify_with"):
             con.print(Text(f"   verify: {f['verify_with']}"))
+        if f.get("tuned"):  # what a tune of this script measured (doctor/tuned.py)
+            con.print(Text(f"   tuned: {f['tuned']}"))
 
 
 def print_notes(con: Any, skipped: list[str], *, label: str = "") -> None:

@@ -32,6 +32,8 @@ class Row:
     one_time: tuple[float, int | None] | None = None
     """(extra warm-up seconds, steps to pay them back) when the setting costs time once
     (one_time.py): compilation."""
+    stake: float | None = None
+    """The share of the step time the doctor's finding put at stake for this knob (stakes.py)."""
 
     def as_dict(self) -> dict[str, Any]:
         return {"knob": self.knob, "setting": self.setting, "settings": self.settings,
@@ -40,7 +42,8 @@ class Row:
                 "noise_from": self.noise_from,
                 "memory_ratio": self.memory_ratio, "loss_delta": self.loss_delta, "note": self.note,
                 "one_time_s": self.one_time[0] if self.one_time else None,
-                "pays_back_after_steps": self.one_time[1] if self.one_time else None}
+                "pays_back_after_steps": self.one_time[1] if self.one_time else None,
+                "at_stake": self.stake}
 
 
 @dataclass(kw_only=True)

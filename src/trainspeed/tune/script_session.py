@@ -24,6 +24,7 @@ import statistics
 from pathlib import Path
 from typing import Any, Callable
 
+from trainspeed.doctor.tuned import record_tune, script_key
 from trainspeed.errors import ConfigError
 from trainspeed.patches.plan import FLAG_PREFIX
 from trainspeed.patches.targets import Targets
@@ -35,7 +36,9 @@ from trainspeed.tune.script_knobs import SCRIPT_KNOBS, ScriptContext, is_whatif,
 from trainspeed.tune.script_trials import ScriptRunner, write_ds_config
 from trainspeed.tune.search import Tuner
 from trainspeed.tune.session import run_then_close
+from trainspeed.tune.stakes import mark_stakes, order_by_stake
 from trainspeed.tune.store import TrialStore
+from trainspeed.tune.trial_fit import PRICING_WARMUP, fit_trial, pricing_seconds, trial_length_line
 from trainspeed.tune.trials import Runner, TrialResult
 
 
@@ -63,18 +66,6 @@ def quiet_step_time(step_times: list[float]) -> float:
     return ordered[min(len(ordered) - 1, int(0.1 * len(ordered)))]
 
 
-def rescaled_wall(base: TrialResult, steps_now: int) -> float:
-    """The first baseline trial's wall seconds at a trial length of `steps_now` measured steps:
-    its start-up and warm-up (everything but its measured steps) plus its median step times the
-    new count. The search prices trials and sets the far-slower cutoff from this; the first
-    baseline itself ran the minimum length, 4-15x shorter than the trials after it."""
-    steps = [t for t in base.step_times if t > 0]
-    if not steps:
-        return base.wall_s
-    fixed = max(0.0, base.wall_s - sum(steps))
-    return fixed + statistics.median(steps) * steps_now
-
-
 def command_hash(command: list[str]) -> str:
     """Identity of the tuned command (and where it runs): a resumed tune finds its trials."""
     blob = json.dumps({"command": command, "cwd": os.getcwd()}, sort_keys=True)
@@ -99,11 +90,10 @@ def describe_settings(settings: dict[str, Any]) -> str:
 
 
 def order_knobs(knobs: list[str], facts: ScriptFacts | None) -> list[str]:
-    """The knobs the doctor's findings name first (in their rank order), then the rest."""
+    """The knobs the doctor's findings name first (largest share at stake first), then the rest."""
     if facts is None or not facts.findings:
         return knobs
-    first = [k for k in knobs_from_findings(facts.findings) if k in knobs]
-    return first + [k for k in knobs if k not in first]
+    return order_by_stake(knobs, facts.findings)
 
 
 def run_script_tune(command: list[str], out_dir: str | Path, options: TuneOptions, *,
@@ -125,9 +115,11 @@ def run_script_tune(command: list[str], out_dir: str | Path, options: TuneOption
             f"knobs in this order: {', '.join(options.knobs)}")
     if runner is None:
         runner = ScriptRunner(base_config=out / "best.yaml", out_dir=out / "trials", command=list(command),
-                              warmup_steps=warmup_steps, measure_steps=measure_steps or MIN_MEASURED_STEPS,
+                              measure_steps=measure_steps or MIN_MEASURED_STEPS,
                               timeout_s=trial_timeout_s, fork_server=options.fork_server, say=say,
-                              targets=prior.targets if prior else Targets())
+                              targets=prior.targets if prior else Targets(),
+                              max_seconds=pricing_seconds(options.budget_s),
+                              warmup_steps=min(warmup_steps, PRICING_WARMUP))
     state: dict[str, Any] = {"facts": prior, "baseline_memory": None}
 
     def make_context(settings: dict[str, Any], base: TrialResult | None) -> ScriptContext:
@@ -135,16 +127,15 @@ def run_script_tune(command: list[str], out_dir: str | Path, options: TuneOption
             facts = read_facts(base.run_dir)  # the baseline saw the script as it is now
             if prior is not None:
                 facts.findings = prior.findings
+            elif facts.findings:  # no --from: the baseline trial is the doctor's pass
+                options.knobs = order_knobs(options.knobs, facts)
+                say(f"the baseline's findings name {', '.join(knobs_from_findings(facts.findings)) or 'no knob'}: "
+                    "measured first")
             state["facts"], state["baseline_memory"] = facts, base.memory_peak
             if isinstance(runner, ScriptRunner):
                 runner.targets, runner.flag_styles = facts.targets, flag_styles(facts)
                 runner.deepspeed_config = facts.deepspeed_config
             _describe(facts, say)
-            if measure_steps is None and isinstance(runner, ScriptRunner) and base.step_times:
-                step_s = quiet_step_time(base.step_times)
-                runner.measure_steps = trial_steps(step_s)
-                say(f"steps of {1e3 * step_s:.1f} ms: each trial measures "
-                    f"{runner.measure_steps} steps (~{MIN_MEASURED_S:.0f} s; --steps sets it)")
         facts = state["facts"]
         if facts is None:
             raise ConfigError("the script tune has no facts about the script (no baseline run directory)")
@@ -157,12 +148,24 @@ def run_script_tune(command: list[str], out_dir: str | Path, options: TuneOption
     hint = (f"Run `trainspeed doctor -- {shlex.join(command)}` to see what the script does: it must "
             "reach optimizer steps (a loop without torch.optim can mark each step with one line, "
             "trainspeed.step()).")
+    def fit(base: TrialResult, trials: float) -> float:
+        """Trials sized to the budget from what the first baseline trial took (trial_fit.py)."""
+        runner.max_seconds = None  # only the first baseline trial is cut by time
+        first_warmup, runner.warmup_steps = runner.warmup_steps, warmup_steps
+        if not base.step_times:
+            return base.wall_s
+        longest = measure_steps or trial_steps(quiet_step_time(base.step_times))
+        sized = fit_trial(base, warmup_steps, trials, options.budget_s - tuner.spent, longest,
+                          first_warmup=first_warmup)
+        runner.warmup_steps, runner.measure_steps = sized.warmup_steps, sized.measure_steps
+        say(trial_length_line(base, sized, trials))
+        return sized.price_s
+
     tuner = Tuner(base_config={}, base_hash=command_hash(list(command)), device=DeviceInfo.detect("cpu"),
                   runner=runner, store=store, options=options, say=say, knob_table=SCRIPT_KNOBS,
                   make_context=make_context, whatif=lambda s: is_whatif(s) and not code_whatif(s),
                   baseline_hint=hint, describe=describe_settings,
-                  trial_price=(lambda base: rescaled_wall(base, runner.measure_steps))
-                  if isinstance(runner, ScriptRunner) else None)
+                  fit_trials=fit if isinstance(runner, ScriptRunner) else None)
     realized: dict[str, bool] = {}
 
     def code_whatif(settings: dict[str, Any]) -> bool:
@@ -183,7 +186,11 @@ def run_script_tune(command: list[str], out_dir: str | Path, options: TuneOption
             said = ("what-if: an edit of your code does this (best.patch, if it wins)" if code_whatif(row.settings)
                     else "what-if: the time this costs, measured; not applied")
             row.note = said + ("; " + row.note if row.note else "")
+    if state["facts"] is not None:
+        mark_stakes(result.ablation, state["facts"].findings)
     write_script_outputs(command, result, out, state["facts"], runner)
+    target = parse_command(command)  # the doctor's next report of this script reads the record
+    record_tune(script_key(target.kind, target.name), out, [row.as_dict() for row in result.ablation])
     return result
 
 

@@ -60,6 +60,9 @@ class ScriptRunner(SubprocessRunner):
     """The script's command line (python train.py ARGS), run from the tuner's cwd."""
     warmup_steps: int = 5
     measure_steps: int = 25
+    max_seconds: float | None = None
+    """Stop a trial once it is this old (after its warm-up and 3 steps): the first baseline
+    trial's, which only has to find the step time (trial_fit.pricing_seconds)."""
     targets: Targets = field(default_factory=Targets)
     """Where the patches apply; set from the baseline trial's run (or --from RUN_DIR)."""
     flag_styles: dict[str, str] = field(default_factory=dict)
@@ -79,6 +82,7 @@ class ScriptRunner(SubprocessRunner):
         return ["run", "--with", str(path), "--doctor", "--quiet", "--no-flops",
                 "--steps", str(self.warmup_steps + self.measure_steps),
                 "--warmup-steps", str(self.warmup_steps),
+                *(["--max-seconds", f"{self.max_seconds:g}"] if self.max_seconds else []),
                 "--out", str(self.out_dir / request.name), "--", *self.command]
 
     def __call__(self, request: TrialRequest) -> TrialResult:

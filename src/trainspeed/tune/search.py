@@ -36,11 +36,9 @@ from trainspeed.tune.one_time import kept_one_time_notes, note_one_time
 from trainspeed.tune.options import TuneOptions
 from trainspeed.tune.order import ablation_round, bracket_repeats, n_brackets
 from trainspeed.tune.result import Row, TuneResult, load_note, utilization_note
+from trainspeed.tune.spend import confirm, halve, offered, planned_trials, spend_rest
 from trainspeed.tune.store import TrialStore
-from trainspeed.tune.trials import FAR_SLOWER, SLOW_CUTOFF, Runner, TrialRequest, TrialResult, overrides_of
-
-STOP_BELOW = 0.5
-"""An ablation candidate measured below this speedup in one round is not repeated."""
+from trainspeed.tune.trials import BUDGET_END, FAR_SLOWER, SLOW_CUTOFF, Runner, TrialRequest, TrialResult, overrides_of
 
 MIN_CUTOFF_S = 30.0
 """Never stop a trial before this: process start-up dominates a short baseline."""
@@ -67,7 +65,8 @@ class Tuner(LoadProof):
                  make_context: Callable[[dict[str, Any], TrialResult | None], Any] | None = None,
                  whatif: Callable[[dict[str, Any]], bool] | None = None, baseline_hint: str | None = None,
                  describe: Callable[[dict[str, Any]], str] | None = None,
-                 trial_price: Callable[[TrialResult], float] | None = None):
+                 trial_price: Callable[[TrialResult], float] | None = None,
+                 fit_trials: Callable[[TrialResult, float], float] | None = None):
         self.base_config = base_config
         self.base_hash = base_hash
         self.device = device
@@ -88,6 +87,9 @@ class Tuner(LoadProof):
         # Expected wall seconds of the trials after the first baseline: the script tuner sets
         # the trial length from that baseline's step time, so its own wall is the wrong price.
         self.trial_price = trial_price or (lambda base: base.wall_s)
+        # Sizes the trials to the budget (the script tuner: fewer steps): (first baseline, trials
+        # the plan holds, in baseline units) -> the price of a trial.
+        self.fit_trials = fit_trials or (lambda base, trials: self.trial_price(base))
         self.baseline_hint = baseline_hint or "Fix the config so `trainspeed train` runs it, then tune again."
         self.t0 = clock()
         self.spent = 0.0  # wall seconds of trials actually run (reused ones cost nothing)
@@ -105,13 +107,19 @@ class Tuner(LoadProof):
         self.ran: set[tuple[str, int]] = set()  # (key, repeat) run or reused in this tune
         # Per comparison, its rounds' log speedups: together, the machine's noise per round.
         self.round_logs: dict[tuple, list[float]] = {}
-        self.dropped: set[str] = set()  # config keys far slower in an ablation round
+        self.dropped: set[str] = set()  # config keys not repeated after an ablation round
+        self.drop_why: dict[str, str] = {}  # and why (spend.halve)
         self.knob_of: dict[str, str] = {}  # setting key -> the knob that offered it (parity.math_free)
+        self.unadmitted: list[Candidate] = []  # settings the budget plan did not admit (spend.py)
+        self.chosen_after: dict[str, int] = {}  # config key -> rounds before more were added for it
         # Budget held back for the final verification while the greedy steps run: without it
         # the steps spent it, the verification was cut, and best.yaml fell back to the baseline.
         self.reserve_s = 0.0
 
     # ------------------------------------------------------------------ trials
+    def key(self, settings: dict[str, Any]) -> str:
+        return config_key(self.base_hash, settings)
+
     def _over_budget(self, key: str | None = None) -> bool:
         """True when the next trial (priced from the baseline's wall time) would end past the
         budget: a trial is never started that the budget cannot pay for."""
@@ -153,7 +161,7 @@ class Tuner(LoadProof):
         if self.base_wall and settings:
             cutoff = max(MIN_CUTOFF_S, SLOW_CUTOFF * self._price(key)) + self._startup(settings)
         request = TrialRequest(key=key, label=label, overrides=overrides_of(settings), repeat=repeat,
-                               timeout_s=cutoff)
+                               timeout_s=cutoff, budget_s=max(1.0, self.opt.budget_s - self.spent))
         self.say(f"  trial {label} (repeat {repeat + 1}) ...")
         result = self.runner(request)
         self.spent += result.wall_s
@@ -193,7 +201,8 @@ class Tuner(LoadProof):
         rounds, failed = self._paired(settings, reference, pairs)
         if failed:
             error = failed[0].error or "failed"
-            row.verdict = stats.SLOWER if error.startswith(FAR_SLOWER) else stats.FAILED
+            row.verdict = (stats.SLOWER if error.startswith(FAR_SLOWER) else
+                           stats.SKIPPED if error.startswith(BUDGET_END) else stats.FAILED)
             row.note = error
             return row
         if not rounds:
@@ -217,9 +226,10 @@ class Tuner(LoadProof):
             row.memory_ratio = cand_mem / ref_mem
         if row.verdict == stats.LOSS_MISMATCH:
             row.note = par.note()
+        confirm(self, row, pairs)
         note_one_time(row, ref, cand)
         if len(rounds) < planned:
-            why = "far slower, not repeated" if config_key(self.base_hash, settings) in self.dropped else "budget"
+            why = self.drop_why.get(config_key(self.base_hash, settings), "budget")
             row.note = (row.note + "; " if row.note else "") + f"{len(rounds)} of {planned} repeats ({why})"
         return self._load_proof(row, reference, pairs) if proof else row  # load_proof.py
 
@@ -251,24 +261,6 @@ class Tuner(LoadProof):
             self.round_logs[key] = stats.round_log_ratios(ref_arm, cand_arm)
         return ref_arm, cand_arm
 
-    def _drop_far_slower(self, candidates: list[Candidate], r: int, every: int) -> None:
-        """After round r: a candidate that ran at under STOP_BELOW of the speed of the baseline
-        trials around it is not repeated (bf16 on a CPU without bf16 units, 0.25x, took three
-        baseline trials' time in every round). Against the ~15 % per round of a noisy VM, one
-        round decides a 2x difference."""
-        R = self.opt.repeats
-        for i, c in enumerate(candidates):
-            key = config_key(self.base_hash, c.settings)
-            if key in self.dropped:
-                continue
-            rounds, _ = self._paired(c.settings, {}, [(bracket_repeats(i, r, R, every), r)])
-            if not rounds:
-                continue
-            q = stats.arm_cost(arm_of([rounds[0][0]])) / stats.arm_cost(arm_of([rounds[0][1]]))
-            if q < STOP_BELOW:
-                self.dropped.add(key)
-                self.say(f"  {c.knob}={c.label}: {q:.2f}x the baseline's speed, not repeated")
-
     # ------------------------------------------------------------------ phases
     def run(self) -> TuneResult:
         self.say("baseline")
@@ -277,15 +269,20 @@ class Tuner(LoadProof):
             raise TuneError("the baseline trial failed, so there is nothing to compare against: "
                             f"{base.error if base else 'no budget'}. {self.baseline_hint}")
         ctx = self.make_context({}, base)
-        self.base_wall = self.trial_price(base)
-        candidates, skipped, deferred = self._candidates(ctx, self.base_wall)
         R, every = self.opt.repeats, self.opt.baseline_every
+        offer = offered(self, ctx)
+        self.base_wall = self.fit_trials(base, planned_trials(sum(c.cost_factor for c in offer), len(offer), R,
+                                                              every, self.opt.verify_repeats))
+        candidates, skipped, deferred = self._candidates(ctx, self.base_wall)
         for r in range(R if candidates else 0):  # nothing to compare: no more baselines
             self.say(f"ablation round {r + 1}/{R}")
             self._round(ablation_round(candidates, r, R, every), reverse=False)
-            self._drop_far_slower(candidates, r, every)
+            halve(self, candidates, r)
+        self.reserve_s = 0.0
         self.next_repeat[config_key(self.base_hash, {})] = R * n_brackets(len(candidates), every)
         pairs = [[(bracket_repeats(i, r, R, every), r) for r in range(R)] for i in range(len(candidates))]
+        late = {(c.knob, c.label) for c in spend_rest(self, candidates, pairs, self.unadmitted)}
+        skipped = [s for s in skipped if (s.knob, s.label) not in late]
         # Every ablation comparison's rounds join the noise pool first, so the first row is
         # judged by the same machine noise as the last.
         for c, p in zip(candidates, pairs):
@@ -353,6 +350,7 @@ class Tuner(LoadProof):
                 why = plan.admit(item.cost_factor, len(self.results(settings)))
                 if why is not None:
                     skipped.append(Skip(name, item.label, why))
+                    self.unadmitted.append(item)
                     continue
                 candidates.append(item)
         return candidates, skipped, deferred

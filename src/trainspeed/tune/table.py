@@ -13,8 +13,9 @@ from typing import Any
 from trainspeed.tune import stats
 from trainspeed.tune.result import Row, TuneResult
 
-COLUMNS = ("knob", "setting", "speedup", "95% CI", "noise", "memory", "loss delta", "verdict", "note")
-NUMERIC = ("speedup", "noise", "memory", "loss delta")
+COLUMNS = ("knob", "setting", "at stake", "speedup", "95% CI", "noise", "one-time", "memory", "loss delta",
+           "verdict", "note")
+NUMERIC = ("at stake", "speedup", "noise", "memory", "loss delta")
 VERDICT_STYLE = {stats.FASTER: "bold green", stats.SLOWER: "red", stats.LOSS_MISMATCH: "bold red",
                  stats.FAILED: "bold red", stats.NO_CHANGE: "", stats.SKIPPED: "dim", stats.BUSY: "yellow"}
 
@@ -37,7 +38,11 @@ def cells(row: Row) -> list[str]:
     why = why_no_change(row)
     if why:
         note = f"{why}; {note}" if note else why
-    return [row.knob, row.setting, x(row.speedup), ci, noise, mem, loss, row.verdict, note]
+    # the doctor's prediction beside the measured gain; a one-time cost apart (one_time.py)
+    stake = "—" if row.stake is None else f"{100 * row.stake:.0f}%"
+    once = "—" if not row.one_time else (f"+{row.one_time[0]:.0f} s" + (
+        f", pays off after {row.one_time[1]:,} steps" if row.one_time[1] else ", never pays off"))
+    return [row.knob, row.setting, stake, x(row.speedup), ci, noise, once, mem, loss, row.verdict, note]
 
 
 def why_no_change(row: Row) -> str:
@@ -93,9 +98,10 @@ def print_tables(result: TuneResult, console: Any = None) -> None:
         for col in COLUMNS:
             t.add_column(col, justify="right" if col in NUMERIC else "left",
                          overflow="fold", max_width=60 if col in ("note", "setting") else None,
+                         min_width=20 if col == "setting" else None,  # `run.threads=1` folds whole
                          # a verified combination names every setting: it wraps, or the number
                          # columns would be squeezed to one character
-                         no_wrap=col not in ("note", "setting"))
+                         no_wrap=col not in ("note", "setting", "one-time"))
         for row in rows:
             t.add_row(*cells(row), style=VERDICT_STYLE.get(row.verdict, ""))
         con.print(t)

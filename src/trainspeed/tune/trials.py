@@ -27,6 +27,7 @@ SLOW_CUTOFF = 4.0
 expected cost) is stopped: it is far slower, and finishing it would eat the tune's budget
 (fp16 autocast on a CPU without fp16 units ran 60x slower here)."""
 FAR_SLOWER = "far slower"
+BUDGET_END = "stopped at the end of the tune's budget"
 
 INTERRUPTED = (-2, -15, 130, 143)
 """Exit statuses of a trial stopped by SIGINT/SIGTERM (killed directly, or via a shell)."""
@@ -46,6 +47,9 @@ class TrialRequest:
     """0, 1, ...: which interleaved repeat of this config."""
     timeout_s: float | None = None
     """Stop the trial after this long as far slower than the baseline (None: the runner's cap)."""
+    budget_s: float | None = None
+    """The tune's budget left when the trial starts: it is stopped there, whatever it is
+    (nanoGPT's compile trial compiled for 354 s on a loaded machine and ended a 6m tune at 543 s)."""
 
     @property
     def name(self) -> str:
@@ -114,6 +118,7 @@ def result_from_run_dir(request: TrialRequest, run_dir: Path, wall_s: float) -> 
     from trainspeed.telemetry.rundir import read_run
     from trainspeed.telemetry.summary import flops_per_step, others_per_step, peak_of, system_series
     from trainspeed.telemetry.throughput import mfu
+    from trainspeed.tune.settle import settled_from
 
     run = read_run(run_dir)
     base = dict(key=request.key, label=request.label, repeat=request.repeat,
@@ -121,6 +126,9 @@ def result_from_run_dir(request: TrialRequest, run_dir: Path, wall_s: float) -> 
     t = run.array("t_step")
     warm = run.array("warmup") > 0.5
     keep = np.isfinite(t) & ~warm
+    unsettled = np.flatnonzero(keep)[:settled_from(t[keep].tolist())]
+    warm[unsettled] = True  # slow first steps after the declared warm-up are warm-up too (settle.py)
+    keep[unsettled] = False
     if not keep.any():
         return TrialResult(ok=False, error=f"no measured steps in {run_dir} (all {len(t)} were "
                            "warm-up); raise the trial's step count", **base)
@@ -269,11 +277,13 @@ class SubprocessRunner:
         self._start_server()
         t0 = time.perf_counter()
         base = dict(key=request.key, label=request.label, repeat=request.repeat, run_dir=str(run_dir))
-        limit = min(self.timeout_s, request.timeout_s) if request.timeout_s else self.timeout_s
+        limit = min(self.timeout_s, request.timeout_s or math.inf, request.budget_s or math.inf)
         try:
             returncode, stderr = self._launch(request, limit, env)
         except subprocess.TimeoutExpired:
-            if request.timeout_s and limit == request.timeout_s:
+            if request.budget_s and limit == request.budget_s and limit < (request.timeout_s or math.inf):
+                error = f"{BUDGET_END} ({limit:.0f} s left when it started)"
+            elif request.timeout_s and limit == request.timeout_s:
                 error = f"{FAR_SLOWER}: stopped after {limit:.0f} s, over {SLOW_CUTOFF:g}x the baseline trial's time"
             else:
                 error = f"timed out after {limit:.0f} s"

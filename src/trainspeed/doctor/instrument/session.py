@@ -77,10 +77,14 @@ def _disable_in_child() -> None:
 class Session:
     """Shared state of one doctor run. See module docstring."""
 
-    def __init__(self, monitor: Any, *, max_steps: int | None, count_flops_at: int | None = None) -> None:
+    def __init__(self, monitor: Any, *, max_steps: int | None, count_flops_at: int | None = None,
+                 time_limit: tuple[float, int] | None = None) -> None:
         global _CURRENT, _FORK_HOOK_REGISTERED
         self.mon = HookPhases(monitor, self)
         self.max_steps = max_steps
+        # (seconds, steps): stop once this old with at least that many steps (DoctorConfig.max_seconds)
+        self.time_limit = time_limit
+        self.t_start = time.perf_counter()
         self.pid = os.getpid()
         self.thread = threading.get_ident()
         self.enabled = True
@@ -499,3 +503,6 @@ class Session:
         self.flops.after_step(self)
         if self.max_steps is not None and self.mon.steps_done >= self.max_steps:
             raise StopDoctor(f"stopped after {self.mon.steps_done} steps")
+        if (self.time_limit is not None and self.mon.steps_done >= self.time_limit[1]
+                and time.perf_counter() - self.t_start >= self.time_limit[0]):
+            raise StopDoctor(f"stopped after {self.mon.steps_done} steps ({self.time_limit[0]:.0f} s)")

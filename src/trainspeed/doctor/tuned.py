@@ -1,0 +1,86 @@
+"""What `trainspeed tune` measured on a script, for the doctor's next report of that script.
+
+The doctor predicts what is at stake ("~84 % of step time: the step waits for the DataLoader")
+and names the tune that measures it; the tune measures it. Without a way back, the next doctor
+run repeated a finding the tune had measured as no gain. The tune writes one small record per
+working directory, `runs/tuned.json` (the tune and the doctor run a script from the same
+folder), keyed by the script; the doctor adds to each finding whose `--knobs` the tune measured
+what it read:
+
+    {"schema": 1, "scripts": {"/abs/train.py": {"tune": "runs/tune-train", "knobs": {
+        "num_workers": [{"setting": "1", "verdict": "no measurable change", "speedup": 0.98}]}}}}
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+from typing import Any, Sequence
+
+RECORD = Path("runs") / "tuned.json"
+"""Beside the run directories (runs/ is where both write by default): never among the user's files."""
+GAIN = "faster"
+
+
+def script_key(kind: str, name: str) -> str:
+    """The script a command runs (runner.Target's kind and name): its absolute path, or the
+    module of `python -m`."""
+    return os.path.abspath(name) if kind == "path" else f"-m {name}"
+
+
+def _read(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) and data.get("schema") == 1 else {}
+
+
+def record_tune(key: str, tune_dir: str | Path, rows: Sequence[dict[str, Any]],
+                root: Path | None = None) -> Path | None:
+    """Record the measured rows (knob, setting, verdict, speedup, ci) of a tune of script `key`."""
+    from trainspeed.fileio import atomic_write_text
+
+    measured = [r for r in rows if r.get("speedup") is not None]
+    if not measured:
+        return None
+    path = (root or Path.cwd()) / RECORD
+    data = _read(path) or {"schema": 1, "scripts": {}}
+    knobs: dict[str, list[dict[str, Any]]] = {}
+    for r in measured:
+        knobs.setdefault(str(r["knob"]), []).append(
+            {k: r.get(k) for k in ("setting", "verdict", "speedup", "ci")})
+    data.setdefault("scripts", {})[key] = {"tune": str(tune_dir), "knobs": knobs}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(path, json.dumps(data, indent=2) + "\n")
+    return path
+
+
+def tuned_line(finding: dict[str, Any], entry: dict[str, Any]) -> str | None:
+    """What the tune measured for the knobs the finding's verify command names, or None."""
+    m = re.search(r"--knobs\s+([\w,]+)", str(finding.get("verify_with") or ""))
+    rows = [(knob, r) for knob in (m.group(1).split(",") if m else []) for r in entry.get("knobs", {}).get(knob, [])]
+    if not rows:
+        return None
+    won = [(k, r) for k, r in rows if r.get("verdict") == GAIN]
+    shown = won or rows
+    figures = ", ".join(f"{k}={r.get('setting')} {r.get('speedup'):.2f}x" for k, r in shown[:4])
+    verdict = "a gain" if won else "no gain"
+    return f"trainspeed tune measured {verdict}: {figures} ({entry.get('tune')})"
+
+
+def annotate(findings: list[dict[str, Any]], key: str, root: Path | None = None) -> list[dict[str, Any]]:
+    """The findings, each that a tune of script `key` measured carrying `tuned` (the line)."""
+    entry = _read((root or Path.cwd()) / RECORD).get("scripts", {}).get(key)
+    if not entry:
+        return findings
+    for f in findings:
+        line = tuned_line(f, entry)
+        if line:
+            f["tuned"] = line
+    return findings
+
+
+__all__ = ["RECORD", "annotate", "record_tune", "script_key", "tuned_line"]

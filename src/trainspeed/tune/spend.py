@@ -1,0 +1,287 @@
+"""Spending the budget on what is left to learn, after the ablation's planned rounds.
+
+The ablation admits the settings whose planned rounds fit the budget at the first baseline
+trial's price (budget_plan.py). That price is a guess: on a 2-core machine that others loaded,
+the demo's first baseline priced its trials at ~37 s, a 3m tune admitted nothing, and it stopped
+with most of the budget unused ("~147 s for 2 repeats; --budget 8m ..."), exit 0. Here:
+
+- successive halving: after one round a clear loser (slower than *both* baseline trials around
+  it by CLEAR_LOSER) is not repeated, and when the next round of the rest does not fit, the
+  slowest of them are dropped until it does;
+- the trials are repriced from what the baseline trials of this tune really took;
+- settings not admitted are then measured one round at a time while a round fits, and settings
+  still undecided (fewer rounds than planned, or faster but not beyond the noise) get fresh rounds,
+  each with fresh baseline trials around them (B C1 C2 B), until the budget left is the
+  verification's reserve, or MAX_ROUNDS.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from typing import Any
+
+from trainspeed.tune import stats
+from trainspeed.tune.arms import arm_of
+from trainspeed.tune.knobs import Candidate
+from trainspeed.tune.order import bracket_repeats, n_brackets
+
+Tuner = Any
+"""search.Tuner, which imports this module (its trials, pairs and budget are read here)."""
+STOP_BELOW = 0.5
+"""A candidate measured below this share of the baseline's speed in one round is not repeated
+(bf16 on a CPU without bf16 units, 0.25x, took three baseline trials' time in every round;
+against the ~15 % per round of a noisy VM, one round decides a 2x difference)."""
+CLEAR_LOSER = 0.85
+"""After one round, a candidate slower than this share of the speed of each baseline trial
+around it is a clear loser: both neighbours beat it by 15 %+, which one noisy round of a
+candidate that changes nothing does not do."""
+LOSER_Z = 3.0
+"""On a machine whose baseline trials spread by s (sd of log cost), a clear loser is slower
+than exp(-LOSER_Z * s) of each neighbour too (15 % trial scatter: 0.64x)."""
+MAX_ROUNDS = 6
+"""Rounds a setting gets at most (the ablation's and the extra ones together)."""
+CONFIRM_Z = 3.0
+"""Standard errors the rounds after a hopeful's choice must clear together (one more look at
+a setting already looked at: stricter than the ablation's stats.POOLED_Z)."""
+LATE_REPEAT = 100
+"""Repeat numbers of a setting first measured after the ablation start here, apart from the
+numbers a resumed ablation would give it."""
+
+Pair = tuple[tuple[int, ...], int]
+
+
+def planned_trials(cost: float, n: int, repeats: int, every: int, verify: int) -> float:
+    """Trials (in baseline-trial units) the ablation of n settings whose trials cost `cost`
+    baselines together, and the verification, take after the first baseline trial."""
+    return repeats * (cost + n_brackets(n, every)) - 1 + 2 * verify
+
+
+def offered(tuner: Tuner, ctx: Any) -> list[Candidate]:
+    """The settings the knobs offer on the baseline (before the budget admits any)."""
+    return [item for name in tuner.opt.knobs for item in tuner.knobs[name](ctx) if isinstance(item, Candidate)]
+
+
+def reprice(tuner: Tuner) -> None:
+    """The price of a trial from the baseline trials this tune ran after its first (that one
+    may have run shorter or on another machine state): their median wall time."""
+    walls = [r.wall_s for r in tuner.results({}) if r.ok and r.repeat > 0 and r.wall_s > 0
+             and (r.key, r.repeat) in tuner.ran]
+    if walls:
+        tuner.base_wall = statistics.median(walls)
+
+
+def _left(tuner: Tuner, may_win: bool = True) -> float:
+    """Budget left for more rounds: less the verification's reserve where a setting may win,
+    else one verification round's (the demo on a busy machine measured its last settings at
+    3.5x in a round that took the rest of the budget, and nothing was verified)."""
+    one_round = 2 * tuner.base_wall if tuner.opt.verify_repeats else 0.0
+    return tuner.opt.budget_s - tuner.spent - (tuner._verify_reserve() if may_win else one_round)
+
+
+def _round_qs(tuner: Tuner, c: Candidate, pair: Pair) -> list[float]:
+    """The candidate's speed over each baseline trial of one round's pair (>1: faster)."""
+    rounds, _ = tuner._paired(c.settings, {}, [pair])
+    if not rounds:
+        return []
+    refs, cand = rounds[0]
+    mine = stats.arm_cost(arm_of([cand]))
+    return [stats.arm_cost(arm_of([ref])) / mine for ref in refs] if mine > 0 else []
+
+
+def halve(tuner: Tuner, candidates: list[Candidate], r: int) -> None:
+    """After ablation round r: drop what ran far slower (STOP_BELOW); before the last round
+    also clear losers, then the slowest until the rest's next round fits the budget (with the
+    verification's reserve)."""
+    R, every = tuner.opt.repeats, tuner.opt.baseline_every
+    for i, c in enumerate(candidates):
+        rounds, _ = tuner._paired(c.settings, {}, [(bracket_repeats(i, r, R, every), r)])
+        if rounds and tuner.key(c.settings) not in tuner.dropped:
+            q = stats.arm_cost(arm_of([rounds[0][0]])) / stats.arm_cost(arm_of([rounds[0][1]]))
+            if q < STOP_BELOW:
+                _drop(tuner, c, "far slower, not repeated", f"{q:.2f}x the baseline's speed, not repeated")
+    if r >= R - 1:
+        return
+    reprice(tuner)
+    alive: list[tuple[float, Candidate]] = []
+    loser = min(CLEAR_LOSER, math.exp(-LOSER_Z * _trial_sd(tuner)))
+    for i, c in enumerate(candidates):
+        key = tuner.key(c.settings)
+        if key in tuner.dropped:
+            continue
+        qs = _round_qs(tuner, c, (bracket_repeats(i, r, R, every), r))
+        if not qs:
+            continue
+        if max(qs) < loser:
+            _drop(tuner, c, f"a clear loser after one round ({statistics.median(qs):.2f}x), not repeated")
+        else:
+            alive.append((statistics.median(qs), c))
+    alive.sort(key=lambda item: -item[0])
+    need = lambda n: tuner.base_wall * (sum(c.cost_factor for _, c in alive[:n]) + n_brackets(n, every))  # noqa: E731
+    n = len(alive)
+    while n > 1 and need(n) > _left(tuner):
+        n -= 1
+    for q, c in alive[n:]:
+        _drop(tuner, c, f"{q:.2f}x after one round; the budget left fits another round of the "
+                        f"{n} fastest only")
+    # the later rounds leave the verification one round at least (a 3.8x winner of a busy
+    # machine's demo went unverified: its second ablation round took the verification's budget)
+    tuner.reserve_s = 2 * tuner.base_wall if tuner.opt.verify_repeats else 0.0
+
+
+def _trial_sd(tuner: Tuner) -> float:
+    """The spread (sd of log cost) of this tune's baseline trials so far: how far apart two
+    trials of one config land on this machine now (0 with fewer than 3)."""
+    costs = [stats.arm_cost(arm_of([r])) for r in tuner.results({}) if r.ok and r.step_times]
+    logs = [math.log(c) for c in costs if c > 0 and math.isfinite(c)]
+    return statistics.stdev(logs) if len(logs) >= 3 else 0.0
+
+
+def _drop(tuner: Tuner, c: Candidate, why: str, said: str | None = None) -> None:
+    key = tuner.key(c.settings)
+    tuner.dropped.add(key)
+    tuner.drop_why[key] = why
+    tuner.say(f"  {c.knob}={c.label}: {said or why}")
+
+
+def _tentative(tuner: Tuner, c: Candidate, pairs: list[Pair], round_sd: float) -> stats.Comparison | None:
+    rounds, failed = tuner._paired(c.settings, {}, pairs)
+    if failed or not rounds:
+        return None
+    ref, cand = arm_of([refs for refs, _ in rounds]), arm_of([[x] for _, x in rounds])
+    return stats.compare(ref, cand, min_effect=tuner.opt.min_effect, round_sd=round_sd, n_boot=100)
+
+
+def _wanted(tuner: Tuner, candidates: list[Candidate], pairs: list[list[Pair]]) -> tuple[list[int], bool]:
+    """Indices of the candidates worth another round, most wanted first: never measured, then
+    measured in fewer rounds than planned, then faster within their trials (confidence interval
+    above 1) but not beyond the noise yet: the search's hopefuls. And whether any measured one
+    reads faster so far (then the verification's reserve is held back; else a tune whose first
+    trial was priced too high would keep it for a verification nothing can reach)."""
+    R = tuner.opt.repeats
+    logs = []
+    for c, p in zip(candidates, pairs):
+        rounds, _ = tuner._paired(c.settings, {}, p)
+        if rounds:
+            logs.append(stats.round_log_ratios(arm_of([x for x, _ in rounds]), arm_of([[y] for _, y in rounds])))
+    round_sd = stats.pooled_round_sd(logs)
+    first, short, hopeful = [], [], []
+    may_win = False
+    for i, (c, p) in enumerate(zip(candidates, pairs)):
+        key = tuner.key(c.settings)
+        rounds, failed = tuner._paired(c.settings, {}, p)
+        comp = _tentative(tuner, c, p, round_sd) if rounds and not failed else None
+        may_win = may_win or (comp is not None and comp.speedup > 1.0 + tuner.opt.min_effect)
+        if key in tuner.dropped or len(p) >= MAX_ROUNDS or failed:
+            continue
+        if not rounds:
+            first.append(i)
+        elif len(rounds) < R:
+            short.append(i)
+        elif (comp is not None and stats.speed_verdict(comp) == stats.NO_CHANGE
+              and comp.ci_low > 1.0):  # faster within its trials, not yet beyond the noise
+            hopeful.append(i)
+            tuner.chosen_after.setdefault(key, len(p))
+    return first + short + hopeful, may_win
+
+
+def fresh_round(tuner: Tuner, candidates: list[Candidate], chosen: list[int], pairs: list[list[Pair]],
+                parity: int) -> None:
+    """One round of the chosen candidates, B C1 C2 B ... with fresh baseline repeats (groups
+    in reverse order on odd parity), each candidate's pair appended to its list."""
+    every = tuner.opt.baseline_every
+    base_key = tuner.key({})
+    groups = [chosen[g:g + every] for g in range(0, len(chosen), every)]
+    start = tuner.next_repeat.get(base_key, tuner.opt.repeats)
+    brackets = list(range(start, start + len(groups) + 1))
+    tuner.next_repeat[base_key] = start + len(groups) + 1
+    order = list(range(len(groups)))[::-1] if parity % 2 else list(range(len(groups)))
+    arms: list[tuple[dict[str, Any], str, int]] = [({}, "baseline", brackets[order[0] + (1 if parity % 2 else 0)])]
+    for g in order:
+        for i in groups[g]:
+            c = candidates[i]
+            key = tuner.key(c.settings)
+            rep = tuner.next_repeat.get(key, max([tuner.opt.repeats] + [p[1] + 1 for p in pairs[i]]))
+            tuner.next_repeat[key] = rep + 1
+            arms.append((c.settings, f"{c.knob}={c.label}", rep))
+            pairs[i].append(((brackets[g], brackets[g + 1]), rep))
+        arms.append(({}, "baseline", brackets[g] if parity % 2 else brackets[g + 1]))
+    tuner._round(arms, reverse=False)
+
+
+def _fitting(tuner: Tuner, candidates: list[Candidate], wanted: list[int], left: float) -> list[int]:
+    """The wanted candidates, in order, whose round (with its baseline trials) fits `left`."""
+    chosen: list[int] = []
+    for i in wanted:
+        trial = [*chosen, i]
+        cost = sum(tuner._price(tuner.key(candidates[j].settings)) for j in trial)
+        if cost + tuner.base_wall * n_brackets(len(trial), tuner.opt.baseline_every) <= left:
+            chosen = trial
+    return chosen
+
+
+def spend_rest(tuner: Tuner, candidates: list[Candidate], pairs: list[list[Pair]],
+               unadmitted: list[Candidate]) -> list[Candidate]:
+    """Rounds for what is left to learn while a round fits the budget (see the module
+    docstring). The settings not admitted that get measured here are appended to
+    `candidates` (their pairs to `pairs`) and returned."""
+    n_admitted = len(candidates)
+    for c in unadmitted:
+        key = tuner.key(c.settings)
+        tuner.cost_factor.setdefault(key, c.cost_factor)
+        tuner.next_repeat.setdefault(key, LATE_REPEAT)
+        candidates.append(c)
+        pairs.append([])
+    parity = 0
+    while True:
+        reprice(tuner)
+        wanted, may_win = _wanted(tuner, candidates, pairs)
+        chosen = _fitting(tuner, candidates, wanted, _left(tuner, may_win))
+        if not chosen and not may_win:  # nothing to verify yet: measuring comes first
+            chosen = _fitting(tuner, candidates, wanted, tuner.opt.budget_s - tuner.spent)
+        if not chosen:
+            break
+        names = ", ".join(f"{candidates[i].knob}={candidates[i].label}" for i in chosen)
+        tuner.say(f"another round ({names}): {tuner.opt.budget_s - tuner.spent:.0f} s of the budget left")
+        fresh_round(tuner, candidates, chosen, pairs, parity)
+        parity += 1
+    # settings that never got a round stay unmeasured (skipped rows)
+    keep = [i for i in range(len(candidates))
+            if i < n_admitted or tuner._paired(candidates[i].settings, {}, pairs[i])[0]
+            or tuner._paired(candidates[i].settings, {}, pairs[i])[1]]
+    late = [candidates[i] for i in keep if i >= n_admitted]
+    candidates[:] = [candidates[i] for i in keep]
+    pairs[:] = [pairs[i] for i in keep]
+    return late
+
+
+def confirm(tuner: Tuner, row: Any, pairs: list[Pair]) -> None:
+    """A setting given more rounds because its first ones read faster (a hopeful) is crowned
+    only if the rounds after that choice alone read faster beyond the noise: the rounds that
+    chose it are lucky by selection. (Six tunes of six null settings on trials scattered by 15 %:
+    judged over all rounds, 6 of 36 null settings were crowned or condemned; at most 2 without
+    the extra rounds.)"""
+    start = tuner.chosen_after.get(tuner.key(row.settings))
+    if start is None or row.verdict != stats.FASTER:
+        return
+    rounds, _ = tuner._paired(row.settings, {}, pairs[start:])
+    logs = stats.round_log_ratios(arm_of([x for x, _ in rounds]), arm_of([[y] for _, y in rounds]))
+    sd = stats.pooled_round_sd(list(tuner.round_logs.values()))
+    # CONFIRM_Z, not POOLED_Z: a second look at a setting that had its first one
+    need = max(tuner.opt.min_effect, math.exp(CONFIRM_Z * sd / math.sqrt(max(1, len(logs)))) - 1, stats.paired_noise(
+        arm_of([x for x, _ in rounds]), arm_of([[y] for _, y in rounds])) if len(logs) > 1 else 0.0)
+    fresh = math.exp(sum(logs) / len(logs)) if logs else None
+    if fresh is None or fresh <= 1.0 + need:
+        row.verdict = stats.NO_CHANGE
+        seen = "not measured" if fresh is None else f"{fresh:.2f}x"
+        row.note = (row.note + "; " if row.note else "") + (
+            f"the {len(logs)} rounds after its first {start} read {seen}, not beyond the noise ({need:.0%})")
+
+
+def unused_share(tuner: Tuner) -> float:
+    """The share of the budget not spent (0 when overspent)."""
+    return max(0.0, 1.0 - tuner.spent / tuner.opt.budget_s) if math.isfinite(tuner.opt.budget_s) else 0.0
+
+
+__all__ = ["CLEAR_LOSER", "MAX_ROUNDS", "STOP_BELOW", "confirm", "fresh_round", "halve", "offered",
+           "planned_trials", "reprice", "spend_rest", "unused_share"]

@@ -1,0 +1,53 @@
+"""The doctor's predicted stakes, per knob: what the tune measures first and shows beside
+its measured gain.
+
+A doctor finding names the tune that measures it (`verify: trainspeed tune --knobs
+num_workers -- ...`) and the share of the step time at stake (`impact`, from the run's own
+measurements). The tune orders its knobs by those shares and writes each knob's share in the
+table's "at stake" column: on the H100 the doctor put ~40 % of the step in data loading and
+~40 % in fp32, and the tune of the same script crowned nothing, with no figure side by side.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from trainspeed.tune.result import Row
+from trainspeed.tune.script_knobs import knobs_from_findings
+
+
+def _impact(finding: dict[str, Any]) -> float:
+    value = finding.get("impact")
+    return float(value) if isinstance(value, (int, float)) and value == value else 0.0
+
+
+def stakes_by_knob(findings: Sequence[dict[str, Any]]) -> dict[str, float]:
+    """Knob -> the largest share at stake among the findings that name it."""
+    out: dict[str, float] = {}
+    for f in findings:
+        for knob in knobs_from_findings([f]):
+            out[knob] = max(out.get(knob, 0.0), _impact(f))
+    return out
+
+
+def order_by_stake(knobs: list[str], findings: Sequence[dict[str, Any]]) -> list[str]:
+    """The knobs whose findings put time at stake first, largest stake first (rank order on
+    ties), then the rest in their order: a finding with nothing measured at stake ('the model is
+    not compiled') does not send a costly setting ahead (nanoGPT's compile trial took 396 s of a
+    6m budget on a loaded machine, first because a finding named it)."""
+    stakes = stakes_by_knob(findings)
+    unknown = {k for k in knobs_from_findings([f for f in findings if f.get("impact") is None])}
+    named = [k for k in knobs_from_findings(list(findings)) if k in knobs and (stakes.get(k, 0.0) > 0 or k in unknown)]
+    named.sort(key=lambda k: -stakes.get(k, 0.0))  # stable: the doctor's rank breaks ties
+    return named + [k for k in knobs if k not in named]
+
+
+def mark_stakes(rows: Sequence[Row], findings: Sequence[dict[str, Any]]) -> None:
+    """Each row of a knob a finding names carries that finding's share at stake."""
+    stakes = stakes_by_knob(findings)
+    for row in rows:
+        if row.knob in stakes and stakes[row.knob] > 0:
+            row.stake = stakes[row.knob]
+
+
+__all__ = ["mark_stakes", "order_by_stake", "stakes_by_knob"]

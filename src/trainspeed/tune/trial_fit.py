@@ -1,0 +1,114 @@
+"""A script trial's length, sized to the budget from what the first baseline trial really took.
+
+The first baseline trial is a doctor run of the unchanged script; its wall time splits into a
+fixed part (start-up: interpreter or fork, the script's imports, building its model and data),
+its warm-up steps and its measured steps. A trial of W warm-up and N measured steps then costs
+fixed + warm-up + N x step. The tune's plan holds T such trials (ablation, brackets,
+verification): N is the most steps (up to the length that quality asks for) with which T
+trials fit the budget left, never fewer than MIN_FIT_STEPS; where that is not enough the warm-up
+is cut to MIN_FIT_WARMUP steps (each trial's own slow first steps are still left out: settle.py).
+
+Real scripts with steps of 0.5-10 s ran 25 measured steps a trial (MIN_MEASURED_STEPS): an image
+classifier's 64 s trials left a 5-minute tune only its baseline.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass
+
+from trainspeed.tune.trials import TrialResult
+
+MIN_FIT_STEPS = 6
+"""Fewest measured steps a trial is cut to for the budget (the slowest 5 % trimmed leaves 5)..."""
+MIN_FIT_S = 3.0
+SLOW_MIN_FIT_STEPS = 3
+"""... or, for steps so slow that MIN_FIT_STEPS of them take over MIN_FIT_S, as many as take
+MIN_FIT_S, at least this many: nanoGPT's 8 s steps on a loaded 2-core machine."""
+MIN_FIT_WARMUP = 1
+"""Warm-up steps a cut trial keeps: the first step pays the one-time costs, and a setting's
+slower first measured steps are warm-up too (settle.py)."""
+PRICING_SHARE = 0.08
+"""The first baseline trial stops once it is this share of the budget old (after its warm-up and
+3 steps), within PRICING_S: it only has to find the step time."""
+PRICING_S = (10.0, 60.0)
+PRICING_WARMUP = 2
+"""Warm-up steps of that first trial (its slow first measured steps are warm-up too:
+settle.py): nanoGPT's 8 s steps made a 5-step warm-up 40 s of a 6m budget."""
+
+
+def pricing_seconds(budget_s: float) -> float:
+    """How old the first (pricing) baseline trial may grow before it stops."""
+    return min(PRICING_S[1], max(PRICING_S[0], PRICING_SHARE * budget_s))
+
+
+@dataclass(frozen=True, slots=True)
+class TrialFit:
+    warmup_steps: int
+    measure_steps: int
+    price_s: float
+    """Expected wall seconds of one trial of this length."""
+    fixed_s: float
+    """The first trial's start-up: its wall time less its steps."""
+    step_s: float
+    """Median measured step time of the first trial."""
+    cut: bool
+    """True when the budget made the trials shorter than `max_steps`."""
+
+
+def fit_trial(base: TrialResult, warmup_steps: int, trials: float, budget_left: float, max_steps: int,
+              first_warmup: int | None = None) -> TrialFit:
+    """The trial length for T=`trials` trials in `budget_left` seconds (see the module docstring).
+    `warmup_steps` is what later trials run unless cut; `first_warmup` what the first trial ran
+    (default the same)."""
+    first_warmup = warmup_steps if first_warmup is None else first_warmup
+    steps = [t for t in base.step_times if t > 0]
+    step_s = statistics.median(steps) if steps else 0.0
+    warm_s = base.warmup_s or 0.0
+    fixed = max(0.0, base.wall_s - sum(steps) - warm_s)
+
+    def warm_cost(w: int) -> float:  # the first warm-up steps pay the one-time costs: keep them
+        return max(0.0, warm_s + (w - first_warmup) * step_s)
+
+    def steps_for(w: int) -> int:
+        if step_s <= 0:
+            return max_steps
+        per_trial = budget_left / max(trials, 1.0)
+        return int(math.floor((per_trial - fixed - warm_cost(w)) / step_s))
+
+    w, n = warmup_steps, steps_for(warmup_steps)
+    if n < max_steps and warmup_steps > MIN_FIT_WARMUP:
+        w, n = MIN_FIT_WARMUP, steps_for(MIN_FIT_WARMUP)
+    n = max(min_fit_steps(step_s), min(max_steps, n))
+    if w < warmup_steps and n >= max_steps:
+        w = warmup_steps
+    return TrialFit(warmup_steps=w, measure_steps=n, price_s=fixed + warm_cost(w) + n * step_s,
+                    fixed_s=fixed, step_s=step_s, cut=n < max_steps)
+
+
+def min_fit_steps(step_s: float) -> int:
+    """The fewest measured steps a trial of `step_s` steps is cut to."""
+    if step_s <= 0:
+        return MIN_FIT_STEPS
+    return max(SLOW_MIN_FIT_STEPS, min(MIN_FIT_STEPS, math.ceil(MIN_FIT_S / step_s)))
+
+
+def trial_length_line(base: TrialResult, fit: TrialFit, trials: float) -> str:
+    """What the first trial took and how long every trial will be, in the user's terms."""
+    steps = [t for t in base.step_times if t > 0]
+    spread = (f"{len(steps)} steps of {_s(min(steps))}-{_s(max(steps))} (median {_s(fit.step_s)})"
+              if steps else "no measured steps")
+    line = (f"the first baseline trial took {base.wall_s:.0f} s: {fit.fixed_s:.1f} s to start, {spread}; "
+            f"each trial runs {fit.warmup_steps} warm-up + {fit.measure_steps} measured steps (~{fit.price_s:.0f} s)")
+    if fit.cut:
+        line += f", cut to fit ~{trials:.0f} trials in the budget"
+    return line + " (--steps sets the measured steps)"
+
+
+def _s(seconds: float) -> str:
+    return f"{1e3 * seconds:.0f} ms" if seconds < 1 else f"{seconds:.2f} s"
+
+
+__all__ = ["MIN_FIT_STEPS", "MIN_FIT_WARMUP", "PRICING_WARMUP", "TrialFit", "fit_trial", "min_fit_steps",
+           "pricing_seconds", "trial_length_line"]

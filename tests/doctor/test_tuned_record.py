@@ -1,0 +1,52 @@
+"""The loop closes: what a tune measured on a script shows in the doctor's next report of it
+(doctor/tuned.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from trainspeed.doctor.findings import format_findings
+from trainspeed.doctor.tuned import annotate, record_tune, script_key
+
+pytestmark = pytest.mark.timeout(30)
+
+
+def _finding(knobs: str, impact: float = 0.84) -> dict:
+    return {"id": "data_bound", "severity": "critical", "title": "Training is data-bound", "impact": impact,
+            "evidence": "waiting for the next batch takes 84% of step time", "recommendation": "num_workers=1",
+            "verify_with": f"trainspeed tune --knobs {knobs} -- python train.py --epochs 3"}
+
+
+def test_a_finding_the_tune_measured_as_no_gain_says_so_in_the_next_report(tmp_path):
+    key = script_key("path", str(tmp_path / "train.py"))
+    rows = [{"knob": "num_workers", "setting": "1", "verdict": "no measurable change", "speedup": 0.98, "ci": [0.9, 1.05]},
+            {"knob": "num_workers", "setting": "2", "verdict": "slower", "speedup": 0.8, "ci": [0.7, 0.9]},
+            {"knob": "compile", "setting": "default", "verdict": "skipped", "speedup": None, "ci": None}]
+    assert record_tune(key, "runs/tune-train", rows, root=tmp_path) == tmp_path / "runs" / "tuned.json"
+    findings = annotate([_finding("num_workers"), _finding("compile", 0.1)], key, root=tmp_path)
+    assert findings[0]["tuned"] == ("trainspeed tune measured no gain: num_workers=1 0.98x, num_workers=2 0.80x "
+                                    "(runs/tune-train)")
+    assert "tuned" not in findings[1]  # compile was not measured
+    assert "tuned:    trainspeed tune measured no gain" in format_findings(findings)
+    # another script in the same folder has no record; a winner reads as a gain
+    assert "tuned" not in annotate([_finding("num_workers")], script_key("path", str(tmp_path / "other.py")),
+                                   root=tmp_path)[0]
+    record_tune(key, "runs/tune-2", [{**rows[0], "verdict": "faster", "speedup": 1.8}], root=tmp_path)
+    assert annotate([_finding("num_workers")], key, root=tmp_path)[0]["tuned"].startswith(
+        "trainspeed tune measured a gain: num_workers=1 1.80x")
+
+
+def test_stakes_order_the_knobs_and_mark_the_rows():
+    from trainspeed.tune.result import Row
+    from trainspeed.tune.stakes import mark_stakes, order_by_stake
+
+    findings = [_finding("compile", 0.05), _finding("num_workers", 0.56), _finding("precision", 0.4),
+                _finding("log_every", 0.0)]
+    assert order_by_stake(["threads", "log_every", "precision", "compile", "num_workers"], findings) == [
+        "num_workers", "precision", "compile", "threads", "log_every"]  # nothing at stake: not ahead
+    # a finding without a figure (an older report) still leads: its stake is unknown, not nothing
+    assert order_by_stake(["threads", "compile"], [{"verify_with": "trainspeed tune --knobs compile -- x"}]) == [
+        "compile", "threads"]
+    rows = [Row(knob="num_workers", setting="1"), Row(knob="threads", setting="1")]
+    mark_stakes(rows, findings)
+    assert rows[0].stake == 0.56 and rows[1].stake is None

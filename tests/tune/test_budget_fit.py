@@ -1,0 +1,140 @@
+"""A tune spends its budget on what is left to learn (spend.py), with synthetic trials.
+
+The demo's `--budget 3m` on a loaded 2-core machine: the first baseline trial took ~37 s, every
+setting was priced out ('does not fit the budget (~147 s for 2 repeats; --budget 8m ...)'), and
+the tune stopped with most of its budget unused, exit 0."""
+
+from __future__ import annotations
+
+import types
+
+import pytest
+
+from trainspeed.tune import stats
+from trainspeed.tune.search import Tuner, TuneOptions
+from trainspeed.tune.spend import unused_share
+from trainspeed.tune.store import TrialStore
+
+from tune_fakes import FakeRunner
+
+pytestmark = pytest.mark.timeout(60)
+
+BF16, FP16 = "precision.mode=bf16-mixed", "precision.mode=fp16-mixed"
+FUSED, FOREACH = "optim.implementation=fused", "optim.implementation=foreach"
+
+
+class FirstTrialSlow(FakeRunner):
+    """The machine was busy during the first trial only: it took `first_s`, every later one 5 s."""
+
+    def __init__(self, effects, first_s: float, **kw):
+        super().__init__(effects, wall_s=5.0, **kw)
+        self.first_s = first_s
+
+    def __call__(self, req):
+        res = super().__call__(req)
+        if len(self.calls) == 1:
+            res.wall_s = self.first_s
+        return res
+
+
+def _tune(runner, tmp_path, budget_s, knobs, base_config, cpu, **opts):
+    options = TuneOptions(budget_s=budget_s, knobs=knobs, **opts)
+    tuner = Tuner(base_config=base_config, base_hash="h", device=cpu, runner=runner, store=TrialStore(tmp_path),
+                  options=options, say=lambda s: None)
+    return tuner, tuner.run()
+
+
+def test_a_small_budget_is_spent_while_a_setting_is_unmeasured(base_config, cpu, tmp_path):
+    runner = FirstTrialSlow({BF16: 0.5, FP16: 1.0, FUSED: 1.0}, first_s=40.0)
+    tuner, result = _tune(runner, tmp_path, 200, ["precision", "fused_optimizer"], base_config, cpu)
+    unmeasured = [r for r in result.ablation if r.speedup is None and "budget" in r.note]
+    assert not (unmeasured and unused_share(tuner) > 0.2), (unused_share(tuner), [r.note for r in unmeasured])
+    rows = {(r.knob, r.setting): r for r in result.ablation}
+    assert rows[("precision", "bf16-mixed")].verdict == stats.FASTER
+    assert result.best_settings == {"precision.mode": "bf16-mixed"} and result.final.verdict == stats.FASTER
+    assert tuner.spent <= 200
+
+
+def test_nothing_measurable_exits_non_zero_and_names_the_budget_that_measures_it(base_config, cpu, tmp_path, capsys):
+    from trainspeed.cli.tune import NOTHING_MEASURED, unmeasured_exit
+
+    _, result = _tune(FakeRunner({BF16: 0.5}, wall_s=100.0), tmp_path, 150, ["precision"], base_config, cpu)
+    assert all(r.speedup is None for r in result.ablation)
+    assert unmeasured_exit(result) == NOTHING_MEASURED
+    err = capsys.readouterr().err
+    assert "no setting could be measured" in err and "--budget" in err and "m measures it" in err
+    measured = types.SimpleNamespace(ablation=[types.SimpleNamespace(speedup=1.0, verdict="no measurable change")])
+    assert unmeasured_exit(measured) == 0
+
+
+def test_a_clear_loser_is_dropped_after_one_round(base_config, cpu, tmp_path):
+    # fused at 0.71x: slower than both baseline trials around it in round 1 (the old rule
+    # stopped only what ran below 0.5x, and repeated this one three times)
+    runner = FakeRunner({FUSED: 1.4, BF16: 0.5})
+    _, result = _tune(runner, tmp_path, 10_000, ["precision", "fused_optimizer"], base_config, cpu,
+                      repeats=3, verify_repeats=0)
+    fused = [c.repeat for c in runner.calls if FUSED in c.overrides]
+    bf16 = [c.repeat for c in runner.calls if BF16 in c.overrides and len(c.overrides) == 1]
+    assert fused == [0] and bf16[:3] == [0, 1, 2]
+    row = next(r for r in result.ablation if r.setting == "fused")
+    assert row.verdict == stats.SLOWER and "1 of 3 repeats (a clear loser after one round (0.7" in row.note
+
+
+def test_a_setting_that_changes_nothing_is_repeated_even_on_a_noisy_machine(base_config, cpu, tmp_path):
+    # foreach changes nothing; its trials scatter 40 % step to step: one round cannot condemn it
+    runner = FakeRunner({BF16: 0.5}, noisy={FOREACH})
+    _, result = _tune(runner, tmp_path, 10_000, ["fused_optimizer"], base_config, cpu, verify_repeats=0)
+    assert [c.repeat for c in runner.calls if FOREACH in c.overrides][:2] == [0, 1]
+
+
+def test_no_trial_runs_past_the_end_of_the_budget(base_config, cpu, tmp_path):
+    """nanoGPT's compile trial on a loaded machine compiled for 354 s, under its far-slower
+    allowance, and a 6m tune ended at 543 s. Each trial is told the budget left, and stopped there."""
+    import sys
+
+    from trainspeed.tune.trials import BUDGET_END, SubprocessRunner, TrialRequest
+
+    runner = FakeRunner({BF16: 0.5}, wall_s=5.0)
+    tuner, _ = _tune(runner, tmp_path / "t", 100, ["precision"], base_config, cpu)
+    lefts = [c.budget_s for c in runner.calls]
+    assert lefts[0] == 100 and lefts == sorted(lefts, reverse=True) and lefts[-1] >= 5.0
+
+    class Sleeper(SubprocessRunner):
+        def command(self, request):
+            return [sys.executable, "-c", "import time; time.sleep(30)"]
+
+    sleeper = Sleeper(base_config=tmp_path / "b.yaml", out_dir=tmp_path / "trials", fork_server=False)
+    result = sleeper(TrialRequest(key="k", label="compile=default", overrides=(), repeat=0, timeout_s=20.0,
+                                  budget_s=1.0))
+    assert not result.ok and result.error.startswith(BUDGET_END) and result.wall_s < 10
+
+
+def test_settings_measured_late_leave_a_winner_its_verification(base_config, cpu, tmp_path):
+    """The demo on a busy machine: the settings the plan left out were measured in one round
+    (3.5x), that round took the rest of the budget, and the winner went unverified. A round of
+    settings never measured leaves one verification round."""
+    runner = FakeRunner({FUSED: 0.5}, wall_s=10.0)
+    # 10 s trials, 120 s: the ablation of bf16 and fp16 (no gain) leaves 50 s; fused and foreach
+    # together (4 trials) would take 40 of them and leave the verification none
+    tuner, result = _tune(runner, tmp_path, 120, ["precision", "fused_optimizer"], base_config, cpu)
+    rows = {(r.knob, r.setting): r for r in result.ablation}
+    assert rows[("fused_optimizer", "fused")].verdict == stats.FASTER  # measured after the ablation
+    assert result.final is not None and result.final.verdict == stats.FASTER, result.final
+    assert result.best_settings == {"optim.implementation": "fused"} and tuner.spent <= 120
+
+
+def test_the_first_trial_stops_at_its_time_limit(tmp_path, monkeypatch):
+    """The first (pricing) baseline trial of a script with slow steps ran 25 measured steps (64 s
+    of an image classifier); `trainspeed run --max-seconds` stops it once it is that old, after
+    its warm-up and 3 steps."""
+    from trainspeed.cli.main import main
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "slow.py").write_text(
+        "import time, torch\nm = torch.nn.Linear(2, 1)\nopt = torch.optim.SGD(m.parameters(), lr=0.1)\n"
+        "for _ in range(1000):\n    m(torch.ones(1, 2)).sum().backward()\n    opt.step()\n    time.sleep(0.3)\n")
+    (tmp_path / "plan.yaml").write_text("schema: 1\nkind: script-settings\nsettings: {}\n")
+    assert main(["run", "--with", "plan.yaml", "--doctor", "--quiet", "--steps", "1000", "--warmup-steps", "2",
+                 "--max-seconds", "3", "--out", "r", "--", "python", "slow.py"]) == 0
+    steps = [line for line in (tmp_path / "r" / "steps.jsonl").read_text().splitlines() if line.strip()]
+    assert 5 <= len(steps) <= 25  # warm-up + 3 at least, then about 3 s of 0.3 s steps
