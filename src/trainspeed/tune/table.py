@@ -57,13 +57,17 @@ def why_no_change(row: Row) -> str:
             + (f" ({row.noise_from})" if row.noise_from else ""))
 
 
+def mfu_text(mfu: float) -> str:
+    """'MFU 38 %', or two digits under 10 % ('MFU 0.12 %', not 'MFU 0 %')."""
+    share = 100 * mfu
+    return f"MFU {share:.0f} %" if share >= 10 else f"MFU {share:.2g} %"
+
+
 def baseline_line(result: TuneResult) -> str:
     """One line on the baseline: its cost per sample and, when known, its MFU."""
     line = f"baseline: {1e3 * result.baseline_cost_s:.3f} ms/sample"
     if result.baseline_mfu is not None:
-        share = 100 * result.baseline_mfu
-        line += f", MFU {share:.0f}" if share >= 10 else f", MFU {share:.2g}"  # 0.12 %, not 0 %
-        line += f" % of {result.peak_name or 'the device peak'}"
+        line += f", {mfu_text(result.baseline_mfu)} of {result.peak_name or 'the device peak'}"
     else:
         line += (", MFU unknown (no FLOP count of its step, or no peak for this device; a script tune takes "
                  "both from the doctor run it is given with --from)")
