@@ -12,7 +12,7 @@ import weakref
 from types import ModuleType
 from typing import Any
 
-from trainspeed.patches.settings import InstallContext
+from trainspeed.patches.context import InstallContext
 
 
 def install_attn_implementation(value: str, ctx: InstallContext) -> None:

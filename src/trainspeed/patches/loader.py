@@ -13,7 +13,7 @@ from typing import Any
 from torch.utils.data import DataLoader
 
 from trainspeed.patches.callers import chosen_site
-from trainspeed.patches.settings import InstallContext
+from trainspeed.patches.context import InstallContext
 
 _NEEDS_WORKERS = ("persistent_workers", "prefetch_factor")
 

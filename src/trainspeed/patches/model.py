@@ -17,7 +17,7 @@ import torch
 from torch import nn
 from torch.nn.modules import module as module_mod
 
-from trainspeed.patches.settings import InstallContext
+from trainspeed.patches.context import InstallContext
 
 
 def _is_trained(module: nn.Module, class_name: str | None) -> bool:

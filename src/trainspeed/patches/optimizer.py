@@ -14,7 +14,7 @@ from typing import Any
 import torch
 
 from trainspeed.patches.callers import chosen_site
-from trainspeed.patches.settings import InstallContext
+from trainspeed.patches.context import InstallContext
 
 
 def _where(site: tuple[str, int]) -> str:

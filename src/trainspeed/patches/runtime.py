@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from trainspeed.patches.settings import InstallContext
+from trainspeed.patches.context import InstallContext
 
 
 def install_threads(value: int, ctx: InstallContext) -> None:

@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from trainspeed.patches.settings import InstallContext
+from trainspeed.patches.context import InstallContext
 
 _TORCH = os.path.dirname(torch.__file__) + os.sep
 

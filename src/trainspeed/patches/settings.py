@@ -1,36 +1,24 @@
 """The settings registry: key -> (value check, install function, description), and
 `install_settings`, which validates a settings dict and installs every patch, undoing all of
 them if one fails. Each setting is a plain function `install(value, ctx)` in its family's
-module; `ctx` holds the shared Patches, PostImportHooks, the Targets and the notes list.
+module; `ctx` (an InstallContext, from `patches.context`) holds the shared Patches,
+PostImportHooks, the Targets and the notes list.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
 from trainspeed.errors import ConfigError
+from trainspeed.patches.context import InstallContext
 from trainspeed.patches.imports import PostImportHooks
 from trainspeed.patches.machinery import Patches
 from trainspeed.patches.targets import Targets
 
 FLAG_PREFIX = "args."
-
-
-@dataclass(kw_only=True)
-class InstallContext:
-    patches: Patches
-    imports: PostImportHooks
-    targets: Targets
-    notes: list[str]
-    say: Callable[[str], None] = lambda text: None
-    shared: dict[str, Any] = field(default_factory=dict)
-    """State one family shares between its settings (the trained-module finder)."""
-
-    def note(self, text: str) -> None:
-        self.notes.append(text)
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ from typing import Any, Callable
 import torch
 
 from trainspeed.patches.callers import in_user_files, user_caller
-from trainspeed.patches.settings import InstallContext
+from trainspeed.patches.context import InstallContext
 
 WRITER_METHODS = ("add_scalar", "add_scalars", "add_histogram", "add_image", "add_images", "add_text",
                   "add_figure", "flush")
