@@ -32,7 +32,7 @@ from trainspeed.errors import ConfigError
 from trainspeed.telemetry.phase_context import phase_codes
 
 if TYPE_CHECKING:
-    from trainspeed.engine.trainer import Trainer
+    from trainspeed.engine.trainer_view import TrainerView
 
 _clock = time.perf_counter
 _H2D, _H2D_END = phase_codes("h2d")
@@ -103,7 +103,7 @@ def start_engine(model: torch.nn.Module, optimizer: torch.optim.Optimizer, cfg: 
     return engine, ds_config, [describe(ds_config, world_size)]
 
 
-def train_step(trainer: Trainer, group: list[tuple[Any, Any]], mon: Any) -> torch.Tensor:
+def train_step(trainer: TrainerView, group: list[tuple[Any, Any]], mon: Any) -> torch.Tensor:
     """One optimizer step through DeepSpeed's engine over the step's (batch, stats)
     micro-batches; returns the step's loss, still on the device."""
     engine, cfg, st = trainer._ds, trainer.cfg, trainer.state

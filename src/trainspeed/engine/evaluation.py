@@ -14,10 +14,10 @@ from trainspeed.engine.data.stats import batch_stats as default_batch_stats
 from trainspeed.engine.events import Event
 
 if TYPE_CHECKING:
-    from trainspeed.engine.trainer import Trainer
+    from trainspeed.engine.trainer_view import TrainerView
 
 
-def evaluate(trainer: "Trainer", val_loader: Iterable[Any] | None, mon: Any) -> dict[str, float]:
+def evaluate(trainer: "TrainerView", val_loader: Iterable[Any] | None, mon: Any) -> dict[str, float]:
     """Evaluate `trainer`'s model on `val_loader` (at most eval.limit_val_batches batches);
     the metrics, also kept in trainer.state.metrics with the step they belong to."""
     if val_loader is None:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 if TYPE_CHECKING:  # pragma: no cover
-    from trainspeed.engine.trainer import Trainer
+    from trainspeed.engine.trainer_view import TrainerView
 
 
 class Event(enum.Enum):
@@ -42,7 +42,7 @@ class TrainerState:
     """What callbacks may read. Counters are host-side ints; `loss` may be a device tensor
     (reading it with .item() is a sync: do that only at intervals)."""
 
-    trainer: "Trainer"
+    trainer: "TrainerView"
     step: int = 0  # optimizer steps done
     epoch: int = 0
     batch_in_epoch: int = 0

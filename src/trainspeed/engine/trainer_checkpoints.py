@@ -12,7 +12,7 @@ from trainspeed.engine.checkpoint.session import CheckpointSession
 from trainspeed.engine.events import Event, TrainerState
 
 if TYPE_CHECKING:
-    from trainspeed.engine.trainer import Trainer
+    from trainspeed.engine.trainer_view import TrainerView
 
 
 def _with_info(state: TrainerState, info: dict[str, Any]) -> TrainerState:
@@ -20,7 +20,7 @@ def _with_info(state: TrainerState, info: dict[str, Any]) -> TrainerState:
     return state
 
 
-def checkpoint_session(trainer: Trainer, mon: Any, loaders: Any) -> CheckpointSession:
+def checkpoint_session(trainer: TrainerView, mon: Any, loaders: Any) -> CheckpointSession:
     """Checkpoints: resume (explicit or newest intact), then periodic/signal/crash/final
     saves. Restores counters and the data order so a resume continues mid-epoch."""
     from trainspeed.engine.checkpoint.sharded import ShardedIO
@@ -101,7 +101,7 @@ def _name_lost_records(mon: Any, resumed_at: int) -> None:
         print(f"trainspeed: warning: {message}", file=sys.stderr, flush=True)
 
 
-def state_fn(trainer: Trainer, loaders: Any) -> Callable[[], Any]:
+def state_fn(trainer: TrainerView, loaders: Any) -> Callable[[], Any]:
     """make_state(): the checkpoint of the trainer as it is now (counters, sampler position,
     model, optimizer, schedule, scaler), or under FSDP the rank's shards plus the rest."""
     from trainspeed.config import config_hash
