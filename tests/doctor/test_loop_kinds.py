@@ -233,3 +233,39 @@ def test_the_trained_model_under_no_grad_inside_a_step_is_still_evaluation(docto
     """)
     phases = result.summary["phases"]
     assert phases["eval"]["share"] > phases["forward"]["share"], phases
+
+
+MANUAL = """
+model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 1))
+x, y = torch.randn(32, 8), torch.randn(32, 1)
+for step in range(1000):
+    {body}
+"""
+CLEAR = {"zero_grad": "model.zero_grad()", "grad_none": "for p in model.parameters(): p.grad = None"}
+UPDATE = {"no_grad": "with torch.no_grad():\n        for p in model.parameters(): p -= 0.01 * p.grad",
+          "data": "for p in model.parameters(): p.data.add_(p.grad, alpha=-0.01)"}
+FORWARD = "loss = nn.functional.mse_loss(model(x), y)"
+
+
+@pytest.mark.parametrize("clear", sorted(CLEAR))
+@pytest.mark.parametrize("update", sorted(UPDATE))
+@pytest.mark.parametrize("order", ["clear_after_forward", "clear_first"])
+def test_a_manual_update_is_one_step_per_iteration_in_either_order(doctor_code, order, clear, update):
+    # forward -> zero_grad -> backward -> update leaves the gradients in place at the next
+    # forward: only the parameters' change tells that the step ended (no step closed before)
+    lines = [FORWARD, CLEAR[clear]] if order == "clear_after_forward" else [CLEAR[clear], FORWARD]
+    body = "\n    ".join([*lines, "loss.backward()", UPDATE[update]])
+    result = doctor_code(MANUAL.format(body=body))
+    assert result.steps == 20
+    assert _observations(result, "accumulation")[0]["factor"] == 1
+    assert "accumulation_for_speed" not in ids(result)
+
+
+def test_a_manual_update_over_two_micro_batches_is_still_accumulation(doctor_code):
+    # the gradients are there at the next forward and the parameters did not move: one step goes on
+    result = doctor_code(MANUAL.format(body="\n    ".join([
+        FORWARD, "loss.backward()", "if step % 2 == 1:",
+        "    with torch.no_grad():\n            for p in model.parameters(): p -= 0.01 * p.grad",
+        "    model.zero_grad()"])))
+    assert result.steps == 20
+    assert _observations(result, "accumulation")[0]["factor"] == 2

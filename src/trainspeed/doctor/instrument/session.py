@@ -13,8 +13,9 @@ Step boundaries, from the first source that shows one (`boundary` says which):
 - "backward": no torch.optim optimizer ever stepped (manual SGD `p.data.add_(p.grad, ...)`, a
   custom optimizer): the training module's next training forward after a backward closes the
   step, when the backward's gradients were consumed by then (the module's gradients are None or
-  zero again, as `model.zero_grad()` leaves them). Gradients still there are accumulation: the
-  step goes on. Once an optimizer step is seen, it is the boundary (no double count).
+  zero again, as `model.zero_grad()` leaves them) or its parameters changed since that backward
+  (forward, `zero_grad`, backward, update: the gradients are still there at the next forward).
+  Gradients still there on unchanged parameters are accumulation: the step goes on. Once an optimizer step is seen, it is the boundary (no double count).
 - "mark": the script calls `trainspeed.step()`; from the first mark on, only marks close steps.
 - "engine": a training engine that owns the step (DeepSpeed's `engine.step()`, deepspeed.py)
   closes it when the step applied an update (its accumulation boundary); the torch optimizer
@@ -45,6 +46,7 @@ from trainspeed import mark
 from trainspeed.doctor.instrument.batch import batch_dim_from_layer, module_facts
 from trainspeed.doctor.instrument.flop_window import FlopWindow
 from trainspeed.doctor.instrument.phase_view import HookPhases
+from trainspeed.doctor.instrument.moved import mark_params, params_moved
 from trainspeed.doctor.instrument.sites import SiteCounter
 from trainspeed.doctor.instrument.updates import Updates
 
@@ -105,6 +107,7 @@ class Session:
         self.boundary: str | None = None  # "optimizer", "backward" or "mark" (module docstring)
         self.train_module: int | None = None  # id of the module whose forwards count samples
         self.train_module_ref: Any = None  # weakref to it (its gradients tell a step from accumulation)
+        self.param_marks: list[tuple[int, int, Any]] = []  # its parameters at the last backward (moved.py)
         self.unseen_forward_steps = 0  # steps opened by a backward: their forwards ran unseen (compiled)
         self.last_inputs: tuple[list[tuple[int, ...]], int, int] = ([], 0, 0)  # the last seen forward's batch
         self.module_facts: dict[int, tuple[bool, bool]] = {}  # id -> (trainable, sequence-first)
@@ -290,13 +293,36 @@ class Session:
             if self.step_forwards:
                 return  # a closure re-evaluating the step's batch (LBFGS)
         elif (self.bwd_since_fwd and self.primary_opt is None and self.boundary in (None, "backward")
-              and self._grads_consumed(module)):
+              and self._step_done(module)):
             self._close("backward", None)  # may raise StopDoctor: the forward has not started
         self.bwd_since_fwd = False
         self.step_forwards += 1
         if self.step_loader_batches:
             return  # the DataLoader's batch is the step's batch
         self._account_input(key, seq_first, args)
+
+    def _step_done(self, module: torch.nn.Module) -> bool:
+        """Did the last backward's update happen (no torch.optim step to say so)?"""
+        return self._grads_consumed(module) or self._params_moved(module)
+
+    def _mark_params(self) -> None:
+        """The training module's parameters as a backward starts (moved.py)."""
+        module = self.train_module_ref() if self.train_module_ref is not None else None
+        if module is None:
+            return
+        self.internal += 1
+        try:
+            self.param_marks = mark_params(module)
+        finally:
+            self.internal -= 1
+
+    def _params_moved(self, module: torch.nn.Module) -> bool:
+        """Did the training module's parameters change since the last backward started?"""
+        self.internal += 1
+        try:
+            return params_moved(module, self.param_marks)
+        finally:
+            self.internal -= 1
 
     def _grads_consumed(self, module: torch.nn.Module) -> bool:
         """Were the last backward's gradients used and cleared (zero_grad, `p.grad = None`,
@@ -378,6 +404,8 @@ class Session:
         else:
             self.step_backwards += 1
             self.updates.backwards += 1
+            if self.primary_opt is None and self.boundary in (None, "backward"):
+                self._mark_params()
         self.seen["backwards"] += 1
         self.bwd_since_fwd = True
         if not isinstance(tensor, torch.Tensor) or tensor.numel() != 1:
@@ -407,7 +435,7 @@ class Session:
         step; its batch is the last one a forward showed (the same loop feeds the same shapes).
         Gradients still there are two backwards of one step (retain_graph): nothing closes."""
         module = self.train_module_ref() if self.train_module_ref is not None else None
-        if module is None or not self._grads_consumed(module):
+        if module is None or not self._step_done(module):
             return
         if self.step_shapes:
             self.last_inputs = (list(self.step_shapes), self.step_in_tokens, self.step_in_pad)
