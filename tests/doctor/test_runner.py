@@ -92,7 +92,7 @@ def test_doctor_records_the_datasheet_peak_of_a_known_gpu(monkeypatch):
     # bf16 on a CPU without bf16 units is not measured after the script (emulated, it can take
     # seconds); with them, see the next test.
     events.clear()
-    monkeypatch.setattr("trainspeed.telemetry.env.cpu_flags", lambda: {"avx512_bf16": False, "amx_bf16": False})
+    monkeypatch.setattr("trainspeed.telemetry.cpu_facts.cpu_flags", lambda: {"avx512_bf16": False, "amx_bf16": False})
     record_peak(Recorder(), models, "cpu")
     assert events == []
 
@@ -116,7 +116,7 @@ def test_a_cpu_bf16_run_gets_a_measured_peak_only_where_the_cpu_has_bf16_units(m
 
     models = [{"kind": "model", "autocast": "bfloat16", "param_dtype": "float32"}]
     flags = {"avx512_bf16": False, "amx_bf16": False, "avx512f": True, "avx2": True}
-    monkeypatch.setattr("trainspeed.telemetry.env.cpu_flags", lambda: flags)
+    monkeypatch.setattr("trainspeed.telemetry.cpu_facts.cpu_flags", lambda: flags)
     record_peak(Recorder(), models, "cpu")
     assert events == [] and timed == []
     flags["avx512_bf16"] = True

@@ -229,7 +229,7 @@ def record_peak(monitor: Any, observations: Iterable[dict[str, Any]], device: st
     1024^3 matmuls, ~0.1 s on 2 cores; bf16 too where the CPU has bf16 units (avx512_bf16,
     amx_bf16: six 2048^3 matmuls, ~0.2 s on 2 EPYC cores). fp16, and bf16 without the units,
     are not measured here: emulated, they can take seconds per matmul."""
-    from trainspeed.telemetry.env import bf16_units
+    from trainspeed.telemetry.cpu_facts import bf16_units
     from trainspeed.telemetry.peaks import record_peak as record
 
     dtype = matmul_dtype(observations, device)

@@ -34,6 +34,8 @@ import numpy as np
 from trainspeed.errors import ConfigError
 from trainspeed.telemetry import rundir, schema
 from trainspeed.telemetry.loader_facts import observe_loader
+from trainspeed.telemetry.monitor_setup import is_cuda as _is_cuda
+from trainspeed.telemetry.monitor_setup import make_profile_window, make_sampler, make_writer
 from trainspeed.telemetry.phase_context import PHASE_INDEX, MarkPhase, Phase, PhaseTable, unknown_phase
 from trainspeed.telemetry.records import step_records
 from trainspeed.telemetry.schema import MEASURED_PHASES, PHASES
@@ -47,12 +49,6 @@ _process_time = time.process_time
 # Upper bound on steps held between flushes, whatever log_every is: bounds memory and the
 # delay before records reach disk.
 _MAX_PENDING = 1000
-
-
-def _is_cuda(device: Any) -> bool:
-    if device is None:
-        return False
-    return str(device).startswith("cuda")
 
 
 class Monitor:
@@ -151,61 +147,12 @@ class Monitor:
 
         if self.run_dir is not None:  # a full or read-only disk is said once, and training goes on
             rundir.try_write(self.run_dir, self.run_dir.mkdir, 0o777, True, True)
-        self.writer = self._make_writer(sinks, config)
-        self._sampler = self._make_sampler(system_sampler)
+        self.writer = make_writer(self.run_dir, sinks, config, self.total_steps)
+        self._sampler = make_sampler(system_sampler, self.device, self.kind)
         self._start_run(config, command, write_env)
-        self._profile = self._make_profile_window(profile_steps)
+        self._profile = make_profile_window(self, profile_steps)
 
     # ---------------------------------------------------------------- setup
-    def _make_writer(self, sinks: Sequence[Any], config: dict[str, Any] | None):
-        from trainspeed.sinks.factory import make_sinks
-        from trainspeed.sinks.writer import AsyncWriter
-
-        names = [s for s in sinks if isinstance(s, str)]
-        objects = [s for s in sinks if not isinstance(s, str)]
-        if self.run_dir is None:
-            file_sinks = [n for n in names if n != "console"]
-            if file_sinks:
-                raise ConfigError(
-                    f"sinks {file_sinks} write files, but the Monitor has no run_dir. "
-                    "Pass Monitor(run_dir=...) or use sinks=('console',) / sinks=()."
-                )
-        # The config reaches the sinks too: W&B project/mode/run config, TensorBoard hparams.
-        try:
-            built = make_sinks(self.run_dir, names, total_steps=self.total_steps, config=config) if names else []
-        except OSError as exc:  # the run directory cannot be written: the console still reports
-            rundir.unwritable(self.run_dir, exc)
-            built = make_sinks(self.run_dir, [n for n in names if n == "console"],
-                               total_steps=self.total_steps, config=config)
-        return AsyncWriter([*built, *objects])
-
-    def _make_sampler(self, enabled: bool):
-        if not enabled:
-            return None
-        from trainspeed.telemetry.sampler import SystemSampler
-
-        gpu_index = None
-        if _is_cuda(self.device):
-            import torch
-
-            gpu_index = torch.device(self.device).index or 0
-        # A doctor run is short (hundreds of steps, seconds to minutes): 4 rows a second line
-        # other processes' load up with the steps it slowed (the ring holds 15 minutes of them).
-        interval = 0.25 if self.kind == "doctor" else 1.0
-        sampler = SystemSampler(interval_s=interval, gpu_index=gpu_index)
-        sampler.start()
-        return sampler
-
-    def _make_profile_window(self, steps: Any):
-        """A torch.profiler window over `steps` ('START-END'); rank 0 only (ranks are alike)."""
-        if steps is None or self.rank != 0:
-            return None
-        if self.run_dir is None:
-            raise ConfigError("profile.steps needs a run directory for the trace; pass Monitor(run_dir=...)")
-        from trainspeed.telemetry.profiling import ProfileWindow
-
-        return ProfileWindow(self.run_dir, steps, device=self.device).attach(self)
-
     def _start_run(self, config, command, write_env) -> None:
         if self.run_dir is not None and self.rank == 0:
             if config is not None or command is not None:

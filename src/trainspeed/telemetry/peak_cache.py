@@ -50,7 +50,7 @@ def machine_key(device: str, dtype: str) -> dict[str, Any]:
     """What the measured figure depends on (see the module docstring)."""
     import torch
 
-    from trainspeed.telemetry.env import cpu_model
+    from trainspeed.telemetry.cpu_facts import cpu_model
     from trainspeed.telemetry.loader_facts import available_cores
 
     dev = torch.device(device)

@@ -273,7 +273,7 @@ def _time_matmul(dev: "torch.device", dtype: str) -> tuple[float, bool]:
     # CPU has no TF32: a "tf32" run executes fp32 matmuls. With bf16 units, a bf16 matmul of
     # 1024 runs on one thread (oneDNN, AMD EPYC with avx512_bf16: 1.0 cores of 2) and 2048 on
     # all of them; without, it is emulated and 2048 would take 8x the seconds 1024 does.
-    from trainspeed.telemetry.env import bf16_units
+    from trainspeed.telemetry.cpu_facts import bf16_units
 
     peak = measure_matmul_peak(dev, tdt, n=2048 if dtype == "bf16" and bf16_units() else 1024)
     return peak.flops, timed_quietly(peak)
@@ -323,7 +323,7 @@ def _note_in_env(monitor: Any, peak: PeakFlops) -> None:
     if run_dir is None or getattr(monitor, "rank", 0) != 0:
         return
     from trainspeed.telemetry import schema
-    from trainspeed.telemetry.rundir import write_json
+    from trainspeed.telemetry.jsonfile import write_json
 
     path = run_dir / schema.ENV_FILE
     try:

@@ -9,18 +9,27 @@ call to Monitor.begin/end (Phase).
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from trainspeed.telemetry.schema import MEASURED_PHASES, PHASES
 from trainspeed.telemetry.timeline import end_code
 
-if TYPE_CHECKING:
-    from trainspeed.telemetry.monitor import Monitor
-
-__all__ = ["PHASE_INDEX", "Phase", "MarkPhase", "PhaseTable", "phase_codes", "unknown_phase"]
+__all__ = ["PHASE_INDEX", "Phase", "PhaseHost", "MarkPhase", "PhaseTable", "phase_codes", "unknown_phase"]
 
 PHASE_INDEX = {name: i for i, name in enumerate(PHASES)}
 _perf_counter = time.perf_counter
+
+
+class PhaseHost(Protocol):
+    """What a phase's context object uses of its Monitor (which satisfies this without
+    naming it, so this module never imports monitor, which imports it)."""
+
+    _hooked_phases: bool
+    _timeline: Any  # CpuTimeline or CudaTimeline; MarkPhase appends to the CPU one's marks
+
+    def begin(self, name: str) -> None: ...
+
+    def end(self, name: str) -> None: ...
 
 
 def unknown_phase(name: str) -> Exception:
@@ -44,7 +53,7 @@ class Phase:
 
     __slots__ = ("_mon", "_name")
 
-    def __init__(self, mon: "Monitor", name: str) -> None:
+    def __init__(self, mon: PhaseHost, name: str) -> None:
         self._mon, self._name = mon, name
 
     def __enter__(self) -> None:
@@ -63,7 +72,7 @@ class MarkPhase:
 
     __slots__ = ("_mon", "_name", "_append", "_idx", "_end")
 
-    def __init__(self, mon: "Monitor", name: str) -> None:
+    def __init__(self, mon: PhaseHost, name: str) -> None:
         idx = PHASE_INDEX[name]
         self._mon, self._name = mon, name
         self._append, self._idx, self._end = mon._timeline.marks.append, idx, end_code(idx)

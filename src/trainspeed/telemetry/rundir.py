@@ -19,12 +19,8 @@ import yaml
 from trainspeed.errors import RunDirError, SchemaError
 from trainspeed.fileio import atomic_write_text
 from trainspeed.telemetry import schema
+from trainspeed.telemetry.jsonfile import write_json  # re-exported: rundir.write_json
 from trainspeed.telemetry.ranks import rank_dirs
-
-
-def write_json(path: str | Path, obj: Any) -> Path:
-    """Write JSON atomically (temp file in the same directory, then rename)."""
-    return atomic_write_text(Path(path), json.dumps(schema.sanitize_any(obj), indent=2) + "\n")
 
 
 _TOLD: set[str] = set()

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from trainspeed.tune.knobs import Candidate, Skip
+from trainspeed.tune.knob_types import Candidate, Skip
 
 if TYPE_CHECKING:
-    from trainspeed.tune.knobs import KnobContext
+    from trainspeed.tune.knob_types import KnobContext
 
 FACTORS = (2, 4, 8)
 MEMORY_HEADROOM = 0.85

@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from trainspeed.tune.knobs import Candidate, Skip
+from trainspeed.tune.knob_types import Candidate, Skip
 
 DEFAULT_BUCKET = 500_000_000
 """DeepSpeed's reduce_bucket_size and allgather_bucket_size when a config leaves them unset

@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-if TYPE_CHECKING:
-    from trainspeed.doctor.instrument.session import Session
+
+class DataSpan(Protocol):
+    """What HookPhases uses of its doctor Session (which meets this without naming it, so
+    this module never imports session, which imports it): the open "data" span."""
+
+    data_open: bool
+
+    def close_data(self) -> None: ...
 
 
 class HookPhases:
@@ -15,7 +21,7 @@ class HookPhases:
 
     __slots__ = ("monitor", "session")
 
-    def __init__(self, monitor: Any, session: "Session") -> None:
+    def __init__(self, monitor: Any, session: DataSpan) -> None:
         self.monitor = monitor
         self.session = session
 
@@ -37,4 +43,4 @@ class HookPhases:
         return getattr(self.monitor, name)
 
 
-__all__ = ["HookPhases"]
+__all__ = ["DataSpan", "HookPhases"]

@@ -48,6 +48,7 @@ from trainspeed.doctor.instrument.flop_window import FlopWindow
 from trainspeed.doctor.instrument.phase_view import HookPhases
 from trainspeed.doctor.instrument.moved import mark_params, params_moved
 from trainspeed.doctor.instrument.sites import SiteCounter
+from trainspeed.doctor.instrument.step_facts import grads_consumed, optimizer_lr
 from trainspeed.doctor.instrument.updates import Updates
 
 SAMPLE_FIRST_BATCHES = 8
@@ -325,23 +326,10 @@ class Session:
             self.internal -= 1
 
     def _grads_consumed(self, module: torch.nn.Module) -> bool:
-        """Were the last backward's gradients used and cleared (zero_grad, `p.grad = None`,
-        `p.grad.zero_()`)? Still there, they are being accumulated over micro-batches. Only CPU
-        gradients are read (reading a GPU tensor would be a sync): a GPU gradient still
-        allocated counts as not consumed, unless zero_grad set it to None (its default)."""
+        """step_facts.grads_consumed, unseen by the hooks."""
         self.internal += 1
         try:
-            checked = 0
-            for p in module.parameters():
-                if not p.requires_grad:
-                    continue
-                g = p.grad
-                if g is not None and (g.device.type != "cpu" or bool(g.any())):
-                    return False
-                checked += 1
-                if checked >= 4:
-                    break
-            return True
+            return grads_consumed(module)
         finally:
             self.internal -= 1
 
@@ -503,16 +491,7 @@ class Session:
             self.accumulation[micro or self.step_backwards or (1 if closure else 0)] += 1
             if closure:
                 self.closure_evaluations[closure] += 1
-            lr = None
-            try:
-                value = optimizer.param_groups[0].get("lr") if optimizer is not None else None
-                # a tensor lr on an accelerator would need a sync to read: skip it
-                if isinstance(value, (int, float)):
-                    lr = float(value)
-                elif isinstance(value, torch.Tensor) and value.device.type == "cpu":
-                    lr = float(value)
-            except (AttributeError, IndexError, TypeError):
-                pass
+            lr = optimizer_lr(optimizer)  # None where reading it would need a sync
             # the Monitor counts real tokens, with padding on top of them
             pad = min(pad, tokens)
             self.mon.step(samples=samples, tokens=tokens - pad, pad_tokens=pad,

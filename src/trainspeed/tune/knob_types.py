@@ -1,0 +1,102 @@
+"""The knob base types: a knob's Candidate and Skip, the DeviceInfo and KnobContext it reads.
+
+Their own module so that knobs.py and the knob helpers it calls (batch_size, zero) share
+them without importing each other.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+__all__ = ["COMPILE_STARTUP_S", "Candidate", "DeviceInfo", "KnobContext", "KnobFn", "Skip"]
+
+
+COMPILE_STARTUP_S = 90.0
+"""Seconds a compile trial may spend compiling before the far-slower cutoff counts: a cold
+inductor compile of a small transformer took 25-60 s on a loaded 2-core CPU machine."""
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """One setting of one knob: a label for the table and the overrides it applies."""
+
+    knob: str
+    label: str
+    settings: dict[str, Any]
+    cost_factor: float = 1.0
+    """Expected trial time relative to the baseline's (bigger batches take longer per step)."""
+    startup_s: float = 0.0
+    """One-time seconds the setting adds before its first step (compilation). The far-slower
+    cutoff allows for them: a trial is stopped for slow steps, not for compiling."""
+
+
+@dataclass(frozen=True, slots=True)
+class Skip:
+    """A setting (or a whole knob) not tried, and why."""
+
+    knob: str
+    label: str
+    reason: str
+    deferred: bool = False
+    """True when the knob may apply later, on top of another knob's winner (the greedy step
+    retries it), e.g. persistent_workers once num_workers > 0 won."""
+
+
+@dataclass(kw_only=True)
+class DeviceInfo:
+    """What the trials will run on (decides which settings are possible)."""
+
+    type: str = "cpu"
+    """'cpu' or 'cuda'."""
+    cores: int = 1
+    """CPU cores available to this process."""
+    cuda_capability: tuple[int, int] | None = None
+    memory_bytes: float | None = None
+    """GPU memory (cuda) or system RAM (cpu): the ceiling for the batch-size search."""
+    cpu_flags: frozenset[str] = frozenset()
+    has_compiler: bool = True
+    """A C++ compiler for torch.compile's CPU backend (inductor)."""
+
+    @classmethod
+    def detect(cls, device: str = "auto") -> "DeviceInfo":
+        import psutil
+        import torch
+
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+        use_cuda = device.startswith("cuda") or (device == "auto" and torch.cuda.is_available())
+        from trainspeed.engine.precision import cpu_flags
+
+        info = cls(type="cuda" if use_cuda else "cpu", cores=cores,
+                   cpu_flags=frozenset(cpu_flags() or ()),
+                   has_compiler=any(shutil.which(c) for c in ("c++", "g++", "clang++", "cc")))
+        if use_cuda:
+            index = torch.device(device).index if ":" in device else 0
+            info.cuda_capability = torch.cuda.get_device_capability(index)
+            info.memory_bytes = float(torch.cuda.get_device_properties(index).total_memory)
+        else:
+            info.memory_bytes = float(psutil.virtual_memory().total)
+        return info
+
+
+@dataclass(kw_only=True)
+class KnobContext:
+    """Everything a knob looks at: the config (as a nested dict) and the device."""
+
+    config: dict[str, Any]
+    device: DeviceInfo
+    baseline_memory: float | None = None
+    """Peak memory of the baseline trial (bytes), for the batch-size ceiling."""
+    block_classes: list[str] = field(default_factory=list)
+    """Repeated module classes of the model (candidates for activation checkpointing)."""
+
+    def get(self, dotted: str) -> Any:
+        node: Any = self.config
+        for part in dotted.split("."):
+            node = node.get(part) if isinstance(node, dict) else None
+        return node
+
+
+KnobFn = Callable[[KnobContext], list]
