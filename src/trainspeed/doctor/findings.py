@@ -75,6 +75,15 @@ def rank(findings: Iterable[Finding | dict[str, Any]]) -> list[dict[str, Any]]:
     return mark_overlaps(sorted(dicts, key=rank_key))
 
 
+def verify_knobs(finding: dict[str, Any]) -> list[str]:
+    """The knobs a finding's `trainspeed tune --knobs a,b -- ...` verify command names (none for
+    another verify command): what the tune measures for it, and what it reports back."""
+    import re
+
+    m = re.search(r"--knobs\s+([\w,]+)", str(finding.get("verify_with") or ""))
+    return m.group(1).split(",") if m else []
+
+
 def format_findings(findings: list[dict[str, Any]], *, limit: int | None = None) -> str:
     """A short ranked plain-text list (used when the report renderer is not available)."""
     if not findings:

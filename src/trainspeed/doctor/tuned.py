@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -60,8 +59,9 @@ def record_tune(key: str, tune_dir: str | Path, rows: Sequence[dict[str, Any]],
 
 def tuned_line(finding: dict[str, Any], entry: dict[str, Any]) -> str | None:
     """What the tune measured for the knobs the finding's verify command names, or None."""
-    m = re.search(r"--knobs\s+([\w,]+)", str(finding.get("verify_with") or ""))
-    rows = [(knob, r) for knob in (m.group(1).split(",") if m else []) for r in entry.get("knobs", {}).get(knob, [])]
+    from trainspeed.doctor.findings import verify_knobs
+
+    rows = [(knob, r) for knob in verify_knobs(finding) for r in entry.get("knobs", {}).get(knob, [])]
     if not rows:
         return None
     won = [(k, r) for k, r in rows if r.get("verdict") == GAIN]

@@ -401,12 +401,11 @@ def parse_script_knobs(text: str | None) -> list[str]:
 def knobs_from_findings(findings: list[dict[str, Any]]) -> list[str]:
     """Knobs the doctor's findings name in their `trainspeed tune --knobs ...` commands, in
     the findings' rank order: a tune `--from RUN_DIR` measures those first."""
-    import re
+    from trainspeed.doctor.findings import verify_knobs
 
     out: list[str] = []
     for f in findings:
-        m = re.search(r"--knobs\s+([\w,]+)", str(f.get("verify_with") or ""))
-        for name in (m.group(1).split(",") if m else []):
+        for name in verify_knobs(f):
             if name in SCRIPT_KNOBS and name not in out:
                 out.append(name)
     return out
