@@ -16,6 +16,7 @@ import numpy as np
 
 from trainspeed.doctor.checks.context import CheckContext, ms
 from trainspeed.doctor.findings import Finding
+from trainspeed.telemetry.gpu_busy import busy_window
 from trainspeed.telemetry.summary import system_series
 
 BUSY_MIN_CORES = 0.5
@@ -54,11 +55,10 @@ def others_during_measured_steps(ctx: CheckContext) -> tuple[float, str] | None:
     t, others = series.get("t"), series.get("cpu_others")
     if t is None or others is None or t.size == 0 or t.size != others.size:
         return None
-    end, step = ctx.run.array("t_wall"), ctx.run.array("t_step")
-    measured = np.isfinite(end) & np.isfinite(step) & ~(ctx.run.array("warmup") > 0.5)
-    if not measured.any():
+    window = busy_window(ctx.run.array("t_wall"), ctx.run.array("t_step"), ~(ctx.run.array("warmup") > 0.5))
+    if window is None:
         return None
-    start, stop = float(np.min(end[measured] - step[measured])), float(np.max(end[measured]))
+    start, stop = window  # the measured steps' wall-clock span, as the GPU busy figure reads it
     inside = (t >= start) & (t <= stop) & np.isfinite(others)
     if inside.sum() >= 3:
         return float(np.median(others[inside])), "while the measured steps ran"
