@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import warnings
 
 
@@ -23,6 +24,10 @@ class RunDirError(TrainspeedError):
 
 class CheckpointError(TrainspeedError):
     """A checkpoint is corrupt, truncated, or does not fit the model/optimizer."""
+
+
+NO_SPACE_ERRNOS = frozenset({errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)})
+"""The errnos of a write that did not fit: a full disk, or a quota spent."""
 
 
 class DiskFullError(CheckpointError):

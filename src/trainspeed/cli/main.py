@@ -13,9 +13,9 @@ import importlib
 import sys
 
 from trainspeed import __version__
-from trainspeed.errors import TrainspeedError
+from trainspeed.errors import NO_SPACE_ERRNOS, TrainspeedError
 
-_CANNOT_WRITE = {errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC), errno.EROFS}
+_CANNOT_WRITE = NO_SPACE_ERRNOS | {errno.EROFS}
 # Subcommand name -> module. A module that is not there yet is simply not offered.
 SUBCOMMANDS = ("train", "doctor", "tune", "run", "report", "env", "recipes")
 

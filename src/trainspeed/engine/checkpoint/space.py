@@ -10,15 +10,13 @@ is in fact (nearly) full), and `disk_full(...)` builds the one-line DiskFullErro
 
 from __future__ import annotations
 
-import errno
 import os
 import shutil
 from pathlib import Path
 from typing import Any
 
-from trainspeed.errors import CheckpointError, DiskFullError
+from trainspeed.errors import NO_SPACE_ERRNOS, CheckpointError, DiskFullError
 
-_NO_SPACE = {errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)}
 _NO_SPACE_TEXT = ("no space left on device", "disk quota exceeded", "[errno 28]")
 # Opaque writer errors (torch's zip writer, DeepSpeed) are read as "disk full" only when the
 # disk has less than this left after the failure: a truly full disk, not a guess.
@@ -46,7 +44,7 @@ def says_no_space(exc: BaseException | None) -> bool:
     for e in _chain(exc):
         if isinstance(e, DiskFullError):
             return True
-        if isinstance(e, OSError) and e.errno in _NO_SPACE:
+        if isinstance(e, OSError) and e.errno in NO_SPACE_ERRNOS:
             return True
         if any(t in str(e).lower() for t in _NO_SPACE_TEXT):
             return True
