@@ -122,36 +122,25 @@ def print_tables(result: TuneResult, console: Any = None) -> None:
 
 def write_html(result: TuneResult, path: str | Path, *, title: str, subtitle: str) -> Path:
     from trainspeed.fileio import atomic_write_text
-    from trainspeed.report.html import _e, _page
+    from trainspeed.report.templating import render
 
-    def table(rows: list[Row]) -> str:
-        head = "".join(f"<th class='num'>{_e(c)}</th>" if c in NUMERIC
-                       else f"<th>{_e(c)}</th>" for c in COLUMNS)
-        body = []
+    def table(rows: list[Row]) -> list[list[tuple[str, str]]]:
+        """Each row's cells as (css class, text)."""
+        out = []
         for row in rows:
-            cls = {stats.FASTER: "better", stats.SLOWER: "worse", stats.LOSS_MISMATCH: "worse",
-                   stats.FAILED: "worse"}.get(row.verdict, "")
-            tds = []
-            for col, text in zip(COLUMNS, cells(row)):
-                klass = "num" if col in NUMERIC else ("verdict " + cls if col == "verdict" else "")
-                tds.append(f"<td class='{klass.strip()}'>{_e(text)}</td>")
-            body.append(f"<tr>{''.join(tds)}</tr>")
-        return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+            verdict = {stats.FASTER: "better", stats.SLOWER: "worse", stats.LOSS_MISMATCH: "worse",
+                       stats.FAILED: "worse"}.get(row.verdict, "")
+            out.append([("num" if col in NUMERIC else f"verdict {verdict}".strip() if col == "verdict" else "", text)
+                        for col, text in zip(COLUMNS, cells(row))])
+        return out
 
-    parts = [f"<section id='ablation'><h2>Ablation: each setting alone vs the baseline</h2>"
-             f"<p>{_e(baseline_line(result))}</p>{table(result.ablation)}</section>"]
-    if result.combination:
-        parts.append(f"<section id='combination'><h2>Greedy combination</h2>{table(result.combination)}</section>")
-    if result.final:
-        parts.append(f"<section id='final'><h2>Verified: best config vs baseline</h2>{table([result.final])}</section>")
     best = ", ".join(f"{k}={v}" for k, v in sorted(result.best_settings.items())) or "the baseline (no knob won)"
-    parts.append(f"<section id='best'><h2>best.yaml</h2><p>{_e(best)}</p>"
-                 + "".join(f"<p class='note'>{_e(n)}</p>" for n in result.notes) +
-                 f"<p class='note'>{result.trials_run} trials run, {result.trials_reused} reused; "
-                 f"{result.elapsed_s:.0f} s. Speedup = baseline seconds per sample / candidate's "
-                 "(mean step time without the slowest 5 % / mean samples per step, warm-up excluded); a change inside "
-                 "the measured run-to-run noise reads 'no measurable change'.</p></section>")
-    return atomic_write_text(path, _page(title, subtitle, "".join(parts)))
+    page = render("tune.html.j2", title=title, subtitle=subtitle, columns=[(c, c in NUMERIC) for c in COLUMNS],
+                  baseline=baseline_line(result), ablation=table(result.ablation),
+                  combination=table(result.combination), final=table([result.final]) if result.final else [],
+                  best=best, notes=result.notes, trials_run=result.trials_run, trials_reused=result.trials_reused,
+                  elapsed=f"{result.elapsed_s:.0f}")
+    return atomic_write_text(path, page)
 
 
 def result_from_json(data: dict[str, Any]) -> TuneResult:
