@@ -21,14 +21,7 @@ Step boundaries, from the first source that shows one (`boundary` says which):
   closes it when the step applied an update (its accumulation boundary); the torch optimizer
   it steps underneath (once per parameter group, under ZeRO) closes nothing.
 
-Samples and tokens come from the DataLoader's training batches; a step without one counts the
-input of its training module (the first module with trainable parameters that runs a training
-forward: the model, not a parameterless loss module). The batch dimension of that input is 0,
-unless the model holds a sequence-first layer (nn.LSTM/GRU/RNN or nn.MultiheadAttention with
-batch_first=False): then it is the input dimension whose size equals the batch dimension of
-the first such layer's input (an LM fed (35, 20) token ids whose LSTM sees (35, 20, E) has
-20 samples). Token-id inputs (integer (batch, length) tensors) count batch * length tokens
-(one tensor: nanoGPT's `model(X, Y)` counts X, not Y again), padding from an attention mask.
+What a step trained on (samples, tokens, padding) is counted in step_inputs.py.
 """
 
 from __future__ import annotations
@@ -43,22 +36,14 @@ from typing import Any
 import torch
 
 from trainspeed import mark
-from trainspeed.doctor.instrument.batch import batch_dim_from_layer, module_facts
 from trainspeed.doctor.instrument.flop_window import FlopWindow
-from trainspeed.doctor.instrument.phase_view import HookPhases
 from trainspeed.doctor.instrument.moved import mark_params, params_moved
+from trainspeed.doctor.instrument.phase_view import HookPhases
 from trainspeed.doctor.instrument.sites import SiteCounter
 from trainspeed.doctor.instrument.step_facts import grads_consumed, optimizer_lr
+from trainspeed.doctor.instrument.step_inputs import (  # noqa: F401 - the limits stay importable from here
+    MAX_MODULES, MAX_SHAPES, SAMPLE_EVERY, SAMPLE_FIRST_BATCHES, StepInputs)
 from trainspeed.doctor.instrument.updates import Updates
-
-SAMPLE_FIRST_BATCHES = 8
-"""Padding is measured exactly on the first batches, then on every SAMPLE_EVERY-th one
-(padding comes from the collate function, so it is stable batch to batch)."""
-SAMPLE_EVERY = 8
-MAX_MODULES = 64
-"""Modules whose facts (trainable parameters, sequence-first layers) are cached at most."""
-MAX_SHAPES = 64
-"""Training-module input shapes kept per step at most (micro-batches of one step)."""
 
 
 class StopDoctor(BaseException):
@@ -77,7 +62,7 @@ def _disable_in_child() -> None:
         _CURRENT.enabled = False
 
 
-class Session:
+class Session(StepInputs):
     """Shared state of one doctor run. See module docstring."""
 
     def __init__(self, monitor: Any, *, max_steps: int | None, count_flops_at: int | None = None,
@@ -211,64 +196,7 @@ class Session:
             self.data_open = False
             self.mon.monitor.end("data")
 
-    # ------------------------------------------------------------ batches
-    def on_batch(self, batch: Any, loader: int | None = None) -> None:
-        """Account a training batch from a DataLoader (samples, tokens, padding); `loader`, the
-        id of the DataLoader it came from when known, counts the loader's training fetches."""
-        from trainspeed.doctor.instrument.batch import batch_stats, find_tensors
-
-        self.internal += 1
-        try:
-            info = self.loaders.get(loader) if loader is not None else None
-            if info is not None:
-                info["train_batches"] = info.get("train_batches", 0) + 1
-            self.batches_seen += 1
-            self.updates.loader_batches += 1
-            sample = self.batches_seen <= SAMPLE_FIRST_BATCHES or self.batches_seen % SAMPLE_EVERY == 0
-            stats = batch_stats(batch, measure_padding=sample)
-            if stats is None:
-                return
-            # only CPU runs need to tell the loader's tensors from computed ones (syncs.py)
-            if self.accelerator in (None, "cpu") and len(self.batch_ids) < 256:
-                self.batch_ids.update(id(t) for _, t in find_tensors(batch))
-            self.step_loader_batches += 1
-            self.step_samples += stats.samples
-            self.step_tokens += stats.tokens
-            if stats.pad_tokens is not None:
-                self.step_pad += stats.pad_tokens
-                self.last_pad_share = stats.pad_tokens / stats.tokens if stats.tokens else 0.0
-            else:  # not sampled: assume the padding share of the last measured batch
-                self.step_pad += int(round(stats.tokens * self.last_pad_share))
-            self._observe_shape(stats.samples, stats.seq_len, stats.pad_source)
-        finally:
-            self.internal -= 1
-
-    def _observe_shape(self, samples: int, seq_len: int | None, pad_source: str | None) -> None:
-        obs = self.observations.get("batch")
-        if obs is None:
-            self.observe("batch", "batch", batch_size=samples, seq_len=seq_len,
-                         pad_source=pad_source, max_batch_size=samples, max_seq_len=seq_len)
-        else:
-            obs["max_batch_size"] = max(obs.get("max_batch_size") or 0, samples)
-            if seq_len is not None:
-                obs["max_seq_len"] = max(obs.get("max_seq_len") or 0, seq_len)
-            if obs.get("pad_source") is None and pad_source is not None:
-                obs["pad_source"] = pad_source
-
     # ------------------------------------------------------------ training forwards
-    def module_facts_of(self, module: torch.nn.Module) -> tuple[bool, bool]:
-        """(has trainable parameters, holds a sequence-first layer); one pass per module."""
-        facts = self.module_facts.get(id(module))
-        if facts is None:
-            self.internal += 1
-            try:
-                facts = module_facts(module)
-            finally:
-                self.internal -= 1
-            if len(self.module_facts) < MAX_MODULES:
-                self.module_facts[id(module)] = facts
-        return facts
-
     def on_train_forward(self, module: torch.nn.Module, args: tuple[Any, ...]) -> None:
         """An outermost training forward is about to run (autograd.py, before the "forward"
         phase opens). May close the step (and raise StopDoctor) before the forward starts."""
@@ -332,53 +260,6 @@ class Session:
             return grads_consumed(module)
         finally:
             self.internal -= 1
-
-    def _account_input(self, key: int, seq_first: bool, args: tuple[Any, ...]) -> None:
-        from trainspeed.doctor.instrument.batch import batch_stats, find_tensors
-
-        self.internal += 1
-        try:
-            first = next((t for _, t in find_tensors(args) if t.dim() >= 1), None)
-            if first is None:
-                return
-            shape = tuple(first.shape)
-            if len(self.step_shapes) < MAX_SHAPES:
-                self.step_shapes.append(shape)
-            if seq_first and key not in self.batch_dims and self.seq_probe is None and len(shape) >= 2:
-                self.seq_probe = (key, shape)  # resolved by the first sequence-first layer's input
-            self.inputs_seen += 1
-            sample = self.inputs_seen <= SAMPLE_FIRST_BATCHES or self.inputs_seen % SAMPLE_EVERY == 0
-            stats = batch_stats(list(args), measure_padding=sample)
-            if stats is None or not stats.tokens:
-                return
-            self.step_in_tokens += stats.tokens
-            if stats.pad_tokens is not None:
-                self.step_in_pad += stats.pad_tokens
-                self.last_pad_share = stats.pad_tokens / stats.tokens
-            else:
-                self.step_in_pad += int(round(stats.tokens * self.last_pad_share))
-            if stats.pad_source is not None:
-                self.in_pad_source = stats.pad_source
-        finally:
-            self.internal -= 1
-
-    def probe_sequence_layer(self, module: torch.nn.Module, args: tuple[Any, ...]) -> None:
-        """The first sequence-first layer inside the training module's forward (autograd.py)."""
-        dim = batch_dim_from_layer(module, args, self.seq_probe[1])  # type: ignore[index]
-        if dim is not None:
-            self.batch_dims[self.seq_probe[0]] = dim  # type: ignore[index]
-            self.seq_probe = None
-
-    def _input_samples(self) -> int:
-        """Samples of the step's training-module inputs; observes the first as the batch."""
-        if not self.step_shapes:
-            return 0
-        dim = self.batch_dims.get(self.train_module, 0) if self.train_module is not None else 0
-        sizes = [int(s[dim]) if len(s) > dim else int(s[0]) for s in self.step_shapes]
-        first = self.step_shapes[0]
-        seq_len = int(first[1 - dim]) if self.step_in_tokens and len(first) == 2 and dim < 2 else None
-        self._observe_shape(sizes[0], seq_len, self.in_pad_source)
-        return sum(sizes)
 
     # ------------------------------------------------------------ backwards
     def on_backward(self, tensor: Any, unscaled: Any = None) -> None:
