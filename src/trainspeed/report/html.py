@@ -22,6 +22,7 @@ from trainspeed.report.templating import render
 from trainspeed.report.terminal import phase_rows, summary_lines
 from trainspeed.telemetry.stakes import stake_text
 
+
 def _phases(summary: dict[str, Any]) -> list[tuple[str, str, str, str]]:
     """(phase, mean ms, share, bar width %) per phase, largest share first."""
     return [(name, fmt_ms(mean), fmt_share(share), f"{100 * max(0.0, min(1.0, share or 0.0)):.1f}")
@@ -29,6 +30,7 @@ def _phases(summary: dict[str, Any]) -> list[tuple[str, str, str, str]]:
 
 
 def _findings(findings: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The findings in the doctor's order, each with its severity's CSS class and its lines."""
     out = []
     for f in rank_findings(findings):
         sev = str(f.get("severity", "info"))
