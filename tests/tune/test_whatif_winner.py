@@ -84,7 +84,9 @@ def verification_trials(out: Path) -> list[tuple[dict, list[dict]]]:
 def test_a_checkpoint_whatif_winner_is_verified_and_comes_back_as_the_changed_literal(tmp_path, monkeypatch):
     user, out, result, lines = tune(tmp_path, monkeypatch, SCRIPT)
     # the verification ran best.patch's edit in the script's source, not the what-if
-    assert result.best_settings == {"whatif.save_every": 4} and result.final.verdict == "faster"
+    final = result.final
+    assert result.best_settings == {"whatif.save_every": 4} and final.verdict == "faster", \
+        (final.verdict, final.speedup, final.ci, final.noise, final.loss_delta, final.note)
     assert result.final.settings == {"code.save_every": 4}
     assert result.final.setting == "whatif.save_every=4 as code (best.patch)"
     assert result.final.note.startswith("measured the patched code (best.patch's edit: train.py:15: the interval "

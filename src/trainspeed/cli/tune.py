@@ -222,8 +222,10 @@ def no_winner_line(result) -> str:
         return (f"nothing is kept: {wins} read faster, but other processes' load differed between its trials "
                 "and the baseline's: not measurable while the machine is busy. Rerun when it is quiet, or give "
                 "the tune cores of its own (taskset -c)")
+    from trainspeed.patches.whatif_code import CODE_PREFIX
+
     if won and final is not None and final.verdict not in ("faster", "skipped") \
-            and any(str(k).startswith("code.") for k in final.settings):
+            and any(str(k).startswith(CODE_PREFIX) for k in final.settings):
         # a what-if won; the verification ran best.patch's edit of the code (edited_source.py)
         wins = ", ".join(f"{row.knob}={row.setting} ({row.speedup:.2f}x)" for row in won)
         why = (final.note or "").splitlines()[0] if final.note else final.verdict

@@ -25,7 +25,7 @@ from typing import Any
 
 from trainspeed.errors import ConfigError
 from trainspeed.patches.context import InstallContext
-from trainspeed.patches.whatif_code import CODE_PREFIX, WHATIF_SITES, IntervalEdit, realize, whatif_of
+from trainspeed.patches.whatif_code import CODE_PREFIX, WHATIF_SITES, IntervalEdit, code_of, realize, whatif_of
 
 _SHARED = "edited_source"
 
@@ -58,7 +58,7 @@ def edited_texts(edits: dict[str, int], targets: Any) -> tuple[dict[str, str], l
         new, outcomes = realize(text, items)
         for o in outcomes:
             if not o.done:
-                raise ConfigError(f"{CODE_PREFIX}{o.edit.setting[len('whatif.'):]}={o.edit.factor}: the edit "
+                raise ConfigError(f"{code_of(o.edit.setting)}={o.edit.factor}: the edit "
                                   f"could not be made at {os.path.basename(path)}:{o.edit.line}: {o.why_not}")
             done.append((o.edit.setting, f"{os.path.basename(path)}:{o.edit.line}: {o.done}"))
         try:

@@ -38,16 +38,16 @@ def whatif_of(code_key: str) -> str:
     return "whatif." + code_key[len(CODE_PREFIX):]
 
 
+def code_of(whatif_key: str) -> str:
+    """whatif.save_every -> code.save_every."""
+    return CODE_PREFIX + whatif_key[len("whatif."):]
+
+
 def as_code(settings: dict[str, Any], realized: Any = None) -> dict[str, Any]:
-    """The settings with each what-if that `realized` (a predicate on one {key: value}, default
-    every one with call sites) says best.patch writes as an edit turned into its code.* key."""
-    out: dict[str, Any] = {}
-    for key, value in settings.items():
-        if key in WHATIF_SITES and (realized is None or realized({key: value})):
-            out[CODE_PREFIX + key[len("whatif."):]] = value
-        else:
-            out[key] = value
-    return out
+    """The settings with each what-if best.patch writes as an edit (WHATIF_SITES; `realized`, a
+    predicate on one {key: value}, says which of them it can) turned into its code.* key."""
+    return {code_of(key) if key in WHATIF_SITES and (realized is None or realized({key: value})) else key: value
+            for key, value in settings.items()}
 
 
 @dataclass(frozen=True, slots=True)
@@ -215,5 +215,5 @@ class _Replace:
         return Transformer()
 
 
-__all__ = ["CODE_PREFIX", "IntervalEdit", "Outcome", "WHATIF_CALLS", "WHATIF_SITES", "as_code", "realizable", "realize",
-           "whatif_of"]
+__all__ = ["CODE_PREFIX", "IntervalEdit", "Outcome", "WHATIF_CALLS", "WHATIF_SITES", "as_code", "code_of", "realizable",
+           "realize", "whatif_of"]

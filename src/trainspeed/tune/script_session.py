@@ -27,7 +27,7 @@ from typing import Any, Callable
 from trainspeed.doctor.tuned import record_tune, script_key
 from trainspeed.errors import ConfigError
 from trainspeed.patches.plan import FLAG_PREFIX
-from trainspeed.patches.whatif_code import CODE_PREFIX
+from trainspeed.patches.whatif_code import CODE_PREFIX, whatif_of
 from trainspeed.patches.targets import Targets
 from trainspeed.tune.knobs import DeviceInfo
 from trainspeed.tune.options import TuneOptions
@@ -88,7 +88,7 @@ def describe_settings(settings: dict[str, Any]) -> str:
     """`--log-every 10, loader.num_workers=2`: the script's flags as typed, patches as keys, a
     what-if verified as best.patch's edit as `whatif.save_every=4 as code (best.patch)`."""
     flags = [f"{k[len(FLAG_PREFIX):]} {v}" for k, v in sorted(settings.items()) if k.startswith(FLAG_PREFIX)]
-    return ", ".join(flags + [f"whatif.{k[len(CODE_PREFIX):]}={v} as code (best.patch)" if k.startswith(CODE_PREFIX)
+    return ", ".join(flags + [f"{whatif_of(k)}={v} as code (best.patch)" if k.startswith(CODE_PREFIX)
                               else f"{k}={v}" for k, v in sorted(settings.items()) if not k.startswith(FLAG_PREFIX)])
 
 
