@@ -113,3 +113,24 @@ def test_a_file_that_no_longer_compiles_once_edited_is_refused(tmp_path):
     with pytest.raises(ConfigError, match="does not compile once edited"):
         install_settings({"code.log_every": 2}, Targets(script=str(path), log_sites=((str(path), 2),)),
                          say=lambda t: None)
+
+
+def test_a_module_run_with_python_m_runs_the_per_step_call_moved_under_an_interval(tmp_path, monkeypatch):
+    # `python -m trainmod`: runpy imports it through the finders, so the edited text comes from
+    # the import finder, not io.open_code
+    from trainspeed.doctor.runner import Target, execute
+
+    (tmp_path / "trainmod.py").write_text("import gc\n\nfor step in range(20):\n    gc.collect()\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delitem(sys.modules, "trainmod", raising=False)
+    calls = []
+    monkeypatch.setattr(gc, "collect", lambda *a: calls.append(1) or 0)
+    path = str(tmp_path / "trainmod.py")
+    applied = install_settings({"code.gc_every": 5}, Targets(script=path, gc_sites=((path, 4),)), say=lambda t: None)
+    try:
+        execute(Target(kind="module", name="trainmod", args=[]))
+    finally:
+        applied.uninstall()
+        sys.modules.pop("trainmod", None)
+    assert len(calls) == 4  # steps 0, 5, 10, 15
+    assert applied.notes[0].endswith("trainmod.py:4: moved under `if step % 5 == 0:`")
