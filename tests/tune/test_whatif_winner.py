@@ -148,6 +148,7 @@ def test_an_edit_that_cannot_be_made_is_not_verified_and_says_why(tmp_path, monk
                                 verify_repeats=1)
     assert result.final.verdict == "failed"
     assert result.final.note.startswith("not verified: the patched code did not run ("), result.final.note
-    assert "the edit could not be made at train.py:15" in result.final.note
+    assert ("(code.save_every=4: the edit could not be made at train.py:15: no save call in a statement at line 15); "
+            "no best.patch") in result.final.note
     assert result.best_settings == {}
     assert not (out / "best.patch").exists()

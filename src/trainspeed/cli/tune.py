@@ -227,8 +227,12 @@ def no_winner_line(result) -> str:
     if won and final is not None and final.verdict not in ("faster", "skipped") \
             and any(str(k).startswith(CODE_PREFIX) for k in final.settings):
         # a what-if won; the verification ran best.patch's edit of the code (edited_source.py)
+        from trainspeed.tune.table import why_no_change
+
         wins = ", ".join(f"{row.knob}={row.setting} ({row.speedup:.2f}x)" for row in won)
-        why = (final.note or "").splitlines()[0] if final.note else final.verdict
+        if final.verdict == "failed":  # script_session.say_patched_code wrote why
+            return f"nothing is kept: {wins} won, but {final.note or 'its verification failed'}"
+        why = why_no_change(final) or ((final.note or "").splitlines() or [final.verdict])[0]
         return (f"nothing is kept: {wins} won, but best.patch's edit of your code, run in the verification, "
                 f"read '{final.verdict}' ({why}): no patch on that evidence")
     if won and (final is None or final.verdict == "skipped"):

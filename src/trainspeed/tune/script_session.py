@@ -19,6 +19,7 @@ import hashlib
 import json
 import math
 import os
+import re
 import shlex
 import statistics
 from pathlib import Path
@@ -230,8 +231,9 @@ def say_patched_code(row: Any, targets: Targets) -> None:
     if not any(k.startswith(CODE_PREFIX) for k in row.settings):
         return
     if row.verdict == stats.FAILED:
-        error = (row.note or "failed").strip().splitlines()
-        row.note = f"not verified: the patched code did not run ({error[-1] if error else 'failed'}); no best.patch"
+        error = (row.note or "failed").strip().splitlines() or ["failed"]
+        why = re.sub(r"^trainspeed: error: (\w+Error: )?", "", error[-1])  # the trial's ConfigError
+        row.note = f"not verified: the patched code did not run ({why}); no best.patch"
         return
     said = "measured the patched code (best.patch's edit: " + "; ".join(patched_code_lines(row.settings, targets)) + ")"
     row.note = said + ("; " + row.note if row.note else "")
