@@ -152,3 +152,18 @@ def test_an_edit_that_cannot_be_made_is_not_verified_and_says_why(tmp_path, monk
             "no best.patch") in result.final.note
     assert result.best_settings == {}
     assert not (out / "best.patch").exists()
+
+
+def test_a_verification_the_budget_left_unmeasured_does_not_claim_the_patched_code():
+    from trainspeed.tune.result import Row
+    from trainspeed.tune.script_session import say_patched_code
+
+    edit = ["train.py:15: the interval on line 14, 2 -> 8"]
+    skipped = Row(knob="combined", setting="whatif.save_every=4 as code (best.patch)", settings={"code.save_every": 4},
+                  note="budget ran out before this trial")
+    say_patched_code(skipped, edit)
+    assert skipped.note == "budget ran out before this trial"
+    measured = Row(knob="combined", setting="whatif.save_every=4 as code (best.patch)", settings={"code.save_every": 4},
+                   verdict="faster", speedup=3.1)
+    say_patched_code(measured, edit)
+    assert measured.note == "measured the patched code (best.patch's edit: train.py:15: the interval on line 14, 2 -> 8)"

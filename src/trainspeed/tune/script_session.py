@@ -28,8 +28,8 @@ from typing import Any, Callable
 from trainspeed.doctor.tuned import record_tune, script_key
 from trainspeed.errors import ConfigError
 from trainspeed.patches.plan import FLAG_PREFIX
-from trainspeed.patches.whatif_code import CODE_PREFIX, whatif_of
 from trainspeed.patches.targets import Targets
+from trainspeed.patches.whatif_code import CODE_PREFIX, whatif_of
 from trainspeed.tune.knobs import DeviceInfo
 from trainspeed.tune.options import TuneOptions
 from trainspeed.tune.result import TuneResult
@@ -171,8 +171,9 @@ def run_script_tune(command: list[str], out_dir: str | Path, options: TuneOption
 
         run = as_code(best, code_whatif)
         if run != best:
+            state["patched"] = patched_code_lines(run, state["facts"].targets)
             say("the verification runs best.patch's edit of your code in place of the what-if: "
-                + "; ".join(patched_code_lines(run, state["facts"].targets)))
+                + "; ".join(state["patched"]))
         return run
 
     tuner = Tuner(base_config={}, base_hash=command_hash(list(command)), device=DeviceInfo.detect("cpu"),
@@ -202,8 +203,8 @@ def run_script_tune(command: list[str], out_dir: str | Path, options: TuneOption
             row.note = said + ("; " + row.note if row.note else "")
     if state["facts"] is not None:
         mark_stakes(result.ablation, state["facts"].findings)
-        if result.final is not None:
-            say_patched_code(result.final, state["facts"].targets)
+        if result.final is not None and state.get("patched"):
+            say_patched_code(result.final, state["patched"])
     write_script_outputs(command, result, out, state["facts"], runner)
     target = parse_command(command)  # the doctor's next report of this script reads the record
     record_tune(script_key(target.kind, target.name), out, [row.as_dict() for row in result.ablation])
@@ -213,7 +214,6 @@ def run_script_tune(command: list[str], out_dir: str | Path, options: TuneOption
 def patched_code_lines(settings: dict[str, Any], targets: Targets) -> list[str]:
     """What best.patch's edits for the code.* settings do ("train.py:15: the interval on line
     14, 2 -> 8"), or why they cannot be made."""
-    from trainspeed.errors import ConfigError
     from trainspeed.patches.edited_source import edited_texts
 
     edits = {k: v for k, v in settings.items() if k.startswith(CODE_PREFIX)}
@@ -223,20 +223,19 @@ def patched_code_lines(settings: dict[str, Any], targets: Targets) -> list[str]:
         return [f"the edit cannot be made ({exc})"]
 
 
-def say_patched_code(row: Any, targets: Targets) -> None:
-    """The verification row of a what-if winner says it measured the patched code, or why the
-    patched code was not measured (its trials failed: no best.patch on that evidence)."""
+def say_patched_code(row: Any, patched: list[str]) -> None:
+    """The verification row of a what-if winner says it measured the patched code (`patched`:
+    what the edits do), or why the patched code was not measured (its trials failed: no
+    best.patch on that evidence)."""
     from trainspeed.tune import stats
 
-    if not any(k.startswith(CODE_PREFIX) for k in row.settings):
-        return
     if row.verdict == stats.FAILED:
         error = (row.note or "failed").strip().splitlines() or ["failed"]
         why = re.sub(r"^trainspeed: error: (\w+Error: )?", "", error[-1])  # the trial's ConfigError
         row.note = f"not verified: the patched code did not run ({why}); no best.patch"
-        return
-    said = "measured the patched code (best.patch's edit: " + "; ".join(patched_code_lines(row.settings, targets)) + ")"
-    row.note = said + ("; " + row.note if row.note else "")
+    elif row.speedup is not None:  # not a row the budget left unmeasured
+        row.note = f"measured the patched code (best.patch's edit: {'; '.join(patched)})" + (
+            "; " + row.note if row.note else "")
 
 
 def doctor_mfu(facts: ScriptFacts, baseline: list[TrialResult]) -> tuple[float | None, str | None]:
