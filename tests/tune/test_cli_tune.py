@@ -130,3 +130,29 @@ def test_no_winner_line_when_a_winner_was_not_verified():
     verified_lost = Row(knob="combined", setting="bf16", verdict="no measurable change", speedup=1.01)
     assert no_winner_line(TuneResult(ablation=[bf16, lost], final=verified_lost, **common)).startswith(
         "nothing won over the baseline")
+
+
+def test_no_winner_line_when_the_edit_of_a_whatif_winner_did_not_verify():
+    # the what-if (every 4th save) won at 3.9x; best.patch's edit, run in the verification,
+    # changed nothing (an epoch-local step counter): the line says the edit was measured
+    from trainspeed.cli.tune import no_winner_line
+    from trainspeed.tune.result import Row, TuneResult
+
+    won = Row(knob="checkpoint_every", setting="every 4th save (what-if)", verdict="faster", speedup=3.9)
+    final = Row(knob="combined", setting="whatif.save_every=4 as code (best.patch)", settings={"code.save_every": 4},
+                verdict="no measurable change", speedup=1.09, ci=(0.75, 1.65), noise=0.18,
+                note="measured the patched code (best.patch's edit: train.py:16: the interval on line 15, 2 -> 8)")
+    common = dict(combination=[], best_settings={}, baseline_cost_s=1e-3, trials_run=8, trials_reused=0,
+                  elapsed_s=70.0)
+    line = no_winner_line(TuneResult(ablation=[won], final=final, **common))
+    assert line.startswith("nothing is kept: checkpoint_every=every 4th save (what-if) (3.90x) won, but best.patch's "
+                           "edit of your code, run in the verification, read 'no measurable change' (CI 0.75–1.65 "
+                           "reaches into the noise band"), line
+    assert line.endswith("no patch on that evidence")
+    failed = Row(knob="combined", setting="whatif.save_every=4 as code (best.patch)", settings={"code.save_every": 4},
+                 verdict="failed", note="not verified: the patched code did not run (code.save_every=4: the edit could "
+                                        "not be made at train.py:15: no save call in a statement at line 15); no best.patch")
+    assert no_winner_line(TuneResult(ablation=[won], final=failed, **common)) == (
+        "nothing is kept: checkpoint_every=every 4th save (what-if) (3.90x) won, but not verified: the patched code "
+        "did not run (code.save_every=4: the edit could not be made at train.py:15: no save call in a statement at "
+        "line 15); no best.patch")

@@ -222,6 +222,19 @@ def no_winner_line(result) -> str:
         return (f"nothing is kept: {wins} read faster, but other processes' load differed between its trials "
                 "and the baseline's: not measurable while the machine is busy. Rerun when it is quiet, or give "
                 "the tune cores of its own (taskset -c)")
+    from trainspeed.patches.whatif_code import CODE_PREFIX
+
+    if won and final is not None and final.verdict not in ("faster", "skipped") \
+            and any(str(k).startswith(CODE_PREFIX) for k in final.settings):
+        # a what-if won; the verification ran best.patch's edit of the code (edited_source.py)
+        from trainspeed.tune.table import why_no_change
+
+        wins = ", ".join(f"{row.knob}={row.setting} ({row.speedup:.2f}x)" for row in won)
+        if final.verdict == "failed":  # script_session.say_patched_code wrote why
+            return f"nothing is kept: {wins} won, but {final.note or 'its verification failed'}"
+        why = why_no_change(final) or ((final.note or "").splitlines() or [final.verdict])[0]
+        return (f"nothing is kept: {wins} won, but best.patch's edit of your code, run in the verification, "
+                f"read '{final.verdict}' ({why}): no patch on that evidence")
     if won and (final is None or final.verdict == "skipped"):
         # run_clm.py's 6m tune: bf16 1.15x alone, then the budget ran out before the verification,
         # and the line said the script was "already the fastest measured here".

@@ -44,6 +44,7 @@ def _one_of(*values: str) -> Callable[[Any], bool]:
 
 def _registry() -> dict[str, SettingSpec]:
     from trainspeed.patches import hf, loader, model, optimizer, runtime, whatif
+    from trainspeed.patches.edited_source import install_code_edit
 
     return {
         "loader.num_workers": SettingSpec(_int_at_least(0), "an int >= 0", loader.install_num_workers,
@@ -79,6 +80,13 @@ def _registry() -> dict[str, SettingSpec]:
                                        "what-if: only every k-th gc.collect / torch.cuda.empty_cache runs"),
         "whatif.no_gc": SettingSpec(_bool, "true or false", whatif.install_no_gc,
                                     "what-if: gc.collect / torch.cuda.empty_cache do nothing"),
+        # what a what-if winner's verification runs: best.patch's edit, made in the source
+        "code.log_every": SettingSpec(_int_at_least(2), "an int >= 2", install_code_edit("code.log_every"),
+                                      "best.patch's edit: the logging interval times k (the source as run)"),
+        "code.save_every": SettingSpec(_int_at_least(2), "an int >= 2", install_code_edit("code.save_every"),
+                                       "best.patch's edit: the checkpoint interval times k (the source as run)"),
+        "code.gc_every": SettingSpec(_int_at_least(2), "an int >= 2", install_code_edit("code.gc_every"),
+                                     "best.patch's edit: gc.collect / empty_cache under `if step % k == 0:`"),
     }
 
 

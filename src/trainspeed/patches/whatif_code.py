@@ -27,6 +27,27 @@ WHATIF_CALLS: dict[str, tuple[str, ...]] = {
     "whatif.gc_every": ("collect", "empty_cache"),
 }
 """What-if setting -> the last name part of the calls it thins (torch.save, gc.collect, ...)."""
+CODE_PREFIX = "code."
+"""`code.save_every=4`: the edit below made in the source the script runs (edited_source.py),
+where `whatif.save_every=4` thins the calls at run time: what a what-if winner's
+verification runs, so it measures best.patch's edit."""
+
+
+def whatif_of(code_key: str) -> str:
+    """code.save_every -> whatif.save_every."""
+    return "whatif." + code_key[len(CODE_PREFIX):]
+
+
+def code_of(whatif_key: str) -> str:
+    """whatif.save_every -> code.save_every."""
+    return CODE_PREFIX + whatif_key[len("whatif."):]
+
+
+def as_code(settings: dict[str, Any], realized: Any = None) -> dict[str, Any]:
+    """The settings with each what-if best.patch writes as an edit (WHATIF_SITES; `realized`, a
+    predicate on one {key: value}, says which of them it can) turned into its code.* key."""
+    return {code_of(key) if key in WHATIF_SITES and (realized is None or realized({key: value})) else key: value
+            for key, value in settings.items()}
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,4 +215,5 @@ class _Replace:
         return Transformer()
 
 
-__all__ = ["IntervalEdit", "Outcome", "WHATIF_CALLS", "WHATIF_SITES", "realizable", "realize"]
+__all__ = ["CODE_PREFIX", "IntervalEdit", "Outcome", "WHATIF_CALLS", "WHATIF_SITES", "as_code", "code_of", "realizable",
+           "realize", "whatif_of"]

@@ -19,6 +19,7 @@ import hashlib
 import json
 import math
 import os
+import re
 import shlex
 import statistics
 from pathlib import Path
@@ -28,6 +29,7 @@ from trainspeed.doctor.tuned import record_tune, script_key
 from trainspeed.errors import ConfigError
 from trainspeed.patches.plan import FLAG_PREFIX
 from trainspeed.patches.targets import Targets
+from trainspeed.patches.whatif_code import CODE_PREFIX, whatif_of
 from trainspeed.tune.knobs import DeviceInfo
 from trainspeed.tune.options import TuneOptions
 from trainspeed.tune.result import TuneResult
@@ -84,9 +86,11 @@ def flag_styles(facts: ScriptFacts) -> dict[str, str]:
 
 
 def describe_settings(settings: dict[str, Any]) -> str:
-    """`--log-every 10, loader.num_workers=2`: the script's flags as typed, patches as keys."""
+    """`--log-every 10, loader.num_workers=2`: the script's flags as typed, patches as keys, a
+    what-if verified as best.patch's edit as `whatif.save_every=4 as code (best.patch)`."""
     flags = [f"{k[len(FLAG_PREFIX):]} {v}" for k, v in sorted(settings.items()) if k.startswith(FLAG_PREFIX)]
-    return ", ".join(flags + [f"{k}={v}" for k, v in sorted(settings.items()) if not k.startswith(FLAG_PREFIX)])
+    return ", ".join(flags + [f"{whatif_of(k)}={v} as code (best.patch)" if k.startswith(CODE_PREFIX)
+                              else f"{k}={v}" for k, v in sorted(settings.items()) if not k.startswith(FLAG_PREFIX)])
 
 
 def order_knobs(knobs: list[str], facts: ScriptFacts | None) -> list[str]:
@@ -161,11 +165,22 @@ def run_script_tune(command: list[str], out_dir: str | Path, options: TuneOption
         say(trial_length_line(base, sized, trials))
         return sized.price_s
 
+    def verify_as(best: dict[str, Any]) -> dict[str, Any]:
+        """A what-if winner is verified as best.patch's edit made in the source (code.*)."""
+        from trainspeed.patches.whatif_code import as_code
+
+        run = as_code(best, code_whatif)
+        if run != best:
+            state["patched"] = patched_code_lines(run, state["facts"].targets)
+            say("the verification runs best.patch's edit of your code in place of the what-if: "
+                + "; ".join(state["patched"]))
+        return run
+
     tuner = Tuner(base_config={}, base_hash=command_hash(list(command)), device=DeviceInfo.detect("cpu"),
                   runner=runner, store=store, options=options, say=say, knob_table=SCRIPT_KNOBS,
                   make_context=make_context, whatif=lambda s: is_whatif(s) and not code_whatif(s),
                   baseline_hint=hint, describe=describe_settings,
-                  fit_trials=fit if isinstance(runner, ScriptRunner) else None)
+                  fit_trials=fit if isinstance(runner, ScriptRunner) else None, verify_as=verify_as)
     realized: dict[str, bool] = {}
 
     def code_whatif(settings: dict[str, Any]) -> bool:
@@ -188,10 +203,39 @@ def run_script_tune(command: list[str], out_dir: str | Path, options: TuneOption
             row.note = said + ("; " + row.note if row.note else "")
     if state["facts"] is not None:
         mark_stakes(result.ablation, state["facts"].findings)
+        if result.final is not None and state.get("patched"):
+            say_patched_code(result.final, state["patched"])
     write_script_outputs(command, result, out, state["facts"], runner)
     target = parse_command(command)  # the doctor's next report of this script reads the record
     record_tune(script_key(target.kind, target.name), out, [row.as_dict() for row in result.ablation])
     return result
+
+
+def patched_code_lines(settings: dict[str, Any], targets: Targets) -> list[str]:
+    """What best.patch's edits for the code.* settings do ("train.py:15: the interval on line
+    14, 2 -> 8"), or why they cannot be made."""
+    from trainspeed.patches.edited_source import edited_texts
+
+    edits = {k: v for k, v in settings.items() if k.startswith(CODE_PREFIX)}
+    try:
+        return [text for _, text in edited_texts(edits, targets)[1]]
+    except (ConfigError, ImportError) as exc:
+        return [f"the edit cannot be made ({exc})"]
+
+
+def say_patched_code(row: Any, patched: list[str]) -> None:
+    """The verification row of a what-if winner says it measured the patched code (`patched`:
+    what the edits do), or why the patched code was not measured (its trials failed: no
+    best.patch on that evidence)."""
+    from trainspeed.tune import stats
+
+    if row.verdict == stats.FAILED:
+        error = (row.note or "failed").strip().splitlines() or ["failed"]
+        why = re.sub(r"^trainspeed: error: (\w+Error: )?", "", error[-1])  # the trial's ConfigError
+        row.note = f"not verified: the patched code did not run ({why}); no best.patch"
+    elif row.speedup is not None:  # not a row the budget left unmeasured
+        row.note = f"measured the patched code (best.patch's edit: {'; '.join(patched)})" + (
+            "; " + row.note if row.note else "")
 
 
 def doctor_mfu(facts: ScriptFacts, baseline: list[TrialResult]) -> tuple[float | None, str | None]:

@@ -66,7 +66,8 @@ class Tuner(LoadProof):
                  whatif: Callable[[dict[str, Any]], bool] | None = None, baseline_hint: str | None = None,
                  describe: Callable[[dict[str, Any]], str] | None = None,
                  trial_price: Callable[[TrialResult], float] | None = None,
-                 fit_trials: Callable[[TrialResult, float], float] | None = None):
+                 fit_trials: Callable[[TrialResult, float], float] | None = None,
+                 verify_as: Callable[[dict[str, Any]], dict[str, Any]] | None = None):
         self.base_config = base_config
         self.base_hash = base_hash
         self.device = device
@@ -90,6 +91,7 @@ class Tuner(LoadProof):
         # Sizes the trials to the budget (the script tuner: fewer steps): (first baseline, trials
         # the plan holds, in baseline units) -> the price of a trial.
         self.fit_trials = fit_trials or (lambda base, trials: self.trial_price(base))
+        self.verify_as = verify_as or (lambda settings: settings)
         self.baseline_hint = baseline_hint or "Fix the config so `trainspeed train` runs it, then tune again."
         self.t0 = clock()
         self.spent = 0.0  # wall seconds of trials actually run (reused ones cost nothing)
@@ -474,9 +476,11 @@ class Tuner(LoadProof):
         return current, still
 
     def _verify(self, best: dict[str, Any]) -> Row:
-        """Fresh interleaved repeats of the baseline and the best config, compared with each
-        other only: the speedup the user gets from best.yaml."""
+        """Fresh interleaved repeats of the baseline and the best config as `verify_as` runs it (a
+        script's what-if: best.patch's edit), compared with each other only: what the user gets."""
         self.say("verifying the combination against the baseline")
+        ran, best = best, self.verify_as(best)  # its own key: a resumed tune never reads the what-if's as the edit's
+        self.cost_factor.setdefault(self._key(best), self.cost_factor.get(self._key(ran), 1.0))
         R = self.opt.repeats
         V = self.opt.verify_repeats
         base_key, best_key = config_key(self.base_hash, {}), config_key(self.base_hash, best)
