@@ -109,6 +109,13 @@ def test_nothing_won_says_no_patch_and_leaves_no_stale_patch(tmp_path):
     won = TuneResult(ablation=[lost], best_settings={"threads": 1}, **common)
     text = "\n".join(outcome_lines(won, tmp_path, ["python", "train.py"]))
     assert "trainspeed run --with" in text and f"git apply {tmp_path / 'best.patch'}" in text
+    # only what-ifs won (an interval edit, verified as code): best.yaml holds no setting, so
+    # "run it now: trainspeed run --with best.yaml" ran the script unchanged
+    (tmp_path / "tune.json").write_text(json.dumps({"patch": "best.patch", "tuned_command": ["python", "train.py"]}))
+    edit = TuneResult(ablation=[lost], best_settings={"whatif.save_every": 4}, **common)
+    lines = outcome_lines(edit, tmp_path, ["python", "train.py"])
+    assert not any("--with" in line for line in lines)
+    assert lines[0].startswith(f"apply it:     git apply {tmp_path / 'best.patch'}") and lines[1].endswith("python train.py")
 
 
 def test_no_winner_line_when_a_winner_was_not_verified():

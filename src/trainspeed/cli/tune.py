@@ -191,15 +191,24 @@ def outcome_lines(result, out, command: list[str]) -> list[str]:
 
     patch, change = out / "best.patch", out / "code_change.md"
     try:
-        written = json.loads((out / "tune.json").read_text(encoding="utf-8")).get("patch")
+        record = json.loads((out / "tune.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
-        written = None
+        record = {}
+    written = record.get("patch")
     if not written:
         patch.unlink(missing_ok=True)
     if not result.best_settings:
         change.unlink(missing_ok=True)
         return [no_winner_line(result),
                 f"no patch: nothing won, so there is no {patch} to apply and the script stays as it is"]
+    from trainspeed.tune.script_knobs import is_whatif
+
+    if patch.is_file() and all(is_whatif({key: value}) for key, value in result.best_settings.items()):
+        # only what-ifs won: they are edits of the code, so best.yaml holds no setting and
+        # `run --with best.yaml` would run the script as it is (script_session.write_script_outputs)
+        tuned = record.get("tuned_command") or command
+        return [f"apply it:     git apply {patch}  (the winners are edits of your code: {change})",
+                f"then run:     {shlex.join(tuned)}"]
     lines = [f"run it now:   trainspeed run --with {out / 'best.yaml'} -- {shlex.join(command)}"]
     if patch.is_file():
         lines.append(f"code change:  {change}  (apply: git apply {patch})")
