@@ -187,9 +187,9 @@ def test_diagnosis_of_100_steps_is_a_fraction_of_a_second(tmp_path):
 
     run = read_run(tmp_path / "run")
     diagnosis.diagnose_run(run)  # the rules' import, once per process
-    t0 = time.perf_counter()
+    t0 = time.process_time()  # CPU time: a busy machine stretches the wall clock, not the work
     diagnosis.diagnose_run(run, _report(tmp_path / "run")["summary"])
-    assert time.perf_counter() - t0 < 0.5
+    assert time.process_time() - t0 < 0.5
 
 
 def test_telemetry_and_engine_do_not_import_the_doctor():
