@@ -20,7 +20,7 @@ def _peak_cache_in_tmp(tmp_path_factory):
 # - those that build DeepSpeed's CPU op into the repository's .cache/torch_extensions, when it is
 #   not built yet: two builds into one directory would race. Built (`make venv` builds it), the
 #   op is only loaded (torch's lock file in that directory takes the loads in turn), and those
-#   modules spread like the others: one worker ran all four, the suite's longest chain;
+#   modules spread like the others: one unit of all four held 30 % of the suite's CPU time;
 # - those of a module whose module-scoped fixture does expensive work (a training run shared
 #   by its tests): spread over two workers, it would run twice.
 # The peak cache needs no such care: each worker's session has its own XDG_CACHE_HOME above.
@@ -48,7 +48,7 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
     if hasattr(config, "workerinput"):
         # Under xdist the long units go out first (a `slow` test, a module's shared run): the
-        # short ones fill in around them. In collection order tests/tune's DeepSpeed tunes came
-        # last and one worker ran them while the other sat idle. A stable sort: the same order
-        # on every worker, and each module's tests in their own order.
+        # short ones fill in around them, and a long unit collected late cannot leave one worker
+        # running it while the other sits idle. A stable sort: the same order on every worker,
+        # and each module's tests in their own order.
         items.sort(key=lambda item: not (item.get_closest_marker("slow") or item.get_closest_marker("xdist_group")))
