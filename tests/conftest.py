@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 
@@ -15,13 +17,20 @@ def _peak_cache_in_tmp(tmp_path_factory):
 
 # Under pytest-xdist (`make test` runs `-n 2 --dist loadgroup`) tests are spread one by one,
 # except two kinds that stay together on one worker:
-# - those that build or load DeepSpeed's CPU op from the repository's .cache/torch_extensions:
-#   two builds of the op into one directory would race;
+# - those that build DeepSpeed's CPU op into the repository's .cache/torch_extensions, when it is
+#   not built yet: two builds into one directory would race. Built (`make venv` builds it), the
+#   op is only loaded (torch's lock file in that directory takes the loads in turn), and those
+#   modules spread like the others: one unit of all four held 30 % of the suite's CPU time;
 # - those of a module whose module-scoped fixture does expensive work (a training run shared
 #   by its tests): spread over two workers, it would run twice.
 # The peak cache needs no such care: each worker's session has its own XDG_CACHE_HOME above.
 _DEEPSPEED_OP_MODULES = {"test_deepspeed_script.py", "test_deepspeed_real_scripts.py", "test_deepspeed_knobs.py",
                          "test_deepspeed_engine.py"}
+_DEEPSPEED_OP = Path(__file__).resolve().parents[1] / ".cache" / "torch_extensions" / "deepspeed_shm_comm"
+
+
+def _deepspeed_op_built() -> bool:
+    return any(_DEEPSPEED_OP.glob("*.so"))
 
 
 def _shares_a_module_fixture(item) -> bool:
@@ -31,8 +40,15 @@ def _shares_a_module_fixture(item) -> bool:
 
 
 def pytest_collection_modifyitems(config, items):
+    built = _deepspeed_op_built()
     for item in items:
-        if item.path.name in _DEEPSPEED_OP_MODULES:
+        if item.path.name in _DEEPSPEED_OP_MODULES and not built:
             item.add_marker(pytest.mark.xdist_group("deepspeed_op"))
         elif _shares_a_module_fixture(item):
             item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
+    if hasattr(config, "workerinput"):
+        # Under xdist the long units go out first (a `slow` test, a module's shared run): the
+        # short ones fill in around them, and a long unit collected late cannot leave one worker
+        # running it while the other sits idle. A stable sort: the same order on every worker,
+        # and each module's tests in their own order.
+        items.sort(key=lambda item: not (item.get_closest_marker("slow") or item.get_closest_marker("xdist_group")))

@@ -36,6 +36,30 @@ def test_parse_reads_accelerates_own_options():
     assert module.env.get("ACCELERATE_USE_CPU") is not None  # what the one-process launcher sets
 
 
+def test_verify_commands_keep_the_accelerate_launch_prefix_as_typed(tmp_path):
+    # the doctor in each process recorded `python train.py ARGS` only: its verify commands read
+    # `trainspeed doctor -- python train.py ...`, the launcher the user typed dropped
+    from types import SimpleNamespace
+
+    from trainspeed.doctor.checks.context import CheckContext
+
+    launcher = ["accelerate", "launch", "--mixed_precision", "no", "--num_processes", "2"]
+    run = SimpleNamespace(path=tmp_path / "doc", config={"command": ["python", "train.py", "--print-freq", "1"],
+                                                          "launcher": launcher})
+    ctx = CheckContext(run=run, summary={"ranks": [{"rank": 0}, {"rank": 1}]})
+    assert ctx.doctor_command(steps=40, flags=["--print-freq 50"]) == (
+        "trainspeed doctor --steps 40 -- accelerate launch --mixed_precision no --num_processes 2 "
+        "train.py --print-freq 50")
+    # a tune's trials are one process each: the launcher's one-process form (what tune asks for)
+    assert ctx.tune_command("threads") == ("trainspeed tune --knobs threads -- accelerate launch "
+                                           "--num_processes 1 train.py --print-freq 1")
+    ctx.summary["ranks"] = []
+    run.config["launcher"] = ["accelerate", "launch", "--num_processes", "1"]
+    run.config["command"] = ["python", "-m", "pkg.train", "--lr", "1"]
+    assert ctx.tune_command("threads") == ("trainspeed tune --knobs threads -- accelerate launch "
+                                           "--num_processes 1 -m pkg.train --lr 1")
+
+
 @pytest.mark.parametrize("processes", [1, 2])
 def test_doctor_under_accelerate_launch(tmp_path, processes):
     launch = ["--num_processes", "1"] if processes == 1 else ["--multi_gpu", "--num_processes", "2"]
@@ -47,12 +71,21 @@ def test_doctor_under_accelerate_launch(tmp_path, processes):
     ranks = report["summary"].get("ranks") or []
     assert len(ranks) == (processes if processes > 1 else 0), ranks
     assert "stopped after 12 steps" in res.stdout and res.stdout.count("trainspeed doctor: stopped") == 1
+    # the launcher as typed is recorded, and every verify command of a script runs under it
+    import yaml
+
+    assert yaml.safe_load((tmp_path / "r" / "config.yaml").read_text())["launcher"] == ["accelerate", "launch", *launch]
+    commands = [f["verify_with"] for f in report["findings"] if " -- " in str(f.get("verify_with"))]
+    assert all(" -- accelerate launch " in c for c in commands), commands
 
 
-def test_tune_takes_a_one_process_launch_and_refuses_two(tmp_path):
-    two = trainspeed("tune", "--knobs", "threads", "--", "accelerate", "launch", "--multi_gpu", "--num_processes",
-                     "2", str(SCRIPT), cwd=tmp_path)
-    assert two.returncode == 2 and "tune one process of it" in two.stderr and "--num_processes 1" in two.stderr
+def test_tune_takes_a_one_process_launch_and_refuses_two(tmp_path, capsys):
+    from trainspeed.cli.main import main  # the refusal in this process: no second interpreter to start
+
+    assert main(["tune", "--knobs", "threads", "--", "accelerate", "launch", "--multi_gpu", "--num_processes",
+                 "2", str(SCRIPT)]) == 2
+    two = capsys.readouterr().err
+    assert "tune one process of it" in two and "--num_processes 1" in two
     out = tmp_path / "t"
     one = trainspeed("tune", "--knobs", "threads", "--steps", "4", "--warmup-steps", "1", "--repeats", "1",
                      "--verify-repeats", "0", "--budget", "4m", "--out", str(out), "--",

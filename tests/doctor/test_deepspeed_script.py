@@ -169,17 +169,33 @@ def test_zero3_with_offload_on_a_model_that_fits_is_named(doctor, deepspeed_env,
     # verified by the script's tune of the ZeRO stage (an edited copy of zero3.json per trial)
     verify = shlex.split(found[0]["verify_with"])
     assert verify[:5] == ["trainspeed", "tune", "--knobs", "zero_stage", "--"]
+    before = path.read_bytes()
     _runs_as_written(verify, tmp_path, "zero_stage=0")
     assert result.summary["precision"] == "bf16"
+    # the script's real tune of the ZeRO stage (tests/tune/test_deepspeed_knobs.py ran one more,
+    # from the ZeRO-2 JSON: merged here): each trial ran the stage its row names, through an
+    # edited copy of zero3.json that keeps its offload; the user's file was only read
+    trials = [json.loads(line) for line in (tmp_path / "tune" / "tune.jsonl").read_text().splitlines()]
+    seen = {t["label"]: _observation(Path(t["run_dir"]), "deepspeed")["zero_stage"]
+            for t in trials if t["ok"] and t["repeat"] == 0}
+    assert seen == {"baseline": 3, **{f"zero_stage={k}": k for k in (0, 1, 2) if f"zero_stage={k}" in seen}}, seen
+    assert path.read_bytes() == before
+    copies = [json.loads(c.read_text())["zero_optimization"]
+              for c in (tmp_path / "tune" / "trials" / ".plans").glob("*.deepspeed.json")]
+    assert sorted(c["stage"] for c in copies) == sorted(v for k, v in seen.items() if k != "baseline")
+    assert all(c["offload_optimizer"] == {"device": "cpu"} for c in copies)
 
 
 def _runs_as_written(verify: list[str], tmp_path: Path,
                      setting: str = "checkpoint_every=--save-every 8") -> None:
-    """The verify command, with a tiny budget (one short trial per setting), runs the script's
-    tune and measures the setting the finding names. One baseline bracket and no final check:
-    each extra trial is another DeepSpeed engine start (the assertion reads the ablation's trials)."""
+    """The verify command, with one short trial per setting, runs the script's tune and measures
+    the setting the finding names. One baseline bracket and no final check: each extra trial is
+    another DeepSpeed engine start (the assertion reads the ablation's trials). The trials'
+    count and length fix the work; the budget is set where it never binds: at 120 s a baseline
+    trial of 81 s on a loaded machine (load 15 on 2 cores) left every setting "does not fit the
+    budget" and the tune exited 3."""
     tiny = ["--repeats", "1", "--warmup-steps", "2", "--steps", "6", "--verify-repeats", "0",
-            "--baseline-every", "10", "--budget", "120s", "--out", str(tmp_path / "tune")]
+            "--baseline-every", "10", "--budget", "30m", "--out", str(tmp_path / "tune")]
     env = {**os.environ, "OMP_NUM_THREADS": "1",
            "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")])}
     proc = subprocess.run([sys.executable, "-m", "trainspeed", "tune", *tiny, *verify[2:]], env=env, cwd=tmp_path,

@@ -84,9 +84,16 @@ def test_nanogpt_accumulation_loss_tokens_and_data_phase(doctor, tmp_path):
         return statistics.median(float(s["phases"].get(key) or 0.0) for s in measured)
 
     phases = {k: median(k) for k in ("data", "other")}
-    # ~5 % of the median step (4.7 % at load 13): get_batch counted elsewhere leaves ~0 here
-    assert phases["data"] > 0.02 * statistics.median(s["t_step"] for s in measured), phases
-    assert phases["data"] > phases["other"] * 0.5, phases
+    # ~5 % of the step's CPU time: get_batch counted elsewhere leaves ~0 here. Against CPU time,
+    # which the machine's load does not stretch: at load 15 on 2 cores a step's wall time was
+    # 13x its CPU time, and the phases' wall times took the waits in no fixed order
+    assert phases["data"] > 0.02 * statistics.median(s["cpu"] for s in measured), phases
+    # data against "other" wall time, on the steps that waited for no other process (wall within
+    # 1.5x CPU time): all of them on a quiet machine, often none at load 15
+    ran = [s for s in measured if s["t_step"] < 1.5 * s["cpu"]]
+    if len(ran) >= 5:
+        share = {k: statistics.median(float(s["phases"].get(k) or 0.0) for s in ran) for k in ("data", "other")}
+        assert share["data"] > share["other"] * 0.5, share
     data = next((f for f in result.findings if f["id"] == "data_bound"), None)
     if data is not None:
         assert "no DataLoader" in data["evidence"] and "even with workers" not in data["recommendation"]

@@ -69,6 +69,9 @@ def apply_patch(root: Path, change: CodeChange, tmp_path: Path) -> dict[str, Pat
                            capture_output=True)
         copies[tool] = copy
     assert digest(root) == before  # the user's files were only read
+    # both tools leave the same files: a test runs the patched script in one copy only (each run
+    # is a fresh interpreter importing torch, 2 s of CPU)
+    assert len({tuple(sorted(digest(copy).items())) for copy in copies.values()}) == 1
     return copies
 
 
@@ -139,9 +142,9 @@ def test_multi_line_dataloader_gets_keywords_and_the_patched_script_runs(tmp_pat
                                  {"num_workers": "2", "persistent_workers": "True"})
         text = (copy / "train.py").read_text()
         assert "    shuffle=True,\n    num_workers=2,\n    persistent_workers=True,\n)\n" in text
-        run = subprocess.run([PYTHON, "train.py"], cwd=copy, capture_output=True, text=True, timeout=50)
-        assert run.returncode == 0, run.stderr
-        assert "workers 2 persistent True batch (8, 1)" in run.stdout
+    run = subprocess.run([PYTHON, "train.py"], cwd=copy, capture_output=True, text=True, timeout=50)
+    assert run.returncode == 0, run.stderr
+    assert "workers 2 persistent True batch (8, 1)" in run.stdout
 
 
 def test_an_existing_literal_is_replaced_in_place(tmp_path):
@@ -202,9 +205,9 @@ def test_optimizer_gets_fused_and_the_patched_script_steps(tmp_path):
     assert "+optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, fused=True)  # OPT" in change.patch
     for copy in apply_patch(root, change, tmp_path).values():
         assert_only_call_changed(train, copy / "train.py", site[1], "AdamW", {"fused": "True"})
-        run = subprocess.run([PYTHON, "train.py"], cwd=copy, capture_output=True, text=True, timeout=50)
-        assert run.returncode == 0, run.stderr
-        assert "fused True" in run.stdout
+    run = subprocess.run([PYTHON, "train.py"], cwd=copy, capture_output=True, text=True, timeout=50)
+    assert run.returncode == 0, run.stderr
+    assert "fused True" in run.stdout
     # foreach, no class recorded: any callee named like a torch optimizer
     foreach = code_change({"optimizer.impl": "foreach"}, Targets(optimizer_site=site), root=root, command=[])
     assert "lr=1e-3, foreach=True)" in foreach.patch
@@ -598,9 +601,9 @@ def test_whole_statement_snippets_go_into_the_patch_with_the_keyword_edits_below
         assert lines[wrap + 1:wrap + 3] == ["            output = net(images)  # CALL",
                                             "            loss = criterion(output, target)"]
         assert lines[wrap + 3] == "        optimizer.zero_grad()"  # the backward stays outside
-        # the lines run as placed; compiling itself is torch's business (and 10 s of CI time)
-        env = {**os.environ, "TORCH_COMPILE_DISABLE": "1"}
-        subprocess.run([PYTHON, str(copy / "train.py")], check=True, timeout=120, capture_output=True, env=env)
+    # the lines run as placed; compiling itself is torch's business (and 10 s of CI time)
+    env = {**os.environ, "TORCH_COMPILE_DISABLE": "1"}
+    subprocess.run([PYTHON, str(copy / "train.py")], check=True, timeout=120, capture_output=True, env=env)
 
 
 def test_a_script_that_already_compiles_gets_no_second_compile_line(tmp_path):

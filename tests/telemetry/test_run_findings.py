@@ -85,9 +85,10 @@ def test_monitor_loop_verify_command_reruns_the_script(script_run):
 
 def test_monitor_close_overhead_is_small(script_run):
     _, out = script_run
-    close_s = float(out.split("close_s=")[1])
-    # flush + summary + diagnosis of 100 steps (the rules' import included, ~40 ms)
-    assert close_s < 1.0, close_s
+    close_s = float(out.split("close_s=")[1].split()[0])
+    # flush + summary + diagnosis of 100 steps (the rules' import included, ~40 ms), less the time
+    # close sat waiting for a core: 1.39 s of wall time at load 16 on 2 cores
+    assert close_s < 1.0, out
 
 
 def test_report_cli_shows_the_finding(script_run, capsys):
@@ -187,9 +188,9 @@ def test_diagnosis_of_100_steps_is_a_fraction_of_a_second(tmp_path):
 
     run = read_run(tmp_path / "run")
     diagnosis.diagnose_run(run)  # the rules' import, once per process
-    t0 = time.perf_counter()
+    t0 = time.process_time()  # CPU time: a busy machine stretches the wall clock, not the work
     diagnosis.diagnose_run(run, _report(tmp_path / "run")["summary"])
-    assert time.perf_counter() - t0 < 0.5
+    assert time.process_time() - t0 < 0.5
 
 
 def test_telemetry_and_engine_do_not_import_the_doctor():

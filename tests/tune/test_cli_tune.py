@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 from trainspeed.config import load_config
+from trainspeed.tune import stats
 
 SRC = str(Path(__file__).resolve().parents[2] / "src")
 TINY = ["recipe.options.size=null", "recipe.options.n_layer=1", "recipe.options.n_head=2",
@@ -39,7 +40,8 @@ def test_tune_cli_real_trials_best_yaml_tables_and_resume(tmp_path):
     if (os.cpu_count() or 1) > 1:
         # A real measurement: a speedup, an interval, a loss delta and a verdict word.
         assert measured and measured[0]["speedup"] > 0 and measured[0]["ci"]
-        assert measured[0]["verdict"] in ("faster", "slower", "no measurable change")
+        # (or the tune's own "not measurable while the machine is busy": a loaded machine's verdict)
+        assert measured[0]["verdict"] in ("faster", "slower", "no measurable change", stats.BUSY)
         assert measured[0]["loss_delta"] is not None
     # The baseline runs before the candidates and again after each pair (--baseline-every 2).
     assert data["trials_run"] == 1 + len(measured) + -(-len(measured) // 2)
@@ -67,12 +69,12 @@ def test_tune_cli_real_trials_best_yaml_tables_and_resume(tmp_path):
     assert json.loads((out / "tune.json").read_text())["trials_run"] == 0
 
 
-def test_tune_cli_rejects_an_unknown_knob(tmp_path):
-    env = {**os.environ, "PYTHONPATH": SRC}
-    res = subprocess.run([sys.executable, "-m", "trainspeed", "tune", "gpt", "--knobs", "precison",
-                          "--out", str(tmp_path)], capture_output=True, text=True, timeout=60, env=env)
-    assert res.returncode == 2
-    assert "did you mean 'precision'" in res.stderr
+def test_tune_cli_rejects_an_unknown_knob(tmp_path, capsys):
+    # the CLI's own main in this process: a fresh interpreter only added its torch import
+    from trainspeed.cli.main import main
+
+    assert main(["tune", "gpt", "--knobs", "precison", "--out", str(tmp_path)]) == 2
+    assert "did you mean 'precision'" in capsys.readouterr().err
 
 
 def test_no_winner_line_tells_unmeasured_from_measured_and_slower():

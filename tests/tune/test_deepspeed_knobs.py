@@ -16,6 +16,7 @@ from trainspeed.config import load_config
 from trainspeed.engine.deepspeed_config import build_deepspeed_config
 from trainspeed.errors import ConfigError
 from trainspeed.tune.knobs import KNOBS, Candidate, DeviceInfo, KnobContext, Skip, parse_knobs
+from trainspeed.tune import stats
 from trainspeed.tune.search import apply_settings
 from trainspeed.tune.zero import STAGE3_MEMORY_SHARE, bucket_label
 
@@ -334,8 +335,10 @@ def test_a_real_tune_of_a_deepspeed_config_measures_the_zero_knobs(deepspeed_op,
     assert rows["zero_stage", "3"]["verdict"] == "skipped" and "ZeRO-3" in rows["zero_stage", "3"]["note"]
     measured = [r for key, r in rows.items() if key != ("zero_stage", "3")]
     for row in measured:
-        # every setting ran; fp32 on one rank: ZeRO's stage, overlap and buckets change no arithmetic
-        assert row["verdict"] in ("faster", "slower", "no measurable change"), row
+        # every setting ran; fp32 on one rank: ZeRO's stage, overlap and buckets change no arithmetic.
+        # Measured, whatever the machine's load: a verdict, or the tune's "not measurable while
+        # the machine is busy" (its trials saw different loads), which a loaded machine gives
+        assert row["verdict"] in ("faster", "slower", "no measurable change", stats.BUSY), row
         assert row["speedup"] > 0 and abs(row["loss_delta"]) < 1e-4, row
     # each trial ran what its row says: DeepSpeed's own description of the engine it started
     trials = [json.loads(line) for line in (out / "tune.jsonl").read_text().splitlines()]
@@ -357,36 +360,6 @@ def _deepspeed_note(run_dir: Path) -> str:
                 if e["type"] == "note" and e["data"]["message"].startswith("DeepSpeed ZeRO"))
 
 
-@pytest.mark.slow
-@pytest.mark.timeout(300)
-def test_a_real_script_tune_runs_each_zero_stage_through_a_copy_of_the_json(deepspeed_op, tmp_path):
-    """tests/assets/scripts/deepspeed_train.py, unchanged, given its ZeRO-2 JSON: each trial
-    passes an edited copy through --deepspeed_config, and DeepSpeed runs the stage the row says."""
-    scripts = ROOT / "tests" / "assets" / "scripts"
-    config = tmp_path / "ds_config.json"
-    config.write_bytes((scripts / "deepspeed_config.json").read_bytes())
-    before = config.read_bytes()
-    out = tmp_path / "tune"
-    cmd = [sys.executable, "-m", "trainspeed", "tune", "--knobs", "zero_stage", "--repeats", "1", "--warmup-steps", "2",
-           "--steps", "6", "--verify-repeats", "0", "--budget", "5m", "--out", str(out), "--",
-           "python", str(scripts / "deepspeed_train.py"), "--deepspeed_config", "ds_config.json",
-           "--save-every", "1000", "--save-dir", str(tmp_path / "ckpt")]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=280, env={**ds_env(), "OMP_NUM_THREADS": "1"},
-                          cwd=tmp_path)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    rows = {(r["knob"], r["setting"]): r for r in json.loads((out / "tune.json").read_text())["ablation"]}
-    assert set(rows) == {("zero_stage", "0"), ("zero_stage", "1"), ("zero_stage", "3")}, list(rows)
-    assert rows["zero_stage", "3"]["verdict"] == "skipped"
-    for setting in ("0", "1"):
-        assert rows["zero_stage", setting]["verdict"] in ("faster", "slower", "no measurable change"), rows
-    trials = [json.loads(line) for line in (out / "tune.jsonl").read_text().splitlines()]
-    seen = {t["label"]: _engine(Path(t["run_dir"]))["zero_stage"] for t in trials if t["repeat"] == 0}
-    assert seen == {"baseline": 2, "zero_stage=0": 0, "zero_stage=1": 1}
-    assert config.read_bytes() == before  # the user's JSON: read, never written
-    copies = sorted((out / "trials" / ".plans").glob("*.deepspeed.json"))
-    assert sorted(json.loads(c.read_text())["zero_optimization"]["stage"] for c in copies) == [0, 1]
-
-
-def _engine(run_dir: Path) -> dict:
-    events = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
-    return next(e["data"] for e in events if e["type"] == "observation" and e["data"].get("kind") == "deepspeed")
+# The real script tune of zero_stage (each trial runs its stage through an edited copy of the
+# JSON; the user's file is only read) is tests/doctor/test_deepspeed_script.py's: the doctor's ZeRO-3
+# finding runs its verify command, that same tune, and checks it so; a second one here cost ~25 s of CPU.

@@ -30,6 +30,9 @@ class AccelerateLaunch:
     """Processes accelerate starts (1 unless --num_processes / --multi_gpu say more)."""
     env: dict[str, str] = field(default_factory=dict)
     """What accelerate's one-process launcher adds to the environment (ACCELERATE_*)."""
+    launcher: list[str] = field(default_factory=list)
+    """The words before the script as typed (`accelerate launch --num_processes 2`, --module
+    out: it stays in `command`): verify commands put them back in front of the script."""
 
 
 def is_accelerate(command: Sequence[str]) -> bool:
@@ -58,7 +61,8 @@ def parse_accelerate(command: Sequence[str]) -> AccelerateLaunch:
     command_ = [*python, args.training_script, *args.training_script_args]
     processes = int(args.num_processes or 1)
     return AccelerateLaunch(options=options, command=command_, processes=max(1, processes),
-                            env=_one_process_env(args) if processes <= 1 else {})
+                            env=_one_process_env(args) if processes <= 1 else {},
+                            launcher=[command[0], command[1], *options])
 
 
 def _one_process_env(args) -> dict[str, str]:
@@ -90,7 +94,12 @@ def relaunch(launch: AccelerateLaunch, trainspeed_args: Sequence[str]) -> int:
     print(f"trainspeed: under accelerate ({launch.processes} process{'es' if launch.processes > 1 else ''}): "
           f"accelerate launch {' '.join(launch.options)} -m trainspeed {' '.join(trainspeed_args)} -- "
           f"{' '.join(launch.command[1:])}", file=sys.stderr, flush=True)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [_our_root(), os.environ.get("PYTHONPATH")]))}
+    import json
+
+    from trainspeed.doctor.runner import LAUNCHER_ENV
+
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [_our_root(), os.environ.get("PYTHONPATH")])),
+           LAUNCHER_ENV: json.dumps(launch.launcher)}
     return subprocess.run(cmd, env=env).returncode
 
 

@@ -33,6 +33,10 @@ LAUNCHERS = {
     "deepspeed": "deepspeed --num_gpus N --no_local_rank --module trainspeed doctor --out RUN_DIR -- train.py ARGS",
 }
 """Launchers that start one process per rank: the doctor runs inside each rank, under them."""
+LAUNCHER_ENV = "TRAINSPEED_LAUNCHER"
+"""JSON list of the launcher words the user typed before the script (`["accelerate", "launch",
+"--num_processes", "2"]`), set by `doctor -- accelerate launch ...` for the doctor it starts in
+each process: recorded in config.yaml as "launcher", so verify commands keep the launcher."""
 
 
 @dataclass(kw_only=True, slots=True)
@@ -264,6 +268,14 @@ def _stop_on_sigterm() -> Any:
     return lambda: signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
+def _launcher() -> dict[str, Any]:
+    """{"launcher": [...]} when a launcher started this doctor (LAUNCHER_ENV), else {}."""
+    import json
+
+    words = json.loads(os.environ.get(LAUNCHER_ENV) or "null")
+    return {"launcher": [str(w) for w in words]} if isinstance(words, list) and words else {}
+
+
 def run_doctor(config: DoctorConfig) -> DoctorResult:
     """Run the script under instrumentation and diagnose it. See module docstring."""
     import torch
@@ -302,7 +314,7 @@ def run_doctor(config: DoctorConfig) -> DoctorResult:
 
     monitor = Monitor(rank_dir(run_dir, rank), device=device, log_every=config.log_every,
                       sinks=config.sinks if rank == 0 else ("jsonl",), rank=rank,
-                      warmup_steps=warmup, config={"command": command}, command=command,
+                      warmup_steps=warmup, config={"command": command, **_launcher()}, command=command,
                       total_steps=steps, system_sampler=config.system_sampler, kind="doctor",
                       profile_steps=config.profile_steps)
     session = Session(monitor, max_steps=steps, count_flops_at=flops_at,

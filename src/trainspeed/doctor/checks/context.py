@@ -131,6 +131,13 @@ class CheckContext:
         return [str(c) for c in command] if isinstance(command, list) and command else None
 
     @property
+    def launcher(self) -> list[str] | None:
+        """The launcher words typed before the script (`accelerate launch --num_processes 2`),
+        recorded by the doctor that ran under it (doctor/runner.py LAUNCHER_ENV)."""
+        words = (self.run.config or {}).get("launcher")
+        return [str(w) for w in words] if isinstance(words, list) and words else None
+
+    @property
     def engine_run(self) -> bool:
         """A run of trainspeed's own engine (`trainspeed train CONFIG`, a built-in recipe, a
         Trainer): advice names the config key, never "your own code"."""
@@ -147,6 +154,9 @@ class CheckContext:
 
         config = self.run.path / "config.yaml"
         ranks = len(self.summary.get("ranks") or [])  # a data-parallel run: launched again alike
+        if self.launcher and self.command:  # `accelerate launch ...` as typed: the doctor goes in under it
+            fixed = command_with_flags(list(self.command), list(flags))
+            return f"trainspeed doctor{f' --steps {steps}' if steps else ''} -- {shlex.join(self.launcher + fixed[1:])}"
         launch = f"torchrun --nproc_per_node {ranks} -m trainspeed" if ranks > 1 else "trainspeed"
         if not self.command and config.is_file():
             return (f"{launch} train {shlex.quote(str(config))} run.name={self.run.path.name}-after"
@@ -164,7 +174,11 @@ class CheckContext:
         doctor on the command, after the change the finding describes; an engine topic without
         a knob gives None."""
         if self.command:
-            return tune_command(*topics, command=self.command) or f"{self.doctor_command()} (after the change)"
+            command = self.command
+            if self.launcher:  # a tune's trials are one process: the launcher's one-process form
+                several = len(self.summary.get("ranks") or []) > 1
+                command = ([*self.launcher[:2], "--num_processes", "1"] if several else self.launcher) + command[1:]
+            return tune_command(*topics, command=command) or f"{self.doctor_command()} (after the change)"
         config = self.run.path / "config.yaml"
         return tune_command(*topics, config=str(config) if config.is_file() else None)
 
