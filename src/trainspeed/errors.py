@@ -26,6 +26,10 @@ class CheckpointError(TrainspeedError):
     """A checkpoint is corrupt, truncated, or does not fit the model/optimizer."""
 
 
+class TuneError(TrainspeedError):
+    """The tune cannot proceed (e.g. the baseline itself fails)."""
+
+
 NO_SPACE_ERRNOS = frozenset({errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)})
 """The errnos of a write that did not fit: a full disk, or a quota spent."""
 

@@ -138,3 +138,26 @@ def test_the_first_trial_stops_at_its_time_limit(tmp_path, monkeypatch):
                  "--max-seconds", "3", "--out", "r", "--", "python", "slow.py"]) == 0
     steps = [line for line in (tmp_path / "r" / "steps.jsonl").read_text().splitlines() if line.strip()]
     assert 5 <= len(steps) <= 25  # warm-up + 3 at least, then about 3 s of 0.3 s steps
+
+
+class BaselineCutByTheBudget(FakeRunner):
+    """The demo's `--budget 25s` on a load-20 machine: the baseline trial itself ran into the
+    end of the budget."""
+
+    def __call__(self, req):
+        from trainspeed.tune.trials import BUDGET_END, TrialResult
+
+        return TrialResult(ok=False, error=f"{BUDGET_END} (25 s left when it started)", wall_s=25.0,
+                           key=req.key, label=req.label, repeat=req.repeat, run_dir="")
+
+
+def test_a_baseline_cut_by_the_budget_is_nothing_measured_not_a_failed_script(base_config, cpu, tmp_path):
+    # it raised "the baseline trial failed ... Fix the config" and the CLI exited 2, as for a crash
+    from trainspeed.cli.tune import NOTHING_MEASURED
+    from trainspeed.tune.budget_plan import BaselineOutOfBudget
+
+    with pytest.raises(BaselineOutOfBudget) as caught:
+        _tune(BaselineCutByTheBudget(), tmp_path, 25, ["precision"], base_config, cpu)
+    assert caught.value.exit_code == NOTHING_MEASURED == 3
+    text = str(caught.value)
+    assert text.startswith("no setting could be measured") and "--budget 4m" in text and "Fix the config" not in text

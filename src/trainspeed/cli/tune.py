@@ -7,6 +7,7 @@ import contextlib
 
 from trainspeed.cli._args import duration
 from trainspeed.cli._launchers import is_accelerate, one_process
+from trainspeed.tune.budget_plan import NOTHING_MEASURED  # exit status 3: a tune that measured nothing
 from trainspeed.tune.options import TuneOptions
 
 HELP = """Measure every speed switch on your own script (or a config) and machine, and write the fastest settings.
@@ -139,10 +140,6 @@ def run_script(args, command: list[str]) -> int:
     for line in outcome_lines(result, out, typed):
         print(line)
     return unmeasured_exit(result)
-
-
-NOTHING_MEASURED = 3
-"""Exit status of a tune that measured no setting (the budget, crashes): not a verdict."""
 
 
 def unmeasured_exit(result) -> int:

@@ -15,8 +15,16 @@ import math
 from dataclasses import dataclass, field
 from typing import Sequence
 
+from trainspeed.errors import TuneError
 from trainspeed.tune import stats
 from trainspeed.tune.result import Row
+
+NOTHING_MEASURED = 3
+"""Exit status of a tune that measured no setting (the budget, crashes): not a verdict on the script."""
+
+TRIALS_TO_MEASURE = 8
+"""Trials of the baseline's length a tune needs to measure one setting: the baseline, repeats of
+the setting with their closing baselines, and the verification's rounds."""
 
 
 @dataclass
@@ -68,4 +76,19 @@ def budget_note(over_budget: bool, rows: Sequence[Row], budget_s: float) -> str 
             "the same --out and a larger --budget to continue from the finished trials")
 
 
-__all__ = ["BudgetPlan", "budget_note"]
+class BaselineOutOfBudget(TuneError):
+    """The baseline trial did not finish within the whole budget: nothing could be measured,
+    and that is the budget's doing, not the script's (the demo's `--budget 25s` on a loaded
+    machine said "the baseline trial failed ... fix the config" and exited 2, as for a crash)."""
+
+    exit_code = NOTHING_MEASURED
+
+    def __init__(self, had_s: float):
+        fits = max(1, math.ceil(had_s * TRIALS_TO_MEASURE / 60.0))
+        super().__init__(
+            f"no setting could be measured: the baseline trial did not finish in the {had_s:.0f} s of budget it "
+            f"had. A tune needs about {TRIALS_TO_MEASURE} trials at least that long: rerun with --budget {fits}m "
+            "or more (or fewer --steps)")
+
+
+__all__ = ["BaselineOutOfBudget", "BudgetPlan", "NOTHING_MEASURED", "budget_note"]

@@ -26,10 +26,10 @@ import time
 from typing import Any, Callable
 
 from trainspeed.config_io import apply_overrides
-from trainspeed.errors import TrainspeedError
+from trainspeed.errors import TuneError  # noqa: F401  (imported from here by callers)
 from trainspeed.tune import parity, stats
 from trainspeed.tune.arms import arm_of, fmt_loss, max_memory
-from trainspeed.tune.budget_plan import BudgetPlan, budget_note
+from trainspeed.tune.budget_plan import BaselineOutOfBudget, BudgetPlan, budget_note
 from trainspeed.tune.knobs import KNOBS, Candidate, DeviceInfo, KnobContext, Skip
 from trainspeed.tune.load_proof import LoadProof
 from trainspeed.tune.one_time import kept_one_time_notes, note_one_time
@@ -42,10 +42,6 @@ from trainspeed.tune.trials import BUDGET_END, FAR_SLOWER, SLOW_CUTOFF, Runner, 
 
 MIN_CUTOFF_S = 30.0
 """Never stop a trial before this: process start-up dominates a short baseline."""
-
-
-class TuneError(TrainspeedError):
-    """The tune cannot proceed (e.g. the baseline itself fails)."""
 
 
 def config_key(base_hash: str, settings: dict[str, Any]) -> str:
@@ -268,6 +264,8 @@ class Tuner(LoadProof):
         self.say("baseline")
         base = self.trial({}, "baseline", 0)
         if base is None or not base.ok:
+            if base is not None and base.error.startswith(BUDGET_END):
+                raise BaselineOutOfBudget(base.wall_s)
             raise TuneError("the baseline trial failed, so there is nothing to compare against: "
                             f"{base.error if base else 'no budget'}. {self.baseline_hint}")
         ctx = self.make_context({}, base)
