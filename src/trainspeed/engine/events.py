@@ -83,25 +83,30 @@ class CallbackList:
 
     def __init__(self, callbacks: Sequence[Callback] = ()) -> None:
         self.callbacks = list(callbacks)
-        self._handlers: dict[Event, list[Callable[[TrainerState], None]]] = {}
+        # Per event, the bound handlers of the callbacks that override it (none: an empty
+        # tuple). A loop may call them itself (`for h in callbacks.handlers[Event.X]: h(state)`):
+        # no fire() frame, and nothing at all for an event no callback overrides. A new dict
+        # whenever a callback is added: read it again at each step.
+        self.handlers: dict[Event, tuple[Callable[[TrainerState], None], ...]] = {}
         self.listening: frozenset[Event] = frozenset()
         self._index()
 
     def _index(self) -> None:
         # Bound handlers resolved once: fire() then costs one call per listener, not an
         # f-string and a getattr per event per callback (several events fire every step).
-        self._handlers = {e: [] for e in Event}
+        handlers: dict[Event, list[Callable[[TrainerState], None]]] = {e: [] for e in Event}
         for cb in self.callbacks:
             overrides_generic = type(cb).on_event is not Callback.on_event
             for event in Event:
                 name = f"on_{event.value}"
                 if overrides_generic:
-                    self._handlers[event].append(functools.partial(cb.on_event, event))
+                    handlers[event].append(functools.partial(cb.on_event, event))
                 elif getattr(type(cb), name) is not getattr(Callback, name):
-                    self._handlers[event].append(getattr(cb, name))
+                    handlers[event].append(getattr(cb, name))
+        self.handlers = {e: tuple(h) for e, h in handlers.items()}
         # Events some callback listens to: the loop skips the fire() call for the others
         # (`if Event.X in callbacks.listening`), saving a call per event per step.
-        self.listening = frozenset(e for e, handlers in self._handlers.items() if handlers)
+        self.listening = frozenset(e for e, h in handlers.items() if h)
 
     def append(self, callback: Callback) -> None:
         self.callbacks.append(callback)
@@ -110,5 +115,5 @@ class CallbackList:
     def fire(self, event: Event, state: TrainerState) -> None:
         # A callback's exception propagates: the Trainer's crash path saves an emergency
         # checkpoint and writes the report with the traceback, so nothing is lost.
-        for handler in self._handlers[event]:
+        for handler in self.handlers[event]:
             handler(state)

@@ -133,6 +133,7 @@ class Trainer:
         self._flops_done = False
         self._lr_static = False  # set in fit() when our own schedule is a constant lr
         self._plain_pass = False  # set in fit(): see _train_step
+        self._plain_update = False  # likewise
         self._fallback_reported = False
         self.auto_microbatch = auto_microbatch_enabled(self.cfg.batch.auto_microbatch, self.world_size)
         # Training on the CPU: loader batches are already where the model is, so the per-batch
@@ -179,6 +180,9 @@ class Trainer:
         # The written-out single-batch pass in _train_step applies (see _piece_step for the rest).
         self._plain_pass = (not self._copy_batches and self.precision.dtype is None and self.precision.scaler is None
                             and not {Event.AFTER_FORWARD, Event.AFTER_BACKWARD} & self.callbacks.listening)
+        # The optimizer phase is step, zero_grad (and the schedule) alone: see _train_step.
+        self._plain_update = (not self.nan_guard.per_step and not cfg.optim.grad_clip
+                              and self.precision.scaler is None)
         ckpt = self._ckpt_session = checkpoint_session(self, mon, loaders)
         make_state = state_fn(self, loaders)
         try:
@@ -243,9 +247,11 @@ class Trainer:
                         break
                 if not group:
                     break
-                listening = self.callbacks.listening  # per step: a callback may add callbacks
-                if Event.BATCH_START in listening:
-                    fire(Event.BATCH_START, st)
+                # The handlers of callbacks that override the event, called here (no fire()
+                # frame); read per step: a callback may add callbacks.
+                handlers = self.callbacks.handlers
+                for handler in handlers[Event.BATCH_START]:
+                    handler(st)
                 loss = self._train_step(group, mon)
                 if len(group) == 1:
                     stats = group[0][1]
@@ -260,8 +266,8 @@ class Trainer:
                 if advance is not None:  # what was trained, not what was prefetched
                     advance(len(group) if by_batches else samples)
                 st.loss, st.lr = loss, self.optimizer.param_groups[0]["lr"]
-                if Event.BATCH_END in listening:
-                    fire(Event.BATCH_END, st)
+                for handler in handlers[Event.BATCH_END]:
+                    handler(st)
                 # Interval work (eval, checkpoints) belongs to the step that triggers it, so the
                 # step record shows its cost: close the Monitor's step only after it.
                 if eval_every and st.step % eval_every == 0:
@@ -338,7 +344,12 @@ class Trainer:
             mon.event("auto_microbatch", at_step=st.step + 1, **info)
         mark((_clock(), _OPTIMIZER))
         try:
-            if self.nan_guard.per_step and self.nan_guard.should_skip(total_loss, mon):
+            if self._plain_update:  # no skip check, clipping or loss scaling (set in fit)
+                self.optimizer.step()
+                self.optimizer.zero_grad(set_to_none=True)
+                if not self._lr_static:
+                    self.scheduler.step()
+            elif self.nan_guard.per_step and self.nan_guard.should_skip(total_loss, mon):
                 self.optimizer.zero_grad(set_to_none=True)
             else:
                 if cfg.optim.grad_clip:
@@ -351,8 +362,8 @@ class Trainer:
                 self.optimizer.zero_grad(set_to_none=True)
                 if not self._lr_static:
                     self.scheduler.step()
-            if Event.OPTIMIZER_STEP in self.callbacks.listening:
-                self.callbacks.fire(Event.OPTIMIZER_STEP, st)
+            for handler in self.callbacks.handlers[Event.OPTIMIZER_STEP]:  # see _loop
+                handler(st)
         finally:
             mark((_clock(), _OPTIMIZER_END))
         if self.compiled:

@@ -18,9 +18,10 @@ __all__ = ["BatchStats", "batch_stats", "find_mask", "pad_share"]
 
 MASK_KEY = "attention_mask"
 
-# The stats of (inputs, targets) batches, by size: BatchStats is frozen, so one object per batch
-# size serves every step (building one is a Python frame, every step).
-_BY_SAMPLES: dict[int, BatchStats] = {}
+# The stats of (inputs, targets) batches, by the inputs' shape: BatchStats is frozen, so one
+# object per shape serves every step (building one is a Python frame, every step), found with
+# one dict lookup on the shape.
+_BY_SHAPE: dict[Any, BatchStats] = {}
 
 
 def find_mask(batch: Any) -> Any:
@@ -63,13 +64,12 @@ def batch_stats(batch: Any) -> BatchStats:
     """
     if type(batch) in (tuple, list) and len(batch) < 3 and batch and type(batch[0]) is torch.Tensor:
         # (inputs, targets): the common batch, answered without the generic walk (per step)
-        first = batch[0]
-        samples = int(first.shape[0]) if first.dim() else 1
-        stats = _BY_SAMPLES.get(samples)
-        if stats is None:  # a new batch size: few per run (a short last batch)
-            if len(_BY_SAMPLES) > 256:
-                _BY_SAMPLES.clear()
-            stats = _BY_SAMPLES[samples] = BatchStats(samples=samples)
+        shape = batch[0].shape
+        stats = _BY_SHAPE.get(shape)
+        if stats is None:  # a new shape: few per run (a short last batch, a new length)
+            if len(_BY_SHAPE) > 256:
+                _BY_SHAPE.clear()
+            stats = _BY_SHAPE[shape] = BatchStats(samples=int(shape[0]) if shape else 1)
         return stats
     mask = find_mask(batch)
     if mask is not None:
