@@ -94,6 +94,8 @@ def ab_compare(
 
 def _env() -> dict[str, Any]:
     info: dict[str, Any] = {"python": platform.python_version(), "cores": os.cpu_count()}
+    if hasattr(os, "getloadavg"):  # the machine's load when the result was written: 1, 5, 15 min
+        info["load_avg"] = [round(x, 2) for x in os.getloadavg()]
     try:
         import torch
 
