@@ -276,7 +276,9 @@ class Tuner(LoadProof):
         candidates, skipped, deferred = self._candidates(ctx, self.base_wall)
         for r in range(R if candidates else 0):  # nothing to compare: no more baselines
             self.say(f"ablation round {r + 1}/{R}")
-            self._round(ablation_round(candidates, r, R, every), reverse=False)
+            idle = frozenset(i for i, c in enumerate(candidates) if self.key(c.settings) in self.dropped
+                             or any(not x.ok for x in self.results(c.settings)))
+            self._round(ablation_round(candidates, r, R, every, idle), reverse=False)
             halve(self, candidates, r)
         self.reserve_s = 0.0
         self.next_repeat[config_key(self.base_hash, {})] = R * n_brackets(len(candidates), every)
