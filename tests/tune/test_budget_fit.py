@@ -169,3 +169,33 @@ def test_the_first_trial_stops_at_its_time_limit(tmp_path, monkeypatch):
                  "--max-seconds", "3", "--out", "r", "--", "python", "slow.py"]) == 0
     steps = [line for line in (tmp_path / "r" / "steps.jsonl").read_text().splitlines() if line.strip()]
     assert 5 <= len(steps) <= 25  # warm-up + 3 at least, then about 3 s of 0.3 s steps
+
+
+class CompiledCountsNoSamples(FakeRunner):
+    """A model compiled in place runs the doctor's forward hooks inside the compiled region,
+    where they do nothing: a script without a DataLoader counts 0 samples per step."""
+
+    def __call__(self, req):
+        res = super().__call__(req)
+        if any(o.startswith("compile") for o in req.overrides):
+            res.samples = [0.0] * len(res.samples)
+        return res
+
+
+def test_a_trial_that_counted_no_samples_is_judged_per_step(base_config, cpu, tmp_path):
+    """word_language_model at --budget 10m: its compile trials read 'nan ms/sample', and the
+    row said 'no measurable change' at a NaN speedup (counted as a measured setting)."""
+    runner = CompiledCountsNoSamples({})
+    _, result = _tune(runner, tmp_path, 10_000, ["compile"], base_config, cpu, verify_repeats=0)
+    compiled = [c for c in runner.calls if any(o.startswith("compile") for o in c.overrides)]
+    assert compiled, [c.overrides for c in runner.calls]
+    row = next(r for r in result.ablation if r.knob == "compile" and r.speedup is not None)
+    assert row.speedup == pytest.approx(1.0, abs=0.1) and row.verdict == stats.NO_CHANGE, (row.speedup, row.note)
+    # a setting that changes the batch is left as it counted
+    from trainspeed.tune.arms import fill_samples
+    from trainspeed.tune.trials import TrialResult
+
+    base = TrialResult(key="b", label="baseline", repeat=0, ok=True, step_times=[1.0], samples=[16.0])
+    zero = lambda: TrialResult(key="c", label="c", repeat=0, ok=True, step_times=[1.0, 1.0], samples=[0.0, 0.0])  # noqa: E731
+    assert fill_samples(zero(), {"compile.mode": "default"}, [base]).samples == [16.0, 16.0]
+    assert fill_samples(zero(), {"data.batch_size": 32}, [base]).samples == [0.0, 0.0]

@@ -28,7 +28,7 @@ from typing import Any, Callable
 from trainspeed.config_io import apply_overrides
 from trainspeed.errors import TrainspeedError
 from trainspeed.tune import parity, stats
-from trainspeed.tune.arms import arm_of, fmt_loss, max_memory
+from trainspeed.tune.arms import arm_of, fill_samples, fmt_loss, max_memory
 from trainspeed.tune.budget_plan import BudgetPlan, budget_note
 from trainspeed.tune.knobs import KNOBS, Candidate, DeviceInfo, KnobContext, Skip
 from trainspeed.tune.load_proof import LoadProof
@@ -163,7 +163,7 @@ class Tuner(LoadProof):
         request = TrialRequest(key=key, label=label, overrides=overrides_of(settings), repeat=repeat,
                                timeout_s=cutoff, budget_s=max(1.0, self.opt.budget_s - self.spent))
         self.say(f"  trial {label} (repeat {repeat + 1}) ...")
-        result = self.runner(request)
+        result = fill_samples(self.runner(request), settings, self.results({}))  # arms.py
         self.spent += result.wall_s
         self.run_count += 1
         self.store.add(result)
