@@ -4,6 +4,8 @@ patched script against the original side by side.
 
     python benchmarks/real_script_tune.py --repo makemore=/path/to/makemore [--budget 10m] [--rounds 4]
 
+    python benchmarks/real_script_tune.py --repo makemore_big=/path/to/makemore --budget 10m --rounds 0
+
     python benchmarks/real_script_tune.py --repo chargpt=/path/to/minGPT --budget 10m
 
     python benchmarks/real_script_tune.py --repo nanogpt=/path/to/nanoGPT --repo wordlm=/path/to/examples \
@@ -40,6 +42,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import shutil
 import statistics
@@ -61,9 +64,11 @@ SCRIPTS = {
     # goes on PYTHONPATH, whether an input.txt is written there when missing, a preparing
     # command and a corpus to cut. Every command sets sizes through the script's own flags so
     # that a step takes 0.5 s or more on a 2-core CPU (SLOW_STEP_S).
-    # karpathy/makemore at 988aa59: the transformer at n_embd 192, batch 64
-    "makemore": ["python", "makemore.py", "-i", "names.txt", "-o", "{out}", "--max-steps", "100000",
-                 "--type", "transformer", "--n-layer", "4", "--n-embd", "192", "--batch-size", "64"],
+    # karpathy/makemore at 988aa59: its defaults (a transformer of 25 ms steps), and at n_embd
+    # 192, batch 64 (steps of 0.5 s or more)
+    "makemore": ["python", "makemore.py", "-i", "names.txt", "-o", "{out}", "--max-steps", "100000"],
+    "makemore_big": ["python", "makemore.py", "-i", "names.txt", "-o", "{out}", "--max-steps", "100000",
+                     "--type", "transformer", "--n-layer", "4", "--n-embd", "192", "--batch-size", "64"],
     # karpathy/minGPT at 37baab7: projects/chargpt at gpt-micro, batch 32, block 64
     "chargpt": {"cwd": "projects/chargpt", "pythonpath": True, "input_txt": True,
                 "command": ["python", "chargpt.py", "--trainer.max_iters=100000", "--model.model_type=gpt-micro",
@@ -84,6 +89,11 @@ SCRIPTS = {
                "command": ["python", "main.py", "--data", "./data/small", "--epochs", "40", "--emsize", "128",
                            "--nhid", "128", "--use-optimizer", "--lr", "0.002", "--log-interval", "20",
                            "--save", "{out}/model.pt"]},
+    # pytorch/examples at 77f55b9: gat/main.py, a graph attention network trained full-batch
+    # (dense attention over all node pairs); its ./cora in the Cora layout, generated here
+    # (write_cora: the script would download it), 2000 nodes, so a step takes 0.5 s or more
+    "gat": {"cwd": "gat", "cora": True,
+            "command": ["python", "main.py", "--epochs", "100000", "--num-heads", "4", "--hidden-dim", "64"]},
 }
 
 SLOW_STEP_S = 0.5
@@ -97,7 +107,7 @@ def budget_figures(tune: dict, budget_s: float, tune_s: float) -> dict:
     """How the tune spent its budget: settings measured (a speedup figure) and left unmeasured,
     the first baseline's step time, and the budget's unused share."""
     rows = tune.get("ablation", [])
-    measured = [r for r in rows if r.get("speedup") is not None]
+    measured = [r for r in rows if r.get("speedup") is not None and math.isfinite(r["speedup"])]  # NaN: no figure
     return {"settings_measured": len(measured), "settings_unmeasured_for_budget":
             sum(1 for r in rows if r.get("speedup") is None and "budget" in str(r.get("note") or "")),
             "budget_s": budget_s, "tune_s": tune_s, "unused_share": max(0.0, 1 - tune_s / budget_s),
@@ -121,12 +131,41 @@ def trial_figures(tune_dir: Path) -> dict:
             "trials": sum(1 for _ in path.open()) if path.is_file() else 0}
 
 
+def trainspeed_commit() -> str | None:
+    """The commit of the trainspeed that ran the tune ('+' when src/ had changes not committed)."""
+    root = Path(__file__).resolve().parent.parent
+    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True)
+    if head.returncode:
+        return None
+    dirty = subprocess.run(["git", "diff", "--quiet", "HEAD", "--", "src"], cwd=root).returncode
+    return head.stdout.strip() + ("+" if dirty else "")
+
+
 def cut_corpus(folder: Path, source: str, dest: str, splits: dict[str, tuple[int, int]]) -> None:
     """A small corpus in the script's own layout: line ranges of one of the repository's files."""
     lines = (folder / source).read_text(encoding="utf-8").splitlines(keepends=True)
     (folder / dest).mkdir(parents=True, exist_ok=True)
     for split, (a, b) in splits.items():
         (folder / dest / f"{split}.txt").write_text("".join(lines[a:b]), encoding="utf-8")
+
+
+def write_cora(folder: Path, nodes: int = 2000, features: int = 300, classes: int = 7, edges: int = 5000,
+               seed: int = 0) -> None:
+    """gat's ./cora/cora.content (id, binary features, label per line) and cora.cites (id
+    pairs), random with a fixed seed, in the layout of the dataset the script downloads."""
+    import random
+
+    rng = random.Random(seed)
+    ids = rng.sample(range(1, 10 * nodes), nodes)
+    (folder / "cora").mkdir(parents=True, exist_ok=True)
+    lines = []
+    for i in ids:
+        bits = ["1" if rng.random() < 0.02 else "0" for _ in range(features)]
+        bits[rng.randrange(features)] = "1"  # no all-zero row
+        lines.append("\t".join([str(i), *bits, f"class_{rng.randrange(classes)}"]))
+    (folder / "cora" / "cora.content").write_text("\n".join(lines) + "\n")
+    pairs = {(rng.choice(ids), rng.choice(ids)) for _ in range(edges)}
+    (folder / "cora" / "cora.cites").write_text("".join(f"{a}\t{b}\n" for a, b in sorted(pairs) if a != b))
 
 
 def script_spec(name: str) -> dict:
@@ -212,6 +251,8 @@ def main() -> int:
         for folder in (plain, patched):
             if spec.get("input_txt"):
                 write_input_txt(folder if spec["input_txt"] is True else folder / spec["input_txt"])
+            if spec.get("cora"):
+                write_cora(folder)
             if spec.get("corpus"):
                 cut_corpus(folder, *spec["corpus"])
             if spec.get("prepare"):
@@ -253,6 +294,7 @@ def main() -> int:
             "ablation": [{k: r.get(k) for k in ("knob", "setting", "verdict", "speedup", "ci", "note")}
                          for r in tune.get("ablation", [])],
             "code_change_md": (tune_dir / "code_change.md").read_text() if (tune_dir / "code_change.md").is_file() else None,
+            "trainspeed_commit": trainspeed_commit(),
             **figures,
         }
         results[name] = entry
