@@ -323,8 +323,8 @@ def headline_of(merged: dict) -> dict:
              + (" (best.patch + winning flags vs the original, side by side: "
                 + ", ".join(f"{k} {v['speedup']:.2f}x" for k, v in sided.items()) + ")" if sided else ""))
     return {"label": label, "value": {k: v["settings_measured"] for k, v in slow.items()},
-            "goal": f">= {MEASURED_AT_LEAST} settings each, 4 scripts",
-            "passed": len(slow) >= 4 and all(v["settings_measured"] >= MEASURED_AT_LEAST for v in slow.values()),
+            "goal": f">= {MEASURED_AT_LEAST} settings each on 4 scripts at least",
+            "passed": sum(v["settings_measured"] >= MEASURED_AT_LEAST for v in slow.values()) >= 4,
             "baseline_step_s": {k: v.get("baseline_step_s") for k, v in slow.items()},
             "others_load_cores": {k: v.get("others_load_cores") for k, v in slow.items()},
             "speedup": {k: v["speedup"] for k, v in sided.items()},
