@@ -50,3 +50,17 @@ def test_stakes_order_the_knobs_and_mark_the_rows():
     rows = [Row(knob="num_workers", setting="1"), Row(knob="threads", setting="1")]
     mark_stakes(rows, findings)
     assert rows[0].stake == 0.56 and rows[1].stake is None
+
+
+def test_the_console_names_first_only_the_knobs_moved_first():
+    """makemore at --budget 10m: "the baseline's findings name compile: measured first" of a
+    finding with nothing at stake, and compile went unmeasured for the budget, last in line."""
+    from trainspeed.tune.stakes import order_by_stake, order_line
+
+    knobs = ["num_workers", "log_every", "precision", "compile", "threads"]
+    said = order_line(knobs, [_finding("compile", 0.0)], "the baseline's findings")
+    assert order_by_stake(knobs, [_finding("compile", 0.0)]) == knobs
+    assert "measured first" not in said and "compile" in said and "usual order" in said, said
+    said = order_line(knobs, [_finding("compile", 0.0), _finding("precision", 0.4)], "the baseline's findings")
+    assert said.startswith("the baseline's findings put time at stake on precision: measured first"), said
+    assert "compile: nothing at stake" in said

@@ -80,6 +80,37 @@ def test_a_clear_loser_is_dropped_after_one_round(base_config, cpu, tmp_path):
     assert row.verdict == stats.SLOWER and "1 of 3 repeats (a clear loser after one round (0.7" in row.note
 
 
+def test_a_round_runs_no_baseline_bracket_next_to_nothing(base_config, cpu, tmp_path):
+    """makemore on the loaded 2-core machine: round 1 dropped both settings of one group, and
+    round 2 still ran that group's bracket, a 33 s baseline trial beside no candidate."""
+    # groups [bf16, fp16] [fused, foreach]; fused and foreach are clear losers after round 1
+    runner = FakeRunner({BF16: 0.5, FUSED: 1.4, FOREACH: 1.4})
+    _, result = _tune(runner, tmp_path, 10_000, ["precision", "fused_optimizer"], base_config, cpu,
+                      repeats=2, baseline_every=2, verify_repeats=0)
+    assert [c.repeat for c in runner.calls if FUSED in c.overrides] == [0]
+    assert [c.repeat for c in runner.calls if FOREACH in c.overrides] == [0]
+    # round 2 (groups reversed): bracket 2 (repeat 5) stood beside the dropped group only
+    baselines = [c.repeat for c in runner.calls if not c.overrides]
+    assert baselines[:6] == [0, 2, 4, 3, 1] + baselines[5:6] and 5 not in baselines, baselines
+    rows = {r.setting: r for r in result.ablation}
+    assert rows["bf16-mixed"].verdict == stats.FASTER and rows["fused"].verdict == stats.SLOWER
+
+
+def test_the_order_of_a_round_with_idle_candidates():
+    from trainspeed.tune.knobs import Candidate
+    from trainspeed.tune.order import ablation_round
+
+    cands = [Candidate(knob="k", label=str(i), settings={"k": i}) for i in range(4)]
+    names = lambda arms: [(a[1], a[2]) for a in arms]  # noqa: E731
+    assert names(ablation_round(cands, 1, 2, 2, frozenset({2, 3}))) == [
+        ("baseline", 3), ("k=0", 1), ("k=1", 1), ("baseline", 1)]
+    assert names(ablation_round(cands, 0, 2, 2, frozenset({0, 1}))) == [
+        ("baseline", 2), ("k=2", 0), ("k=3", 0), ("baseline", 4)]
+    assert names(ablation_round(cands, 0, 2, 2, frozenset({1, 3}))) == [
+        ("baseline", 0), ("k=0", 0), ("baseline", 2), ("k=2", 0), ("baseline", 4)]
+    assert ablation_round(cands, 1, 2, 2, frozenset(range(4))) == []
+
+
 def test_a_setting_that_changes_nothing_is_repeated_even_on_a_noisy_machine(base_config, cpu, tmp_path):
     # foreach changes nothing; its trials scatter 40 % step to step: one round cannot condemn it
     runner = FakeRunner({BF16: 0.5}, noisy={FOREACH})
@@ -161,3 +192,33 @@ def test_a_baseline_cut_by_the_budget_is_nothing_measured_not_a_failed_script(ba
     assert caught.value.exit_code == NOTHING_MEASURED == 3
     text = str(caught.value)
     assert text.startswith("no setting could be measured") and "--budget 4m" in text and "Fix the config" not in text
+
+
+class CompiledCountsNoSamples(FakeRunner):
+    """A model compiled in place runs the doctor's forward hooks inside the compiled region,
+    where they do nothing: a script without a DataLoader counts 0 samples per step."""
+
+    def __call__(self, req):
+        res = super().__call__(req)
+        if any(o.startswith("compile") for o in req.overrides):
+            res.samples = [0.0] * len(res.samples)
+        return res
+
+
+def test_a_trial_that_counted_no_samples_is_judged_per_step(base_config, cpu, tmp_path):
+    """word_language_model at --budget 10m: its compile trials read 'nan ms/sample', and the
+    row said 'no measurable change' at a NaN speedup (counted as a measured setting)."""
+    runner = CompiledCountsNoSamples({})
+    _, result = _tune(runner, tmp_path, 10_000, ["compile"], base_config, cpu, verify_repeats=0)
+    compiled = [c for c in runner.calls if any(o.startswith("compile") for o in c.overrides)]
+    assert compiled, [c.overrides for c in runner.calls]
+    row = next(r for r in result.ablation if r.knob == "compile" and r.speedup is not None)
+    assert row.speedup == pytest.approx(1.0, abs=0.1) and row.verdict == stats.NO_CHANGE, (row.speedup, row.note)
+    # a setting that changes the batch is left as it counted
+    from trainspeed.tune.arms import fill_samples
+    from trainspeed.tune.trials import TrialResult
+
+    base = TrialResult(key="b", label="baseline", repeat=0, ok=True, step_times=[1.0], samples=[16.0])
+    zero = lambda: TrialResult(key="c", label="c", repeat=0, ok=True, step_times=[1.0, 1.0], samples=[0.0, 0.0])  # noqa: E731
+    assert fill_samples(zero(), {"compile.mode": "default"}, [base]).samples == [16.0, 16.0]
+    assert fill_samples(zero(), {"data.batch_size": 32}, [base]).samples == [0.0, 0.0]

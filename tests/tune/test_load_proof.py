@@ -112,3 +112,23 @@ def test_rounds_that_compared_a_loaded_trial_with_a_quiet_one_leave_the_noise_po
     fused = tuner._key({"optim.implementation": "fused"})
     first = (0, 1)  # the ablation's repeats of fused
     assert not [k for k in tuner.round_logs if k[3] == fused and k[4] == first]
+
+
+def test_a_setting_dropped_for_the_budget_is_not_repeated_for_its_load(base_config, cpu, tmp_path):
+    """makemore on the loaded 2-core machine: num_workers=1 was dropped after round 1 ('the
+    budget left fits another round of the 1 fastest only'), read faster on loads that differed,
+    and the load check 'repeated' it: a 41 s baseline trial ran beside no candidate (a dropped
+    setting is not run again), out of a 600 s budget."""
+    runner = Neighbour({BF16: 0.5}, start=0, busy=on_reference)
+    options = TuneOptions(budget_s=10_000, knobs=["precision"])
+    tuner = Tuner(base_config=base_config, base_hash="h", device=cpu, runner=runner, store=TrialStore(tmp_path),
+                  options=options, say=lambda s: None)
+    bf16 = {"precision.mode": "bf16-mixed"}
+    for settings, label, repeat in [({}, "baseline", 0), (bf16, "bf16", 0), ({}, "baseline", 1),
+                                    (bf16, "bf16", 1), ({}, "baseline", 2)]:
+        tuner.trial(settings, label, repeat)
+    tuner.dropped.add(tuner.key(bf16))
+    ran = len(runner.calls)
+    row = tuner.row("precision", "bf16-mixed", bf16, {}, pairs=[((0, 1), 0), ((1, 2), 1)])
+    assert len(runner.calls) == ran, [(c.overrides, c.repeat) for c in runner.calls[ran:]]
+    assert row.verdict == stats.BUSY and "not repeated (dropped for the budget)" in row.note, row.note

@@ -376,3 +376,14 @@ def test_a_trial_reads_other_processes_cpu_from_its_sampler(tmp_path):
     result = result_from_run_dir(TrialRequest(key="k", label="baseline", overrides=(), repeat=0),
                                  tmp_path / "run", wall_s=1.0)
     assert result.ok and isinstance(result.others_load, float) and 0.0 <= result.others_load <= 64
+
+
+def test_a_one_time_cost_in_the_first_of_three_measured_steps_is_warm_up():
+    """chargpt at --budget 10m: trials cut to 1 warm-up + 3 measured steps, and its iteration-0
+    sample and checkpoint (the step after the first) measured as a 59 s step beside 1.0-1.2 s
+    ones: the settling rule judged only trials of 4 steps or more."""
+    from trainspeed.tune.settle import settled_from
+
+    assert settled_from([59.2, 1.24, 1.02]) == 1
+    assert settled_from([2.0, 1.2, 1.0]) == 0  # a busy machine's 1.8x: still a step
+    assert settled_from([59.2, 1.24]) == 0  # too few to judge

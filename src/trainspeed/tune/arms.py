@@ -10,7 +10,7 @@ from typing import Any
 from trainspeed.tune import stats
 from trainspeed.tune.trials import TrialResult
 
-__all__ = ["arm_of", "fmt_loss", "max_memory", "mean_loss"]
+__all__ = ["arm_of", "fill_samples", "fmt_loss", "max_memory", "mean_loss"]
 
 
 def arm_of(groups: list[TrialResult] | list[list[TrialResult]]) -> stats.Arm:
@@ -43,3 +43,23 @@ def max_memory(results: list[TrialResult]) -> float | None:
 
 def fmt_loss(x: float | None) -> str:
     return "n/a" if x is None else f"{x:.4g}"
+
+
+BATCH_WORDS = ("batch", "accum", "micro")
+"""A setting whose key holds one of these may change the samples per step."""
+
+
+def fill_samples(result: TrialResult, settings: dict[str, Any], baseline: list[TrialResult]) -> TrialResult:
+    """A trial that counted no samples (all 0), of a setting that keeps the batch, gets the
+    baseline's samples per step: its cost is then the per-step time, as it is. The doctor counts
+    a script's samples in the model's forward hooks, which do not run inside a model compiled in
+    place (model.compile()): word_language_model's compile trials read 'nan ms/sample' and their
+    row 'no measurable change' at a NaN speedup, counted as measured."""
+    if not result.ok or not result.samples or any(x > 0 for x in result.samples) or not settings:
+        return result
+    if any(word in str(k).lower() for k in settings for word in BATCH_WORDS):
+        return result
+    known = sorted(x for r in baseline if r.ok for x in r.samples if x > 0)
+    if known:
+        result.samples = [known[len(known) // 2]] * len(result.step_times)
+    return result

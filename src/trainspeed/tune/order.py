@@ -28,7 +28,7 @@ def bracket_repeats(i: int, r: int, repeats: int, every: int) -> tuple[int, int]
     return g * repeats + r, (g + 1) * repeats + r
 
 
-def ablation_round(candidates: list[Candidate], r: int, repeats: int, every: int
+def ablation_round(candidates: list[Candidate], r: int, repeats: int, every: int, idle: frozenset[int] = frozenset()
                    ) -> list[tuple[dict[str, Any], str, int]]:
     """Round r: B C1 C2 B C3 C4 B (every=2; repeat r of every candidate, bracket j of the
     baseline is repeat j * repeats + r). Odd rounds run the groups in reverse order but keep
@@ -36,7 +36,12 @@ def ablation_round(candidates: list[Candidate], r: int, repeats: int, every: int
     bracket in one round and next to its right one in the other, so a drift that bends
     between brackets errs one way in one round and the other way in the next, and shows as
     the spread between rounds instead of a bias (reversing the whole round would keep every
-    candidate next to the same bracket)."""
+    candidate next to the same bracket).
+
+    `idle`: indices of candidates this round does not run (dropped after an earlier round,
+    or failed); a baseline bracket with no running candidate on either side is left out too.
+    makemore on the loaded 2-core machine: after round 1 dropped both settings of one group,
+    round 2 still ran that group's bracket, a 33 s baseline trial next to nothing, out of 600 s."""
     def baseline(j: int) -> tuple[dict[str, Any], str, int]:
         return {}, "baseline", j * repeats + r
 
@@ -45,8 +50,19 @@ def ablation_round(candidates: list[Candidate], r: int, repeats: int, every: int
         return [baseline(0)]
     odd = r % 2 == 1
     order = list(range(len(groups)))[::-1] if odd else list(range(len(groups)))
-    arms = [baseline(order[0] + 1 if odd else 0)]
+    live = [any(i not in idle for i in group) for group in groups]
+    if not any(live):
+        return []
+
+    def needed(j: int) -> bool:  # bracket j stands between groups j-1 and j
+        return (j > 0 and live[j - 1]) or (j < len(groups) and live[j])
+
+    first = order[0] + 1 if odd else 0
+    arms = [baseline(first)] if needed(first) else []
     for g in order:
-        arms += [(candidates[i].settings, f"{candidates[i].knob}={candidates[i].label}", r) for i in groups[g]]
-        arms.append(baseline(g if odd else g + 1))
+        arms += [(candidates[i].settings, f"{candidates[i].knob}={candidates[i].label}", r)
+                 for i in groups[g] if i not in idle]
+        j = g if odd else g + 1
+        if needed(j):
+            arms.append(baseline(j))
     return arms

@@ -38,7 +38,7 @@ from trainspeed.tune.script_knobs import SCRIPT_KNOBS, ScriptContext, is_whatif,
 from trainspeed.tune.script_trials import ScriptRunner, write_ds_config
 from trainspeed.tune.search import Tuner
 from trainspeed.tune.session import run_then_close
-from trainspeed.tune.stakes import mark_stakes, order_by_stake
+from trainspeed.tune.stakes import mark_stakes, order_by_stake, order_line
 from trainspeed.tune.store import TrialStore
 from trainspeed.tune.trial_fit import PRICING_WARMUP, fit_trial, pricing_seconds, trial_length_line
 from trainspeed.tune.trials import Runner, TrialResult
@@ -132,9 +132,8 @@ def run_script_tune(command: list[str], out_dir: str | Path, options: TuneOption
             if prior is not None:
                 facts.findings = prior.findings
             elif facts.findings:  # no --from: the baseline trial is the doctor's pass
+                say(order_line(options.knobs, facts.findings, "the baseline's findings"))
                 options.knobs = order_knobs(options.knobs, facts)
-                say(f"the baseline's findings name {', '.join(knobs_from_findings(facts.findings)) or 'no knob'}: "
-                    "measured first")
             state["facts"], state["baseline_memory"] = facts, base.memory_peak
             if isinstance(runner, ScriptRunner):
                 runner.targets, runner.flag_styles = facts.targets, flag_styles(facts)

@@ -28,7 +28,7 @@ from typing import Any, Callable
 from trainspeed.config_io import apply_overrides
 from trainspeed.errors import TuneError  # noqa: F401  (imported from here by callers)
 from trainspeed.tune import parity, stats
-from trainspeed.tune.arms import arm_of, fmt_loss, max_memory
+from trainspeed.tune.arms import arm_of, fill_samples, fmt_loss, max_memory
 from trainspeed.tune.budget_plan import BaselineOutOfBudget, BudgetPlan, budget_note
 from trainspeed.tune.knobs import KNOBS, Candidate, DeviceInfo, KnobContext, Skip
 from trainspeed.tune.load_proof import LoadProof
@@ -161,7 +161,7 @@ class Tuner(LoadProof):
         request = TrialRequest(key=key, label=label, overrides=overrides_of(settings), repeat=repeat,
                                timeout_s=cutoff, budget_s=max(1.0, self.opt.budget_s - self.spent))
         self.say(f"  trial {label} (repeat {repeat + 1}) ...")
-        result = self.runner(request)
+        result = fill_samples(self.runner(request), settings, self.results({}))  # arms.py
         self.spent += result.wall_s
         self.run_count += 1
         self.store.add(result)
@@ -276,7 +276,9 @@ class Tuner(LoadProof):
         candidates, skipped, deferred = self._candidates(ctx, self.base_wall)
         for r in range(R if candidates else 0):  # nothing to compare: no more baselines
             self.say(f"ablation round {r + 1}/{R}")
-            self._round(ablation_round(candidates, r, R, every), reverse=False)
+            idle = frozenset(i for i, c in enumerate(candidates) if self.key(c.settings) in self.dropped
+                             or any(not x.ok for x in self.results(c.settings)))
+            self._round(ablation_round(candidates, r, R, every, idle), reverse=False)
             halve(self, candidates, r)
         self.reserve_s = 0.0
         self.next_repeat[config_key(self.base_hash, {})] = R * n_brackets(len(candidates), every)

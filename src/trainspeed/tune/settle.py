@@ -22,11 +22,19 @@ SETTLE_MIN_S = 0.05
 Linear(4, 1) step), while a compile or autotune step takes seconds."""
 
 
+MIN_SETTLE_STEPS = 3
+"""Fewest measured steps a trial is judged on: a trial cut to 1 warm-up + 3 measured steps
+for the budget (trial_fit.py) is the common case with slow steps. chargpt's iteration-0
+sample and checkpoint (59 s, in the step after the first) fell in such a trial's first measured
+step beside 1.0-1.2 s steps, and stayed measured: the rule started at 4 steps."""
+
+
 def settled_from(step_times: Sequence[float]) -> int:
     """The index of the first settled step: the leading steps slower than SETTLE_RATIO x the
-    steady step time come before it (at most half of the steps; 0 with fewer than 4)."""
+    steady step time come before it (at most half of the steps, rounded down; 0 with fewer
+    than MIN_SETTLE_STEPS)."""
     n = len(step_times)
-    if n < 4:
+    if n < MIN_SETTLE_STEPS:
         return 0
     steady = statistics.median(step_times[n // 2:])
     k = 0
@@ -35,4 +43,4 @@ def settled_from(step_times: Sequence[float]) -> int:
     return k
 
 
-__all__ = ["SETTLE_MIN_S", "SETTLE_RATIO", "settled_from"]
+__all__ = ["MIN_SETTLE_STEPS", "SETTLE_MIN_S", "SETTLE_RATIO", "settled_from"]

@@ -35,11 +35,33 @@ def order_by_stake(knobs: list[str], findings: Sequence[dict[str, Any]]) -> list
     ties), then the rest in their order: a finding with nothing measured at stake ('the model is
     not compiled') does not send a costly setting ahead (nanoGPT's compile trial took 396 s of a
     6m budget on a loaded machine, first because a finding named it)."""
+    named = ahead_by_stake(knobs, findings)
+    return named + [k for k in knobs if k not in named]
+
+
+def ahead_by_stake(knobs: list[str], findings: Sequence[dict[str, Any]]) -> list[str]:
+    """The knobs order_by_stake moves to the front, in that order."""
     stakes = stakes_by_knob(findings)
     unknown = {k for k in knobs_from_findings([f for f in findings if f.get("impact") is None])}
     named = [k for k in knobs_from_findings(list(findings)) if k in knobs and (stakes.get(k, 0.0) > 0 or k in unknown)]
     named.sort(key=lambda k: -stakes.get(k, 0.0))  # stable: the doctor's rank breaks ties
-    return named + [k for k in knobs if k not in named]
+    return named
+
+
+def order_line(knobs: list[str], findings: Sequence[dict[str, Any]], source: str) -> str:
+    """What the console says of the order: the knobs measured first, only those the findings
+    put time at stake on. makemore's and word_language_model's tunes said "the baseline's
+    findings name compile: measured first" of a finding with nothing at stake, and measured
+    compile last, or not at all."""
+    named = [k for k in knobs_from_findings(list(findings)) if k in knobs]
+    first = ahead_by_stake(knobs, findings)
+    if not named:
+        return f"{source} name no knob"
+    if not first:
+        return f"{source} name {', '.join(named)}, with no share of the step at stake: the usual order"
+    rest = [k for k in named if k not in first]
+    return (f"{source} put time at stake on {', '.join(first)}: measured first"
+            + (f" ({', '.join(rest)}: nothing at stake, the usual place)" if rest else ""))
 
 
 def mark_stakes(rows: Sequence[Row], findings: Sequence[dict[str, Any]]) -> None:
@@ -50,4 +72,4 @@ def mark_stakes(rows: Sequence[Row], findings: Sequence[dict[str, Any]]) -> None
             row.stake = stakes[row.knob]
 
 
-__all__ = ["mark_stakes", "order_by_stake", "stakes_by_knob"]
+__all__ = ["ahead_by_stake", "mark_stakes", "order_by_stake", "order_line", "stakes_by_knob"]
