@@ -88,6 +88,25 @@ def busy_machine(ctx: CheckContext, others: float | None = None) -> dict[str, An
             "window": window}
 
 
+def workers_cpu_per_step(ctx: CheckContext) -> float | None:
+    """CPU seconds per measured step that this process's children (DataLoader workers) used:
+    the process tree's CPU over the measured steps' span (system sampler, cpu_tree) less this
+    process's own (its CPU time per step over their wall time); None without samples."""
+    series = system_series(ctx.run)
+    t, tree = series.get("t"), series.get("cpu_tree")
+    keep = ~(ctx.run.array("warmup") > 0.5) & np.isfinite(ctx.run.array("t_step"))
+    window = busy_window(ctx.run.array("t_wall"), ctx.run.array("t_step"), keep)
+    if t is None or tree is None or t.size != tree.size or window is None:
+        return None
+    inside = (t >= window[0]) & (t <= window[1]) & np.isfinite(tree)
+    wall, cpu = ctx.run.array("t_step")[keep], ctx.run.array("cpu")[keep]
+    ok = np.isfinite(wall) & np.isfinite(cpu)
+    if inside.sum() < 3 or not ok.any() or wall[ok].sum() <= 0:
+        return None
+    own = float(cpu[ok].sum() / wall[ok].sum())  # cores
+    return max(0.0, float(np.mean(tree[inside])) / 100.0 - own) * float(np.mean(wall[ok]))
+
+
 def got_text(found: dict[str, Any], ctx: CheckContext) -> str:
     """'; this process got 0.22 cores with 2 compute threads (CPU time 251 ms per 1120 ms step)'."""
     cpu, wall = ctx.summary.get("cpu_per_step"), ctx.step_mean
