@@ -42,11 +42,14 @@ def _growth(run: RunData):
     return next((f for f in diagnose(run, summarize(run)) if f["id"] == "step_time_growth"), None)
 
 
-@pytest.mark.parametrize("name", ["module_transforms_saturated", "manual_sgd_ckpt_saturated"])
+@pytest.mark.parametrize("name", ["module_transforms_saturated", "manual_sgd_ckpt_saturated",
+                                  "word_language_model_saturated"])
 def test_an_unchanged_script_on_a_full_machine_does_not_grow(name):
     # module_transforms: CPU time per step 30 -> 57 ms from step 117, the others level at 1.6-1.7
     # cores (judged on the steps 'level with the start's': a 74 % jump in "data", warning);
-    # manual_sgd_ckpt: CPU time per step +30 % over steps 129-166 (judged on it: warning)
+    # manual_sgd_ckpt: CPU time per step +30 % over steps 129-166 (judged on it: warning);
+    # word_language_model: its 60 ms forward waited for a core in every step, its low quantile
+    # too, +5 points of share with the CPU time per step level (judged on that share: warning)
     run = _recorded(name)
     assert _basis(run) == "saturated"
     finding = _growth(run)

@@ -203,15 +203,24 @@ def _phase_cost(values: np.ndarray) -> float:
     return float(np.percentile(ran, SHARE_QUANTILE)) * ran.size / v.size if ran.size else 0.0
 
 
-def grown_share(wall: np.ndarray, phases: dict[str, np.ndarray]) -> str | None:
+def grown_share(wall: np.ndarray, phases: dict[str, np.ndarray], cpu: np.ndarray | None = None) -> str | None:
     """The phase whose share of the step grew most (by SHARE_GROWTH at least, its own time by
     PHASE_RISE_MIN of the step's) from the first quarter of the steps to the last, shares of
     the phases' undisturbed times (_phase_cost); None when none grew. A load, the machine's or
-    a slower CPU's, scales every phase alike."""
+    a slower CPU's, scales every phase alike. With `cpu` (this process's CPU time per step),
+    only while that rose by PHASE_RISE_MIN too: a phase of 60 ms waits for a core in every
+    step at a quarter of one, so even its low quantile moves with the waits (word_language_model
+    beside others' full cores: forward's rose 60 -> 102 ms, 5 points of share, while the CPU
+    time per step went 68 -> 71 ms); the script's own growth is work, growing_log's +150 %."""
     w = np.asarray(wall, dtype=np.float64).ravel()
     q = max(MIN_STEPS, w.size // 4)
     if w.size < 2 * q:
         return None
+    if cpu is not None:
+        c = np.asarray(cpu, dtype=np.float64).ravel()
+        early_cpu, late_cpu = _median(c[:q]), _median(c[-q:])
+        if c.size != w.size or not late_cpu >= (1.0 + PHASE_RISE_MIN) * early_cpu:
+            return None
     costs = {name: (_phase_cost(v[:q]), _phase_cost(v[-q:])) for name, values in phases.items()
              if (v := np.asarray(values, dtype=np.float64).ravel()).size == w.size}
     costs = {k: c for k, c in costs.items() if math.isfinite(c[0]) and math.isfinite(c[1])}
@@ -225,10 +234,10 @@ def grown_share(wall: np.ndarray, phases: dict[str, np.ndarray]) -> str | None:
     return best if costs[best][1] - costs[best][0] >= PHASE_RISE_MIN * early else None
 
 
-def share_grew(wall: np.ndarray, phases: dict[str, np.ndarray]) -> bool:
+def share_grew(wall: np.ndarray, phases: dict[str, np.ndarray], cpu: np.ndarray | None = None) -> bool:
     """Did some phase's share of the step grow (SHARE_GROWTH) from the first quarter of the
     steps to the last? Shares are what a changing load cannot move much (grown_share)."""
-    return grown_share(wall, phases) is not None
+    return grown_share(wall, phases, cpu) is not None
 
 
 SATURATED_MARGIN = 25.0

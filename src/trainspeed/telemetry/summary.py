@@ -227,7 +227,7 @@ def robust_series(run: RunData, keep: np.ndarray) -> tuple[np.ndarray, np.ndarra
     # the step is the script's own (contention.grown_share).
     if basis != "changing" and saturated(others_per_step(run, keep)[0], own_per_step(run, keep), cores):
         return steps, times, phases, ("share" if grown_share(run.array("t_step")[keep], {
-            name: run.array(f"phases.{name}")[keep] for name in PHASES}) else "saturated")
+            name: run.array(f"phases.{name}")[keep] for name in PHASES}, run.array("cpu")[keep]) else "saturated")
     return steps, times, phases, basis
 
 
@@ -259,7 +259,7 @@ def _series(run: RunData, keep: np.ndarray) -> tuple[np.ndarray, np.ndarray, dic
         if matched.sum() >= MIN_TREND_STEPS:
             # quiet (not loaded) and level with the start's load
             return steps[matched], times[matched], {k: v[matched] for k, v in phases.items()}, "quiet"
-        if not share_grew(times, phases):
+        if not share_grew(times, phases, cpu):
             return steps, times, phases, "changing"
         # a load slows every phase alike; one phase's share of the step that grew is the
         # script's own growth (a history re-read at every log line): judged on CPU time below
