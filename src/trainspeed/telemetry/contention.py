@@ -211,7 +211,8 @@ def grown_share(wall: np.ndarray, phases: dict[str, np.ndarray], cpu: np.ndarray
     only while that rose by PHASE_RISE_MIN too: a phase of 60 ms waits for a core in every
     step at a quarter of one, so even its low quantile moves with the waits (word_language_model
     beside others' full cores: forward's rose 60 -> 102 ms, 5 points of share, while the CPU
-    time per step went 68 -> 71 ms); the script's own growth is work, growing_log's +150 %."""
+    time per step went 68 -> 71 ms); the script's own growth is work: growing_log's CPU time
+    per step rose 3.3-5x."""
     w = np.asarray(wall, dtype=np.float64).ravel()
     q = max(MIN_STEPS, w.size // 4)
     if w.size < 2 * q:
