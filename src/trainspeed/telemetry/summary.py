@@ -216,7 +216,7 @@ def robust_series(run: RunData, keep: np.ndarray) -> tuple[np.ndarray, np.ndarra
     whose cores were all in use, shared with others (contention.saturated), the same steps,
     judged when a phase's share of the step grew (basis "share"), else undecided (basis
     "saturated"). See contention.robust_step_times."""
-    from trainspeed.telemetry.contention import grown_share, saturated
+    from trainspeed.telemetry.contention import SATURATED_SHARE_GROWTH, grown_share, saturated
 
     steps, times, phases, basis = _series(run, keep)
     _, cores = run_threads_cores(run)
@@ -226,8 +226,9 @@ def robust_series(run: RunData, keep: np.ndarray) -> tuple[np.ndarray, np.ndarra
     # read as 'step time grows' on the steps level with the start's). Only a phase's share of
     # the step is the script's own (contention.grown_share).
     if basis != "changing" and saturated(others_per_step(run, keep)[0], own_per_step(run, keep), cores):
-        return steps, times, phases, ("share" if grown_share(run.array("t_step")[keep], {
-            name: run.array(f"phases.{name}")[keep] for name in PHASES}, run.array("cpu")[keep]) else "saturated")
+        grown = grown_share(run.array("t_step")[keep], {name: run.array(f"phases.{name}")[keep] for name in PHASES},
+                            run.array("cpu")[keep], min_share=SATURATED_SHARE_GROWTH)
+        return steps, times, phases, "share" if grown else "saturated"
     return steps, times, phases, basis
 
 
