@@ -15,6 +15,10 @@ its step in one phase, whatever the machine does.
   level_with_start    steps whose load (the others' readings, whether this process's threads
                       fit in the cores left free, what this process got) matches the start's:
                       the only steps a trend may compare while the load changes
+  saturated           were the cores all in use, shared with others? Then no reading shows their
+                      load change, and CPU time per step moves with what they run
+  grown_share         the phase whose share of the step grew, read from its low quantile (the
+                      steps that did not wait for a core): what a machine-wide slowdown cannot move
   linear_rate         a robust slope per 1,000 steps (RSS, a phase) with its noise test
 """
 
@@ -27,8 +31,8 @@ import numpy as np
 
 from trainspeed.telemetry.trend import robust_clip, theil_sen
 
-__all__ = ["Contention", "detect_contention", "level_with_start", "load_per_step", "loaded_mask", "robust_step_times",
-           "linear_rate", "LOAD_MIN", "SLOWDOWN_MIN", "CPU_SHARE_MAX"]
+__all__ = ["Contention", "detect_contention", "grown_share", "level_with_start", "load_per_step", "loaded_mask",
+           "robust_step_times", "saturated", "linear_rate", "LOAD_MIN", "SLOWDOWN_MIN", "CPU_SHARE_MAX"]
 
 LOAD_MIN = 40.0
 """Other processes count as a load when they use at least this many % of one core more than in
@@ -172,28 +176,101 @@ def level_with_start(
 
 
 SHARE_GROWTH = 0.05
-"""A phase whose median share of the step rose by 5 points from the first to the last quarter
-of the steps grew by itself: other processes' load slows every phase alike."""
+"""A phase whose share of the step rose by 5 points from the first to the last quarter of the
+steps grew by itself: other processes' load slows every phase alike."""
+PHASE_RISE_MIN = 0.2
+"""...and its own undisturbed time rose by a fifth of the step's at least, the least growth the
+doctor reports (doctor.checks.loop.GROWTH_MIN_RATIO): on a machine whose cores others kept full,
+this process's CPU time per step rose 30 % and not in every phase alike (manual_sgd_ckpt: the
+loop's own code between the phases +0.5 ms of a 5 ms step, 5.7 points of share)."""
+SATURATED_SHARE_GROWTH = 0.25
+"""Beside others that keep every core full, a phase's share must grow by 25 points: there one
+scheduler slice (4 ms at HZ=250) in most steps moves a short phase's low quantile too (healthy,
+unchanged: the optimizer's 2.4 -> 6.3 ms, 16 points of share, while its CPU time per step rose
+8.9 -> 11.6 ms at the same reading of the others), while the growths this has to find grew by
+28-40 points (growing_log 0.6 -> 0.9 of the step in each of its runs; the logging cost of
+test_contention_stories 0.04 -> 0.42)."""
+SHARE_QUANTILE = 10.0
+"""A phase's time over a stretch of steps is read as its 10th percentile there (over the steps
+that ran it, times the share of steps that did), not its median: a descheduled process resumes
+a scheduler slice later (4 ms at HZ=250) in whichever phase it was in, so on a busy machine a
+phase's median follows where the waits landed. manual_sgd_ckpt, unchanged, on a 2-core VM whose
+cores others kept full: backward's median share of the step went 12 -> 29 %, checkpointing's
+34 -> 12 %, and the loop's own code between the phases waited in 3 of 4 late steps (its 25th
+percentile 1.5 -> 4.9 ms), while their 10th percentiles, the steps that did not wait, kept
+their shares (1.3 -> 1.8 ms)."""
 
 
-def share_grew(wall: np.ndarray, phases: dict[str, np.ndarray]) -> bool:
-    """Did some phase's share of the step grow (SHARE_GROWTH) from the first quarter of the
-    steps to the last? Shares are what a changing load cannot move much."""
+def _phase_cost(values: np.ndarray) -> float:
+    """A phase's undisturbed time per step over some steps (SHARE_QUANTILE); NaN unmeasured."""
+    v = values[np.isfinite(values)]
+    if v.size < MIN_STEPS:
+        return math.nan
+    ran = v[v > 0]
+    return float(np.percentile(ran, SHARE_QUANTILE)) * ran.size / v.size if ran.size else 0.0
+
+
+def grown_share(wall: np.ndarray, phases: dict[str, np.ndarray], cpu: np.ndarray | None = None, *,
+                min_share: float = SHARE_GROWTH) -> str | None:
+    """The phase whose share of the step grew most (by `min_share` at least, its own time by
+    PHASE_RISE_MIN of the step's) from the first quarter of the steps to the last, shares of
+    the phases' undisturbed times (_phase_cost); None when none grew. A load, the machine's or
+    a slower CPU's, scales every phase alike. With `cpu` (this process's CPU time per step),
+    only while that rose by PHASE_RISE_MIN too: a phase of 60 ms waits for a core in every
+    step at a quarter of one, so even its low quantile moves with the waits (word_language_model
+    beside others' full cores: forward's rose 60 -> 102 ms, 5 points of share, while the CPU
+    time per step went 68 -> 71 ms); the script's own growth is work: growing_log's CPU time
+    per step rose 3.3-5x."""
     w = np.asarray(wall, dtype=np.float64).ravel()
     q = max(MIN_STEPS, w.size // 4)
     if w.size < 2 * q:
+        return None
+    if cpu is not None:
+        c = np.asarray(cpu, dtype=np.float64).ravel()
+        early_cpu, late_cpu = _median(c[:q]), _median(c[-q:])
+        if c.size != w.size or not late_cpu >= (1.0 + PHASE_RISE_MIN) * early_cpu:
+            return None
+    costs = {name: (_phase_cost(v[:q]), _phase_cost(v[-q:])) for name, values in phases.items()
+             if (v := np.asarray(values, dtype=np.float64).ravel()).size == w.size}
+    costs = {k: c for k, c in costs.items() if math.isfinite(c[0]) and math.isfinite(c[1])}
+    early, late = sum(c[0] for c in costs.values()), sum(c[1] for c in costs.values())
+    if not (early > 0 and late > 0):
+        return None
+    rise = {k: c[1] / late - c[0] / early for k, c in costs.items()}
+    best = max(rise, key=rise.__getitem__, default=None)
+    if best is None or rise[best] < min_share:
+        return None
+    return best if costs[best][1] - costs[best][0] >= PHASE_RISE_MIN * early else None
+
+
+def share_grew(wall: np.ndarray, phases: dict[str, np.ndarray], cpu: np.ndarray | None = None) -> bool:
+    """Did some phase's share of the step grow (SHARE_GROWTH) from the first quarter of the
+    steps to the last? Shares are what a changing load cannot move much (grown_share)."""
+    return grown_share(wall, phases, cpu) is not None
+
+
+SATURATED_MARGIN = 25.0
+"""% of one core: the machine's cores count as all in use when this process and the others
+together used at least all of them less this margin."""
+SATURATED_OTHERS = 50.0
+"""...and the others took at least half a core (a script alone on its cores is not contended)."""
+
+
+def saturated(others: np.ndarray, own: np.ndarray, cores: int | None) -> bool:
+    """Were the machine's cores all in use, shared with other processes, for most of the steps
+    (`others` and `own`, this process tree's CPU, per step, % of one core; NaN unsampled)? Then
+    no reading shows a change of load: the others cannot pass the cores, and this process's CPU
+    time per step moves with what they run (caches, memory bandwidth) though it gets the same
+    share of a core. module_transforms (one thread, unchanged): CPU time per step 30 -> 57 ms
+    from step 117 while the others read 1.6-1.7 cores and it got 0.35 of one throughout."""
+    if not cores:
         return False
-    with np.errstate(divide="ignore", invalid="ignore"):
-        for values in phases.values():
-            v = np.asarray(values, dtype=np.float64).ravel()
-            if v.size != w.size:
-                continue
-            share = np.where(w > 0, v / w, np.nan)
-            early, late = share[:q], share[-q:]
-            if np.isfinite(early).sum() >= MIN_STEPS and np.isfinite(late).sum() >= MIN_STEPS and \
-                    float(np.nanmedian(late)) - float(np.nanmedian(early)) >= SHARE_GROWTH:
-                return True
-    return False
+    o, c = np.asarray(others, dtype=np.float64).ravel(), np.asarray(own, dtype=np.float64).ravel()
+    read = np.isfinite(o) & np.isfinite(c)
+    if o.size != c.size or read.sum() < 2 * MIN_STEPS:
+        return False
+    full = (o + c >= 100.0 * cores - SATURATED_MARGIN) & (o >= SATURATED_OTHERS)
+    return bool(full[read].mean() >= 0.5)
 
 
 def _rolling_median(values: np.ndarray, window: int) -> np.ndarray:

@@ -210,8 +210,30 @@ def _contention(run: RunData, keep: np.ndarray) -> dict[str, Any] | None:
 def robust_series(run: RunData, keep: np.ndarray) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray], str]:
     """(steps, step times, phase times, basis) the script's own trend is judged on, over the
     steps in `keep`: the quiet steps when other processes loaded the machine for part of the
-    run (basis "quiet"), else the load-free CPU-based times (basis "cpu"), else the wall times
-    as recorded (basis "wall"). See contention.robust_step_times."""
+    run (basis "quiet"), else the CPU-based times (basis "cpu"), else the wall times as
+    recorded (basis "wall"); under a load that changed, with too few steps level with the
+    start's and no phase's share grown, all steps, undecided (basis "changing"). On a machine
+    whose cores were all in use, shared with others (contention.saturated), the same steps,
+    judged when a phase's share of the step grew (basis "share"), else undecided (basis
+    "saturated"). See contention.robust_step_times."""
+    from trainspeed.telemetry.contention import SATURATED_SHARE_GROWTH, grown_share, saturated
+
+    steps, times, phases, basis = _series(run, keep)
+    _, cores = run_threads_cores(run)
+    # Every core in use, shared with other processes: no reading shows a change of their load,
+    # and this process's CPU time per step moves with what they run (module_transforms, one
+    # thread, unchanged: 30 -> 57 ms from step 117, the others at 1.6-1.7 cores throughout,
+    # read as 'step time grows' on the steps level with the start's). Only a phase's share of
+    # the step is the script's own (contention.grown_share).
+    if basis != "changing" and saturated(others_per_step(run, keep)[0], own_per_step(run, keep), cores):
+        grown = grown_share(run.array("t_step")[keep], {name: run.array(f"phases.{name}")[keep] for name in PHASES},
+                            run.array("cpu")[keep], min_share=SATURATED_SHARE_GROWTH)
+        return steps, times, phases, "share" if grown else "saturated"
+    return steps, times, phases, basis
+
+
+def _series(run: RunData, keep: np.ndarray) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray], str]:
+    """robust_series as the others' readings and this process's CPU time tell it."""
     from trainspeed.telemetry.contention import level_with_start, loaded_mask, robust_step_times, share_grew
 
     steps, times = run.array("step")[keep], run.array("t_step")[keep]
@@ -238,7 +260,7 @@ def robust_series(run: RunData, keep: np.ndarray) -> tuple[np.ndarray, np.ndarra
         if matched.sum() >= MIN_TREND_STEPS:
             # quiet (not loaded) and level with the start's load
             return steps[matched], times[matched], {k: v[matched] for k, v in phases.items()}, "quiet"
-        if not share_grew(times, phases):
+        if not share_grew(times, phases, cpu):
             return steps, times, phases, "changing"
         # a load slows every phase alike; one phase's share of the step that grew is the
         # script's own growth (a history re-read at every log line): judged on CPU time below
@@ -247,6 +269,18 @@ def robust_series(run: RunData, keep: np.ndarray) -> tuple[np.ndarray, np.ndarra
         return steps, times, phases, "wall"
     mask, times, phases, basis = robust
     return steps[mask], times, phases, basis
+
+
+def own_per_step(run: RunData, keep: np.ndarray) -> np.ndarray:
+    """This process tree's CPU (the system sampler's cpu_tree, % of one core) during each step
+    record in `keep`; NaN where not sampled."""
+    from trainspeed.telemetry.contention import load_per_step
+
+    series = system_series(run)
+    t_wall = run.array("t_wall")[keep]
+    if "cpu_tree" not in series:
+        return np.full(t_wall.size, np.nan)
+    return load_per_step(t_wall, series["t"], series["cpu_tree"], spread=0)
 
 
 def run_threads_cores(run: RunData) -> tuple[int | None, int | None]:
@@ -265,6 +299,11 @@ PHASE_GROWTH_MIN = 0.05
 even when the step total shows no trend (another phase shrank, or the total is too noisy)."""
 
 
+_UNDECIDED = {"changing": "while other processes' load changed",
+              "saturated": "while other processes shared every core of the machine with it"}
+"""Bases of robust_series on which a trend cannot be told from the load, and why."""
+
+
 def _trend(run: RunData, keep: np.ndarray) -> dict[str, Any] | None:
     from trainspeed.telemetry.contention import linear_rate
     from trainspeed.telemetry.trend import detect_trend
@@ -273,12 +312,13 @@ def _trend(run: RunData, keep: np.ndarray) -> dict[str, Any] | None:
         return None
     steps, times, phases, basis = robust_series(run, keep)
     found = detect_trend(steps, times, phases, min_steps=MIN_TREND_STEPS)
-    if basis == "changing":
-        # wall times under a load that changed: what rose may be the load; said, not judged
+    if basis in _UNDECIDED:
+        # wall times under a load that changed, or that no reading shows: what rose may be
+        # the load; said, not judged
         if found is None:
             return None
         return {"basis": basis, "kind": "undecided", "since_step": found.since_step, "phase": found.phase,
-                "change": found.change, "message": (f"{found.message}, while other processes' load changed: "
+                "change": found.change, "message": (f"{found.message}, {_UNDECIDED[basis]}: "
                                                     "cannot tell the script's own trend")}
     if found is None:
         found = _phase_trend(steps, times, phases)

@@ -117,7 +117,9 @@ _ENGINE_GROWTH_OTHER = (
 
 _BASIS = {
     "quiet": "judged on the steps other processes did not slow down, their load level with the start's",
-    "cpu": "judged on this process's CPU time per step, which other processes' load does not move",
+    "cpu": "judged on this process's CPU time per step, with a core free of other processes' load",
+    "share": ("judged on the phase's share of the step, which a machine-wide slowdown does not move (other "
+              "processes shared every core with the run)"),
     "wall": "judged on wall time",
 }
 _SITE_CATEGORY = {"log": "log", "ckpt": "ckpt"}
@@ -137,9 +139,10 @@ def _growing_site(ctx: CheckContext, phase: str) -> str:
 
 def step_time_growth(ctx: CheckContext) -> Finding | None:
     """The script's own step time grows. Judged on what other processes' load does not move
-    (summary.robust_series: the quiet steps, else CPU time per step and phase shares), so a
-    busy machine is machine_contention, never this, and a real growth is found while the
-    machine's load goes up and down."""
+    (summary.robust_series: the quiet steps, else CPU time per step; on a machine whose cores
+    others kept full, only a phase's share of the step), so a busy machine is
+    machine_contention, never this, and a real growth is found while the machine's load goes
+    up and down."""
     from trainspeed.telemetry.contention import linear_rate
     from trainspeed.telemetry.summary import robust_series
 
@@ -155,6 +158,8 @@ def step_time_growth(ctx: CheckContext) -> Finding | None:
     quarters = _quarter_medians(times)
     if quarters is None or quarters[0] <= 0:
         return None
+    if basis == "saturated":  # the steps it would be judged on rose, and no phase's share did
+        return _undecided_growth(ctx, trend) if quarters[1] / quarters[0] >= GROWTH_MIN_RATIO else None
     early, late = quarters
     phase, delta = _growing_phase(phases)
     if trend.get("phase") in _GROWTH_ADVICE and trend.get("phase") != phase:
@@ -204,15 +209,25 @@ def _undecided_growth(ctx: CheckContext, trend: dict[str, Any]) -> Finding:
     """The wall time per step rose while other processes' load changed, with too few steps at
     the start's load to compare them with: nothing the run measured tells a slower script from
     a busier machine (even CPU time per step moves with the load: spinning threads, shared
-    hyperthreads). Said at info level, nothing at stake."""
+    hyperthreads). Or it rose while other processes kept every core in use, where no reading
+    shows their load change and no phase's share of the step grew (summary basis "saturated").
+    Said at info level, nothing at stake."""
     threads = torch_threads(ctx)
+    if trend.get("basis") == "saturated":
+        title = "Step time rose while other processes used every core: cannot tell whether the script slows down"
+        why = ("other processes shared every core with the run, so their readings cannot show a change of their "
+               "load, and this process's CPU time per step moves with what they run (caches, memory bandwidth); "
+               "every phase rose alike, none's share of the step grew")
+    else:
+        title = "Step time rose while the machine's load changed: cannot tell whether the script slows down"
+        why = ("too few steps ran at the start's load to compare, and neither wall time nor this process's CPU "
+               "time per step is free of a changing load (compute threads spin for a descheduled sibling, "
+               "hyperthreads share a core)")
     return Finding(
         id="step_time_growth",
         severity="info",
-        title="Step time rose while the machine's load changed: cannot tell whether the script slows down",
-        evidence=(f"{trend.get('message')}; too few steps ran at the start's load to compare, and neither wall "
-                  "time nor this process's CPU time per step is free of a changing load (compute threads spin "
-                  "for a descheduled sibling, hyperthreads share a core)"),
+        title=title,
+        evidence=f"{trend.get('message')}; {why}",
         recommendation=("re-run on a quiet machine, or on cores of its own (taskset -c), with more steps; a "
                         "trend that is the script's shows there too" + (threads_advice(ctx, {"threads": threads})
                                                                      if threads else "")),

@@ -45,26 +45,35 @@ def torch_threads(ctx: CheckContext) -> int | None:
     return int(value) if isinstance(value, (int, float)) and value > 0 else None
 
 
+def _readings(ctx: CheckContext, name: str) -> tuple[np.ndarray, np.ndarray] | None:
+    """(the system sampler's finite readings of series `name` while the measured steps ran,
+    warm-up excluded, their wall-clock span as the GPU busy figure reads it; all its finite
+    readings); None without samples."""
+    series = system_series(ctx.run)
+    t, values = series.get("t"), series.get(name)
+    if t is None or values is None or t.size == 0 or t.size != values.size:
+        return None
+    window = busy_window(ctx.run.array("t_wall"), ctx.run.array("t_step"), ~(ctx.run.array("warmup") > 0.5))
+    if window is None:
+        return None
+    start, stop = window
+    return values[(t >= start) & (t <= stop) & np.isfinite(values)], values[np.isfinite(values)]
+
+
 def others_during_measured_steps(ctx: CheckContext) -> tuple[float, str] | None:
     """(other processes' median CPU in % of one core, the window it was read over) from the
     system samples taken while the measured steps (warm-up excluded) ran; None without samples.
     Measured steps shorter than a few sampler intervals (chargpt's 100 steps of 7 ms on a
     loaded CI machine held 2 readings) are judged on every reading the run took instead: the
     load through the whole run is what this finding is about."""
-    series = system_series(ctx.run)
-    t, others = series.get("t"), series.get("cpu_others")
-    if t is None or others is None or t.size == 0 or t.size != others.size:
+    read = _readings(ctx, "cpu_others")
+    if read is None:
         return None
-    window = busy_window(ctx.run.array("t_wall"), ctx.run.array("t_step"), ~(ctx.run.array("warmup") > 0.5))
-    if window is None:
-        return None
-    start, stop = window  # the measured steps' wall-clock span, as the GPU busy figure reads it
-    inside = (t >= start) & (t <= stop) & np.isfinite(others)
-    if inside.sum() >= 3:
-        return float(np.median(others[inside])), "while the measured steps ran"
-    whole = np.isfinite(others)
-    if whole.sum() >= 2:
-        return float(np.median(others[whole])), "while the run ran"
+    inside, whole = read
+    if inside.size >= 3:
+        return float(np.median(inside)), "while the measured steps ran"
+    if whole.size >= 2:
+        return float(np.median(whole)), "while the run ran"
     return None
 
 
@@ -86,6 +95,20 @@ def busy_machine(ctx: CheckContext, others: float | None = None) -> dict[str, An
     got = float(cpu) / wall if isinstance(cpu, (int, float)) and wall else None
     return {"others": taken, "cores": cores, "share": taken / cores, "got": got, "threads": torch_threads(ctx),
             "window": window}
+
+
+def workers_cpu_per_step(ctx: CheckContext) -> float | None:
+    """CPU seconds per measured step that this process's children (DataLoader workers) used:
+    the process tree's CPU while the measured steps ran (system sampler, cpu_tree) less this
+    process's own (its CPU time per step over their wall time); None without samples."""
+    read = _readings(ctx, "cpu_tree")
+    keep = ~(ctx.run.array("warmup") > 0.5)
+    wall, cpu = ctx.run.array("t_step")[keep], ctx.run.array("cpu")[keep]
+    ok = np.isfinite(wall) & np.isfinite(cpu)
+    if read is None or read[0].size < 3 or not ok.any() or wall[ok].sum() <= 0:
+        return None
+    own = float(cpu[ok].sum() / wall[ok].sum())  # cores
+    return max(0.0, float(np.mean(read[0])) / 100.0 - own) * float(np.mean(wall[ok]))
 
 
 def got_text(found: dict[str, Any], ctx: CheckContext) -> str:
