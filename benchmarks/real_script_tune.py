@@ -65,29 +65,29 @@ SCRIPTS = {
     # command and a corpus to cut. Every command sets sizes through the script's own flags so
     # that a step takes 0.5 s or more on a 2-core CPU (SLOW_STEP_S).
     # karpathy/makemore at 988aa59: its defaults (a transformer of 25 ms steps), and at n_embd
-    # 192, batch 64 (steps of 0.5 s or more)
+    # 384, batch 128 (steps of 0.62 s on a quiet 2-core VM; n_embd 192, batch 64 ran 0.11 s steps)
     "makemore": ["python", "makemore.py", "-i", "names.txt", "-o", "{out}", "--max-steps", "100000"],
     "makemore_big": ["python", "makemore.py", "-i", "names.txt", "-o", "{out}", "--max-steps", "100000",
-                     "--type", "transformer", "--n-layer", "4", "--n-embd", "192", "--batch-size", "64"],
+                     "--type", "transformer", "--n-layer", "4", "--n-embd", "384", "--batch-size", "128"],
     # karpathy/minGPT at 37baab7: projects/chargpt at gpt-micro, batch 32, block 64
     "chargpt": {"cwd": "projects/chargpt", "pythonpath": True, "input_txt": True,
                 "command": ["python", "chargpt.py", "--trainer.max_iters=100000", "--model.model_type=gpt-micro",
                             "--trainer.batch_size=32", "--data.block_size=64"]},
-    # karpathy/nanoGPT at 3adf61e: the shakespeare_char config at a size whose steps take ~1 s
+    # karpathy/nanoGPT at 3adf61e: the shakespeare_char config at a size whose steps take 0.76 s
     # on a 2-core CPU; its prepare.py reads input.txt (written here: no download) into train.bin
     "nanogpt": {"input_txt": "data/shakespeare_char", "prepare": ["python", "data/shakespeare_char/prepare.py"],
                 "command": ["python", "train.py", "config/train_shakespeare_char.py", "--device=cpu",
                             "--compile=False", "--eval_iters=2", "--eval_interval=100000", "--log_interval=1",
-                            "--block_size=128", "--batch_size=8", "--n_layer=4", "--n_head=4", "--n_embd=192",
+                            "--block_size=256", "--batch_size=32", "--n_layer=4", "--n_head=4", "--n_embd=192",
                             "--max_iters=100000", "--lr_decay_iters=100000", "--dropout=0.0"]},
-    # pytorch/examples at 77f55b9: word_language_model/main.py, a 2-layer LSTM of 128 with
+    # pytorch/examples at 77f55b9: word_language_model/main.py, a 2-layer LSTM of 256, batch 80 (0.59 s steps quiet), with
     # AdamW (its --use-optimizer), on data/small: lines of the repository's wikitext-2 test.txt
     # cut into train/valid/test in the script's layout (the train blob is 10 MB; no download)
     "wordlm": {"cwd": "word_language_model",
                "corpus": ("data/wikitext-2/test.txt", "data/small", {"train": (0, 1500), "valid": (1500, 1800),
                                                                     "test": (1800, 2100)}),
-               "command": ["python", "main.py", "--data", "./data/small", "--epochs", "40", "--emsize", "128",
-                           "--nhid", "128", "--use-optimizer", "--lr", "0.002", "--log-interval", "20",
+               "command": ["python", "main.py", "--data", "./data/small", "--epochs", "40", "--emsize", "256",
+                           "--nhid", "256", "--batch_size", "80", "--use-optimizer", "--lr", "0.002", "--log-interval", "20",
                            "--save", "{out}/model.pt"]},
     # pytorch/examples at 77f55b9: gat/main.py, a graph attention network trained full-batch
     # (dense attention over all node pairs); its ./cora in the Cora layout, generated here
