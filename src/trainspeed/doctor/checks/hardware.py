@@ -311,8 +311,8 @@ def _retry_stake(ctx: CheckContext, retries: Any) -> tuple[float, str]:
     """(share at stake, basis) of allocator retries: each frees the cached blocks (a device-wide
     sync) and allocates again while the GPU waits, so with retries on most measured steps the
     GPU idle time that the data wait, the copies and the syncs' stall leave unexplained is theirs."""
-    measured = int(ctx.summary.get("measured_steps") or ctx.steps or 0)
-    if not isinstance(retries, (int, float)) or retries < 0.5 * max(1, measured):
+    measured = _measured_steps(ctx)
+    if not _on_most_steps(retries, measured):
         return 0.0, ""
     parts, residual, _ = _idle_left(ctx)
     if residual is None:
@@ -324,7 +324,16 @@ def _retry_stake(ctx: CheckContext, retries: Any) -> tuple[float, str]:
 def _retrying(ctx: CheckContext) -> bool:
     """Allocator retries on at least half the measured steps (memory_pressure claims the idle GPU)."""
     _, _, retries = _memory_fraction(ctx)
-    measured = int(ctx.summary.get("measured_steps") or ctx.steps or 0)
+    return _on_most_steps(retries, _measured_steps(ctx))
+
+
+def _measured_steps(ctx: CheckContext) -> int:
+    return int(ctx.summary.get("measured_steps") or ctx.steps or 0)
+
+
+def _on_most_steps(retries: Any, measured: int) -> bool:
+    """Allocator retries on at least half the measured steps: the one rule _retry_stake and
+    _retrying share."""
     return isinstance(retries, (int, float)) and retries >= 0.5 * max(1, measured)
 
 
