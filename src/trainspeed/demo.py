@@ -21,9 +21,9 @@ import shutil
 import sys
 from pathlib import Path
 
+from trainspeed.tune.budget_plan import NOTHING_MEASURED  # the tune's exit status when it measured no setting
+
 SCRIPT = Path(__file__).resolve().parent / "demo_assets" / "slow_images.py"
-NOTHING_MEASURED = 3
-"""cli/tune.py's exit status when its budget measured no setting."""
 
 
 def _cli(argv: list[str]) -> int:
