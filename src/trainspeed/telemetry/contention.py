@@ -249,6 +249,76 @@ def share_grew(wall: np.ndarray, phases: dict[str, np.ndarray], cpu: np.ndarray 
     return grown_share(wall, phases, cpu) is not None
 
 
+
+DRIFT_RATIO = 1.5
+"""A step that slowed by less than this from the first quarter of the judged steps to the last,
+every phase alike, is within what the machine's own speed drifts. A fixed step (one thread, CPU
+time equal to wall time throughout, no other process's load to read) on an idle 2-core VM,
+read in 188 windows of 160 steps: last vs first quarter x1.06 median, x1.22 at the 95th
+percentile, x1.40 at most (benchmarks/machine_drift.py). On CI the doctor had called x1.21 and
+x1.28 'step time grows' on runs of an unchanged script."""
+DRIFT_SHARE = SHARE_GROWTH
+"""...every phase alike: no phase's share of the step (its undisturbed time, _phase_cost) moved
+by 5 points. In those windows the shares of forward, backward and optimizer moved 0.4 points
+(median), 2.0 at most, also in the 14 windows that slowed x1.2 or more; the script's own growth
+lands in the phase that does the growing work (a history re-read at each log line: its share
+0.04 -> 0.42 of the step)."""
+
+def phase_shares(wall: np.ndarray, phases: dict[str, np.ndarray]) -> dict[str, tuple[float, float]]:
+    """Each measured phase's (share of the step in the first quarter of the steps, in the last),
+    shares of the phases' undisturbed times (_phase_cost); {} when too few steps or nothing
+    measured."""
+    w = np.asarray(wall, dtype=np.float64).ravel()
+    q = max(MIN_STEPS, w.size // 4)
+    if w.size < 2 * q:
+        return {}
+    costs = {name: (_phase_cost(v[:q]), _phase_cost(v[-q:])) for name, values in phases.items()
+             if (v := np.asarray(values, dtype=np.float64).ravel()).size == w.size}
+    costs = {k: c for k, c in costs.items() if math.isfinite(c[0]) and math.isfinite(c[1])}
+    early, late = sum(c[0] for c in costs.values()), sum(c[1] for c in costs.values())
+    if not (early > 0 and late > 0):
+        return {}
+    return {k: (c[0] / early, c[1] / late) for k, c in costs.items()}
+
+
+def phase_share_moves(wall: np.ndarray, phases: dict[str, np.ndarray]) -> dict[str, float]:
+    """Each measured phase's share of the step in the last quarter of the steps less its share
+    in the first (phase_shares)."""
+    return {k: late - early for k, (early, late) in phase_shares(wall, phases).items()}
+
+
+def share_growth_ratio(wall: np.ndarray, phases: dict[str, np.ndarray]) -> tuple[str, float] | None:
+    """(the phase whose share of the step grew most, the step's growth that share implies), or
+    None when no share grew. A phase going from share s0 to s1 while the rest of the step kept
+    its time makes the step (1 - s0) / (1 - s1) times longer, whatever the machine's speed did
+    meanwhile (it scales every phase alike): the growth read through the machine's drift (a
+    history re-read at each log line, +5.5 ms on 17 ms steps, read x1.19 on wall times that
+    started in a slow stretch of the VM)."""
+    shares = phase_shares(wall, phases)
+    if not shares:
+        return None
+    name = max(shares, key=lambda k: shares[k][1] - shares[k][0])
+    early, late = shares[name]
+    if not (late - early > 1e-6 and late < 1.0):
+        return None
+    return name, (1.0 - early) / (1.0 - late)
+
+
+def machine_drift(wall: np.ndarray, phases: dict[str, np.ndarray]) -> bool:
+    """Is the step's rise between the first and last quarter of the steps one the machine's own
+    speed makes: below DRIFT_RATIO, with every phase slowed alike (no share moved DRIFT_SHARE)?
+    A single phase (nothing else measured) cannot show which: judged on the ratio alone."""
+    w = np.asarray(wall, dtype=np.float64).ravel()
+    q = max(MIN_STEPS, w.size // 4)
+    if w.size < 2 * q:
+        return False
+    early, late = _median(w[:q]), _median(w[-q:])
+    if not (early > 0 and late / early < DRIFT_RATIO):
+        return False
+    moves = phase_share_moves(w, phases)
+    return all(abs(m) < DRIFT_SHARE for m in moves.values())
+
+
 SATURATED_MARGIN = 25.0
 """% of one core: the machine's cores count as all in use when this process and the others
 together used at least all of them less this margin."""

@@ -305,7 +305,7 @@ _UNDECIDED = {"changing": "while other processes' load changed",
 
 
 def _trend(run: RunData, keep: np.ndarray) -> dict[str, Any] | None:
-    from trainspeed.telemetry.contention import linear_rate
+    from trainspeed.telemetry.contention import linear_rate, machine_drift
     from trainspeed.telemetry.trend import detect_trend
 
     if not keep.any():
@@ -323,6 +323,10 @@ def _trend(run: RunData, keep: np.ndarray) -> dict[str, Any] | None:
     if found is None:
         found = _phase_trend(steps, times, phases)
     if found is None:
+        return None
+    if basis != "share" and machine_drift(times, phases):
+        # every phase slowed alike, by no more than the machine's own speed drifts over seconds
+        # (no reading of other processes shows it; CPU time moves with it): not the script's
         return None
     # RSS is not slowed by other processes: all measured steps
     rss = linear_rate(run.array("step")[keep], run.array("mem.rss")[keep])

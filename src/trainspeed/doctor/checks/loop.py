@@ -121,6 +121,8 @@ _BASIS = {
     "share": ("judged on the phase's share of the step, which a machine-wide slowdown does not move (other "
               "processes shared every core with the run)"),
     "wall": "judged on wall time",
+    "drift": ("judged on the phase's share of the step, which the machine's own speed, drifting over seconds, "
+              "does not move"),
 }
 _SITE_CATEGORY = {"log": "log", "ckpt": "ckpt"}
 
@@ -143,7 +145,7 @@ def step_time_growth(ctx: CheckContext) -> Finding | None:
     others kept full, only a phase's share of the step), so a busy machine is
     machine_contention, never this, and a real growth is found while the machine's load goes
     up and down."""
-    from trainspeed.telemetry.contention import linear_rate
+    from trainspeed.telemetry.contention import linear_rate, share_growth_ratio
     from trainspeed.telemetry.summary import robust_series
 
     trend: dict[str, Any] | None = ctx.summary.get("trend")
@@ -169,6 +171,15 @@ def step_time_growth(ctx: CheckContext) -> Finding | None:
     # The total rise, or the phase's own rise when the total is noisier than the phase.
     growth = max(late - early, delta)
     ratio = 1.0 + growth / early
+    if ratio < GROWTH_MIN_RATIO and basis in ("quiet", "cpu"):
+        # the machine's speed drifts over seconds and can hide a growth in the quarters' wall
+        # times (a slow stretch at the start); the growing phase's share of the step cannot
+        by_share = share_growth_ratio(times, phases)
+        if by_share is not None and by_share[1] >= GROWTH_MIN_RATIO:
+            phase, ratio = by_share
+            named = _quarter_medians(phases.get(phase, np.array([])))
+            delta = max(0.0, named[1] - named[0]) if named is not None else delta
+            growth, basis = (ratio - 1.0) * early, "drift"
     if ratio < GROWTH_MIN_RATIO:
         return None
     n_run = int(np.nanmax(ctx.run.array("step"))) if ctx.steps else 0
