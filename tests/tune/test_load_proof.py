@@ -88,6 +88,30 @@ def test_the_verification_must_hold_with_the_load_matched(base_config, cpu, tmp_
     assert result.best_settings == {}
 
 
+def test_a_neighbour_that_outlasts_the_first_repeat_does_not_refuse_a_real_winner(base_config, cpu, tmp_path):
+    # bf16's real 2x; the neighbour sits on the baseline's first six trials: the ablation's
+    # rounds and their first repeat all differ in load. Repeated until the load matches (the
+    # budget pays), bf16 wins on matched rounds; one repeat alone read "busy" and kept nothing.
+    runner = Neighbour({BF16: 0.5}, start=0, busy=lambda req: on_reference(req) and req.repeat < 6)
+    result = run(base_config, cpu, runner, tmp_path, ["precision"])
+    bf16 = row_of(result, "bf16-mixed")
+    assert bf16.verdict == stats.FASTER, (bf16.verdict, bf16.note)
+    assert bf16.speedup == pytest.approx(2.0, rel=0.1) and "rounds whose loads matched" in bf16.note
+    assert result.best_settings == {"precision.mode": "bf16-mixed"}
+
+
+def test_a_neighbour_that_never_leaves_is_repeated_a_bounded_number_of_times(base_config, cpu, tmp_path):
+    from trainspeed.tune.load_proof import LOAD_RETRIES
+
+    runner = Neighbour({}, start=1, busy=on_reference)
+    result = run(base_config, cpu, runner, tmp_path, ["fused_optimizer"])
+    fused = row_of(result, "fused")
+    assert fused.verdict == stats.BUSY and f"after {LOAD_RETRIES} repeat(s)" in fused.note, fused.note
+    ablation = TuneOptions().repeats
+    repeats = [c.repeat for c in runner.calls if c.overrides == (FUSED,)]
+    assert len(repeats) <= ablation + LOAD_RETRIES * ablation
+
+
 def test_loads_match_on_the_cores_left_free():
     assert loads_match([0.05, 0.1], 0.2, cores=2)
     assert not loads_match([1.0], 0.05, cores=2)  # a busy loop on one of two cores

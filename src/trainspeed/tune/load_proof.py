@@ -26,6 +26,9 @@ from trainspeed.tune.trials import TrialResult
 LOAD_MATCH_RATIO = 1.25
 """Largest ratio of free cores (cores - others' load) between a candidate's trial and its
 reference's for the two to count as run on the same machine."""
+LOAD_RETRIES = 3
+"""Times the rounds whose loads differed are run again (fresh repeats of both sides) before the
+row reads "not measurable while the machine is busy"."""
 MIN_FREE_CORES = 0.25
 """Free cores are read as at least this (a saturated machine is not infinitely worse)."""
 
@@ -78,14 +81,30 @@ class LoadProof:
         dropped = self._key(settings) in self.dropped  # type: ignore[attr-defined]
         self.say(f"  {row.knob}={row.setting}: other processes' load differed from its reference's "  # type: ignore[attr-defined]
                  f"in {len(bad)} of {len(pairs)} rounds; " + ("not repeated (dropped)" if dropped else "repeating them"))
+        # Rounds still unmatched are run again, up to LOAD_RETRIES times while the budget pays
+        # (a trial the budget cannot pay is not run: its round stays unmatched): a neighbour's
+        # burst that outlasts one repeat does not refuse a real winner (issue 33: spend the
+        # budget, never refuse a winner for noise).
         fresh: list[Pair] = []
-        if not dropped:
-            refs = self._fresh(reference, [i for p in pairs for i in p[0]], len(bad))
-            cands = self._fresh(settings, [p[1] for p in pairs], len(bad))
-            fresh = [((r,), c) for r, c in zip(refs, cands)]
-        for i, ((r,), c) in enumerate(fresh):
-            self._round([(reference, "current" if reference else "baseline", r), (settings, row.setting, c)],  # type: ignore[attr-defined]
-                        reverse=bool(i % 2))
+        used_refs, used_cands = [i for p in pairs for i in p[0]], [p[1] for p in pairs]
+        missing, attempts = len(bad), 0
+        while not dropped and missing > 0 and attempts < LOAD_RETRIES:
+            attempts += 1
+            refs = self._fresh(reference, used_refs, missing)
+            cands = self._fresh(settings, used_cands, missing)
+            used_refs, used_cands = [*used_refs, *refs], [*used_cands, *cands]
+            batch = [((r,), c) for r, c in zip(refs, cands)]
+            for i, ((r,), c) in enumerate(batch):
+                self._round([(reference, "current" if reference else "baseline", r), (settings, row.setting, c)],  # type: ignore[attr-defined]
+                            reverse=bool(i % 2))
+            fresh += batch
+            outcome = [self._matched(reference, settings, p) for p in batch]
+            missing -= sum(1 for m in outcome if m)
+            if any(m is None for m in outcome):
+                break  # the budget ran out
+            if missing > 0 and attempts < LOAD_RETRIES:
+                self.say(f"  {row.knob}={row.setting}: the load still differed in {missing} round(s); "  # type: ignore[attr-defined]
+                         "repeating them again")
         matched = [p for p in [*pairs, *fresh] if p not in bad and self._matched(reference, settings, p)]
         # its first reading leaves the machine's noise pool: a round that compared a loaded
         # trial with a quiet one measured the load, and the re-judged rows count their own
@@ -97,7 +116,8 @@ class LoadProof:
                        noise_from=row.noise_from, loss_delta=row.loss_delta, memory_ratio=row.memory_ratio,
                        note=f"read {row.speedup:.2f}x, but other processes' load differed between it and its "
                             f"reference in {len(bad)} of {len(pairs)} rounds and "
-                            + ("it was not repeated (dropped for the budget)" if dropped else "again when repeated")
+                            + ("it was not repeated (dropped for the budget)" if dropped
+                               else f"still in {missing} after {attempts} repeat(s)")
                             + f" ({len(matched)} matched rounds): not kept")
         again = self.row(row.knob, row.setting, settings, reference, cost_factor=row.cost_factor,  # type: ignore[attr-defined]
                          pairs=matched, proof=False)
@@ -106,4 +126,4 @@ class LoadProof:
         return again
 
 
-__all__ = ["LOAD_MATCH_RATIO", "LoadProof", "loads_match"]
+__all__ = ["LOAD_MATCH_RATIO", "LOAD_RETRIES", "LoadProof", "loads_match"]
