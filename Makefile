@@ -59,11 +59,13 @@ demo: $(VENV)/.demo
 
 test: venv browser
 	$(PY) -m pytest -q -m "not gpu and not alone" -n $(TEST_WORKERS) --dist loadgroup --durations=15
-	$(PY) -m pytest -q -m "alone and not gpu" --durations=5
+	@# Only the files that mark tests `alone` are collected: collecting the whole suite to run 7
+	@# tests imported Lightning, Accelerate and the rest (~11 s of CPU) for nothing.
+	$(PY) -m pytest -q -m "alone and not gpu" --durations=5 $$(grep -rlE "mark\.alone\b" tests --include='test_*.py')
 
 test-fast: venv
 	$(PY) -m pytest -q -m "not gpu and not slow and not alone" -n $(TEST_WORKERS) --dist loadgroup -x
-	$(PY) -m pytest -q -m "alone and not gpu and not slow" -x
+	$(PY) -m pytest -q -m "alone and not gpu and not slow" -x $$(grep -rlE "mark\.alone\b" tests --include='test_*.py')
 
 # The GPU tests on a lent GPU: no venv or package index needed (PYTHONPATH=src, python3 with
 # CUDA torch); the file list lives in benchmarks/gpu_check.sh, which also runs the GPU benchmarks.

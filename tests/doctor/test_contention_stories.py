@@ -142,14 +142,23 @@ sampler can see, and the script got a tenth of a core in every step (a test suit
 jobs on 2 cores: 1.76 cores taken from the first step on)."""
 
 
-def _full_before(result) -> float | None:
-    """Other processes' share of the cores in the run's quietest reading when it is at least
-    FULL_BEFORE (the machine was full before the test's own load), else None."""
+NEIGHBOUR = 50.0
+"""% of one core: the quietest reading of other processes during the run at which a neighbour
+(not the test's burners) was there all along, and its load could change too."""
+
+
+def _floor(result) -> float | None:
+    """Other processes' CPU (% of one core) in the run's quietest sampler reading."""
     from trainspeed.telemetry.rundir import read_run
     from trainspeed.telemetry.summary import others_per_step
 
-    _, _, floor = others_per_step(read_run(result.run_dir))
-    share = (floor or 0.0) / 100.0 / (os.cpu_count() or 1)
+    return others_per_step(read_run(result.run_dir))[2]
+
+
+def _full_before(result) -> float | None:
+    """Other processes' share of the cores in the run's quietest reading when it is at least
+    FULL_BEFORE (the machine was full before the test's own load), else None."""
+    share = (_floor(result) or 0.0) / 100.0 / (os.cpu_count() or 1)
     return share if share >= FULL_BEFORE else None
 
 
@@ -157,7 +166,14 @@ def _full_before(result) -> float | None:
 def test_other_processes_load_is_contention_not_growth(tmp_path, on, off):
     result, _ = _run(tmp_path, on, off, grow=0)
     ids = _ids(result)
-    assert "step_time_growth" not in ids, _evidence(result)
+    growth = next((f for f in result.findings if f["id"] == "step_time_growth"), None)
+    if growth is not None:
+        # only "cannot tell", at info level with nothing at stake, and only when the load also
+        # changed where the test planted none (a neighbour's job, 1.3-1.5 cores, beside a busy
+        # loop before step 100): never a growth the script is told to fix
+        assert growth["severity"] == "info" and growth["impact"] == 0.0, _evidence(result)
+        assert "cannot tell" in growth["title"] and result.summary["trend"]["basis"] == "changing", _evidence(result)
+        assert (_floor(result) or 0.0) >= NEIGHBOUR, _evidence(result)  # not on a machine quiet but for the test
     if _full_before(result) and "machine_contention" not in ids:
         # the machine was full from the first step: the doctor says so for the whole run (the
         # planted load made no change to find), and still reads no growth into it
