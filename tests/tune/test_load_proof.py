@@ -118,6 +118,10 @@ def test_loads_match_on_the_cores_left_free():
     assert loads_match([1.0], 0.05, cores=16)  # one of sixteen
     assert loads_match([None], 1.5, cores=2) and loads_match([0.1], None, cores=2)  # not sampled
     assert loads_match([2.5], 3.0, cores=2)  # saturated either way
+    # a bracket of one loaded baseline and one quiet one: their mean (0.37) matched a quiet
+    # candidate; each must (karpathy/makemore's foreach read 1.87x from such a bracket)
+    assert not loads_match([0.73, 0.0], 0.04, cores=2)
+    assert loads_match([0.0, 0.05], 0.04, cores=2)
 
 
 def test_the_closing_line_says_the_machine_was_busy_not_that_nothing_won(base_config, cpu, tmp_path):
@@ -156,3 +160,34 @@ def test_a_setting_dropped_for_the_budget_is_not_repeated_for_its_load(base_conf
     row = tuner.row("precision", "bf16-mixed", bf16, {}, pairs=[((0, 1), 0), ((1, 2), 1)])
     assert len(runner.calls) == ran, [(c.overrides, c.repeat) for c in runner.calls[ran:]]
     assert row.verdict == stats.BUSY and "not repeated (dropped for the budget)" in row.note, row.note
+
+
+class Drift(FakeRunner):
+    """Baseline trials after the first run 1.6x slower, with no other process to read (the
+    machine's own drift, unseen by the load check): a candidate's bracket of baselines then
+    spans a quiet and a slow trial."""
+
+    def __call__(self, req):
+        res = super().__call__(req)
+        if on_reference(req) and req.repeat > 0:
+            res.step_times = [1.6 * t for t in res.step_times]
+        res.others_load = 0.0
+        return res
+
+
+def test_a_bracket_whose_baselines_disagree_sets_the_noise_of_a_one_round_comparison(base_config, cpu, tmp_path):
+    # one round, fused changes nothing: its bracket reads (1 + 1.6) / 2 = 1.3x against it.
+    # At the 3 % floor it was "faster"; what its two baselines disagree by is its noise.
+    options = TuneOptions(budget_s=10_000, knobs=["fused_optimizer"], repeats=1)
+    result = Tuner(base_config=base_config, base_hash="h", device=cpu, runner=Drift({}), store=TrialStore(tmp_path),
+                   options=options, say=lambda s: None).run()
+    fused = row_of(result, "fused")
+    assert fused.speedup > 1.1 and fused.verdict == stats.NO_CHANGE, (fused.speedup, fused.verdict, fused.noise)
+    assert fused.noise_from == stats.NOISE_BRACKET and fused.noise == pytest.approx(0.6, abs=0.05)
+    assert result.best_settings == {}
+
+
+def test_bracket_spread_is_the_median_of_the_rounds_disagreements():
+    assert stats.bracket_spread([[1.0, 1.5], [1.0, 1.1], [2.0, 2.0]]) == pytest.approx(0.1)
+    assert stats.bracket_spread([[1.0], [2.0]]) == 0.0  # one reference trial a round: nothing to read
+    assert stats.bracket_spread([]) == 0.0

@@ -381,8 +381,9 @@ def test_on_a_noisy_machine_only_what_clears_the_pooled_noise_wins(base_config, 
     about one null setting in five (8 of 36 when this was written); judged by the spread
     pooled over the tune's comparisons (two standard errors), about one in thirty (1 of 36).
     The 2x setting is found either way."""
-    if not pooled:
+    if not pooled:  # each comparison's own rounds alone: neither the pool nor its brackets' spread
         monkeypatch.setattr(stats, "pooled_round_sd", lambda comparisons: 0.0)
+        monkeypatch.setattr(stats, "bracket_spread", lambda brackets: 0.0)
     wrong, null = 0, 0
     for salt in range(6):
         options = TuneOptions(budget_s=10_000, knobs=NULL_KNOBS + ["num_workers"], verify_repeats=3)

@@ -211,7 +211,8 @@ class Tuner(LoadProof):
         # This comparison's rounds join the machine's noise pool before it is judged by it.
         ref_arm, cand_arm = self._pool(knob, label, settings, reference, pairs, rounds)
         comp = stats.compare(ref_arm, cand_arm, min_effect=self.opt.min_effect,
-                             round_sd=stats.pooled_round_sd(list(self.round_logs.values())))
+                             round_sd=stats.pooled_round_sd(list(self.round_logs.values())),
+                             bracket=stats.bracket_spread([stats.repeat_costs(arm_of(refs)) for refs, _ in rounds]))
         # Loss parity against the baseline trials as long as the candidate's, within the
         # spread of their own repeats (parity.py).
         par = parity.judge(self.results({}), cand, self.opt.loss_tolerance, parity.math_free(settings, self.knob_of))

@@ -253,14 +253,29 @@ def _bootstrap_costs(arm: Arm, rng: np.random.Generator, n: int) -> np.ndarray:
     return out
 
 
+def bracket_spread(brackets: Sequence[Sequence[float]]) -> float:
+    """How much the reference trials around a candidate's disagree: per round with two or more,
+    their max/min - 1; the median over those rounds (0 with none).
+
+    They ran the same config, one just before the candidate's trial and one just after: what
+    they differ by, the machine did to the candidate too. One round cannot measure its own
+    noise otherwise: karpathy/makemore beside a neighbour that left mid-round read
+    foreach 1.87x (its brackets' baselines 2.94 and 0.63 ms/sample) and compile 1.52x (0.63
+    and 0.96, nothing else running), both "faster" at a 3 % noise floor."""
+    spreads = [max(costs) / min(costs) - 1.0 for costs in
+               ([c for c in bracket if math.isfinite(c) and c > 0] for bracket in brackets) if len(costs) >= 2]
+    return float(np.median(spreads)) if spreads else 0.0
+
+
 def compare(reference: Arm, candidate: Arm, *, min_effect: float = 0.03, n_boot: int = 400,
-            level: float = 0.95, seed: int = 0, round_sd: float = 0.0) -> Comparison:
+            level: float = 0.95, seed: int = 0, round_sd: float = 0.0, bracket: float = 0.0) -> Comparison:
     """Speedup of `candidate` over `reference` with a bootstrap confidence interval.
 
     The noise threshold is the largest of `min_effect`, the spread of the speedup between
     this comparison's rounds (`paired_noise`: repeat r of each arm ran interleaved in round r)
     and what the machine's per-round noise `round_sd` (`pooled_round_sd`) reaches over that
-    many rounds: a speedup smaller than what the rounds disagree by is not a result.
+    many rounds: a speedup smaller than what the rounds disagree by is not a result. And
+    `bracket`, what the reference trials around the candidate's disagree by (bracket_spread).
     """
     ref_cost, cand_cost = arm_cost(reference), arm_cost(candidate)
     speedup = ref_cost / cand_cost if cand_cost > 0 else math.nan
@@ -272,7 +287,8 @@ def compare(reference: Arm, candidate: Arm, *, min_effect: float = 0.03, n_boot:
               if ratios.size else (math.nan, math.nan))
     rounds = min(reference.repeats, candidate.repeats)
     noise, source = max((min_effect, NOISE_FLOOR), (paired_noise(reference, candidate), NOISE_ROUNDS),
-                        (pooled_noise(round_sd, rounds), NOISE_POOLED), key=lambda item: item[0])
+                        (pooled_noise(round_sd, rounds), NOISE_POOLED), (bracket, NOISE_BRACKET),
+                        key=lambda item: item[0])
     return Comparison(speedup=speedup, ci_low=lo, ci_high=hi, noise=noise,
                       reference_cost=ref_cost, candidate_cost=cand_cost, noise_from=source)
 
@@ -280,6 +296,7 @@ def compare(reference: Arm, candidate: Arm, *, min_effect: float = 0.03, n_boot:
 NOISE_FLOOR = "the tune's --min-effect floor"
 NOISE_ROUNDS = "this setting's rounds disagree by that much"
 NOISE_POOLED = "the machine's noise per round, pooled over the tune"
+NOISE_BRACKET = "the reference trials run around it disagree by that much"
 
 
 def noise_band(noise: float) -> tuple[float, float]:
