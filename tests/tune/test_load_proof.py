@@ -142,6 +142,21 @@ def test_rounds_that_compared_a_loaded_trial_with_a_quiet_one_leave_the_noise_po
     assert not [k for k in tuner.round_logs if k[3] == fused and k[4] == first]
 
 
+def test_a_loser_whose_trials_ran_under_a_neighbour_leaves_the_noise_pool_too(base_config, cpu, tmp_path):
+    # the neighbour sits on fused's trials only: it reads slower (no load check for a loser),
+    # and its rounds measured the neighbour, not the machine's noise, which the other rows are
+    # judged by (makemore beside a 75 s neighbour: the pool read 32-62 %, and every row no change)
+    runner = Neighbour({}, start=0, busy=lambda req: req.overrides == (FUSED,))
+    tuner = Tuner(base_config=base_config, base_hash="h", device=cpu, runner=runner, store=TrialStore(tmp_path),
+                  options=TuneOptions(budget_s=10_000, knobs=["fused_optimizer"]), say=lambda s: None)
+    result = tuner.run()
+    assert row_of(result, "fused").verdict == stats.SLOWER
+    fused = tuner._key({"optim.implementation": "fused"})
+    assert not [k for k in tuner.round_logs if k[3] == fused]
+    foreach = tuner._key({"optim.implementation": "foreach"})
+    assert [k for k in tuner.round_logs if k[3] == foreach]  # a quiet comparison still counts
+
+
 def test_a_setting_dropped_for_the_budget_is_not_repeated_for_its_load(base_config, cpu, tmp_path):
     """makemore on the loaded 2-core machine: num_workers=1 was dropped after round 1 ('the
     budget left fits another round of the 1 fastest only'), read faster on loads that differed,

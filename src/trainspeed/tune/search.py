@@ -31,7 +31,7 @@ from trainspeed.tune import parity, stats
 from trainspeed.tune.arms import arm_of, fill_samples, fmt_loss, max_memory
 from trainspeed.tune.budget_plan import BaselineOutOfBudget, BudgetPlan, budget_note
 from trainspeed.tune.knobs import KNOBS, Candidate, DeviceInfo, KnobContext, Skip
-from trainspeed.tune.load_proof import LoadProof
+from trainspeed.tune.load_proof import LoadProof, loads_match
 from trainspeed.tune.one_time import kept_one_time_notes, note_one_time
 from trainspeed.tune.options import TuneOptions
 from trainspeed.tune.order import ablation_round, bracket_repeats, n_brackets
@@ -256,8 +256,15 @@ class Tuner(LoadProof):
         ref_arm, cand_arm = arm_of([refs for refs, _ in rounds]), arm_of([[c] for _, c in rounds])
         key = (knob, label, config_key(self.base_hash, reference), config_key(self.base_hash, settings),
                tuple(c for _, c in pairs))
-        if rounds:
-            self.round_logs[key] = stats.round_log_ratios(ref_arm, cand_arm)
+        # Only rounds whose trials saw the same load from other processes: a round that set a
+        # loaded trial beside a quiet one measured the load, not the machine's noise (makemore
+        # beside a neighbour of 75 s in a 4-minute tune: the pool read 32-62 % and every
+        # setting "no measurable change").
+        quiet = [(refs, c) for refs, c in rounds
+                 if loads_match([r.others_load for r in refs], c.others_load, self.device.cores)]
+        if quiet:
+            self.round_logs[key] = stats.round_log_ratios(arm_of([refs for refs, _ in quiet]),
+                                                          arm_of([[c] for _, c in quiet]))
         return ref_arm, cand_arm
 
     # ------------------------------------------------------------------ phases
