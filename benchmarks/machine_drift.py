@@ -7,8 +7,8 @@ other processes' load shows it. This runs one unchanged step (the MLP of
 tests/doctor/test_contention_stories.py, one thread) for --seconds, then slides windows of
 --window steps (a doctor run's length) over it and reads each as the doctor does: the ratio
 of the last quarter's median step time to the first's, and how far each phase's share of the
-step moved (its 10th percentile, as contention.phase_share_moves reads it). The doctor's
-machine-drift rule (contention.DRIFT_RATIO, DRIFT_SHARE) rests on these figures.
+step moved (its 10th percentile, as phase_shares.phase_share_moves reads it). The doctor's
+machine-drift rule (phase_shares.DRIFT_RATIO, DRIFT_SHARE) rests on these figures.
 
     python benchmarks/machine_drift.py [--seconds 120] [--window 160]
 """
@@ -27,7 +27,7 @@ from torch import nn
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from harness import write_result  # noqa: E402
 
-from trainspeed.telemetry.contention import DRIFT_RATIO, DRIFT_SHARE, phase_share_moves  # noqa: E402
+from trainspeed.telemetry.phase_shares import DRIFT_RATIO, DRIFT_SHARE, phase_share_moves  # noqa: E402
 
 
 def _steps(seconds: float) -> tuple[np.ndarray, dict[str, np.ndarray], np.ndarray]:

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from trainspeed.doctor.checks import diagnose
-from trainspeed.telemetry.contention import DRIFT_RATIO, machine_drift, share_growth_ratio
+from trainspeed.telemetry.phase_shares import DRIFT_RATIO, machine_drift, share_growth_ratio
 from trainspeed.telemetry.rundir import RunData
 from trainspeed.telemetry.summary import summarize
 

@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 
 from trainspeed.doctor.checks import diagnose
-from trainspeed.telemetry.contention import grown_share, saturated
+from trainspeed.telemetry.contention import saturated
+from trainspeed.telemetry.phase_shares import grown_share
 from trainspeed.telemetry.rundir import RunData
 from trainspeed.telemetry.summary import robust_series, summarize
 

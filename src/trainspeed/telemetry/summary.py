@@ -216,7 +216,8 @@ def robust_series(run: RunData, keep: np.ndarray) -> tuple[np.ndarray, np.ndarra
     whose cores were all in use, shared with others (contention.saturated), the same steps,
     judged when a phase's share of the step grew (basis "share"), else undecided (basis
     "saturated"). See contention.robust_step_times."""
-    from trainspeed.telemetry.contention import SATURATED_SHARE_GROWTH, grown_share, saturated
+    from trainspeed.telemetry.contention import saturated
+    from trainspeed.telemetry.phase_shares import SATURATED_SHARE_GROWTH, grown_share
 
     steps, times, phases, basis = _series(run, keep)
     _, cores = run_threads_cores(run)
@@ -224,7 +225,7 @@ def robust_series(run: RunData, keep: np.ndarray) -> tuple[np.ndarray, np.ndarra
     # and this process's CPU time per step moves with what they run (module_transforms, one
     # thread, unchanged: 30 -> 57 ms from step 117, the others at 1.6-1.7 cores throughout,
     # read as 'step time grows' on the steps level with the start's). Only a phase's share of
-    # the step is the script's own (contention.grown_share).
+    # the step is the script's own (phase_shares.grown_share).
     if basis != "changing" and saturated(others_per_step(run, keep)[0], own_per_step(run, keep), cores):
         grown = grown_share(run.array("t_step")[keep], {name: run.array(f"phases.{name}")[keep] for name in PHASES},
                             run.array("cpu")[keep], min_share=SATURATED_SHARE_GROWTH)
@@ -234,7 +235,8 @@ def robust_series(run: RunData, keep: np.ndarray) -> tuple[np.ndarray, np.ndarra
 
 def _series(run: RunData, keep: np.ndarray) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray], str]:
     """robust_series as the others' readings and this process's CPU time tell it."""
-    from trainspeed.telemetry.contention import level_with_start, loaded_mask, robust_step_times, share_grew
+    from trainspeed.telemetry.contention import level_with_start, loaded_mask, robust_step_times
+    from trainspeed.telemetry.phase_shares import share_grew
 
     steps, times = run.array("step")[keep], run.array("t_step")[keep]
     phases = {name: run.array(f"phases.{name}")[keep] for name in PHASES}
@@ -305,7 +307,8 @@ _UNDECIDED = {"changing": "while other processes' load changed",
 
 
 def _trend(run: RunData, keep: np.ndarray) -> dict[str, Any] | None:
-    from trainspeed.telemetry.contention import linear_rate, machine_drift
+    from trainspeed.telemetry.contention import linear_rate
+    from trainspeed.telemetry.phase_shares import machine_drift
     from trainspeed.telemetry.trend import detect_trend
 
     if not keep.any():

@@ -51,6 +51,15 @@ def loads_match(reference: list[float | None], candidate: float | None, cores: i
     return True
 
 
+def load_matched(rounds: list[tuple[list[TrialResult], TrialResult]], cores: int
+                 ) -> list[tuple[list[TrialResult], TrialResult]]:
+    """The rounds (reference trials, candidate trial) whose trials saw the same load from other
+    processes: the only ones the machine's noise pool may take. A round that set a loaded
+    trial beside a quiet one measured the load, not the noise (makemore beside a neighbour of
+    75 s in a 4-minute tune: the pool read 32-62 % and every setting "no measurable change")."""
+    return [(refs, c) for refs, c in rounds if loads_match([r.others_load for r in refs], c.others_load, cores)]
+
+
 class LoadProof:
     """Mixed into search.Tuner: its store, keys, rounds and rows (kept out of search.py)."""
 
@@ -131,4 +140,4 @@ class LoadProof:
         return again
 
 
-__all__ = ["LOAD_MATCH_RATIO", "LOAD_RETRIES", "LoadProof", "loads_match"]
+__all__ = ["LOAD_MATCH_RATIO", "LOAD_RETRIES", "LoadProof", "load_matched", "loads_match"]

@@ -5,16 +5,12 @@ combined greedily, then the combination verified against the baseline.
                   store=TrialStore(out), options=TuneOptions(knobs=["precision", ...]))
     result = tuner.run()
 
-Trials of competing settings are interleaved: repeat r of every candidate runs in round r,
-and the baseline runs again after every `baseline_every` candidates of a round: B C1 C2 B C3
-C4 B; odd rounds run the groups in reverse order (order.py). Each candidate is compared with the two baseline
-trials around it, so a machine that slows down (thermal, a neighbour's job) within a round
-moves a candidate and its reference alike. With one baseline per round, at the round's edge,
-a 2-core VM that ran slower mid-round read every knob slower than the baseline (a knob that
-changed nothing, 0.80x), in both rounds alike, which no spread between rounds can show.
-
-A verdict must beat the noise: the spread of the comparison's own rounds and the machine's
-noise per round pooled over every comparison of the tune (stats.pooled_round_sd).
+Trials are interleaved, the baseline between the candidates (B C1 C2 B C3 C4 B, odd rounds
+reversed; order.py), so each candidate is compared with the two baseline trials around it: a
+machine that slows down within a round moves a candidate and its reference alike. A verdict
+must beat the noise: the spread of the comparison's own rounds, what its bracket's baselines
+disagree by, and the machine's noise per round pooled over the tune (stats.compare;
+docs/tune.md says why each).
 """
 
 from __future__ import annotations
@@ -31,7 +27,7 @@ from trainspeed.tune import parity, stats
 from trainspeed.tune.arms import arm_of, fill_samples, fmt_loss, max_memory
 from trainspeed.tune.budget_plan import BaselineOutOfBudget, BudgetPlan, budget_note
 from trainspeed.tune.knobs import KNOBS, Candidate, DeviceInfo, KnobContext, Skip
-from trainspeed.tune.load_proof import LoadProof, loads_match
+from trainspeed.tune.load_proof import LoadProof, load_matched
 from trainspeed.tune.one_time import kept_one_time_notes, note_one_time
 from trainspeed.tune.options import TuneOptions
 from trainspeed.tune.order import ablation_round, bracket_repeats, n_brackets
@@ -256,12 +252,7 @@ class Tuner(LoadProof):
         ref_arm, cand_arm = arm_of([refs for refs, _ in rounds]), arm_of([[c] for _, c in rounds])
         key = (knob, label, config_key(self.base_hash, reference), config_key(self.base_hash, settings),
                tuple(c for _, c in pairs))
-        # Only rounds whose trials saw the same load from other processes: a round that set a
-        # loaded trial beside a quiet one measured the load, not the machine's noise (makemore
-        # beside a neighbour of 75 s in a 4-minute tune: the pool read 32-62 % and every
-        # setting "no measurable change").
-        quiet = [(refs, c) for refs, c in rounds
-                 if loads_match([r.others_load for r in refs], c.others_load, self.device.cores)]
+        quiet = load_matched(rounds, self.device.cores)  # the noise pool's rounds: load_proof.py
         if quiet:
             self.round_logs[key] = stats.round_log_ratios(arm_of([refs for refs, _ in quiet]),
                                                           arm_of([[c] for _, c in quiet]))

@@ -145,7 +145,8 @@ def step_time_growth(ctx: CheckContext) -> Finding | None:
     others kept full, only a phase's share of the step), so a busy machine is
     machine_contention, never this, and a real growth is found while the machine's load goes
     up and down."""
-    from trainspeed.telemetry.contention import linear_rate, share_growth_ratio
+    from trainspeed.telemetry.contention import linear_rate
+    from trainspeed.telemetry.phase_shares import share_growth_ratio
     from trainspeed.telemetry.summary import robust_series
 
     trend: dict[str, Any] | None = ctx.summary.get("trend")
