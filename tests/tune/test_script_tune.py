@@ -19,6 +19,7 @@ import pytest
 import yaml
 
 from trainspeed.cli.main import main
+from trainspeed.tune import stats
 from trainspeed.tune.options import TuneOptions
 from trainspeed.tune.script_session import run_script_tune
 from trainspeed.tune.search import TuneError
@@ -80,7 +81,23 @@ def test_script_tune_finds_workers_verifies_them_and_hands_back_the_change(tmp_p
     result = run_script_tune(command, out, options, warmup_steps=3, measure_steps=30, say=lambda s: None)
 
     workers = [r for r in result.ablation if r.verdict == "faster"]
-    assert workers and max(r.speedup for r in workers) > 1.3, [(r.setting, r.verdict, r.speedup) for r in result.ablation]
+    rows = [(r.setting, r.verdict, r.speedup) for r in result.ablation]
+    if not workers and any(r.verdict == stats.BUSY for r in result.ablation):
+        # Other processes' load changed under every repeat of the winner (make test beside a
+        # busy loop: an xdist neighbour came and went on the one core left, num_workers=2 read
+        # 2.21x on unmatched loads three times over). The tune then must crown nothing from it:
+        # no winner in best.yaml, no patch. The rest of this story needs a winner.
+        assert all(r.verdict != stats.SLOWER for r in result.ablation if r.speedup and r.speedup > 1.3), rows
+        best = yaml.safe_load((out / "best.yaml").read_text()) if (out / "best.yaml").exists() else {}
+        assert not (best or {}).get("settings") and not (out / "best.patch").exists(), rows
+        assert _digest(user) == before
+        # ... and only when the trials really saw the load change (the load check's own readings)
+        loads = [t["others_load"] for t in map(json.loads, (out / "tune.jsonl").read_text().splitlines())
+                 if isinstance(t.get("others_load"), float)]
+        assert loads and max(loads) - min(loads) >= 0.25, (loads, rows)
+        pytest.skip(f"other processes' load changed under every repeat of the winner ({min(loads):.2f}-"
+                    f"{max(loads):.2f} cores): {rows}")
+    assert workers and max(r.speedup for r in workers) > 1.3, rows
     assert result.final is not None and result.final.verdict == "faster"
     best = yaml.safe_load((out / "best.yaml").read_text())
     assert best["kind"] == "script-settings" and best["command"] == command
