@@ -49,7 +49,8 @@ above the quiet steps'): on a machine whose cores were all busy already, other p
 only gain what this process loses (two busy loops started on a saturated 2-core VM raised
 them from 1.3 to 1.6 cores while the script fell from 0.7 to 0.4 of one), so LOAD_MIN alone
 left most loaded steps among the quiet ones, and their wall times read as a growing step."""
-# Loaded and quiet steps each needed to compare them: phase_shares.MIN_STEPS
+# MIN_STEPS (phase_shares.py): loaded and quiet steps each needed to compare them.
+
 
 def load_per_step(step_end: np.ndarray, sample_t: np.ndarray, others: np.ndarray, *, spread: int = 1) -> np.ndarray:
     """Other processes' CPU (% of one core) during each step: the value of the sampler row whose

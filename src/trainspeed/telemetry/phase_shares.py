@@ -18,7 +18,8 @@ import math
 import numpy as np
 
 __all__ = ["DRIFT_RATIO", "DRIFT_SHARE", "MIN_STEPS", "PHASE_RISE_MIN", "SATURATED_SHARE_GROWTH", "SHARE_GROWTH",
-           "finite_median", "grown_share", "machine_drift", "phase_share_moves", "phase_shares", "share_grew", "share_growth_ratio"]
+           "finite_median", "grown_share", "machine_drift", "phase_share_moves", "phase_shares", "share_grew",
+           "share_growth_ratio"]
 
 MIN_STEPS = 5
 """Steps each side of a comparison needs (a quarter of the steps, loaded or quiet steps)."""
@@ -65,6 +66,21 @@ def _phase_cost(values: np.ndarray) -> float:
     return float(np.percentile(ran, SHARE_QUANTILE)) * ran.size / v.size if ran.size else 0.0
 
 
+def _quarter(wall: np.ndarray) -> int | None:
+    """Steps in a quarter of `wall` (MIN_STEPS at least), or None when there are too few for a
+    first and a last quarter."""
+    q = max(MIN_STEPS, wall.size // 4)
+    return q if wall.size >= 2 * q else None
+
+
+def _quarter_costs(size: int, q: int, phases: dict[str, np.ndarray]) -> dict[str, tuple[float, float]]:
+    """Each phase's undisturbed time per step (_phase_cost) in the first and last `q` steps, for
+    the phases measured over all `size` steps and in both quarters."""
+    costs = {name: (_phase_cost(v[:q]), _phase_cost(v[-q:])) for name, values in phases.items()
+             if (v := np.asarray(values, dtype=np.float64).ravel()).size == size}
+    return {k: c for k, c in costs.items() if math.isfinite(c[0]) and math.isfinite(c[1])}
+
+
 def grown_share(wall: np.ndarray, phases: dict[str, np.ndarray], cpu: np.ndarray | None = None, *,
                 min_share: float = SHARE_GROWTH) -> str | None:
     """The phase whose share of the step grew most (by `min_share` at least, its own time by
@@ -77,17 +93,15 @@ def grown_share(wall: np.ndarray, phases: dict[str, np.ndarray], cpu: np.ndarray
     time per step went 68 -> 71 ms); the script's own growth is work: growing_log's CPU time
     per step rose 3.3-5x."""
     w = np.asarray(wall, dtype=np.float64).ravel()
-    q = max(MIN_STEPS, w.size // 4)
-    if w.size < 2 * q:
+    q = _quarter(w)
+    if q is None:
         return None
     if cpu is not None:
         c = np.asarray(cpu, dtype=np.float64).ravel()
         early_cpu, late_cpu = finite_median(c[:q]), finite_median(c[-q:])
         if c.size != w.size or not late_cpu >= (1.0 + PHASE_RISE_MIN) * early_cpu:
             return None
-    costs = {name: (_phase_cost(v[:q]), _phase_cost(v[-q:])) for name, values in phases.items()
-             if (v := np.asarray(values, dtype=np.float64).ravel()).size == w.size}
-    costs = {k: c for k, c in costs.items() if math.isfinite(c[0]) and math.isfinite(c[1])}
+    costs = _quarter_costs(w.size, q, phases)
     early, late = sum(c[0] for c in costs.values()), sum(c[1] for c in costs.values())
     if not (early > 0 and late > 0):
         return None
@@ -104,7 +118,6 @@ def share_grew(wall: np.ndarray, phases: dict[str, np.ndarray], cpu: np.ndarray 
     return grown_share(wall, phases, cpu) is not None
 
 
-
 DRIFT_RATIO = 1.5
 """A step that slowed by less than this from the first quarter of the judged steps to the last,
 every phase alike, is within what the machine's own speed drifts. A fixed step (one thread, CPU
@@ -119,17 +132,16 @@ by 5 points. In those windows the shares of forward, backward and optimizer move
 lands in the phase that does the growing work (a history re-read at each log line: its share
 0.04 -> 0.42 of the step)."""
 
+
 def phase_shares(wall: np.ndarray, phases: dict[str, np.ndarray]) -> dict[str, tuple[float, float]]:
     """Each measured phase's (share of the step in the first quarter of the steps, in the last),
     shares of the phases' undisturbed times (_phase_cost); {} when too few steps or nothing
     measured."""
     w = np.asarray(wall, dtype=np.float64).ravel()
-    q = max(MIN_STEPS, w.size // 4)
-    if w.size < 2 * q:
+    q = _quarter(w)
+    if q is None:
         return {}
-    costs = {name: (_phase_cost(v[:q]), _phase_cost(v[-q:])) for name, values in phases.items()
-             if (v := np.asarray(values, dtype=np.float64).ravel()).size == w.size}
-    costs = {k: c for k, c in costs.items() if math.isfinite(c[0]) and math.isfinite(c[1])}
+    costs = _quarter_costs(w.size, q, phases)
     early, late = sum(c[0] for c in costs.values()), sum(c[1] for c in costs.values())
     if not (early > 0 and late > 0):
         return {}
@@ -164,8 +176,8 @@ def machine_drift(wall: np.ndarray, phases: dict[str, np.ndarray]) -> bool:
     speed makes: below DRIFT_RATIO, with every phase slowed alike (no share moved DRIFT_SHARE)?
     A single phase (nothing else measured) cannot show which: judged on the ratio alone."""
     w = np.asarray(wall, dtype=np.float64).ravel()
-    q = max(MIN_STEPS, w.size // 4)
-    if w.size < 2 * q:
+    q = _quarter(w)
+    if q is None:
         return False
     early, late = finite_median(w[:q]), finite_median(w[-q:])
     if not (early > 0 and late / early < DRIFT_RATIO):
