@@ -79,3 +79,17 @@ def test_compare_cli(runs, capsys):
 def test_not_a_run_dir(tmp_path, capsys):
     assert main(["report", str(tmp_path / "nope")]) == 2
     assert "RunDirError" in capsys.readouterr().err
+
+
+def test_report_starts_without_torch(runs):
+    """Rendering a run directory reads JSON and draws plots: torch's import (1.4 s of the
+    2.6 s a report took) came in through the doctor's DeepSpeed check and is gone."""
+    import subprocess
+
+    a, _ = runs
+    code = ("import sys; from trainspeed.cli.main import main; rc = main(['report', sys.argv[1], '--no-html']); "
+            "print('TORCH', 'torch' in sys.modules); sys.exit(rc)")
+    proc = subprocess.run([sys.executable, "-c", code, str(a)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "Training waits for data" in proc.stdout
+    assert proc.stdout.rstrip().endswith("TORCH False")

@@ -11,7 +11,8 @@ import socket
 import sys
 from typing import Any
 
-import torch
+# torch is imported where an engine's device is read, not here: `trainspeed report` reaches this
+# module through the doctor's checks and needs no torch (1.4 s of start-up).
 
 LAUNCHER_ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK")
 """Set by a launcher (deepspeed, torchrun); without any, the script runs as one process."""
@@ -85,6 +86,8 @@ def _param_count(engine: Any) -> int | None:
 def device_memory(device: Any, environ: Any = os.environ) -> dict[str, Any]:
     """The memory a rank on `device` trains in: a CUDA device's total memory (one per rank),
     else the machine's RAM (psutil), shared by this node's LOCAL_WORLD_SIZE processes."""
+    import torch
+
     try:
         if isinstance(device, torch.device) and device.type == "cuda":
             props = torch.cuda.get_device_properties(device)
@@ -100,6 +103,8 @@ def device_memory(device: Any, environ: Any = os.environ) -> dict[str, Any]:
 
 def _device_type(device: Any) -> str | None:
     """"cuda", "cpu" (DS_ACCELERATOR=cpu), ...: the device the engine trains on."""
+    import torch
+
     if isinstance(device, torch.device):
         return device.type
     return str(device).split(":")[0] if device is not None else None
