@@ -17,7 +17,7 @@ def test_demo_tells_the_story_on_its_slow_script(tmp_path, capsys):
     out = tmp_path / "demo"
     from trainspeed.cli.tune import NOTHING_MEASURED
 
-    rc = demo.main(["--steps", "12", "--budget", "25s", "--out", str(out)])
+    rc = demo.main(["--steps", "12", "--budget", "12s", "--out", str(out)])
     text = capsys.readouterr().out
     # a budget this short may measure nothing on a loaded machine: the story goes on, and the
     # status says so (a tune that measured nothing is no verdict)
