@@ -240,12 +240,20 @@ def test_mark_records_the_same_phases_as_with_blocks_and_follows_a_profiler_hook
     mon.begin = lambda name: seen.append(("begin", name))  # what a profiler window does
     mon.end = lambda name: seen.append(("end", name))
     mon.hook_phases(True)
+    held = mon.phase("forward")  # a loop may keep the context object across the window
     mon.mark((time.perf_counter(), opt))
     mon.mark((time.perf_counter(), opt_end))
-    assert seen == [("begin", "optimizer"), ("end", "optimizer")]
+    with held:
+        pass
+    assert seen == [("begin", "optimizer"), ("end", "optimizer"), ("begin", "forward"), ("end", "forward")]
     del mon.begin, mon.end
     mon.hook_phases(False)
     assert mon.mark == mon._timeline.marks.append
+    marks = len(mon._timeline.marks)
+    with held:  # appends its two marks again, begin/end untouched
+        pass
+    assert len(mon._timeline.marks) == marks + 2 and len(seen) == 4
+    mon._timeline.marks[marks:] = []
     mon.close()
     records = list(mon.recent)
     assert len(records) == 2
@@ -253,3 +261,49 @@ def test_mark_records_the_same_phases_as_with_blocks_and_follows_a_profiler_hook
         assert 0.03 <= rec["phases"]["forward"] < 0.03 + 0.05
         assert 0.01 <= rec["phases"]["optimizer"] < 0.01 + 0.05
         assert abs(sum(rec["phases"].values()) - rec["t_step"]) < 1e-6
+
+
+def test_short_steps_share_cpu_readings_and_long_steps_each_get_one(monkeypatch):
+    """The CPU clock (a system call of microseconds after a step's torch ops) is read at a
+    step's end once CPU_READ_EVERY_S of wall time passed since the last reading: 1 ms steps
+    share readings, in proportion to their wall time; 10 ms steps are each read. (Process CPU
+    counts every thread: the writer's work lands in whichever steps it ran beside.)"""
+    import trainspeed.telemetry.monitor as monitor_module
+
+    reads: list[float] = []
+    real = monitor_module._process_time
+    monkeypatch.setattr(monitor_module, "_process_time", lambda: reads.append(real()) or reads[-1])
+
+    def run(step_s: float, steps: int) -> list[dict]:
+        reads.clear()
+        mon = Monitor(None, sinks=(), log_every=20, warmup_steps=0, system_sampler=False)
+        for _ in range(steps):
+            end = time.perf_counter() + step_s
+            while time.perf_counter() < end:  # this process's CPU, as a step's ops
+                pass
+            mon.step(samples=1)
+        mon.close()
+        return list(mon.recent)
+
+    short = run(0.001, 60)
+    assert 1 + 60 // 6 <= len(reads) <= 1 + 60 // 4 + 3  # at creation, every ~5 ms, at each flush
+    cpu = [r["cpu"] for r in short]
+    assert all(c is not None and c > 0 for c in cpu)
+    # every second of CPU read is given to a step, none twice
+    assert sum(cpu) == pytest.approx(reads[-1] - reads[0], rel=1e-9)
+    # steps between two readings share it by wall time: as many CPU/wall ratios as readings
+    assert len({round(c / r["t_step"], 6) for c, r in zip(cpu[1:], short[1:])}) <= len(reads) - 1
+    long = run(0.01, 10)
+    assert len(reads) == 1 + 10  # every step, and none more at the flush
+    assert all(r["cpu"] >= 0.5 * r["t_step"] for r in long)
+
+
+def test_step_cpu_spreads_a_reading_over_the_steps_since_the_last_by_wall_time():
+    from trainspeed.telemetry.records import step_cpu
+
+    assert step_cpu([1.0, 1.0, 3.0], [10.0, None, 14.0], 9.0) == [1.0, 1.0, 3.0]
+    assert step_cpu([1.0, 3.0], [None, 8.0], 4.0) == [1.0, 3.0]
+    assert step_cpu([1.0, 1.0], [None, None], 4.0) == [None, None]  # no reading after them
+    assert step_cpu([1.0, 1.0], [5.0, 6.0], None) == [None, 1.0]  # nothing before the first
+    assert step_cpu([0.0, 0.0], [None, 6.0], 4.0) == [1.0, 1.0]  # no wall time: evenly
+    assert step_cpu([1.0], [3.0], 4.0) == [0.0]  # a clock read back never gives negative CPU

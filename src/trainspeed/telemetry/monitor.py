@@ -36,7 +36,8 @@ from trainspeed.telemetry import rundir, schema
 from trainspeed.telemetry.loader_facts import observe_loader
 from trainspeed.telemetry.monitor_setup import is_cuda as _is_cuda
 from trainspeed.telemetry.monitor_setup import make_profile_window, make_sampler, make_writer
-from trainspeed.telemetry.phase_context import PHASE_INDEX, MarkPhase, Phase, PhaseTable, unknown_phase
+from trainspeed.telemetry.phase_context import (PHASE_INDEX, HookedMarkPhase, MarkPhase, Phase, PhaseTable,
+                                               unknown_phase)
 from trainspeed.telemetry.records import step_records
 from trainspeed.telemetry.schema import MEASURED_PHASES, PHASES
 from trainspeed.telemetry.timeline import OTHER, STEP_END, CpuTimeline, CudaTimeline, end_code
@@ -45,6 +46,11 @@ _perf_counter = time.perf_counter
 # CPU seconds of this process (all its threads) at each step's end: beside the wall time it
 # tells a slower script from a busy machine (~0.7 µs a call on Linux, one per step).
 _process_time = time.process_time
+CPU_READ_EVERY_S = 0.005
+"""The process CPU clock is read at a step's end once this much wall time has passed since the
+last reading: a system call of 1-5 µs on a VM right after the step's torch ops, a few % of a
+1 ms step read every step. Steps in between share the next reading (records.step_cpu); steps
+of 5 ms or more are each read."""
 
 # Upper bound on steps held between flushes, whatever log_every is: bounds memory and the
 # delay before records reach disk.
@@ -118,6 +124,8 @@ class Monitor:
         # Process CPU seconds at the end of the step before the pending ones (the first step's
         # CPU time is counted from the Monitor's creation, as its wall time is).
         self._cpu_before = _process_time()
+        self._cpu_read_after = 0.0  # perf_counter time from which a step's end reads the CPU clock
+        self._cpu_every = CPU_READ_EVERY_S
         # Per pending step: the loss as a float, or a tensor kept by step() (keep_loss_tensors).
         self._loss_host: list[Any] = [math.nan] * self._cap
         self._loss_given = [False] * self._cap
@@ -195,6 +203,9 @@ class Monitor:
         a profiler window shadows on this instance while it is open; or stop doing so."""
         self._hooked_phases = on
         self.mark = self._mark_via_hooks if on or self._cpu_marks is None else self._cpu_marks
+        for ctx in self._phase_ctx.values():
+            if isinstance(ctx, MarkPhase):
+                ctx.__class__ = HookedMarkPhase if on else MarkPhase
 
     def _mark_via_hooks(self, mark: tuple[float, int]) -> None:
         code = mark[1]
@@ -284,10 +295,14 @@ class Monitor:
         else:
             t_end = self._end_step()
         # The step's end on the host clock becomes its wall time at flush (one time.time()
-        # per interval instead of one per step).
+        # per interval instead of one per step); the CPU clock, see CPU_READ_EVERY_S.
+        if t_end >= self._cpu_read_after:
+            cpu = _process_time()
+            self._cpu_read_after = t_end + self._cpu_every
+        else:
+            cpu = None
         rows.append((samples, tokens, pad_tokens, lr, self._cur_syncs,
-                     warmup or self._cur_warmup or self.steps_done < self.warmup_steps, t_end,
-                     _process_time()))
+                     warmup or self._cur_warmup or self.steps_done < self.warmup_steps, t_end, cpu))
         if loss is not None:
             if loss.__class__ is self._item_class:
                 # A CPU scalar, as the last checked loss was (rechecked every interval). Each
@@ -344,6 +359,8 @@ class Monitor:
         n = len(self._rows)
         if n == 0:
             return
+        if self._rows[-1][7] is None:  # the interval's last steps end at a reading
+            self._rows[-1] = (*self._rows[-1][:7], _process_time())
         # Tensors step() kept become floats (in place: a flush that fails below is run again)
         self._loss_host[:n] = losses = [x if x.__class__ is float else _host_loss(x) for x in self._loss_host[:n]]
         if any(self._loss_on_dev[:n]):

@@ -24,7 +24,6 @@ class PhaseHost(Protocol):
     """What a phase's context object uses of its Monitor (which satisfies this without
     naming it, so this module never imports monitor, which imports it)."""
 
-    _hooked_phases: bool
     _timeline: Any  # CpuTimeline or CudaTimeline; MarkPhase appends to the CPU one's marks
 
     def begin(self, name: str) -> None: ...
@@ -66,9 +65,9 @@ class Phase:
 class MarkPhase:
     """Context object for `mon.phase(name)` on the CPU timeline: entering and leaving append
     one (time, code) mark each, nothing else (see CpuTimeline). ~10 of these run every step,
-    each right after a torch op, where Python code runs with cold caches. While a profiler
-    window shadows begin/end (`_hooked_phases`), they go through those instead, so a loop may
-    hold on to these objects across the window."""
+    each right after a torch op, where Python code runs with cold caches: no check either. While
+    a profiler window shadows begin/end, Monitor.hook_phases turns each into a HookedMarkPhase
+    (its class swapped in place), so a loop may hold on to these objects across the window."""
 
     __slots__ = ("_mon", "_name", "_append", "_idx", "_end")
 
@@ -78,16 +77,22 @@ class MarkPhase:
         self._append, self._idx, self._end = mon._timeline.marks.append, idx, end_code(idx)
 
     def __enter__(self) -> None:
-        if self._mon._hooked_phases:
-            self._mon.begin(self._name)
-        else:
-            self._append((_perf_counter(), self._idx))
+        self._append((_perf_counter(), self._idx))
 
     def __exit__(self, *exc: Any) -> None:
-        if self._mon._hooked_phases:
-            self._mon.end(self._name)
-        else:
-            self._append((_perf_counter(), self._end))
+        self._append((_perf_counter(), self._end))
+
+
+class HookedMarkPhase(MarkPhase):
+    """A MarkPhase while a profiler window is open: transitions go through Monitor.begin/end."""
+
+    __slots__ = ()
+
+    def __enter__(self) -> None:
+        self._mon.begin(self._name)
+
+    def __exit__(self, *exc: Any) -> None:
+        self._mon.end(self._name)
 
 
 class PhaseTable(dict):

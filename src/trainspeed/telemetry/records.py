@@ -10,7 +10,7 @@ from typing import Any, Sequence
 from trainspeed.telemetry import schema
 from trainspeed.telemetry.schema import MEASURED_PHASES
 
-__all__ = ["step_records"]
+__all__ = ["step_cpu", "step_records"]
 
 
 def step_records(
@@ -30,8 +30,12 @@ def step_records(
     `losses` its loss (NaN when none was given); `wall_offset` turns perf_counter times into
     wall-clock times; `cpu_before` is the process CPU seconds at the end of the step before
     first_step + 1. A record's `cpu` is the process's CPU seconds in the step (all threads:
-    more than t_step when intra-op threads work in parallel), null when unknown."""
+    more than t_step when intra-op threads work in parallel), null when unknown. A row's
+    cpu_end may be None (a short step: the Monitor read the CPU clock after it, see
+    CPU_READ_EVERY_S): the steps up to the next reading share its CPU seconds (step_cpu)."""
     version, n_measured = schema.SCHEMA_VERSION, len(MEASURED_PHASES)
+    cpus = step_cpu([float(t) for t, _ in resolved[:len(rows)]], [r[7] if len(r) > 7 else None for r in rows],
+                    cpu_before)
     records = []
     for i in range(len(rows)):
         t_step, phases = resolved[i]
@@ -40,9 +44,7 @@ def step_records(
         phase_map = dict(zip(MEASURED_PHASES, row))
         phase_map["other"] = max(0.0, t_step - sum(row))
         samples, tokens, pad, lr, syncs, warm, t_end = rows[i][:7]
-        cpu_end = rows[i][7] if len(rows[i]) > 7 else None
-        cpu = None if cpu_end is None or cpu_before is None else max(0.0, float(cpu_end - cpu_before))
-        cpu_before = cpu_end
+        cpu = cpus[i]
         tok, pad = int(tokens), int(pad)
         records.append(
             {
@@ -65,6 +67,30 @@ def step_records(
             }
         )
     return records
+
+
+def step_cpu(t_steps: Sequence[float], cpu_ends: Sequence[float | None],
+             cpu_before: float | None) -> list[float | None]:
+    """Each step's process CPU seconds from the CPU clock's readings at step ends. A step
+    without a reading (None: read at a later step's end) shares the CPU seconds up to the next
+    reading with the steps in between, in proportion to their wall time; steps after the last
+    reading, or with no reading before them, get None."""
+    out: list[float | None] = [None] * len(t_steps)
+    start = 0  # first step of the group that ends at the next reading
+    for i, end in enumerate(cpu_ends):
+        if end is None:
+            continue
+        if cpu_before is not None:
+            spent = max(0.0, float(end - cpu_before))
+            if i == start:
+                out[i] = spent
+            else:
+                walls = [max(0.0, t) for t in t_steps[start:i + 1]]
+                total = sum(walls)
+                for j, w in enumerate(walls, start):
+                    out[j] = spent * (w / total if total > 0 else 1.0 / len(walls))
+        cpu_before, start = end, i + 1
+    return out
 
 
 def _finite(x: float) -> float | None:
