@@ -34,8 +34,7 @@ def step_records(
     cpu_end may be None (a short step: the Monitor read the CPU clock after it, see
     CPU_READ_EVERY_S): the steps up to the next reading share its CPU seconds (step_cpu)."""
     version, n_measured = schema.SCHEMA_VERSION, len(MEASURED_PHASES)
-    cpus = step_cpu([float(t) for t, _ in resolved[:len(rows)]], [r[7] if len(r) > 7 else None for r in rows],
-                    cpu_before)
+    cpus = step_cpu([r[7] if len(r) > 7 else None for r in rows], cpu_before)
     records = []
     for i in range(len(rows)):
         t_step, phases = resolved[i]
@@ -69,26 +68,23 @@ def step_records(
     return records
 
 
-def step_cpu(t_steps: Sequence[float], cpu_ends: Sequence[float | None],
-             cpu_before: float | None) -> list[float | None]:
+def step_cpu(cpu_ends: Sequence[float | None], cpu_before: float | None) -> list[float | None]:
     """Each step's process CPU seconds from the CPU clock's readings at step ends. A step
     without a reading (None: read at a later step's end) shares the CPU seconds up to the next
-    reading with the steps in between, in proportion to their wall time; steps after the last
-    reading, or with no reading before them, get None."""
-    out: list[float | None] = [None] * len(t_steps)
+    reading evenly with the steps in between, not by their wall time: a step that another
+    process held off the core took longer without using more CPU, and that difference is the
+    evidence of contention (telemetry/contention.py). Steps after the last reading, or with
+    no reading before them, get None."""
+    out: list[float | None] = [None] * len(cpu_ends)
     start = 0  # first step of the group that ends at the next reading
     for i, end in enumerate(cpu_ends):
         if end is None:
             continue
         if cpu_before is not None:
             spent = max(0.0, float(end - cpu_before))
-            if i == start:
-                out[i] = spent
-            else:
-                walls = [max(0.0, t) for t in t_steps[start:i + 1]]
-                total = sum(walls)
-                for j, w in enumerate(walls, start):
-                    out[j] = spent * (w / total if total > 0 else 1.0 / len(walls))
+            share = spent / (i + 1 - start)
+            for j in range(start, i + 1):
+                out[j] = share
         cpu_before, start = end, i + 1
     return out
 
