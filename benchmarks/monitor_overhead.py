@@ -156,7 +156,7 @@ def main() -> None:
               f"the Monitor's own work: {res['monitor_work_us']:.0f} µs per step (median paired difference)")
     if args.cpu_clock_every_step:
         res["cpu_clock_saving_us"] = paired_us(trials, "with_monitor", "cpu_clock_every_step")
-        print(f"reading the CPU clock at every step instead: +{res['cpu_clock_saving_us']:.1f} µs per step "
+        print(f"reading the CPU clock at every step instead: {res['cpu_clock_saving_us']:+.1f} µs per step "
               f"(median paired difference against the Monitor as it is)")
     # The goal is absolute (µs per step), not a ratio: at 1-3 ms steps a ratio measures Python call cost.
     us = mon_res["median_paired_diff_us"]
