@@ -43,8 +43,8 @@ from trainspeed.telemetry.schema import MEASURED_PHASES, PHASES
 from trainspeed.telemetry.timeline import OTHER, STEP_END, CpuTimeline, CudaTimeline, end_code
 
 _perf_counter = time.perf_counter
-# CPU seconds of this process (all its threads) at each step's end: beside the wall time it
-# tells a slower script from a busy machine (~0.7 µs a call on Linux, one per step).
+# CPU seconds of this process (all its threads) at a step's end: beside the wall time it
+# tells a slower script from a busy machine (0.65 µs a call in a warm loop; see CPU_READ_EVERY_S).
 _process_time = time.process_time
 CPU_READ_EVERY_S = 0.005
 """The process CPU clock is read at a step's end once this much wall time has passed since the
@@ -118,14 +118,15 @@ class Monitor:
         # begin/end. For loops written for speed, like the Trainer's: see hook_phases.
         self.mark = self._cpu_marks or self._mark_via_hooks
         self._cap = min(log_every, _MAX_PENDING)
-        # One tuple per pending step (samples, tokens, pad, lr, syncs, warmup, t_end, cpu_end):
-        # building a tuple is cheaper on the training thread than writing eight numpy slots.
+        # One tuple per pending step (samples, tokens, pad, lr, syncs, warmup, t_end, cpu_end;
+        # cpu_end None between readings of the CPU clock): building a tuple is cheaper on the
+        # training thread than writing eight numpy slots.
         self._rows: list[tuple] = []
         # Process CPU seconds at the end of the step before the pending ones (the first step's
         # CPU time is counted from the Monitor's creation, as its wall time is).
         self._cpu_before = _process_time()
         self._cpu_read_after = 0.0  # perf_counter time from which a step's end reads the CPU clock
-        self._cpu_every = CPU_READ_EVERY_S
+        self._cpu_every = CPU_READ_EVERY_S  # per instance: monitor_overhead's side sets 0 (every step)
         # Per pending step: the loss as a float, or a tensor kept by step() (keep_loss_tensors).
         self._loss_host: list[Any] = [math.nan] * self._cap
         self._loss_given = [False] * self._cap
