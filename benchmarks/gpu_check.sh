@@ -4,10 +4,11 @@
 #   OUT=/some/dir bash benchmarks/gpu_check.sh            # the device: $OUT is set for you
 #   bash benchmarks/gpu_check.sh --tests-only             # `make gpu-test`: the pytest part only
 #
-# 1. the GPU tests (pytest -m gpu over the files below, 120 s), 2. benchmarks/gpu_mfu.py (gpt at
+# 1. the GPU tests (pytest -m gpu over the files below, 100 s), 2. benchmarks/gpu_mfu.py (gpt at
 # GPT-2 124M, bf16 + compile + fused AdamW, 110 s), 3. benchmarks/gpu_truth.py (the doctor names
-# each planted GPU cause first, then the tune verifies its fix; 240 s: the doctor runs all come
-# first, the fixes as far as time allows, rerun the rest with --only NAME). Each runs under its own `timeout`; one that
+# each planted GPU cause first, then the tune verifies its fix; 320 s: the doctor runs all come
+# first, the fixes as far as time allows, rerun the rest with --only NAME). The results files
+# are copied to $OUT after each stage, so a run cut short still brings back what it measured. Each runs under its own `timeout`; one that
 # fails or times out does not stop the others. No virtual environment and no package index are
 # needed: PYTHONPATH=src and the machine's python3 (torch with CUDA). Output goes to
 # $OUT/gpu_check.log, the results files to $OUT (at most 8 files in all). A stage past its
@@ -39,6 +40,15 @@ if [ "${1:-}" = "--tests-only" ]; then
   exit $?
 fi
 
+copy_results() {
+  # the results files so far into $OUT (at most 6: the log and room to spare make 8)
+  local n=0 f
+  for f in benchmarks/results/gpu_truth-*.json benchmarks/results/gpu_mfu-*.json; do
+    [ -f "$f" ] && [ "$n" -lt 6 ] || continue
+    cp "$f" "$OUT/" && n=$((n + 1))
+  done
+}
+
 cuda=$("$PY" -c "import torch; print(int(torch.cuda.is_available()))" 2>/dev/null || echo 0)
 status=0
 {
@@ -48,8 +58,8 @@ status=0
   "$PY" -c "import libcst" 2>/dev/null && echo "libcst: yes" || echo "libcst: no (the tune's code change is skipped)"
   [ "$cuda" = 1 ] || echo "no CUDA here: the GPU tests skip, gpu_truth runs --dry-run on two scripts, gpu_mfu is skipped"
 
-  echo; echo "== 1/3 GPU tests (timeout 120 s)"; t0=$SECONDS
-  run_tests 120 || { echo "GPU tests: exit $?"; status=1; }
+  echo; echo "== 1/3 GPU tests (timeout 100 s)"; t0=$SECONDS
+  run_tests 100 || { echo "GPU tests: exit $?"; status=1; }
   echo "GPU tests: $((SECONDS - t0)) s"
 
   echo; echo "== 2/3 gpu_mfu.py (timeout 110 s)"; t0=$SECONDS
@@ -58,23 +68,22 @@ status=0
   else
     echo "gpu_mfu: skipped (no CUDA)"
   fi
-  echo "gpu_mfu: $((SECONDS - t0)) s"
+  echo "gpu_mfu: $((SECONDS - t0)) s"; copy_results
 
-  echo; echo "== 3/3 gpu_truth.py (timeout 240 s)"; t0=$SECONDS
+  echo; echo "== 3/3 gpu_truth.py (timeout 320 s)"; t0=$SECONDS
   if [ "$cuda" = 1 ]; then
-    timeout -s INT -k 10 240 "$PY" benchmarks/gpu_truth.py --budget 30s --timeout 75 || { echo "gpu_truth: exit $?"; status=1; }
+    timeout -s INT -k 10 320 "$PY" benchmarks/gpu_truth.py --budget 25s --timeout 75 || { echo "gpu_truth: exit $?"; status=1; }
   else
     timeout -s INT -k 10 400 "$PY" benchmarks/gpu_truth.py --dry-run --only fp32_mlp,memory_limit --budget 20s \
       --results-dir "$OUT" || { echo "gpu_truth --dry-run: exit $?"; status=1; }
   fi
-  echo "gpu_truth: $((SECONDS - t0)) s"
+  echo "gpu_truth: $((SECONDS - t0)) s"; copy_results
 
   echo; echo "== results"
-  n=0
-  for f in benchmarks/results/gpu_truth-*.json benchmarks/results/gpu_mfu-*.json; do
+  copy_results
+  for f in "$OUT"/gpu_truth-*.json "$OUT"/gpu_mfu-*.json; do
     [ -f "$f" ] || continue
-    [ "$n" -lt 6 ] || break
-    cp "$f" "$OUT/" && n=$((n + 1)) && echo "copied $f"
+    echo "copied $(basename "$f")"
     "$PY" -c "import json,sys; h=json.load(open(sys.argv[1]))['headline']; print('  ', h['label'], '->', h['value'], 'passed' if h['passed'] else 'NOT passed')" "$f" 2>/dev/null
   done
   echo "gpu_check: done, exit $status, $SECONDS s"

@@ -54,7 +54,8 @@ def run(variant: str, args: argparse.Namespace, out: Path) -> dict:
     mfu = summary.get("mfu") or {}
     return {"tokens_per_s": summary.get("tokens_per_s"), "mfu": mfu.get("value"), "mfu_valid": mfu.get("valid"),
             "peak": mfu.get("peak_name"), "step_p50_s": summary["step_time"]["p50"],
-            "memory": summary.get("memory"), "loss_last": (summary.get("loss") or {}).get("last")}
+            "memory": summary.get("memory"), "loss_last": (summary.get("loss") or {}).get("last"),
+            "phases": summary.get("phases"), "gpu_busy": summary.get("gpu_busy"), "micro_batches": summary.get("micro_batches")}
 
 
 def main() -> int:
