@@ -13,6 +13,7 @@ from torch import nn
 p = argparse.ArgumentParser()
 p.add_argument("--steps", type=int, default=100)
 p.add_argument("--batch-size", type=int, default=8192, help="the largest batch; each step takes 1/2-1x of it")
+p.add_argument("--headroom", type=float, default=1.25, help="memory left free, in steps' measured needs")
 p.add_argument("--small", action="store_true")
 args = p.parse_args()
 device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -43,10 +44,11 @@ if device == "cuda":
     need = torch.cuda.max_memory_allocated() - torch.cuda.memory_allocated()
     torch.cuda.empty_cache()
     free, _ = torch.cuda.mem_get_info()
-    hold = torch.empty(max(0, free - int(1.25 * need)), dtype=torch.uint8, device=device)
+    hold = torch.empty(max(0, free - int(args.headroom * need)), dtype=torch.uint8, device=device)
 g = torch.Generator().manual_seed(0)
 for i in range(args.steps):
     # batch sizes vary from step to step (the last partial batch, a sampler by length): the
     # cached blocks of one step do not fit the next, and near the limit the allocator retries
     loss = step(int(torch.randint(batch // 2, batch + 1, (1,), generator=g)))
-print(f"final loss {loss.item():.4f}")
+retries = torch.cuda.memory_stats().get("num_alloc_retries", 0) if device == "cuda" else 0
+print(f"final loss {loss.item():.4f}; allocator retries {retries}")
