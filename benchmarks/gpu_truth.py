@@ -75,7 +75,7 @@ CASES: dict[str, Case] = {c.script.removesuffix(".py"): c for c in (
          "77 MB batches from pageable memory, .to(device) without non_blocking", knob="pin_memory",
          steps=300),
     Case("item_sync.py", ("host_syncs",), "loss.item() every step; host and GPU work of similar length",
-         knob="log_every", args=("--log-every", "1"), steps=400),
+         knob="log_every", args=("--log-every", "1"), steps=200),
     Case("cudnn_off.py", ("cudnn_benchmark_off",), "fixed-shape conv net, cudnn.benchmark off",
          knob="cudnn_benchmark", steps=150),
     Case("memory_limit.py", ("memory_near_oom",),

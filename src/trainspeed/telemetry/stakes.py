@@ -2,7 +2,7 @@
 the doctor's ranking (doctor/findings.py) and the reports (report/fmt.py).
 
 A share at stake is the part of the measured step a fix can win. Two kinds add up and two do
-not: the data wait, the host syncs' stall and the time in logging are different stretches of the
+not: the data wait, the wait inside the host syncs and the time in logging are different stretches of the
 step, so their shares add; a faster matmul precision, less padding and a fused optimizer all
 shrink the same compute, so their shares overlap (fix one and the next wins less). Findings in
 one OVERLAP_POOLS pool are marked as overlapping those ranked above them, and any share that

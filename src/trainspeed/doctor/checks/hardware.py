@@ -23,10 +23,13 @@ telemetry/gpu_busy.py) the GPU's idle time is worth explaining. NVML counts a pe
 when any kernel ran in it, so a launch-bound loop of tiny kernels can read well above half busy:
 the threshold is not 50 %."""
 IDLE_UNEXPLAINED_NOTICE = 0.05
-"""GPU idle time that the data wait, the copies and the syncs' stall leave unexplained below
+"""GPU idle time that the data wait, the copies and the reads' wait leave unexplained below
 this share is not worth a finding of its own."""
 IDLE_UNEXPLAINED_WARNING = 0.2
 """A fifth of the step with the GPU idle for no measured host stretch: a warning."""
+HOST_BETWEEN_STEPS = 0.2
+"""Share of the step outside the training phases from which the idle GPU is put on the host's
+Python between the steps rather than on kernel launches."""
 NEAR_OOM = 0.95
 """Reserved memory above 95 % of the device: the next longer batch can OOM, and the caching
 allocator starts freeing and retrying (cudaMalloc retries), which is slow."""
@@ -178,8 +181,10 @@ def not_compiled(ctx: CheckContext) -> Finding | None:
 def low_gpu_utilization(ctx: CheckContext) -> Finding | None:
     """The GPU idles over the measured steps (NVML inside their window, never the life of the
     process), and what is at stake is the idle time that the data wait, the copies and the
-    syncs' stall do not already claim (their own findings name those). A busy figure below
-    the MFU is not a measurement of the steps (telemetry/gpu_busy.py) and makes no finding."""
+    reads' wait do not already claim (their own findings name those): the host's own work,
+    launching kernels or, when much of the step lies outside the training phases, Python
+    between the steps. A busy figure below the MFU is not a measurement of the steps
+    (telemetry/gpu_busy.py) and makes no finding."""
     if ctx.device_type != "cuda":
         return None
     parts, residual, claimed = _idle_left(ctx)
@@ -199,28 +204,36 @@ def low_gpu_utilization(ctx: CheckContext) -> Finding | None:
     if size is not None:
         evidence.append(f"batch size {size}")
     explained = parts.data + parts.h2d + claimed
+    between = ctx.share("other")
+    host_work = "Python between the steps" if between >= HOST_BETWEEN_STEPS else "the host launching kernels"
     if explained >= 0.005:
-        evidence.append(f"the data wait, copies and syncs' stall explain {pct(explained)} of the idle "
-                        f"{pct(parts.idle)}; {pct(residual)} is the host launching kernels")
+        evidence.append(f"the data wait, copies and reads' wait explain {pct(explained)} of the idle "
+                        f"{pct(parts.idle)}; {pct(residual)} is {host_work}")
+    if between >= HOST_BETWEEN_STEPS:
+        evidence.append(f"{pct(between)} of the step lies outside the data, forward, backward and optimizer phases")
     fix = ("compile.mode=reduce-overhead (CUDA graphs) or a larger data.batch_size in the run's config" if ctx.engine_run else
            "fewer, larger kernels: torch.compile(model) fuses the small ops, mode='reduce-overhead' also "
            "replays the step as CUDA graphs; or a bigger batch, so that each launch carries more work")
+    if between >= HOST_BETWEEN_STEPS and not ctx.engine_run:
+        fix = ("the host's Python work between the steps holds the GPU idle: do it less often, in a "
+               "DataLoader worker or a thread, or give each step more GPU work (a bigger batch); then " + fix)
     return Finding(
         id="low_gpu_utilization",
         severity="warning" if residual >= IDLE_UNEXPLAINED_WARNING else "info",
-        title="The GPU idles between kernels: the step is launch-bound",
+        title=("The GPU idles while the host works between the steps" if between >= HOST_BETWEEN_STEPS
+               else "The GPU idles between kernels: the step is launch-bound"),
         evidence=", ".join(evidence),
         recommendation=fix,
         verify_with=ctx.tune_command("compile", "batch_size"),
         impact=residual,
         basis=(f"GPU idle {pct(parts.idle)} of the measured steps (NVML) less the data wait, copies and "
-               f"syncs' stall ({pct(explained)})"),
+               f"reads' wait ({pct(explained)})"),
     )
 
 
 def _idle_left(ctx: CheckContext) -> tuple[Any, float | None, float]:
     """(the step's GPU time parts, the GPU idle share no measured host stretch explains: not
-    the data wait, the copies, nor the syncs' stall when the loop reads every step, the share
+    the data wait, the copies, nor the reads' wait when the loop reads every step, the share
     the syncs claimed). None without a GPU busy figure."""
     from trainspeed.doctor.checks.gpu_time import gpu_time
     from trainspeed.doctor.checks.syncs import SYNCS_PER_STEP_WARNING
@@ -310,7 +323,7 @@ def memory_pressure(ctx: CheckContext) -> Finding | None:
 def _retry_stake(ctx: CheckContext, retries: Any) -> tuple[float, str]:
     """(share at stake, basis) of allocator retries: each frees the cached blocks (a device-wide
     sync) and allocates again while the GPU waits, so with retries on most measured steps the
-    GPU idle time that the data wait, the copies and the syncs' stall leave unexplained is theirs."""
+    GPU idle time that the data wait, the copies and the reads' wait leave unexplained is theirs."""
     measured = _measured_steps(ctx)
     if not _on_most_steps(retries, measured):
         return 0.0, ""

@@ -197,8 +197,8 @@ def host_syncs(ctx: CheckContext) -> Finding | None:
         # On a CPU nothing runs ahead: a read waits for nothing, so nothing is at stake here.
         impact, estimated, severity = share, False, "info"
         basis = f"the time inside the reads, {pct(share)}"
-        evidence += (" On this CPU run they cost nothing; on a GPU each one would stall it after the read "
-                     "(its next work waits for the host): the doctor measures that stall there")
+        evidence += (" On this CPU run they cost nothing; on a GPU each one makes the host wait for the "
+                     "GPU's queue to drain: the doctor measures that wait there")
     first = rows[0] if rows else None
     return Finding(
         id="host_syncs",
