@@ -40,11 +40,12 @@ if [ "${1:-}" = "--tests-only" ]; then
   exit $?
 fi
 
+STAMP=$(mktemp)  # results files written after this are this run's
 copy_results() {
-  # the results files so far into $OUT (at most 6: the log and room to spare make 8)
+  # this run's results files so far into $OUT (at most 6: the log and room to spare make 8)
   local n=0 f
   for f in benchmarks/results/gpu_truth-*.json benchmarks/results/gpu_mfu-*.json; do
-    [ -f "$f" ] && [ "$n" -lt 6 ] || continue
+    [ -f "$f" ] && [ "$f" -nt "$STAMP" ] && [ "$n" -lt 6 ] || continue
     cp "$f" "$OUT/" && n=$((n + 1))
   done
 }

@@ -10,7 +10,8 @@ GPU cause (healthy_bf16.py: none). For each, through the real CLI in subprocesse
    warning-level finding at all);
 2. the fix, measured: `trainspeed tune --from RUN --knobs K -- python SCRIPT ARGS` with the
    knob that matches the cause, verified when tune.json's final row (the best settings against
-   the baseline) is >= 1.2x and keeps that knob; for memory near the limit, which no run-time
+   the baseline) is >= 1.2x and keeps that knob (cudnn_off.py, where nothing is planted that
+   costs on cuDNN 9: verified when the tune finds nothing >= 1.2x); for memory near the limit, which no run-time
    setting fixes, the doctor again with the script's smaller --batch-size, verified when its
    samples/s is >= 1.2x the first run's. The healthy script is not tuned (nothing to fix).
 
@@ -55,7 +56,8 @@ class Case:
     """Finding ids that name the planted cause; () for the healthy script."""
     planted: str
     knob: str | None = None
-    """The script tune's knob that fixes it (None: no run-time setting does)."""
+    """The script tune's knob that fixes it (None: no run-time setting does). With no cause
+    expected, the knob whose tune must find nothing to win."""
     fix_args: tuple[str, ...] = ()
     """Without a knob: the script arguments of the fix, measured by a second doctor run."""
     steps: int = 60
@@ -76,7 +78,10 @@ CASES: dict[str, Case] = {c.script.removesuffix(".py"): c for c in (
          steps=300),
     Case("item_sync.py", ("host_syncs",), "loss.item() every step; host and GPU work of similar length",
          knob="log_every", args=("--log-every", "1"), steps=200),
-    Case("cudnn_off.py", ("cudnn_benchmark_off",), "fixed-shape conv net, cudnn.benchmark off",
+    # On an H100 with cuDNN 9 the autotuner won nothing (1.00x on six conv nets,
+    # benchmarks/gpu_cudnn_benchmark.py; this script's tune: 1.04x): the doctor must not warn, and
+    # the tune of the knob confirms there is nothing to win (no setting >= 1.2x).
+    Case("cudnn_off.py", (), "fixed-shape conv net, cudnn.benchmark off: nothing to win with cuDNN 9",
          knob="cudnn_benchmark", steps=150),
     Case("memory_limit.py", ("memory_near_oom",),
          "memory held by another tensor; batch sizes vary, the allocator retries",
@@ -139,7 +144,8 @@ def tune(case: Case, script_args: list[str], run: Path, out: Path, work: Path, b
     final = result.get("final") or {}
     best = result.get("best_settings") or {}
     speedup = final.get("speedup")
-    verified = bool(best) and isinstance(speedup, (int, float)) and speedup >= MIN_SPEEDUP
+    won = bool(best) and isinstance(speedup, (int, float)) and speedup >= MIN_SPEEDUP
+    verified = won if case.expect else not won  # no cause planted: the tune must find nothing
     return {"best_settings": best, "final_speedup": speedup, "final_verdict": final.get("verdict"),
             "verified": verified, "ablation": [(r.get("knob"), r.get("setting"), r.get("verdict"), r.get("speedup"))
                                                for r in result.get("ablation") or []], **meta}
@@ -176,7 +182,7 @@ def fix_case(case: Case, entry: dict, work: Path, dry: bool, budget: str, timeou
     first, args = entry["doctor"], script_args_of(case, dry)
     if "error" in first:
         fix = {"skipped": "the doctor run failed"}
-    elif not case.expect:
+    elif not case.expect and not case.knob:
         fix = {"skipped": "healthy: nothing to fix"}
     elif case.knob:
         fix = tune(case, args, work / "run", work / "tune", work, case.budget or budget, 5 if dry else TUNE_STEPS,
@@ -200,7 +206,7 @@ def headline(results: dict, dry: bool) -> dict:
                 "value": {"wired": wired, "scripts": n}, "goal": "every command runs and writes its files",
                 "passed": wired == n}
     return {"label": f"doctor names the planted cause first {right}/{n} (healthy: no warning); "
-                     f"fixes verified >= {MIN_SPEEDUP}x {verified}/{len(fixes)}",
+                     f"tunes verified {verified}/{len(fixes)} (the fix >= {MIN_SPEEDUP}x; none where nothing is planted)",
             "value": {"doctor_right": right, "scripts": n, "fixes_verified": verified, "fixes": len(fixes)},
             "goal": f"{n}/{n} first, {len(fixes)}/{len(fixes)} verified", "passed": right == n and verified == len(fixes)}
 

@@ -3,6 +3,7 @@ basis named (issue 29): synthetic CUDA run directories (sampler rows, step recor
 no GPU needed. Each figure is checked on numbers."""
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -215,6 +216,20 @@ def test_cudnn_benchmark_off_on_a_conv_model():
     assert hardware.cudnn_benchmark_off(ctx_of(on)) is None
     mlp = cuda_run(obs=({**H100, "cudnn_benchmark": False}, {**FP32_MODEL, "autocast": "bfloat16"}))
     assert hardware.cudnn_benchmark_off(ctx_of(mlp)) is None
+
+
+def test_cudnn_benchmark_off_with_cudnn_9_is_a_thing_to_measure_not_a_warning():
+    """On an H100 with cuDNN 9 the autotuner changed six conv nets by 1.00x, and the warning at
+    '99 % at stake' ranked first on cudnn_off.py: from cuDNN 9 on it is info, nothing at stake,
+    with the tune command that measures it."""
+    conv = {**FP32_MODEL, "autocast": "bfloat16", "convolutional": True}
+    run = dataclasses.replace(cuda_run(obs=({**H100, "cudnn_benchmark": False}, conv),
+                                       shares={"forward": 0.3, "backward": 0.5}), env={"cudnn": 91002})
+    f = hardware.cudnn_benchmark_off(ctx_of(run))
+    assert f.severity == "info" and f.impact == 0.0 and "91002" in f.basis and "1.00x" in f.evidence
+    assert not [x for x in diagnose(run) if x["severity"] in ("warning", "critical") and x["id"] == "cudnn_benchmark_off"]
+    old = dataclasses.replace(run, env={"cudnn": 8902})
+    assert hardware.cudnn_benchmark_off(ctx_of(old)).severity == "warning"
 
 
 def test_report_shows_gpu_busy_of_the_measured_steps_and_why_not():
