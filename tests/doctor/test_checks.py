@@ -123,7 +123,7 @@ def test_host_syncs_per_step_and_severity_by_device():
     assert syncs.host_syncs(ctx_of(make_run(obs=[_sites("sync", "item", 10)]))) is None  # 0.25/step
     f = syncs.host_syncs(ctx_of(make_run(obs=[_sites("sync", "item", 40, 0.001)])))
     # on a CPU a read costs nothing: info, with its expected cost on a GPU
-    assert f.severity == "info" and "on a GPU each one would stall" in f.evidence and not f.impact_estimated
+    assert f.severity == "info" and "on a GPU each one makes the host wait" in f.evidence and not f.impact_estimated
     cuda = make_run(device="cuda", obs=[_sites("sync", "item", 800), {"kind": "device", "type": "cuda"}])
     f = syncs.host_syncs(ctx_of(cuda))
     # no wait inside the reads and no GPU busy figure: nothing measured, nothing at stake (no constant)
@@ -132,6 +132,16 @@ def test_host_syncs_per_step_and_severity_by_device():
     gc_run = make_run(obs=[_sites("sync", "gc_collect", 40, 0.2)])
     assert syncs.host_syncs(ctx_of(gc_run)) is None
     assert syncs.cache_gc_in_loop(ctx_of(gc_run)).impact == pytest.approx(0.5, rel=0.05)
+
+
+def test_one_empty_cache_in_a_run_of_two_steps_is_not_a_call_in_the_loop():
+    """memory_limit.py calls empty_cache once, before its loop; on an H100 it died of an OOM after
+    two steps, and '1 call / 2 steps' read as 'empty_cache runs inside the training loop' (a
+    warning, ranked first). A call in the loop repeats: at least CACHE_GC_MIN_CALLS of them."""
+    once = make_run(n=2, obs=[_sites("sync", "empty_cache", 1, 0.001)])
+    assert syncs.cache_gc_in_loop(ctx_of(once)) is None
+    three = make_run(n=6, obs=[_sites("sync", "empty_cache", syncs.CACHE_GC_MIN_CALLS, 0.001)])
+    assert syncs.cache_gc_in_loop(ctx_of(three)).severity == "warning"
 
 
 CUDA_DEVICE = {"kind": "device", "type": "cuda", "name": "NVIDIA A100", "capability": "8.0",

@@ -22,6 +22,9 @@ CACHE_GC_PER_STEP_WARNING = 0.5
 """`torch.cuda.empty_cache()` / `gc.collect()` at least every other step (PyTorch CUDA
 semantics docs: empty_cache does not free memory for PyTorch and forces re-allocation;
 gc.collect walks every Python object)."""
+CACHE_GC_MIN_CALLS = 3
+"""A call inside the loop repeats: one call in a run cut short after two steps (an empty_cache
+before the loop, then a crash) is 0.5 per step, and no sign of a loop."""
 _LABELS = {"empty_cache": "torch.cuda.empty_cache()", "gc_collect": "gc.collect()"}
 
 KNOWN_LIBRARY_SYNCS: tuple[tuple[str, str, str, str, object], ...] = (
@@ -218,7 +221,8 @@ def cache_gc_in_loop(ctx: CheckContext) -> Finding | None:
         return None
     totals = {k: v for k, v in ctx.site_totals("sync").items() if k in CACHE_GC_KINDS}
     calls = {k: v["count"] / ctx.steps for k, v in totals.items()}
-    hot = {k: v for k, v in calls.items() if v >= CACHE_GC_PER_STEP_WARNING}
+    hot = {k: v for k, v in calls.items()
+           if v >= CACHE_GC_PER_STEP_WARNING and totals[k]["count"] >= CACHE_GC_MIN_CALLS}
     if not hot:
         return None
     seconds = sum(totals[k]["seconds"] for k in hot)
