@@ -72,6 +72,14 @@ def test_precision_and_compile_respect_what_the_script_already_does():
     assert c.settings["args.--torch_compile"] is True  # run_clm.py's flag: True, not 1 (1 == True)
 
 
+def test_compile_on_cuda_also_tries_cuda_graphs():
+    """A launch-bound loop needs its kernels replayed as CUDA graphs: on an H100 'default'
+    alone gave launch_bound.py 1.19-1.40x. On a CPU reduce-overhead is 'default' again."""
+    assert settings(SCRIPT_KNOBS["compile"](ctx(device="cuda"))) == [{"compile": "default"},
+                                                                     {"compile": "reduce-overhead"}]
+    assert settings(SCRIPT_KNOBS["compile"](ctx())) == [{"compile": "default"}]
+
+
 def test_what_ifs_only_where_the_doctor_saw_the_calls():
     assert isinstance(SCRIPT_KNOBS["log_every"](ctx(log_calls=3, steps=30))[0], Skip)
     assert settings(SCRIPT_KNOBS["log_every"](ctx(log_calls=60, steps=30))) == [{"whatif.log_every": 10}]
