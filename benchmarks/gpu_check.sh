@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# Every GPU check of issue 29 in one run (about 8 minutes on an H100: 7:20 on 2026-11-27), for a lent GPU session:
+# Every GPU check of issue 29 in one run (about 9 minutes on an H100; 7:20 on 2026-11-27 with one MFU run), for a lent GPU session:
 #
 #   OUT=/some/dir bash benchmarks/gpu_check.sh            # the device: $OUT is set for you
 #   bash benchmarks/gpu_check.sh --tests-only             # `make gpu-test`: the pytest part only
 #
 # 1. the GPU tests (pytest -m gpu over the files below, 100 s), 2. benchmarks/gpu_mfu.py (gpt at
-# GPT-2 124M, bf16 + compile + fused AdamW, 110 s), 3. benchmarks/gpu_truth.py (the doctor names
+# GPT-2 124M, bf16 + compile + fused AdamW, cuDNN attention first on Hopper and torch's order
+# beside it, 150 s), 3. benchmarks/gpu_truth.py (the doctor names
 # each planted GPU cause first, then the tune verifies its fix; 380 s: the doctor runs all come
 # first, the fixes as far as time allows, rerun the rest with --only NAME). The results files
 # are copied to $OUT after each stage, so a run cut short still brings back what it measured. Each runs under its own `timeout`; one that
@@ -63,9 +64,9 @@ status=0
   run_tests 100 || { echo "GPU tests: exit $?"; status=1; }
   echo "GPU tests: $((SECONDS - t0)) s"
 
-  echo; echo "== 2/3 gpu_mfu.py (timeout 110 s)"; t0=$SECONDS
+  echo; echo "== 2/3 gpu_mfu.py (timeout 150 s)"; t0=$SECONDS
   if [ "$cuda" = 1 ]; then
-    timeout -s INT -k 10 110 "$PY" benchmarks/gpu_mfu.py --variants fast --steps 80 || { echo "gpu_mfu: exit $?"; status=1; }
+    timeout -s INT -k 10 150 "$PY" benchmarks/gpu_mfu.py --variants fast,fast-torch-sdpa --steps 60 || { echo "gpu_mfu: exit $?"; status=1; }
   else
     echo "gpu_mfu: skipped (no CUDA)"
   fi

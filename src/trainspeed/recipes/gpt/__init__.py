@@ -30,6 +30,7 @@ class GPTRecipe:
     def build(self, config: TrainConfig) -> RecipeParts:
         import torch
 
+        from trainspeed.recipes.gpt.attention_order import cuda_capability_major, sdpa_order
         from trainspeed.recipes.gpt.data import make_datasets
         from trainspeed.recipes.gpt.model import GPT, flops_per_token, lm_loss
 
@@ -39,6 +40,7 @@ class GPTRecipe:
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(config.run.seed)
             model = GPT(opts)
+        model.use_sdpa_order(sdpa_order(opts.attention, cuda_capability_major(config.run.device)))
         train, val = make_datasets(
             opts.block_size, opts.samples_per_epoch, opts.val_samples, seed=config.run.seed
         )

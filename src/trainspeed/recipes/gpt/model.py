@@ -44,6 +44,10 @@ class GPTOptions:
     """Dropout probability (attention, residual, embeddings)."""
     bias: bool = False
     """Biases in Linear and LayerNorm layers (GPT-2 had them; without is a bit faster)."""
+    attention: Literal["auto", "torch", "cudnn"] = "auto"
+    """SDPA backend asked for first: auto = cuDNN's attention on Hopper GPUs (faster there than
+    FlashAttention-2, torch's first choice), torch's own order elsewhere; cudnn = cuDNN first on
+    any GPU; torch = torch's order (recipes/gpt/attention_order.py)."""
     samples_per_epoch: int = 100_000
     """Windows in one training epoch (the corpus is sampled at deterministic offsets)."""
     val_samples: int = 512
@@ -80,15 +84,22 @@ class CausalSelfAttention(nn.Module):
         self.c_proj = nn.Linear(o.n_embd, o.n_embd, bias=o.bias)
         self.dropout = o.dropout
         self.resid_dropout = nn.Dropout(o.dropout)
+        self.sdpa_order: list | None = None
+        """SDPA backends in priority order (None: torch's own); set by GPT.use_sdpa_order."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         B, T, C = x.shape
         q, k, v = self.c_attn(x).split(C, dim=2)
         # (B, T, C) -> (B, H, T, D): SDPA wants heads before time.
         q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in (q, k, v))
-        y = F.scaled_dot_product_attention(
-            q, k, v, dropout_p=self.dropout if self.training else 0.0, is_causal=True
-        )
+        p = self.dropout if self.training else 0.0
+        if self.sdpa_order is None:
+            y = F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True)
+        else:
+            from torch.nn.attention import sdpa_kernel
+
+            with sdpa_kernel(self.sdpa_order, set_priority=True):
+                y = F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True)
         y = y.transpose(1, 2).contiguous().view(B, T, C)
         return self.resid_dropout(self.c_proj(y))
 
@@ -147,6 +158,11 @@ class GPT(nn.Module):
                 nn.init.zeros_(module.bias)
         elif isinstance(module, nn.Embedding):
             nn.init.normal_(module.weight, mean=0.0, std=0.02)
+
+    def use_sdpa_order(self, order: list | None) -> None:
+        """Every attention layer asks SDPA for backends in this order (None: torch's own)."""
+        for block in self.h:
+            block.attn.sdpa_order = order
 
     def num_params(self, non_embedding: bool = True) -> int:
         """Parameter count; non_embedding drops the position table (token table = lm_head)."""

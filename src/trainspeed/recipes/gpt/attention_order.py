@@ -1,0 +1,51 @@
+"""Which SDPA backend the gpt recipe's attention asks for first, on the device it runs on.
+
+torch's scaled_dot_product_attention takes the first eligible backend of a fixed priority order
+that puts FlashAttention-2 first on Hopper. On Hopper GPUs (compute capability 9.x: H100, H200)
+cuDNN's fused attention trains 1.7-2.3x faster at the same accuracy, and it is slower on Ampere
+and Blackwell (transformers PR #48163, benchmarked on six GPUs). So "auto" puts cuDNN first on
+capability 9 only, keeping the others behind it for shapes cuDNN cannot serve; elsewhere torch's
+own order stands. The order is set with `sdpa_kernel(..., set_priority=True)` inside the
+attention's forward, which torch.compile traces (inductor fixes the backend at trace time, so a
+context entered around a compiled call would do nothing).
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+ATTENTION_CHOICES = ("auto", "torch", "cudnn")
+
+
+def cuda_capability_major(device_spec: str) -> int | None:
+    """The compute capability's major number of the run's CUDA device (None: not CUDA)."""
+    import torch
+
+    spec = str(device_spec)
+    if spec == "auto":
+        if not torch.cuda.is_available():
+            return None
+        spec = "cuda"
+    if not spec.startswith("cuda") or not torch.cuda.is_available():
+        return None
+    device = torch.device(spec)
+    return torch.cuda.get_device_capability(device.index if device.index is not None else 0)[0]
+
+
+def sdpa_order(choice: str, capability_major: int | None) -> list[Any] | None:
+    """The backend priority for `sdpa_kernel(order, set_priority=True)`, or None for torch's
+    own order. Needs a torch whose sdpa_kernel takes set_priority (2.6 and later)."""
+    if choice == "torch" or capability_major is None:
+        return None
+    if choice == "auto" and capability_major != 9:
+        return None
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    if "set_priority" not in inspect.signature(sdpa_kernel).parameters:
+        return None
+    return [SDPBackend.CUDNN_ATTENTION, SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION,
+            SDPBackend.MATH]
+
+
+__all__ = ["ATTENTION_CHOICES", "cuda_capability_major", "sdpa_order"]
