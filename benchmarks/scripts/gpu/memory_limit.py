@@ -1,7 +1,8 @@
 """Planted GPU cause: memory near the limit. Another tensor (all the free memory but --headroom
-x one step's measured need) stays allocated for the whole run, and the activations of each step no longer fit beside the
-cached blocks: the caching allocator frees its cache and retries cudaMalloc (allocator
-retries), a device-wide sync each time. bf16 autocast; a smaller --batch-size is the fix.
+x one step's measured need) stays allocated for the whole run, and the activations of each
+step, larger than the last's, no longer fit beside the cached blocks: the caching allocator
+frees its cache and retries cudaMalloc (allocator retries), a device-wide sync each time.
+bf16 autocast; a smaller --batch-size is the fix.
 
     python memory_limit.py --steps 100 [--batch-size 4096] [--headroom 1.15] [--small]
 """
@@ -52,10 +53,13 @@ if device == "cuda":
     torch.cuda.empty_cache()
     free, _ = torch.cuda.mem_get_info()
     hold = torch.empty(max(0, free - int(args.headroom * need)), dtype=torch.uint8, device=device)
-g = torch.Generator().manual_seed(0)
+ramp = 16
 for i in range(args.steps):
-    # batch sizes vary from step to step (the last partial batch, a sampler by length): the
-    # cached blocks of one step do not fit the next, and near the limit the allocator retries
-    loss = step(int(torch.randint(batch // 2, batch + 1, (1,), generator=g)))
+    # Batches grow step by step from half the batch to all of it, then start again (a sampler
+    # that sorts by length): each step's tensors are larger than the cached blocks of the last,
+    # so the allocator asks the driver for more, and near the limit it frees its cache and
+    # retries. (Random sizes retried only on the steps larger than the one before, about half:
+    # a smaller request is served by splitting a cached block.)
+    loss = step(batch // 2 + (batch // 2) * (i % ramp) // (ramp - 1))
 retries = torch.cuda.memory_stats().get("num_alloc_retries", 0) if device == "cuda" else 0
 print(f"final loss {loss.item():.4f}; allocator retries {retries}")
