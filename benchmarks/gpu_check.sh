@@ -1,21 +1,23 @@
 #!/usr/bin/env bash
-# Every GPU check of issue 29 in one run (about 9 minutes on an H100; 7:20 on 2026-11-27 with one MFU run), for a lent GPU session:
+# Every GPU check of issue 29 in one run, for a lent GPU session (about 10 minutes on an H100;
+# 7:20 on 2026-11-27, before the recipes stage and the second MFU run):
 #
 #   OUT=/some/dir bash benchmarks/gpu_check.sh            # the device: $OUT is set for you
 #   bash benchmarks/gpu_check.sh --tests-only             # `make gpu-test`: the pytest part only
 #
-# 1. the GPU tests (pytest -m gpu over the files below, 100 s), 2. benchmarks/gpu_mfu.py (gpt at
+# 1. the GPU tests (pytest -m gpu over the files below, 100 s); 2. benchmarks/gpu_mfu.py (gpt at
 # GPT-2 124M, bf16 + compile + fused AdamW, cuDNN attention first on Hopper and torch's order
-# beside it, 150 s), 3. benchmarks/gpu_truth.py (the doctor names
-# each planted GPU cause first, then the tune verifies its fix; 380 s: the doctor runs all come
-# first, the fixes as far as time allows, rerun the rest with --only NAME). The results files
-# are copied to $OUT after each stage, so a run cut short still brings back what it measured. Each runs under its own `timeout`; one that
-# fails or times out does not stop the others. No virtual environment and no package index are
-# needed: PYTHONPATH=src and the machine's python3 (torch with CUDA). Output goes to
-# $OUT/gpu_check.log, the results files to $OUT (at most 8 files in all). A stage past its
-# timeout gets SIGINT (Python stops its child runs), SIGKILL 10 s later. Without CUDA it says
-# so, runs the tests (which skip) and gpu_truth.py --dry-run on two scripts (the wiring), and
-# skips gpu_mfu.py.
+# beside it, 150 s); 3. benchmarks/gpu_truth.py (the doctor names each planted GPU cause first,
+# then the tune verifies its fix; 380 s: the doctor runs all come first, the fixes as far as
+# time allows, rerun the rest with --only NAME); 4. benchmarks/gpu_recipes.py (the other
+# recipes' fast variants: their MFU, 150 s). Each runs under its own `timeout`; one that fails
+# or times out does not stop the others, and the results files are copied to $OUT after each
+# stage, so a run cut short still brings back what it measured. No virtual environment and no
+# package index are needed: PYTHONPATH=src and the machine's python3 (torch with CUDA). Output
+# goes to $OUT/gpu_check.log, the results files to $OUT (at most 8 files in all). A stage past
+# its timeout gets SIGINT (Python stops its child runs), SIGKILL 10 s later. Without CUDA it
+# says so, runs the tests (which skip) and gpu_truth.py --dry-run on two scripts (the wiring),
+# and skips the rest.
 set -u
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -45,7 +47,7 @@ STAMP=$(mktemp)  # results files written after this are this run's
 copy_results() {
   # this run's results files so far into $OUT (at most 6: the log and room to spare make 8)
   local n=0 f
-  for f in benchmarks/results/gpu_truth-*.json benchmarks/results/gpu_mfu-*.json; do
+  for f in benchmarks/results/gpu_truth-*.json benchmarks/results/gpu_mfu-*.json benchmarks/results/gpu_recipes-*.json; do
     [ -f "$f" ] && [ "$f" -nt "$STAMP" ] && [ "$n" -lt 6 ] || continue
     cp "$f" "$OUT/" && n=$((n + 1))
   done
@@ -60,11 +62,11 @@ status=0
   "$PY" -c "import libcst" 2>/dev/null && echo "libcst: yes" || echo "libcst: no (the tune's code change is skipped)"
   [ "$cuda" = 1 ] || echo "no CUDA here: the GPU tests skip, gpu_truth runs --dry-run on two scripts, gpu_mfu is skipped"
 
-  echo; echo "== 1/3 GPU tests (timeout 100 s)"; t0=$SECONDS
+  echo; echo "== 1/4 GPU tests (timeout 100 s)"; t0=$SECONDS
   run_tests 100 || { echo "GPU tests: exit $?"; status=1; }
   echo "GPU tests: $((SECONDS - t0)) s"
 
-  echo; echo "== 2/3 gpu_mfu.py (timeout 150 s)"; t0=$SECONDS
+  echo; echo "== 2/4 gpu_mfu.py (timeout 150 s)"; t0=$SECONDS
   if [ "$cuda" = 1 ]; then
     timeout -s INT -k 10 150 "$PY" benchmarks/gpu_mfu.py --variants fast,fast-torch-sdpa --steps 60 || { echo "gpu_mfu: exit $?"; status=1; }
   else
@@ -72,7 +74,7 @@ status=0
   fi
   echo "gpu_mfu: $((SECONDS - t0)) s"; copy_results
 
-  echo; echo "== 3/3 gpu_truth.py (timeout 380 s)"; t0=$SECONDS
+  echo; echo "== 3/4 gpu_truth.py (timeout 380 s)"; t0=$SECONDS
   if [ "$cuda" = 1 ]; then
     timeout -s INT -k 10 380 "$PY" benchmarks/gpu_truth.py --timeout 100 || { echo "gpu_truth: exit $?"; status=1; }
   else
@@ -81,9 +83,17 @@ status=0
   fi
   echo "gpu_truth: $((SECONDS - t0)) s"; copy_results
 
+  echo; echo "== 4/4 gpu_recipes.py (timeout 150 s)"; t0=$SECONDS
+  if [ "$cuda" = 1 ]; then
+    timeout -s INT -k 10 150 "$PY" benchmarks/gpu_recipes.py --recipes convnext,seqvae,hf --steps 60 || { echo "gpu_recipes: exit $?"; status=1; }
+  else
+    echo "gpu_recipes: skipped (no CUDA)"
+  fi
+  echo "gpu_recipes: $((SECONDS - t0)) s"; copy_results
+
   echo; echo "== results"
   copy_results
-  for f in "$OUT"/gpu_truth-*.json "$OUT"/gpu_mfu-*.json; do
+  for f in "$OUT"/gpu_truth-*.json "$OUT"/gpu_mfu-*.json "$OUT"/gpu_recipes-*.json; do
     [ -f "$f" ] || continue
     echo "copied $(basename "$f")"
     "$PY" -c "import json,sys; h=json.load(open(sys.argv[1]))['headline']; print('  ', h['label'], '->', h['value'], 'passed' if h['passed'] else 'NOT passed')" "$f" 2>/dev/null
