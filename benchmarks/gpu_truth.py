@@ -188,6 +188,10 @@ def fix_case(case: Case, entry: dict, work: Path, dry: bool, budget: str, timeou
     elif case.knob:
         fix = tune(case, args, work / "run", work / "tune", work, case.budget or budget, 5 if dry else TUNE_STEPS,
                    timeout)
+        if dry and fix.get("error") == "exit 3" and "no setting could be measured" in fix.get("log_tail", ""):
+            # a CUDA-only knob (pin_memory, cudnn_benchmark) on a CPU: the tune ran and said so
+            fix = {"skipped": "dry run: the knob has nothing to try on this device (the tune said so)",
+                   "command": fix["command"], "wall_s": fix["wall_s"]}
     else:
         fix = fixed_run(case, args, 12 if dry else case.steps, first, work, timeout)
     entry["fix"] = fix
