@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from test_checks import LOADER0, ctx_of, make_run
-from trainspeed.doctor.checks import data, hardware
+from trainspeed.doctor.checks import data, hardware, no_step
 from trainspeed.doctor.checks.script_flags import eval_interval, evaluation_advice, logging_advice, script_flag
 
 pytestmark = pytest.mark.timeout(60)
@@ -61,10 +61,10 @@ def test_evaluation_advice_states_the_measured_interval_and_flag():
 def test_no_step_found_says_what_was_seen():
     run = make_run(n=0, obs=[{"kind": "step_boundary", "source": None, "forwards": 50, "backwards": 50,
                              "optimizer_steps": 0, "marks": 0}])
-    f = hardware.no_step_found(ctx_of(run))
+    f = no_step.no_step_found(ctx_of(run))
     assert f.severity == "warning" and "50 training forwards, 50 backwards" in f.evidence
     assert "trainspeed.step()" in f.recommendation
-    assert hardware.no_step_found(ctx_of(make_run(n=10, obs=[{"kind": "step_boundary", "forwards": 1}]))) is None
+    assert no_step.no_step_found(ctx_of(make_run(n=10, obs=[{"kind": "step_boundary", "forwards": 1}]))) is None
 
 
 def test_host_syncs_at_the_scripts_log_interval_name_that_flag():
@@ -169,3 +169,24 @@ def test_the_verify_command_sets_the_fixed_flag_in_place():
     f = syncs.host_syncs(ctx_of(run))
     assert "-- python train.py --log_interval=50 --batch_size=8 (" in f.verify_with, f.verify_with
     assert "--log_interval=1" not in f.verify_with
+
+
+def test_a_crash_before_the_first_step_is_the_finding_not_a_missing_step():
+    """pytorch/examples dcgan/main.py without torchvision died at its import; the first finding
+    read 'No training step was found ... (an inference-only script?)' and told the user to add
+    trainspeed.step(). A crash before any step is the finding, with what gets past it."""
+    boundary = {"kind": "step_boundary", "forwards": 0, "backwards": 0, "optimizer_steps": 0}
+    crashed = {"kind": "doctor", "stopped": "crash", "exit_code": 1, "steps": 0,
+               "error": "ModuleNotFoundError: No module named 'torchvision'"}
+    f = no_step.no_step_found(ctx_of(make_run(n=0, obs=[boundary, crashed])))
+    assert f.id == "crashed_before_training" and f.severity == "critical"
+    assert "torchvision" in f.evidence and "python -m pip install torchvision" in f.recommendation
+    assert "trainspeed.step()" not in f.recommendation
+    cv = dict(crashed, error="ModuleNotFoundError: No module named 'cv2'")
+    assert "pip install opencv-python" in no_step.no_step_found(ctx_of(make_run(n=0, obs=[boundary, cv]))).recommendation
+    other = dict(crashed, error="RuntimeError: shapes cannot be multiplied")
+    f = no_step.no_step_found(ctx_of(make_run(n=0, obs=[boundary, other])))
+    assert f.id == "crashed_before_training" and "fix the error" in f.recommendation
+    # a run that ended without a crash and without steps still gets the step advice
+    ended = dict(crashed, stopped="exit", error=None)
+    assert no_step.no_step_found(ctx_of(make_run(n=0, obs=[boundary, ended]))).id == "no_step_found"

@@ -134,6 +134,15 @@ def test_crash_still_writes_report_and_keeps_exit_code(doctor):
     assert report["summary"]["steps"] == 12 and report["doctor"]["exit_code"] == 1
 
 
+def test_a_crash_before_any_step_is_the_first_finding(doctor):
+    """A script that raises before its first step (dcgan/main.py without torchvision): the
+    report's first finding is the crash and what gets past it, not 'no training step found'."""
+    result = doctor("crash.py", "--crash-at", "0", steps=100)
+    assert (result.exit_code, result.stopped, result.steps) == (1, "crash", 0)
+    first = json.loads((result.run_dir / "report.json").read_text())["findings"][0]
+    assert first["id"] == "crashed_before_training" and "planted crash at step 0" in first["evidence"]
+
+
 def test_sys_exit_code_is_preserved(doctor):
     result = doctor("crash.py", "--crash-at", "5", "--exit-code", "3", steps=100)
     assert (result.exit_code, result.stopped, result.steps) == (3, "exit", 5)

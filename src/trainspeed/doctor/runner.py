@@ -342,15 +342,15 @@ def run_doctor(config: DoctorConfig) -> DoctorResult:
         restore_term()
         installed.uninstall()
 
-    observe_argv_flags(session, target.args)
-    emit_observations(monitor, session, files_before=files_before, run_dir=run_dir,
-                      stopped=stopped, exit_code=code, max_steps=steps)
-    record_peak(monitor, session.observations.values(), device)
     trace = None
     summary_line = None
     if error is not None and not isinstance(error, KeyboardInterrupt):  # Ctrl-C is a stop, not a crash
         trace = "".join(traceback.format_exception(type(error), error, error.__traceback__))
         summary_line = f"{type(error).__name__}: {(str(error).strip().splitlines() or [''])[0]}"
+    observe_argv_flags(session, target.args)
+    emit_observations(monitor, session, files_before=files_before, run_dir=run_dir,
+                      stopped=stopped, exit_code=code, max_steps=steps, error=summary_line)
+    record_peak(monitor, session.observations.values(), device)
     if rank > 0:  # rank 0 reads this rank's records and reports
         summary = monitor.close(error=error)
         return DoctorResult(exit_code=code, run_dir=run_dir, summary=summary, findings=[],

@@ -13,6 +13,8 @@ def main() -> None:
     model = nn.Linear(16, 1)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     x, y = torch.randn(32, 16), torch.randn(32, 1)
+    if args.crash_at == 0:  # before the first step (a setup error, an import that fails)
+        raise RuntimeError("planted crash at step 0")
     for step in range(1, 1000):
         loss = nn.functional.mse_loss(model(x), y)
         opt.zero_grad()

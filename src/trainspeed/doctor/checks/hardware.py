@@ -419,32 +419,5 @@ def _primary(ctx: CheckContext) -> str:
     return ctx.optimizer_label(opt) if opt else "the optimizer"
 
 
-def no_step_found(ctx: CheckContext) -> Finding | None:
-    """The run recorded no step: say what was seen and how to mark one (without steps there is
-    nothing to time, and --steps cannot stop the script)."""
-    seen = ctx.first("step_boundary")
-    if ctx.steps or seen is None:
-        return None
-    forwards, backwards = int(seen.get("forwards") or 0), int(seen.get("backwards") or 0)
-    opt_steps = int(seen.get("optimizer_steps") or 0)
-    why = ("no training forward of a module with trainable parameters (an inference-only script?)" if not forwards
-           else "no backward" if not backwards
-           else "the gradients were never cleared between the backward and the next forward, so every "
-                "backward looked like one more micro-batch of the same step" if not opt_steps
-           else "the optimizer steps were not the primary optimizer's")
-    return Finding(
-        id="no_step_found",
-        severity="warning",
-        title="No training step was found, so no step was timed",
-        evidence=(f"the run showed {forwards} training forwards, {backwards} backwards and {opt_steps} "
-                  f"torch.optim optimizer steps: {why}"),
-        recommendation=("mark the end of each training step with one line in the loop, after the parameter "
-                        "update: `import trainspeed` at the top, then `trainspeed.step()` (a no-op outside the "
-                        "doctor); the doctor then times every step and --steps N stops the run"),
-        verify_with=ctx.doctor_command(),
-        impact=1.0,
-    )
-
-
 CHECKS = (fp32_on_tensor_cores, optimizer_not_fused, data_parallel, not_compiled, low_gpu_utilization,
-          memory_pressure, cudnn_benchmark_off, accumulation_for_speed, compute_bound, no_step_found)
+          memory_pressure, cudnn_benchmark_off, accumulation_for_speed, compute_bound)
