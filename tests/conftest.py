@@ -24,6 +24,13 @@ def _peak_cache_in_tmp(tmp_path_factory):
 # - those of a module whose module-scoped fixture does expensive work (a training run shared
 #   by its tests): spread over two workers, it would run twice.
 # The peak cache needs no such care: each worker's session has its own XDG_CACHE_HOME above.
+# pytest 9.2 ignores these groups: its structured node ids drop the '@group' suffix xdist 3.8
+# writes (pytest-xdist issue #1386, open), so the tests spread one by one and each worker builds
+# a module's shared runs itself (test_torchrun's ddp and fsdp twice). Measured 2026-11-27 with
+# the two back to back, the parallel part took 6:03 grouped (pytest 9.1.1) and 5:48 spread
+# (pytest 9.2.0): grouped multi-rank modules then run beside each other, their ranks
+# oversubscribe the 2 cores and wait on each other, which costs what the shared runs save. So
+# pytest is not pinned below 9.2 for the groups; the marks stay for the op build's race.
 _DEEPSPEED_OP_MODULES = {"test_deepspeed_script.py", "test_deepspeed_real_scripts.py", "test_deepspeed_knobs.py",
                          "test_deepspeed_engine.py"}
 _DEEPSPEED_OP = Path(__file__).resolve().parents[1] / ".cache" / "torch_extensions" / "deepspeed_shm_comm"
