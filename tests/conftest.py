@@ -30,7 +30,8 @@ def _peak_cache_in_tmp(tmp_path_factory):
 # the two back to back, the parallel part took 6:03 grouped (pytest 9.1.1) and 5:48 spread
 # (pytest 9.2.0): grouped multi-rank modules then run beside each other, their ranks
 # oversubscribe the 2 cores and wait on each other, which costs what the shared runs save. So
-# pytest is not pinned below 9.2 for the groups; the marks stay for the op build's race.
+# pytest is not pinned below 9.2 for the groups. The marks stay for where the ids work again;
+# the op build's race cannot happen under make test, whose venv builds the op first.
 _DEEPSPEED_OP_MODULES = {"test_deepspeed_script.py", "test_deepspeed_real_scripts.py", "test_deepspeed_knobs.py",
                          "test_deepspeed_engine.py"}
 _DEEPSPEED_OP = Path(__file__).resolve().parents[1] / ".cache" / "torch_extensions" / "deepspeed_shm_comm"
