@@ -71,9 +71,9 @@ class Case:
 
 CASES: dict[str, Case] = {c.script.removesuffix(".py"): c for c in (
     Case("fp32_mlp.py", ("fp32_on_tensor_cores",), "fp32 matmuls on tensor cores (no autocast)", knob="precision",
-         steps=100, budget="25s"),
+         steps=100),
     Case("data_bound.py", ("data_bound",), "per-sample numpy work in __getitem__, num_workers=0",
-         knob="num_workers", args=("--workers", "0"), steps=80, budget="25s"),
+         knob="num_workers", args=("--workers", "0"), steps=80),
     Case("pageable_copies.py", ("slow_host_to_device",),
          "77 MB batches from pageable memory, .to(device) without non_blocking", knob="pin_memory",
          steps=200),
@@ -219,8 +219,8 @@ def headline(results: dict, dry: bool) -> dict:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--only", default=None, help="comma-separated names: " + ", ".join(CASES))
-    ap.add_argument("--budget", default="15s", help="a tune's budget where its case sets none (one candidate: "
-                                                       "on an H100 such tunes took 25-35 s at 25s)")
+    ap.add_argument("--budget", default="25s", help="a tune's budget where its case sets none (on an H100 such "
+                                                       "tunes took 25-35 s at 25s and verified their winners)")
     ap.add_argument("--timeout", type=float, default=180.0, help="seconds before one command is killed")
     ap.add_argument("--dry-run", action="store_true", help="tiny sizes, any device, no verdict (see above)")
     ap.add_argument("--results-dir", default=None, help="where the results file goes (default: benchmarks/results; "
