@@ -15,8 +15,8 @@ What holds MFU back, read against nanoGPT/torchtitan practice, and set here:
   at vocab 50304, 32 x 1024 read 42.8 % and 64 x 1024 43.7 % (30.6 GB peak), so 64 by default;
   auto_microbatch splits it if memory runs short;
 - attention: on Hopper the recipe asks SDPA for cuDNN's attention first (recipe option
-  attention=auto; FlashAttention-2 is torch's first choice, and cuDNN's kernels train faster
-  there); the variant fast-torch-sdpa is the same run with torch's own order, side by side;
+  attention=auto), as recent torch does by itself (older releases put FlashAttention-2 first);
+  the variant fast-torch-sdpa is the same run with torch's own order, side by side;
 - no per-step host syncs: logging every 50 steps, nan_policy=stop (read at the log interval),
   CUDA-event phase timing resolved lazily; SDPA's flash path (causal, no mask tensor) in the
   model; torch.compile mode default (reduce-overhead: --compile-mode).

@@ -1,13 +1,16 @@
 """Which SDPA backend the gpt recipe's attention asks for first, on the device it runs on.
 
-torch's scaled_dot_product_attention takes the first eligible backend of a fixed priority order
-that puts FlashAttention-2 first on Hopper. On Hopper GPUs (compute capability 9.x: H100, H200)
-cuDNN's fused attention trains 1.7-2.3x faster at the same accuracy, and it is slower on Ampere
-and Blackwell (transformers PR #48163, benchmarked on six GPUs). So "auto" puts cuDNN first on
-capability 9 only, keeping the others behind it for shapes cuDNN cannot serve; elsewhere torch's
-own order stands. The order is set with `sdpa_kernel(..., set_priority=True)` inside the
-attention's forward, which torch.compile traces (inductor fixes the backend at trace time, so a
-context entered around a compiled call would do nothing).
+torch's scaled_dot_product_attention takes the first eligible backend of a priority order. On
+Hopper GPUs (compute capability 9.x: H100, H200) cuDNN's fused attention trains 1.7-2.3x faster
+than FlashAttention-2 at the same accuracy, and it is slower on Ampere (transformers PR #48163,
+benchmarked on six GPUs). Recent torch already puts cuDNN first there
+(`check_prefer_cudnn_attention`: sm90/sm100 with cuDNN >= 9.15, unless
+TORCH_CUDNN_SDPA_DEPRIORITIZED is set); older releases put FlashAttention-2 first. So "auto"
+asks for cuDNN first on capability 9 whatever the torch, keeping the others behind it for
+shapes cuDNN cannot serve, and leaves torch's own order elsewhere. The order is set with
+`sdpa_kernel(..., set_priority=True)` inside the attention's forward, which torch.compile
+traces (inductor fixes the backend at trace time, so a context entered around a compiled call
+would do nothing).
 """
 
 from __future__ import annotations

@@ -46,8 +46,9 @@ class GPTOptions:
     """Biases in Linear and LayerNorm layers (GPT-2 had them; without is a bit faster)."""
     attention: Literal["auto", "torch", "cudnn"] = "auto"
     """SDPA backend asked for first: auto = cuDNN's attention on Hopper GPUs (faster there than
-    FlashAttention-2, torch's first choice), torch's own order elsewhere; cudnn = cuDNN first on
-    any GPU; torch = torch's order (recipes/gpt/attention_order.py)."""
+    FlashAttention-2, which torch releases before cuDNN 9.15 put first), torch's own order
+    elsewhere; cudnn = cuDNN first on any GPU; torch = torch's order
+    (recipes/gpt/attention_order.py)."""
     samples_per_epoch: int = 100_000
     """Windows in one training epoch (the corpus is sampled at deterministic offsets)."""
     val_samples: int = 512
