@@ -151,7 +151,9 @@ def in_process(args, out: Path) -> dict:
     blocks = Blocks(data, args.batch, args.block, device, out / "monitor")
     steps = args.block * (args.blocks + args.skip)
     cfg = {"run": {"out_dir": str(out), "name": "trainer", "max_steps": steps, "device": device},
-           "data": {"batch_size": args.batch, "shuffle": False, "drop_last": True},
+           # the windows already live on the GPU: nothing to pin (pinning a CUDA tensor raises)
+           "data": {"batch_size": args.batch, "shuffle": False, "drop_last": True, "pin_memory": False,
+                    "num_workers": 0},
            "precision": {"mode": "bf16-mixed"}, "compile": {"mode": "off" if args.small else "default"},
            "optim": {"implementation": "fused" if device == "cuda" else "foreach"},
            "logging": {"progress": False, "every": 50}, "nan_policy": "stop",
