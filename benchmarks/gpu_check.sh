@@ -36,7 +36,8 @@ export TRAINSPEED_MACHINE=${TRAINSPEED_MACHINE:-}
 
 GPU_TESTS="tests/test_gpu_paths.py tests/test_gpu_doctor.py tests/telemetry/test_memory.py
   tests/telemetry/test_env.py tests/telemetry/test_peaks.py tests/engine/test_precision.py
-  tests/engine/data/test_data_prefetch.py tests/engine/checkpoint/test_ckpt_async.py"
+  tests/engine/data/test_data_prefetch.py tests/engine/checkpoint/test_ckpt_async.py
+  tests/recipes/test_gpt_attention_order.py"
 ALL_STAGES="tests mfu truth recipes overhead"
 
 run_tests() {
