@@ -13,6 +13,7 @@ from typing import Any, Sequence
 
 from trainspeed import config_io
 from trainspeed.config import TrainConfig, load_config
+from trainspeed.device_spec import cuda_index
 from trainspeed.engine.events import Callback
 from trainspeed.engine.trainer import Trainer
 from trainspeed.errors import ConfigError
@@ -92,16 +93,6 @@ def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _on_cuda(device: str) -> bool:
-    if str(device).startswith("cuda"):
-        return True
-    if str(device) != "auto":
-        return False
-    import torch
-
-    return torch.cuda.is_available()
-
-
 def load_found(found: Target, variant: str, overrides: Sequence[str]) -> tuple[TrainConfig, str | None]:
     """The config of a resolved target, and the device overlay laid over it (or None). "fast"
     means fast on the device it runs on: a built-in recipe's fast variant on CUDA (run.device
@@ -112,7 +103,7 @@ def load_found(found: Target, variant: str, overrides: Sequence[str]) -> tuple[T
     if found.kind != "recipe" or variant != "fast" or not isinstance(found.source, Path):
         return cfg, None
     overlay = found.source.with_name("fast-cuda.yaml")
-    if not overlay.is_file() or not _on_cuda(cfg.run.device):
+    if not overlay.is_file() or cuda_index(cfg.run.device) is None:
         return cfg, None
     data = _merge(config_io.read_yaml(found.source), config_io.read_yaml(overlay))
     return load_config(data, overrides), str(overlay)

@@ -65,15 +65,17 @@ class DeviceInfo:
         import psutil
         import torch
 
-        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-        use_cuda = device.startswith("cuda") or (device == "auto" and torch.cuda.is_available())
+        from trainspeed.device_spec import cuda_index
         from trainspeed.engine.precision import cpu_flags
+
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+        index = cuda_index(device)
+        use_cuda = index is not None
 
         info = cls(type="cuda" if use_cuda else "cpu", cores=cores,
                    cpu_flags=frozenset(cpu_flags() or ()),
                    has_compiler=any(shutil.which(c) for c in ("c++", "g++", "clang++", "cc")))
         if use_cuda:
-            index = torch.device(device).index if ":" in device else 0
             info.cuda_capability = torch.cuda.get_device_capability(index)
             info.memory_bytes = float(torch.cuda.get_device_properties(index).total_memory)
         else:

@@ -18,22 +18,17 @@ from __future__ import annotations
 import inspect
 from typing import Any
 
-ATTENTION_CHOICES = ("auto", "torch", "cudnn")
-
-
 def cuda_capability_major(device_spec: str) -> int | None:
-    """The compute capability's major number of the run's CUDA device (None: not CUDA)."""
+    """The compute capability's major number of the run's CUDA device (None: not CUDA, or no
+    CUDA here)."""
     import torch
 
-    spec = str(device_spec)
-    if spec == "auto":
-        if not torch.cuda.is_available():
-            return None
-        spec = "cuda"
-    if not spec.startswith("cuda") or not torch.cuda.is_available():
+    from trainspeed.device_spec import cuda_index
+
+    index = cuda_index(device_spec)
+    if index is None or not torch.cuda.is_available():
         return None
-    device = torch.device(spec)
-    return torch.cuda.get_device_capability(device.index if device.index is not None else 0)[0]
+    return torch.cuda.get_device_capability(index)[0]
 
 
 def sdpa_order(choice: str, capability_major: int | None) -> list[Any] | None:
@@ -51,4 +46,4 @@ def sdpa_order(choice: str, capability_major: int | None) -> list[Any] | None:
             SDPBackend.MATH]
 
 
-__all__ = ["ATTENTION_CHOICES", "cuda_capability_major", "sdpa_order"]
+__all__ = ["cuda_capability_major", "sdpa_order"]
