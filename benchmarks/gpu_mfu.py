@@ -56,11 +56,16 @@ def run(variant: str, args: argparse.Namespace, out: Path) -> dict:
     print("$", " ".join(cmd[2:]), flush=True)
     subprocess.run(cmd, check=True)
     summary = json.loads((out / name / "report.json").read_text())["summary"]
+    return {**figures(summary), "loss_last": (summary.get("loss") or {}).get("last"),
+            "micro_batches": summary.get("micro_batches")}
+
+
+def figures(summary: dict) -> dict:
+    """What a GPU benchmark keeps of a `trainspeed train` run's summary (gpu_recipes.py too)."""
     mfu = summary.get("mfu") or {}
     return {"tokens_per_s": summary.get("tokens_per_s"), "mfu": mfu.get("value"), "mfu_valid": mfu.get("valid"),
-            "peak": mfu.get("peak_name"), "step_p50_s": summary["step_time"]["p50"],
-            "memory": summary.get("memory"), "loss_last": (summary.get("loss") or {}).get("last"),
-            "phases": summary.get("phases"), "gpu_busy": summary.get("gpu_busy"), "micro_batches": summary.get("micro_batches")}
+            "peak": mfu.get("peak_name"), "step_p50_s": (summary.get("step_time") or {}).get("p50"),
+            "memory": summary.get("memory"), "phases": summary.get("phases"), "gpu_busy": summary.get("gpu_busy")}
 
 
 def main() -> int:

@@ -4,7 +4,7 @@
 Each run is `trainspeed train RECIPE --variant=fast run.device=cuda` in a fresh subprocess, so
 the recipe's fast-cuda.yaml (bf16, compile where the recipe compiles, fused AdamW, pinned memory
 and device prefetch, its CUDA batch size) is what is measured, at the recipe's default size; the
-warm-up (and compile) steps are excluded. MFU is the engine's own figure (the recipe's FLOPs, or
+warm-up (and compile) steps are excluded. Each run keeps what gpu_mfu.py keeps (figures()). MFU is the engine's own figure (the recipe's FLOPs, or
 torch's FLOP counter over one step, over the device's datasheet peak for the run's dtype).
 
     python benchmarks/gpu_recipes.py [--recipes gpt,convnext,seqvae,hf] [--steps 60]
@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from gpu_mfu import figures  # noqa: E402
 from harness import write_result  # noqa: E402
 
 
@@ -40,13 +41,7 @@ def run(recipe: str, steps: int, out: Path) -> dict:
     if proc.returncode != 0 or not report.exists():
         return {"error": f"exit {proc.returncode}", "log_tail": (proc.stdout + proc.stderr)[-2000:], "wall_s": wall}
     summary = json.loads(report.read_text())["summary"]
-    mfu = summary.get("mfu") or {}
-    phases = summary.get("phases") or {}
-    return {"mfu": mfu.get("value"), "mfu_valid": mfu.get("valid"), "peak": mfu.get("peak_name"),
-            "tokens_per_s": summary.get("tokens_per_s"), "samples_per_s": summary.get("samples_per_s"),
-            "step_p50_s": (summary.get("step_time") or {}).get("p50"), "gpu_busy": (summary.get("gpu_busy") or {}).get("value"),
-            "shares": {k: round(v.get("share") or 0.0, 3) for k, v in phases.items() if (v.get("share") or 0) >= 0.005},
-            "memory": summary.get("memory"), "wall_s": wall}
+    return {**figures(summary), "samples_per_s": summary.get("samples_per_s"), "wall_s": wall}
 
 
 def main() -> int:
