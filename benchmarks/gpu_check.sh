@@ -40,14 +40,13 @@ GPU_TESTS="tests/test_gpu_paths.py tests/test_gpu_doctor.py tests/telemetry/test
   tests/recipes/test_gpt_attention_order.py"
 ALL_STAGES="tests mfu truth recipes overhead"
 
-run_tests() {
-  # -v: each result on its own line as it comes, so a run cut by the timeout still shows them
-  # shellcheck disable=SC2086 # the list is word-split on purpose
-  timeout -s INT -k 10 "${1:-120}" "$PY" -m pytest -v -m gpu -p no:cacheprovider -o addopts="-ra" --durations=5 $GPU_TESTS
-}
+# The GPU tests, for --tests-only and the tests stage. -v: each result on its own line as it
+# comes, so a run cut by the timeout still shows them.
+# shellcheck disable=SC2206 # the file list is word-split on purpose
+PYTEST_GPU=("$PY" -m pytest -v -m gpu -p no:cacheprovider -o addopts="-ra" --durations=5 $GPU_TESTS)
 
 if [ "${1:-}" = "--tests-only" ]; then
-  run_tests 300
+  timeout -s INT -k 10 300 "${PYTEST_GPU[@]}"
   exit $?
 fi
 STAGES=${*:-$ALL_STAGES}
@@ -82,15 +81,14 @@ stage() {
   command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
   "$PY" -c "import pynvml" 2>/dev/null && echo "pynvml: yes (GPU busy from NVML)" || echo "pynvml: no (no GPU busy figure)"
   "$PY" -c "import libcst" 2>/dev/null && echo "libcst: yes" || echo "libcst: no (the tune's code change is skipped)"
+  [ "$cuda" = 1 ] || echo "no CUDA here: the GPU tests skip, gpu_truth runs --dry-run on two scripts, gpu_overhead --small; the rest is skipped"
+  stage tests 100 "${PYTEST_GPU[@]}"
   if [ "$cuda" = 1 ]; then
-    stage tests 100 "$PY" -m pytest -v -m gpu -p no:cacheprovider -o addopts="-ra" --durations=5 $GPU_TESTS
     stage mfu 110 "$PY" benchmarks/gpu_mfu.py --variants fast --steps 60
     stage truth 420 "$PY" benchmarks/gpu_truth.py --timeout 100
     stage recipes 150 "$PY" benchmarks/gpu_recipes.py --recipes convnext,seqvae,hf --steps 60
     stage overhead 200 "$PY" benchmarks/gpu_overhead.py --batch 32 --blocks 8 --block 10
   else
-    echo "no CUDA here: the GPU tests skip, gpu_truth runs --dry-run on two scripts, gpu_overhead --small; the rest is skipped"
-    stage tests 100 "$PY" -m pytest -v -m gpu -p no:cacheprovider -o addopts="-ra" --durations=5 $GPU_TESTS
     stage truth 400 "$PY" benchmarks/gpu_truth.py --dry-run --only fp32_mlp,memory_limit --budget 20s --results-dir "$OUT"
     stage overhead 300 "$PY" benchmarks/gpu_overhead.py --small --blocks 2 --block 3 --skip 1
   fi
