@@ -11,9 +11,9 @@ GPU cause (healthy_bf16.py: none). For each, through the real CLI in subprocesse
 2. the fix, measured: `trainspeed tune --from RUN --knobs K -- python SCRIPT ARGS` with the
    knob that matches the cause, verified when tune.json's final row (the best settings against
    the baseline) is >= 1.2x and keeps that knob (cudnn_off.py, where nothing is planted that
-   costs on cuDNN 9: verified when the tune finds nothing >= 1.2x); for memory near the limit, which no run-time
-   setting fixes, the doctor again with the script's smaller --batch-size, verified when its
-   samples/s is >= 1.2x the first run's. The healthy script is not tuned (nothing to fix).
+   costs on cuDNN 9: verified when the tune finds nothing >= 1.2x); for memory near the limit,
+   which no run-time setting fixes, the doctor again with the script's smaller --batch-size,
+   verified when its samples/s is >= 1.2x the first run's. The healthy script is not tuned (nothing to fix).
 
 Writes benchmarks/results/gpu_truth-<machine>.json (headline "doctor N/N, fixes verified
 M/M"), after every script, so a run cut short keeps what it measured.
@@ -85,7 +85,7 @@ CASES: dict[str, Case] = {c.script.removesuffix(".py"): c for c in (
     Case("cudnn_off.py", (), "fixed-shape conv net, cudnn.benchmark off: nothing to win with cuDNN 9",
          knob="cudnn_benchmark", steps=90),
     Case("memory_limit.py", ("memory_near_oom",),
-         "memory held by another tensor; batch sizes vary, the allocator retries",
+         "memory held by another tensor; batches grow step by step, the allocator retries",
          fix_args=("--batch-size", "4096"), steps=60),
     Case("launch_bound.py", ("low_gpu_utilization",), "72 small layers at batch 8: launch-bound",
          knob="compile", steps=250, budget="75s"),

@@ -1,8 +1,9 @@
 """Where a CUDA step's time goes between the GPU and the host, from this run's own figures:
 the GPU busy share over the measured steps (NVML, telemetry/gpu_busy.py), the host stretches
 the GPU idles through (the data wait, the copies, the wait inside the reads) and what is left
-of the idle time after them (the host's own work: launches, Python between the steps). The syncs' and the idle GPU's shares at stake are derived here, once, so the
-two findings never claim the same time."""
+of the idle time after them (the host's own work: launches, Python between the steps). The
+syncs' and the idle GPU's shares at stake are derived here, once, so the two findings never
+claim the same time."""
 
 from __future__ import annotations
 
@@ -51,6 +52,7 @@ class GpuTime:
             basis += (f"; the GPU also idles {pct(self.idle_unexplained - self.sync_wait)} of the measured steps "
                       "(NVML) while the host works, which the reads do not cause")
         return self.sync_wait, basis
+
 
 def gpu_time(ctx: CheckContext) -> GpuTime:
     seconds = sum(v["seconds"] for k, v in ctx.site_totals("sync").items() if k not in CACHE_GC_KINDS)

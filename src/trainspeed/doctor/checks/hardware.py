@@ -205,22 +205,23 @@ def low_gpu_utilization(ctx: CheckContext) -> Finding | None:
         evidence.append(f"batch size {size}")
     explained = parts.data + parts.h2d + claimed
     between = ctx.share("other")
-    host_work = "Python between the steps" if between >= HOST_BETWEEN_STEPS else "the host launching kernels"
+    python_between = between >= HOST_BETWEEN_STEPS  # else the host is launching kernels
     if explained >= 0.005:
         evidence.append(f"the data wait, copies and reads' wait explain {pct(explained)} of the idle "
-                        f"{pct(parts.idle)}; {pct(residual)} is {host_work}")
-    if between >= HOST_BETWEEN_STEPS:
+                        f"{pct(parts.idle)}; {pct(residual)} is "
+                        + ("Python between the steps" if python_between else "the host launching kernels"))
+    if python_between:
         evidence.append(f"{pct(between)} of the step lies outside the data, forward, backward and optimizer phases")
     fix = ("compile.mode=reduce-overhead (CUDA graphs) or a larger data.batch_size in the run's config" if ctx.engine_run else
            "fewer, larger kernels: torch.compile(model) fuses the small ops, mode='reduce-overhead' also "
            "replays the step as CUDA graphs; or a bigger batch, so that each launch carries more work")
-    if between >= HOST_BETWEEN_STEPS and not ctx.engine_run:
+    if python_between and not ctx.engine_run:
         fix = ("the host's Python work between the steps holds the GPU idle: do it less often, in a "
                "DataLoader worker or a thread, or give each step more GPU work (a bigger batch); then " + fix)
     return Finding(
         id="low_gpu_utilization",
         severity="warning" if residual >= IDLE_UNEXPLAINED_WARNING else "info",
-        title=("The GPU idles while the host works between the steps" if between >= HOST_BETWEEN_STEPS
+        title=("The GPU idles while the host works between the steps" if python_between
                else "The GPU idles between kernels: the step is launch-bound"),
         evidence=", ".join(evidence),
         recommendation=fix,
