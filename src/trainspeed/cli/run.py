@@ -87,6 +87,9 @@ def run(args: argparse.Namespace) -> int:
     if plan.flags():
         say(f"command: {shlex.join(command)}")
     target = parse_command(command)  # a ConfigError before anything is installed
+    from trainspeed.startup import preload
+
+    preload()  # what the script and the patches import, with the collector paused: faster
     applied = _install(plan, say)
     result = None
     try:

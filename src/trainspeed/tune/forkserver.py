@@ -62,15 +62,17 @@ def serve() -> None:
     refuses to fork."""
     import importlib
 
+    from trainspeed.startup import gc_paused, preload
+
     extra = json.loads(sys.stdin.readline() or "{}").get("preload") or []
-    for name in PRELOAD:
-        importlib.import_module(name)
+    preload(PRELOAD)
     skipped = []
-    for name in extra:
-        try:
-            importlib.import_module(name)
-        except (Exception, SystemExit) as exc:  # noqa: BLE001 - the trial imports it again and reports it
-            skipped.append(f"{name}: {type(exc).__name__}: {exc}")
+    with gc_paused():  # imports only (trainspeed/startup.py); the trials run with it on
+        for name in extra:
+            try:
+                importlib.import_module(name)
+            except (Exception, SystemExit) as exc:  # noqa: BLE001 - the trial imports it again and reports it
+                skipped.append(f"{name}: {type(exc).__name__}: {exc}")
     # Answers go to a private copy of stdout; fd 1 itself is pointed at stderr, so that nothing
     # else printed in this process (a library's warning) can break the protocol.
     out = os.fdopen(os.dup(1), "w", buffering=1)
