@@ -106,7 +106,19 @@ def test_a_half_written_line_is_cut_back(tmp_path, monkeypatch):
     assert path.read_bytes() == b'{"a": 1}\n'
 
 
-def test_ctrl_c_under_the_doctor_is_an_interrupt_with_its_report(tmp_path, monkeypatch):
+@pytest.fixture
+def ctrl_c_raises():
+    """SIGINT as at a terminal (KeyboardInterrupt), also where the tests run as a background job
+    of a shell without job control (`make test &`, CI's nohup): such a job inherits SIGINT
+    ignored, Python then installs no handler, and the script's Ctrl-C did nothing."""
+    import signal
+
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, before)
+
+
+def test_ctrl_c_under_the_doctor_is_an_interrupt_with_its_report(tmp_path, monkeypatch, ctrl_c_raises):
     import json
 
     monkeypatch.chdir(tmp_path)
