@@ -97,3 +97,19 @@ def test_saturated_needs_the_others_to_share_the_cores():
     assert not saturated(np.full(steps, 10.0), np.full(steps, 200.0), 2)  # the script alone, 2 threads
     assert not saturated(np.full(steps, 100.0), np.full(steps, 40.0), 2)  # a free core left
     assert not saturated(np.full(steps, 160.0), np.full(steps, np.nan), 2)  # this process not sampled
+
+
+def test_on_a_full_machine_the_growth_is_the_phase_whose_share_grew_by_what_that_share_implies():
+    # the logging cost's share of the step 0.02 -> 0.29; backward's time rose most (it waited
+    # for a core) and was named, with the step's whole rise (x4.45, the others' load) as the
+    # growth; the test that planted it failed beside a busy loop
+    run = _recorded("logging_growth_busy_loop_and_burners")
+    assert _basis(run) == "share"
+    summary = summarize(run)
+    assert summary["trend"]["phase"] == "log" and "in phase 'log' (its share of the step grew)" in \
+        summary["trend"]["message"]
+    finding = _growth(run)
+    assert finding is not None and 'the growth is in phase "log"' in finding["evidence"], finding
+    ratio = float(finding["evidence"].split(", x")[1].split(",")[0])
+    assert 1.3 < ratio < 1.45, finding["evidence"]  # (1 - 0.02) / (1 - 0.29), not 4.45
+    assert 0.2 < finding["impact"] < 0.35

@@ -217,7 +217,6 @@ def robust_series(run: RunData, keep: np.ndarray) -> tuple[np.ndarray, np.ndarra
     judged when a phase's share of the step grew (basis "share"), else undecided (basis
     "saturated"). See contention.robust_step_times."""
     from trainspeed.telemetry.contention import saturated
-    from trainspeed.telemetry.phase_shares import SATURATED_SHARE_GROWTH, grown_share
 
     steps, times, phases, basis = _series(run, keep)
     _, cores = run_threads_cores(run)
@@ -227,10 +226,20 @@ def robust_series(run: RunData, keep: np.ndarray) -> tuple[np.ndarray, np.ndarra
     # read as 'step time grows' on the steps level with the start's). Only a phase's share of
     # the step is the script's own (phase_shares.grown_share).
     if basis != "changing" and saturated(others_per_step(run, keep)[0], own_per_step(run, keep), cores):
-        grown = grown_share(run.array("t_step")[keep], {name: run.array(f"phases.{name}")[keep] for name in PHASES},
-                            run.array("cpu")[keep], min_share=SATURATED_SHARE_GROWTH)
-        return steps, times, phases, "share" if grown else "saturated"
+        return steps, times, phases, "share" if saturated_grown_phase(run, keep) else "saturated"
     return steps, times, phases, basis
+
+
+def saturated_grown_phase(run: RunData, keep: np.ndarray) -> str | None:
+    """On a machine whose cores others kept full, the phase whose share of the step grew
+    (SATURATED_SHARE_GROWTH, phase_shares.grown_share), over the steps in `keep`; None when none
+    did. It, not the phase whose time rose most, is the growth a "share" trend names: there
+    every phase's time moves with the others' load (the planted logging cost's share went
+    0.02 -> 0.29-0.45 while backward's time, waiting for a core, rose more and was named)."""
+    from trainspeed.telemetry.phase_shares import SATURATED_SHARE_GROWTH, grown_share
+
+    return grown_share(run.array("t_step")[keep], {name: run.array(f"phases.{name}")[keep] for name in PHASES},
+                       run.array("cpu")[keep], min_share=SATURATED_SHARE_GROWTH)
 
 
 def _series(run: RunData, keep: np.ndarray) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray], str]:
@@ -331,15 +340,23 @@ def _trend(run: RunData, keep: np.ndarray) -> dict[str, Any] | None:
         # every phase slowed alike, by no more than the machine's own speed drifts over seconds
         # (no reading of other processes shows it; CPU time moves with it): not the script's
         return None
+    phase, message = found.phase, found.message
+    if basis == "share":  # the phase whose share grew, not the one whose time rose most
+        grown = saturated_grown_phase(run, keep)
+        if grown is not None and grown != phase:
+            where = f", in phase '{phase}'"
+            message = (message.replace(where, "") if phase else message) + \
+                f", in phase '{grown}' (its share of the step grew)"
+            phase = grown
     # RSS is not slowed by other processes: all measured steps
     rss = linear_rate(run.array("step")[keep], run.array("mem.rss")[keep])
     slope_s = found.slope_per_1000 * found.baseline  # seconds per 1,000 steps
     return {
         "slope_per_1000": found.slope_per_1000,
         "since_step": found.since_step,
-        "phase": found.phase,
+        "phase": phase,
         "baseline": found.baseline,
-        "message": found.message,
+        "message": message,
         "kind": found.kind,
         "change": found.change,
         "basis": basis,

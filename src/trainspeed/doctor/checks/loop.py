@@ -147,7 +147,7 @@ def step_time_growth(ctx: CheckContext) -> Finding | None:
     up and down."""
     from trainspeed.telemetry.contention import linear_rate
     from trainspeed.telemetry.phase_shares import share_growth_ratio
-    from trainspeed.telemetry.summary import robust_series
+    from trainspeed.telemetry.summary import robust_series, saturated_grown_phase
 
     trend: dict[str, Any] | None = ctx.summary.get("trend")
     if not trend:
@@ -169,8 +169,18 @@ def step_time_growth(ctx: CheckContext) -> Finding | None:
         named = _quarter_medians(phases.get(trend["phase"], np.array([])))
         if named is not None and named[1] - named[0] > 0:
             phase, delta = trend["phase"], named[1] - named[0]
-    # The total rise, or the phase's own rise when the total is noisier than the phase.
-    growth = max(late - early, delta)
+    by_share = share_growth_ratio(times, phases) if basis == "share" else None
+    if by_share is not None and by_share[0] == saturated_grown_phase(ctx.run, keep):
+        # judged on a phase's share of the step (others kept every core full): that phase is the
+        # growth, and the step's growth is what its share implies. Every phase's time moved with
+        # the others' load: backward's, waiting for a core, rose most while the planted logging
+        # cost's share went 0.02 -> 0.29-0.45, and the step's total rose x1.9-4.5
+        named = _quarter_medians(phases.get(by_share[0], np.array([])))
+        phase, delta = by_share[0], max(0.0, named[1] - named[0]) if named is not None else delta
+        growth = (by_share[1] - 1.0) * early
+    else:
+        # The total rise, or the phase's own rise when the total is noisier than the phase.
+        growth = max(late - early, delta)
     ratio = 1.0 + growth / early
     if ratio < GROWTH_MIN_RATIO and basis in ("quiet", "cpu"):
         # the machine's speed drifts over seconds and can hide a growth in the quarters' wall
