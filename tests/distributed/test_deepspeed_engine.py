@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 import pytest
-from launch_helpers import TINY, assert_close, cmd, env, losses
+from launch_helpers import TINY, assert_close, cmd, env, losses, once, session_dir
 from trainspeed.telemetry.rundir import read_run
 from trainspeed.telemetry.summary import summarize
 
@@ -32,11 +32,16 @@ ZERO2 = ["distributed.strategy=deepspeed", "distributed.zero_stage=2"]
 @pytest.fixture(scope="module")
 def ws(tmp_path_factory):
     """Token cache built once; DeepSpeed's CPU op built (or found) once, where `make venv` puts
-    it, with the venv's ninja first on PATH (another ninja would rebuild it)."""
+    it, with the venv's ninja first on PATH (another ninja would rebuild it). Shared by the
+    session's workers, as are the runs below (launch_helpers.once)."""
     pytest.importorskip("deepspeed")
+    root = session_dir(tmp_path_factory, "ds")
+    return once(root, "ws", lambda: _workspace(root))
+
+
+def _workspace(root: Path) -> Path:
     from trainspeed.recipes.gpt import data as gdata
 
-    root = tmp_path_factory.mktemp("ds")
     gdata.load_tokens(directory=root / "cache")
     if list((EXTENSIONS / "deepspeed_shm_comm").glob("*.so")):
         return root  # built: the runs load it (an interpreter importing deepspeed saved, 3-5 s on 2 cores)
@@ -66,12 +71,12 @@ def events(run: Path, kind: str) -> list[dict]:
 
 @pytest.fixture(scope="module")
 def single(ws):
-    return train(ws, "single", "data.batch_size=8", nproc=1)
+    return once(ws, "single", lambda: train(ws, "single", "data.batch_size=8", nproc=1))
 
 
 @pytest.fixture(scope="module")
 def zero2(ws):
-    return train(ws, "zero2", *ZERO2, "data.batch_size=4")
+    return once(ws, "zero2", lambda: train(ws, "zero2", *ZERO2, "data.batch_size=4"))
 
 
 def test_two_rank_zero2_matches_one_process_with_double_batch(single, zero2):
