@@ -3,14 +3,12 @@ the loss curves back: shared by the distributed tests."""
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import socket
 import subprocess
 import sys
 from pathlib import Path
-from typing import Callable
 
 import pytest
 
@@ -22,31 +20,6 @@ TINY = [
     "logging.progress=false", "eval.at_end=false", "checkpoint.every_steps=3",
 ]
 LOSS_RTOL = 1e-5
-
-
-def session_dir(tmp_path_factory, name: str) -> Path:
-    """A directory every pytest-xdist worker of this session shares (their base temporary
-    directories are siblings under the session's), for the runs a module's tests share."""
-    base = tmp_path_factory.getbasetemp()
-    directory = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / name
-    directory.mkdir(exist_ok=True)
-    return directory
-
-
-def once(directory: Path, key: str, build: Callable[[], Path]) -> Path:
-    """`build()`'s result, built by one worker of the session while the others wait for it.
-    pytest 9.2 ignores xdist groups (tests/conftest.py), so a module's tests spread over both
-    workers and each built the module's shared runs: test_deepspeed_engine's two-rank ZeRO-2
-    run (3 processes, 14.7 s) twice. A failed build leaves nothing: the next worker tries again
-    and fails on its own."""
-    with open(directory / f".{key}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
-        done = directory / f".{key}.done"
-        if done.exists():
-            return Path(done.read_text())
-        path = build()
-        done.write_text(str(path))
-        return path
 
 
 def free_port() -> int:

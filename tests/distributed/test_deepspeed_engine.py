@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 import pytest
-from launch_helpers import TINY, assert_close, cmd, env, losses, once, session_dir
+from launch_helpers import TINY, assert_close, cmd, env, losses
 from trainspeed.telemetry.rundir import read_run
 from trainspeed.telemetry.summary import summarize
 
@@ -30,18 +30,18 @@ ZERO2 = ["distributed.strategy=deepspeed", "distributed.zero_stage=2"]
 
 
 @pytest.fixture(scope="module")
-def ws(tmp_path_factory):
+def ws(shared_dir, built_once):
     """Token cache built once; DeepSpeed's CPU op built (or found) once, where `make venv` puts
     it, with the venv's ninja first on PATH (another ninja would rebuild it). Shared by the
-    session's workers, as are the runs below (launch_helpers.once)."""
+    session's workers, as are the runs below (built_once, tests/conftest.py)."""
     pytest.importorskip("deepspeed")
-    root = session_dir(tmp_path_factory, "ds")
-    return once(root, "ws", lambda: _workspace(root))
+    return built_once("ds-ws", lambda: _workspace(shared_dir / "ds"))
 
 
 def _workspace(root: Path) -> Path:
     from trainspeed.recipes.gpt import data as gdata
 
+    root.mkdir(exist_ok=True)
     gdata.load_tokens(directory=root / "cache")
     if list((EXTENSIONS / "deepspeed_shm_comm").glob("*.so")):
         return root  # built: the runs load it (an interpreter importing deepspeed saved, 3-5 s on 2 cores)
@@ -70,13 +70,13 @@ def events(run: Path, kind: str) -> list[dict]:
 
 
 @pytest.fixture(scope="module")
-def single(ws):
-    return once(ws, "single", lambda: train(ws, "single", "data.batch_size=8", nproc=1))
+def single(ws, built_once):
+    return built_once("ds-single", lambda: train(ws, "single", "data.batch_size=8", nproc=1))
 
 
 @pytest.fixture(scope="module")
-def zero2(ws):
-    return once(ws, "zero2", lambda: train(ws, "zero2", *ZERO2, "data.batch_size=4"))
+def zero2(ws, built_once):
+    return built_once("ds-zero2", lambda: train(ws, "zero2", *ZERO2, "data.batch_size=4"))
 
 
 def test_two_rank_zero2_matches_one_process_with_double_batch(single, zero2):

@@ -16,33 +16,39 @@ import time
 from pathlib import Path
 
 import pytest
-from launch_helpers import TINY, assert_close, cmd, env, free_port, losses, once, session_dir, train
+from launch_helpers import TINY, assert_close, cmd, env, free_port, losses, train
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(150)]
 
 @pytest.fixture(scope="module")
-def ws(tmp_path_factory):
+def ws(shared_dir, built_once):
     """Working directory with a pre-built token cache (so the ranks do not both build it),
-    shared by the session's workers, as are the runs below (launch_helpers.once)."""
+    shared by the session's workers, as are the runs below (built_once, tests/conftest.py)."""
     from trainspeed.recipes.gpt import data as gdata
 
-    root = session_dir(tmp_path_factory, "dist")
-    return once(root, "ws", lambda: (gdata.load_tokens(directory=root / "cache"), root)[1])
+    def build() -> Path:
+        root = shared_dir / "torchrun"
+        root.mkdir(exist_ok=True)
+        gdata.load_tokens(directory=root / "cache")
+        return root
+
+    return built_once("torchrun-ws", build)
 
 
 @pytest.fixture(scope="module")
-def single(ws):
-    return once(ws, "single", lambda: train(ws, "single", "data.batch_size=8", nproc=1))
+def single(ws, built_once):
+    return built_once("torchrun-single", lambda: train(ws, "single", "data.batch_size=8", nproc=1))
 
 
 @pytest.fixture(scope="module")
-def ddp(ws):
-    return once(ws, "ddp", lambda: train(ws, "ddp", "distributed.strategy=ddp", "data.batch_size=4", report=True))
+def ddp(ws, built_once):
+    return built_once("torchrun-ddp", lambda: train(ws, "ddp", "distributed.strategy=ddp", "data.batch_size=4",
+                                                    report=True))
 
 
 @pytest.fixture(scope="module")
-def fsdp(ws):
-    return once(ws, "fsdp", lambda: train(ws, "fsdp", "distributed.strategy=fsdp", "data.batch_size=4"))
+def fsdp(ws, built_once):
+    return built_once("torchrun-fsdp", lambda: train(ws, "fsdp", "distributed.strategy=fsdp", "data.batch_size=4"))
 
 
 def test_ddp_two_ranks_match_one_process_with_double_batch(single, ddp):

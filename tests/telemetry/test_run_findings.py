@@ -51,15 +51,22 @@ def _slow_loop(mon: Monitor, steps: int, wait_s: float = 0.004) -> None:
 
 
 @pytest.fixture(scope="module")
-def script_run(tmp_path_factory):
-    """The README's Monitor loop, run as the user runs it: `python monitor_slow_data.py RUN`."""
-    cwd = tmp_path_factory.mktemp("script")
-    run = cwd / "run"
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
-    done = subprocess.run([sys.executable, str(SCRIPT), str(run), "100"], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=180)
-    assert done.returncode == 0, done.stderr
-    return run, done.stdout
+def script_run(shared_dir, built_once):
+    """The README's Monitor loop, run as the user runs it: `python monitor_slow_data.py RUN`
+    (once per session: built_once, tests/conftest.py)."""
+
+    def build() -> Path:
+        cwd = shared_dir / "monitor-script"
+        cwd.mkdir(exist_ok=True)
+        env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+        done = subprocess.run([sys.executable, str(SCRIPT), str(cwd / "run"), "100"], cwd=cwd, env=env,
+                              capture_output=True, text=True, timeout=180)
+        assert done.returncode == 0, done.stderr
+        (cwd / "stdout.txt").write_text(done.stdout)
+        return cwd
+
+    cwd = built_once("monitor-script", build)
+    return cwd / "run", (cwd / "stdout.txt").read_text()
 
 
 def test_monitor_loop_gets_data_bound_in_report_json(script_run):
