@@ -60,6 +60,7 @@ def test_verify_commands_keep_the_accelerate_launch_prefix_as_typed(tmp_path):
                                            "--num_processes 1 -m pkg.train --lr 1")
 
 
+@pytest.mark.slow  # 10-40 s: started first under xdist (tests/conftest.py)
 @pytest.mark.parametrize("processes", [1, 2])
 def test_doctor_under_accelerate_launch(tmp_path, processes):
     launch = ["--num_processes", "1"] if processes == 1 else ["--multi_gpu", "--num_processes", "2"]

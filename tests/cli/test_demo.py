@@ -12,6 +12,7 @@ from trainspeed import demo
 pytestmark = pytest.mark.timeout(300)
 
 
+@pytest.mark.slow  # 10-40 s: started first under xdist (tests/conftest.py)
 def test_demo_tells_the_story_on_its_slow_script(tmp_path, capsys):
     pytest.importorskip("PIL")
     out = tmp_path / "demo"

@@ -55,6 +55,7 @@ def test_the_doc_has_the_example_this_test_runs():
     assert commands[3][3:] == ["--knobs", "fused_optimizer", "--budget", "2m"]
 
 
+@pytest.mark.slow  # 10-40 s: started first under xdist (tests/conftest.py)
 def test_own_model_example_trains_helps_prints_and_tunes(example, capsys):
     import torch
 

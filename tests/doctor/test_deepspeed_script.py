@@ -87,6 +87,7 @@ def ds_doctor(doctor, deepspeed_env, tmp_path):
     return run
 
 
+@pytest.mark.slow  # 10-40 s: started first under xdist (tests/conftest.py)
 def test_checkpoint_every_two_steps_is_ranked_first(ds_doctor, tmp_path):
     result = ds_doctor("--save-every", "2", steps=16)
     assert result.stopped == "steps" and result.steps == 16, result.traceback
@@ -141,6 +142,7 @@ def test_checkpoint_every_two_steps_is_ranked_first(ds_doctor, tmp_path):
     assert "deepspeed_zero_beyond_memory" not in ids(result)
 
 
+@pytest.mark.slow  # 10-40 s: started first under xdist (tests/conftest.py)
 def test_zero3_with_offload_on_a_model_that_fits_is_named(doctor, deepspeed_env, tmp_path):
     """The same script with ZeRO-3 and the optimizer offloaded to the CPU: its 4.2 M parameters'
     whole training state (64.6 MiB) fits in a sliver of the machine's RAM."""
@@ -251,6 +253,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+@pytest.mark.slow  # 10-40 s: started first under xdist (tests/conftest.py)
 @pytest.mark.timeout(180)
 def test_two_processes_under_torchrun(deepspeed_env, tmp_path):
     """ZeRO-2 over 2 CPU processes: every rank runs the doctor, rank 0 reports."""

@@ -165,6 +165,7 @@ w.close()
     assert all(n.startswith("what-if") for n in applied.notes) and not collected
 
 
+@pytest.mark.slow  # 10-40 s: started first under xdist (tests/conftest.py)
 @pytest.mark.timeout(300)
 def test_compile_compiles_the_trained_module_in_place(tmp_path):
     g, applied = run(tmp_path, LOOP, {"compile": "default"})

@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from trainspeed.config import load_config
 from trainspeed.tune import stats
 
@@ -26,6 +28,7 @@ def tune(out: Path) -> subprocess.CompletedProcess:
     return subprocess.run(cmd, capture_output=True, text=True, timeout=240, env=env)
 
 
+@pytest.mark.slow  # 10-40 s: started first under xdist (tests/conftest.py)
 def test_tune_cli_real_trials_best_yaml_tables_and_resume(tmp_path):
     out = tmp_path / "tune"
     first = tune(out)

@@ -67,6 +67,7 @@ def _digest(folder: Path) -> dict[str, str]:
             for p in sorted(folder.rglob("*")) if p.is_file() and "runs" not in p.parts}
 
 
+@pytest.mark.slow  # 10-40 s: started first under xdist (tests/conftest.py)
 def test_script_tune_finds_workers_verifies_them_and_hands_back_the_change(tmp_path, monkeypatch):
     user = tmp_path / "project"
     user.mkdir()
