@@ -83,6 +83,7 @@ def unknown_options(sub: argparse.ArgumentParser, extras: list[str]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
+    own_process = argv is None
     argv = sys.argv[1:] if argv is None else list(argv)
     wrong = unknown_command(parser, argv)
     if wrong:
@@ -98,6 +99,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{sub.prog}: error: {unknown_options(sub, extras)}", file=sys.stderr)
         return 2
     args.argv = argv  # what was typed: an interrupted tune prints the command that resumes it
+    # The process is trainspeed's own (`trainspeed ...`, `python -m trainspeed`), not a host
+    # calling main([...]) as a function (a test, a notebook): process-wide settings such as
+    # startup.preload's gc.freeze are made only then.
+    args.own_process = own_process
     try:
         return int(args.run(args) or 0)
     except TrainspeedError as exc:

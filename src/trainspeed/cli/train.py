@@ -55,7 +55,8 @@ def run(args) -> int:
         return 0
     from trainspeed.startup import preload
 
-    preload(freeze=True)  # what loading, building and training import: ~1 s less CPU (startup.py)
+    # what loading, building and training import: ~1 s less CPU in a process of its own (startup.py)
+    preload(freeze=getattr(args, "own_process", False))
     cfg, found = _target.load(args.target, overrides, variant)
     if args.print_config:
         print(_target.config_yaml(cfg, keep_name=_target.named(found, overrides)), end="")
