@@ -344,9 +344,8 @@ def _trend(run: RunData, keep: np.ndarray) -> dict[str, Any] | None:
     if basis == "share":  # the phase whose share grew, not the one whose time rose most
         grown = saturated_grown_phase(run, keep)
         if grown is not None and grown != phase:
-            where = f", in phase '{phase}'"
-            message = (message.replace(where, "") if phase else message) + \
-                f", in phase '{grown}' (its share of the step grew)"
+            named = f", in phase '{grown}' (its share of the step grew)"  # trend.py ends its message with the phase
+            message = message.replace(f", in phase '{phase}'", named) if phase else message + named
             phase = grown
     # RSS is not slowed by other processes: all measured steps
     rss = linear_rate(run.array("step")[keep], run.array("mem.rss")[keep])

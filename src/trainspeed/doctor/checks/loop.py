@@ -147,7 +147,7 @@ def step_time_growth(ctx: CheckContext) -> Finding | None:
     up and down."""
     from trainspeed.telemetry.contention import linear_rate
     from trainspeed.telemetry.phase_shares import share_growth_ratio
-    from trainspeed.telemetry.summary import robust_series, saturated_grown_phase
+    from trainspeed.telemetry.summary import robust_series
 
     trend: dict[str, Any] | None = ctx.summary.get("trend")
     if not trend:
@@ -170,7 +170,8 @@ def step_time_growth(ctx: CheckContext) -> Finding | None:
         if named is not None and named[1] - named[0] > 0:
             phase, delta = trend["phase"], named[1] - named[0]
     by_share = share_growth_ratio(times, phases) if basis == "share" else None
-    if by_share is not None and by_share[0] == saturated_grown_phase(ctx.run, keep):
+    # on basis "share" the summary's trend names the phase whose share grew (saturated_grown_phase)
+    if by_share is not None and by_share[0] == trend.get("phase"):
         # judged on a phase's share of the step (others kept every core full): that phase is the
         # growth, and the step's growth is what its share implies. Every phase's time moved with
         # the others' load: backward's, waiting for a core, rose most while the planted logging
