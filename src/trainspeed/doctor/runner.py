@@ -288,6 +288,7 @@ def run_doctor(config: DoctorConfig) -> DoctorResult:
     from trainspeed.doctor.instrument import Session, StopDoctor, install
     from trainspeed.doctor.instrument.files import snapshot
     from trainspeed.doctor.instrument.flags import observe_argv_flags
+    from trainspeed.doctor.instrument.import_path import needed_pythonpath
     from trainspeed.doctor.instrument.observations import emit_observations
     from trainspeed.doctor.tuned import annotate as annotate_tuned, script_key
     from trainspeed.telemetry import schema
@@ -351,8 +352,10 @@ def run_doctor(config: DoctorConfig) -> DoctorResult:
         trace = "".join(traceback.format_exception(type(error), error, error.__traceback__))
         summary_line = f"{type(error).__name__}: {(str(error).strip().splitlines() or [''])[0]}"
     observe_argv_flags(session, target.args)
+    script_dir = os.path.dirname(os.path.abspath(target.name)) if target.kind == "path" else os.getcwd()
     emit_observations(monitor, session, files_before=files_before, run_dir=run_dir,
-                      stopped=stopped, exit_code=code, max_steps=steps, error=summary_line)
+                      stopped=stopped, exit_code=code, max_steps=steps, error=summary_line,
+                      pythonpath=needed_pythonpath(script_dir))
     record_peak(monitor, session.observations.values(), device)
     if rank > 0:  # rank 0 reads this rank's records and reports
         summary = monitor.close(error=error)

@@ -143,11 +143,26 @@ class CheckContext:
         Trainer): advice names the config key, never "your own code"."""
         return not self.command and bool((self.first("device") or {}).get("engine"))
 
-    def doctor_command(self, steps: int | None = None, flags: Sequence[str] = ()) -> str:
-        """`trainspeed doctor -- <the recorded command>`: runnable as written. An engine run
-        (a config.yaml, no command) is re-run with `trainspeed train` under a new run name, which
-        writes the same report. `flags` (`--print-freq 50`) are set in the command in place of the
-        ones it has: appended, the script's own earlier value was left beside the fix."""
+    @property
+    def pythonpath(self) -> str | None:
+        """The PYTHONPATH entries the script's imports came from (`.` for a checkout's own
+        package), which every command for this script must carry (instrument/import_path.py)."""
+        return (self.first("doctor") or {}).get("pythonpath")
+
+    def with_pythonpath(self, command: str, first: str | None = None) -> str:
+        """`command` run with the script's PYTHONPATH entries (`first` before them), as typed."""
+        import os
+        import shlex
+
+        entries = os.pathsep.join(e for e in (first, self.pythonpath) if e)
+        return f"PYTHONPATH={shlex.quote(entries)} {command}" if entries else command
+
+    def doctor_command(self, steps: int | None = None, flags: Sequence[str] = (), path: str | None = None) -> str:
+        """`trainspeed doctor -- <the recorded command>`: runnable as written (with the
+        PYTHONPATH entries the script needed, `path` before them). An engine run (a config.yaml,
+        no command) is re-run with `trainspeed train` under a new run name, which writes the same
+        report. `flags` (`--print-freq 50`) are set in the command in place of the ones it has:
+        appended, the script's own earlier value was left beside the fix."""
         import shlex
 
         from trainspeed.patches.plan import command_with_flags
@@ -156,7 +171,8 @@ class CheckContext:
         ranks = len(self.summary.get("ranks") or [])  # a data-parallel run: launched again alike
         if self.launcher and self.command:  # `accelerate launch ...` as typed: the doctor goes in under it
             fixed = command_with_flags(list(self.command), list(flags))
-            return f"trainspeed doctor{f' --steps {steps}' if steps else ''} -- {shlex.join(self.launcher + fixed[1:])}"
+            return self.with_pythonpath(
+                f"trainspeed doctor{f' --steps {steps}' if steps else ''} -- {shlex.join(self.launcher + fixed[1:])}", path)
         launch = f"torchrun --nproc_per_node {ranks} -m trainspeed" if ranks > 1 else "trainspeed"
         if not self.command and config.is_file():
             return (f"{launch} train {shlex.quote(str(config))} run.name={self.run.path.name}-after"
@@ -165,7 +181,7 @@ class CheckContext:
         # Ranks must agree on one directory (--out is required under torchrun): a new one
         # beside this run's, so the comparison keeps both.
         out = f" --out {shlex.quote(str(self.run.path) + '-after')}" if ranks > 1 else ""
-        return f"{launch} doctor{f' --steps {steps}' if steps else ''}{out} -- {cmd}"
+        return self.with_pythonpath(f"{launch} doctor{f' --steps {steps}' if steps else ''}{out} -- {cmd}", path)
 
     def tune_command(self, *topics: str) -> str | None:
         """The one place checks get their `verify_with` tune command from: the tune that
@@ -178,7 +194,8 @@ class CheckContext:
             if self.launcher:  # a tune's trials are one process: the launcher's one-process form
                 several = len(self.summary.get("ranks") or []) > 1
                 command = ([*self.launcher[:2], "--num_processes", "1"] if several else self.launcher) + command[1:]
-            return tune_command(*topics, command=command) or f"{self.doctor_command()} (after the change)"
+            tune = tune_command(*topics, command=command)
+            return self.with_pythonpath(tune) if tune else f"{self.doctor_command()} (after the change)"
         config = self.run.path / "config.yaml"
         return tune_command(*topics, config=str(config) if config.is_file() else None)
 

@@ -5,6 +5,7 @@ how to mark one)."""
 from __future__ import annotations
 
 from trainspeed.doctor.checks.context import CheckContext
+from trainspeed.doctor.checks.missing_module import missing_module_advice
 from trainspeed.doctor.findings import Finding
 
 
@@ -38,11 +39,6 @@ def no_step_found(ctx: CheckContext) -> Finding | None:
     )
 
 
-# Import names whose pip package is named otherwise.
-_PIP_NAMES = {"cv2": "opencv-python", "PIL": "pillow", "sklearn": "scikit-learn", "yaml": "pyyaml",
-              "skimage": "scikit-image", "google.protobuf": "protobuf", "bs4": "beautifulsoup4"}
-
-
 def _install_hint() -> str:
     """How to install this trainspeed elsewhere: from its clone when it runs from one."""
     from pathlib import Path
@@ -61,21 +57,18 @@ def _crashed_before_a_step(ctx: CheckContext, error: str | None) -> Finding:
     usual first-run case: the doctor runs the script in trainspeed's own interpreter."""
     error = error or "an exception (the traceback is in report.json)"
     fix = "fix the error (the traceback is above and in report.json), then run the doctor again"
+    verify = ctx.doctor_command()
     if error.startswith(("ModuleNotFoundError", "ImportError")):
-        name = error.split("No module named", 1)[-1].strip(" '\"") if "No module named" in error else None
-        top = name.split(".")[0] if name else None
-        pip = _PIP_NAMES.get(name or "", _PIP_NAMES.get(top or "", top))
-        fix = ("the doctor runs your script in the Python that trainspeed is installed in, so the script's "
-               "packages must be installed there too: "
-               + (f"`python -m pip install {pip}` in that environment" if pip else "install what the script imports")
-               + f", or install trainspeed into the environment your script already runs in ({_install_hint()})")
+        start = next(iter(ctx.run.events_of("run_start")), {}).get("data") or {}
+        fix, verify = missing_module_advice(error, ctx.command, start.get("cwd"),
+                                            lambda path: ctx.doctor_command(path=path), _install_hint())
     return Finding(
         id="crashed_before_training",
         severity="critical",
         title="The script crashed before its first training step, so nothing was measured",
         evidence=f"{error}; no training step ran",
         recommendation=fix,
-        verify_with=ctx.doctor_command(),
+        verify_with=verify,
         impact=0.0,
     )
 
