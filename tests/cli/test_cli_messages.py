@@ -80,6 +80,7 @@ def test_an_interrupted_tune_prints_the_command_that_resumes_it(tmp_path, monkey
         raise KeyboardInterrupt
 
     monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("PYTHONPATH", raising=False)
     (tmp_path / "train.py").write_text("print('hi')\n")
     monkeypatch.setattr(script_session, "run_script_tune", interrupted)
     code, _, err = _run(["tune", "--knobs", "threads", "--budget", "2m", "--", "python", "train.py", "--lr", "1"],

@@ -94,7 +94,8 @@ def test_no_winner_line_tells_unmeasured_from_measured_and_slower():
     assert no_winner_line(TuneResult(ablation=[killed, lost], **common)).startswith("nothing won over the baseline")
 
 
-def test_nothing_won_says_no_patch_and_leaves_no_stale_patch(tmp_path):
+def test_nothing_won_says_no_patch_and_leaves_no_stale_patch(tmp_path, monkeypatch):
+    monkeypatch.delenv("PYTHONPATH", raising=False)
     # A second tune in the same --out where nothing won: best.patch of the first stayed, and
     # nothing said there was no patch (`git apply` then failed, or applied the old change).
     from trainspeed.cli.tune import outcome_lines
@@ -121,6 +122,28 @@ def test_nothing_won_says_no_patch_and_leaves_no_stale_patch(tmp_path):
     lines = outcome_lines(edit, tmp_path, ["python", "train.py"])
     assert not any("--with" in line for line in lines)
     assert lines[0].startswith(f"apply it:     git apply {tmp_path / 'best.patch'}") and lines[1].endswith("python train.py")
+
+
+def test_the_next_commands_carry_the_pythonpath_the_tune_ran_with(tmp_path, monkeypatch):
+    # minGPT's projects/adder/adder.py imports the checkout's mingpt: `PYTHONPATH=. trainspeed tune
+    # -- python projects/adder/adder.py` ran, then printed "run it now: trainspeed run --with ...
+    # -- python projects/adder/adder.py", which fails on the import as printed
+    from trainspeed.cli.tune import outcome_lines, resume_command
+    from trainspeed.tune.result import Row, TuneResult
+
+    src = str(Path(__file__).resolve().parents[2] / "src")  # trainspeed's own entry: left out
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([src, "."]))
+    (tmp_path / "tune.json").write_text(json.dumps({"patch": None}))
+    won = Row(knob="num_workers", setting="0", verdict="faster", speedup=1.2)
+    result = TuneResult(ablation=[won], best_settings={"loader.num_workers": 0}, combination=[], final=None,
+                        baseline_cost_s=1e-3, trials_run=3, trials_reused=0, elapsed_s=40.0)
+    command = ["python", "projects/adder/adder.py"]
+    assert outcome_lines(result, tmp_path, command)[0] == (
+        f"run it now:   PYTHONPATH=. trainspeed run --with {tmp_path / 'best.yaml'} -- python projects/adder/adder.py")
+    assert resume_command(["tune", "--", *command], tmp_path) == \
+        f"PYTHONPATH=. trainspeed tune --out {tmp_path} -- python projects/adder/adder.py"
+    monkeypatch.setenv("PYTHONPATH", src)
+    assert resume_command(["tune", "--", *command], tmp_path).startswith("trainspeed tune --out")
 
 
 def test_no_winner_line_when_a_winner_was_not_verified():

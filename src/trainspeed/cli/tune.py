@@ -162,7 +162,9 @@ def resume_command(argv: list[str], out) -> str:
     end = words.index("--") if "--" in words else len(words)
     if not any(w == "--out" or w.startswith("--out=") for w in words[:end]):
         words[1:1] = ["--out", str(out)]  # after "tune"
-    return "trainspeed " + shlex.join(words)
+    from trainspeed.doctor.instrument.import_path import own_pythonpath, prefixed
+
+    return prefixed("trainspeed " + shlex.join(words), own_pythonpath())
 
 
 @contextlib.contextmanager
@@ -186,6 +188,9 @@ def outcome_lines(result, out, command: list[str]) -> list[str]:
     import json
     import shlex
 
+    from trainspeed.doctor.instrument.import_path import own_pythonpath, prefixed
+
+    path = own_pythonpath()  # the script ran with it (`PYTHONPATH=. trainspeed tune ...`): so do these
     patch, change = out / "best.patch", out / "code_change.md"
     try:
         record = json.loads((out / "tune.json").read_text(encoding="utf-8"))
@@ -205,8 +210,9 @@ def outcome_lines(result, out, command: list[str]) -> list[str]:
         # `run --with best.yaml` would run the script as it is (script_session.write_script_outputs)
         tuned = record.get("tuned_command") or command
         return [f"apply it:     git apply {patch}  (the winners are edits of your code: {change})",
-                f"then run:     {shlex.join(tuned)}"]
-    lines = [f"run it now:   trainspeed run --with {out / 'best.yaml'} -- {shlex.join(command)}"]
+                f"then run:     {prefixed(shlex.join(tuned), path)}"]
+    run = f"trainspeed run --with {out / 'best.yaml'} -- {shlex.join(command)}"
+    lines = [f"run it now:   {prefixed(run, path)}"]
     if patch.is_file():
         lines.append(f"code change:  {change}  (apply: git apply {patch})")
     elif change.is_file():

@@ -151,11 +151,9 @@ class CheckContext:
 
     def with_pythonpath(self, command: str, first: str | None = None) -> str:
         """`command` run with the script's PYTHONPATH entries (`first` before them), as typed."""
-        import os
-        import shlex
+        from trainspeed.doctor.instrument.import_path import prefixed
 
-        entries = os.pathsep.join(e for e in (first, self.pythonpath) if e)
-        return f"PYTHONPATH={shlex.quote(entries)} {command}" if entries else command
+        return prefixed(command, first, self.pythonpath)
 
     def doctor_command(self, steps: int | None = None, flags: Sequence[str] = (), path: str | None = None) -> str:
         """`trainspeed doctor -- <the recorded command>`: runnable as written (with the

@@ -10,16 +10,38 @@ from __future__ import annotations
 import os
 import sys
 
-__all__ = ["needed_pythonpath"]
+__all__ = ["needed_pythonpath", "own_pythonpath", "prefixed"]
+
+_OWN_PACKAGE = os.path.abspath(os.path.join(os.path.dirname(__file__), os.pardir, os.pardir))  # .../trainspeed
+
+
+def _entries() -> list[str]:
+    return [e for e in os.environ.get("PYTHONPATH", "").split(os.pathsep) if e]
+
+
+def own_pythonpath() -> str | None:
+    """This process's PYTHONPATH entries, as written, but the one trainspeed itself came from (a
+    source checkout's `src`): what a command that reruns the same script the same way carries
+    (the tune's `run --with` and resume commands, where the script's imports are not seen)."""
+    parent = os.path.dirname(_OWN_PACKAGE)
+    return os.pathsep.join(e for e in _entries() if os.path.abspath(e) != parent) or None
+
+
+def prefixed(command: str, *entries: str | None) -> str:
+    """`command` run with these PYTHONPATH entries first (`PYTHONPATH=. trainspeed ...`)."""
+    import shlex
+
+    joined = os.pathsep.join(e for e in entries if e)
+    return f"PYTHONPATH={shlex.quote(joined)} {command}" if joined else command
 
 
 def needed_pythonpath(script_dir: str | None = None) -> str | None:
     """The PYTHONPATH entries, as written in the environment, from which a loaded module came
     (trainspeed's own package and the script's own directory aside), joined; None when none."""
-    entries = [e for e in os.environ.get("PYTHONPATH", "").split(os.pathsep) if e]
+    entries = _entries()
     if not entries:
         return None
-    own = os.path.abspath(os.path.join(os.path.dirname(__file__), os.pardir, os.pardir)) + os.sep  # trainspeed/
+    own = _OWN_PACKAGE + os.sep
     files = [f for m in list(sys.modules.values())
              if isinstance(f := getattr(m, "__file__", None), str) and not f.startswith(own)]
     skip = os.path.abspath(script_dir) if script_dir else None
