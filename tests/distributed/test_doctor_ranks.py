@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import socket
 import subprocess
 import sys
@@ -40,10 +41,13 @@ def test_doctor_reports_every_rank_and_the_straggler(tmp_path):
     env = {**os.environ, "OMP_NUM_THREADS": "1",
            "PYTHONPATH": os.pathsep.join([src, os.environ.get("PYTHONPATH", "")])}
     out = tmp_path / "doc"
+    # the command the user runs, given to the doctor as it is (it goes in under the launcher);
+    # `torchrun -m trainspeed doctor ...` is the form test_deepspeed_script runs
+    launcher = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port",
+                str(_free_port())]
     proc = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port",
-         str(_free_port()), "-m", "trainspeed", "doctor", "--steps", "12", "--out", str(out),
-         "--no-html", "--", str(SCRIPT)],
+        [sys.executable, "-m", "trainspeed", "doctor", "--steps", "12", "--out", str(out), "--no-html", "--",
+         *launcher, str(SCRIPT)],
         env=env, cwd=tmp_path, capture_output=True, text=True, timeout=100)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert proc.stdout.count("Per rank (data parallel)") == 1  # rank 0 reports, rank 1 stays quiet
@@ -56,9 +60,13 @@ def test_doctor_reports_every_rank_and_the_straggler(tmp_path):
     assert rows[1]["straggler"] and not rows[0]["straggler"]
     found = [f for f in report["findings"] if f["id"] == "straggler"]
     assert len(found) == 1 and "rank 1" in found[0]["title"] and "data wait" in found[0]["evidence"]
-    # a doctor run the findings suggest relaunches the script as it ran: 2 ranks, one --out
+    # a doctor run the findings suggest relaunches the script as it was typed: under the launcher
     ctx = CheckContext.from_run(read_run(out), report["summary"])
-    assert ctx.doctor_command() == f"torchrun --nproc_per_node 2 -m trainspeed doctor --out {out}-after -- {SCRIPT}"
+    assert ctx.doctor_command() == f"trainspeed doctor -- {shlex.join(launcher)} {SCRIPT}"
+    assert ctx.tune_command("num_workers") == f"trainspeed tune --knobs num_workers -- python {SCRIPT}"
+    # the form torchrun's own ranks report without a recorded launcher: 2 ranks, one --out
+    ctx.run.config.pop("launcher")
+    assert ctx.doctor_command() == f"torchrun --nproc_per_node 2 -m trainspeed doctor --out {out}-after -- python {SCRIPT}"
 
 
 @pytest.mark.timeout(120)

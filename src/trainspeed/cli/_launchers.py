@@ -98,16 +98,16 @@ def relaunch(launch: AccelerateLaunch, trainspeed_args: Sequence[str]) -> int:
 
     from trainspeed.doctor.runner import LAUNCHER_ENV
 
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [_our_root(), os.environ.get("PYTHONPATH")])),
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [our_root(), os.environ.get("PYTHONPATH")])),
            LAUNCHER_ENV: json.dumps(launch.launcher)}
     return subprocess.run(cmd, env=env).returncode
 
 
-def _our_root() -> str:
+def our_root() -> str:
     """The folder this trainspeed is imported from, so each process imports the same one."""
     import trainspeed
 
     return os.path.dirname(os.path.dirname(os.path.abspath(trainspeed.__file__)))
 
 
-__all__ = ["AccelerateLaunch", "is_accelerate", "one_process", "parse_accelerate", "relaunch"]
+__all__ = ["AccelerateLaunch", "is_accelerate", "one_process", "our_root", "parse_accelerate", "relaunch"]

@@ -1,5 +1,5 @@
 """`trainspeed doctor [--steps N] [--out DIR] [--log-every K] [--json] [--profile-steps A-B] -- python train.py ARGS`
-(or `-- accelerate launch [OPTIONS] train.py ARGS`)
+(or `-- accelerate launch [OPTIONS] train.py ARGS`, `-- torchrun [OPTIONS] train.py ARGS`)
 
 Runs the unchanged script in-process under instrumentation, writes a run directory and prints
 the ranked findings. The exit code is the script's own (0 when stopped after N steps).
@@ -13,6 +13,7 @@ import sys
 from typing import Any
 
 from trainspeed.cli._launchers import is_accelerate
+from trainspeed.cli._torchrun import is_torchrun
 
 
 def register(subparsers: Any) -> None:
@@ -54,19 +55,34 @@ def _print_text(result: Any, *, html: bool) -> None:
     print(format_findings(result.findings, limit=10))
 
 
-def _under_accelerate(args: argparse.Namespace, command: list[str]) -> int:
-    """`doctor -- accelerate launch OPTS train.py ARGS`: the doctor goes in under the launcher,
-    one doctor per process into one run directory (rank 0 reports), as under torchrun."""
-    from trainspeed.cli._launchers import parse_accelerate, relaunch
+def _own_args(args: argparse.Namespace, command: list[str]) -> list[str]:
+    """This doctor's options for the doctors a launcher starts, --out named (all ranks write
+    into one run directory; the script's default one, as without the launcher)."""
     from trainspeed.doctor.runner import default_run_dir, parse_command
 
-    launch = parse_accelerate(command)
-    out = args.out or str(default_run_dir(parse_command(launch.command)))
+    out = args.out or str(default_run_dir(parse_command(command)))
     own = ["doctor", "--steps", str(args.steps), "--log-every", str(args.log_every), "--out", out]
     own += [flag for flag, on in (("--json", args.json), ("--no-html", args.no_html)) if on]
     own += [w for opt, value in (("--device", args.device), ("--profile-steps", args.profile_steps))
             if value for w in (opt, value)]
-    return relaunch(launch, own)
+    return own
+
+
+def _under_accelerate(args: argparse.Namespace, command: list[str]) -> int:
+    """`doctor -- accelerate launch OPTS train.py ARGS`: the doctor goes in under the launcher,
+    one doctor per process into one run directory (rank 0 reports), as under torchrun."""
+    from trainspeed.cli._launchers import parse_accelerate, relaunch
+
+    launch = parse_accelerate(command)
+    return relaunch(launch, _own_args(args, launch.command))
+
+
+def _under_torchrun(args: argparse.Namespace, command: list[str]) -> int:
+    """`doctor -- torchrun OPTS train.py ARGS`: likewise (cli/_torchrun.py)."""
+    from trainspeed.cli._torchrun import parse_torchrun, relaunch_torchrun
+
+    launch = parse_torchrun(command)
+    return relaunch_torchrun(launch, _own_args(args, launch.command))
 
 
 def run(args: argparse.Namespace) -> int:
@@ -77,6 +93,8 @@ def run(args: argparse.Namespace) -> int:
         command = command[1:]
     if is_accelerate(command):
         return _under_accelerate(args, command)
+    if is_torchrun(command):
+        return _under_torchrun(args, command)
     config = DoctorConfig(command=command, steps=args.steps or None, out=args.out,
                           log_every=args.log_every, device=args.device, profile_steps=args.profile_steps)
     result = run_doctor(config)

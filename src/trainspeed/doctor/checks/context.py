@@ -189,7 +189,9 @@ class CheckContext:
         a knob gives None."""
         if self.command:
             command = self.command
-            if self.launcher:  # a tune's trials are one process: the launcher's one-process form
+            # A tune's trials are one process: accelerate's one-process form; under torchrun the
+            # script itself, which the doctor runs as rank 0 of 1.
+            if self.launcher and self.launcher[0].rsplit("/", 1)[-1] == "accelerate":
                 several = len(self.summary.get("ranks") or []) > 1
                 command = ([*self.launcher[:2], "--num_processes", "1"] if several else self.launcher) + command[1:]
             tune = tune_command(*topics, command=command)

@@ -44,11 +44,13 @@ def needed_pythonpath(script_dir: str | None = None) -> str | None:
     own = _OWN_PACKAGE + os.sep
     files = [f for m in list(sys.modules.values())
              if isinstance(f := getattr(m, "__file__", None), str) and not f.startswith(own)]
-    skip = os.path.abspath(script_dir) if script_dir else None
+    # the script's own directory is on the path anyway; trainspeed's parent (a relaunch under
+    # accelerate or torchrun puts it first, site-packages when installed) is none of the script's
+    skip = {os.path.abspath(script_dir) if script_dir else None, os.path.dirname(_OWN_PACKAGE)}
     needed = []
     for entry in entries:
         root = os.path.abspath(entry)
-        if root == skip:
+        if root in skip:
             continue
         prefix = root.rstrip(os.sep) + os.sep
         if any(f.startswith(prefix) for f in files):

@@ -1,0 +1,33 @@
+"""`trainspeed doctor -- torchrun OPTIONS train.py ARGS`: read by torchrun's own parser, then the
+doctor goes in under the launcher (end to end in tests/distributed/test_doctor_ranks.py)."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from trainspeed.cli._torchrun import is_torchrun, parse_torchrun
+from trainspeed.errors import ConfigError
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def test_the_launcher_words_script_and_its_args_are_told_apart():
+    launch = parse_torchrun(["torchrun", "--standalone", "--nproc_per_node", "2", "train.py",
+                             "config/train_shakespeare_char.py", "--device=cpu", "--nproc_per_node", "9"])
+    assert launch.command == ["python", "train.py", "config/train_shakespeare_char.py", "--device=cpu",
+                              "--nproc_per_node", "9"]  # the script's own args stay its own
+    assert launch.options == ["--standalone", "--nproc_per_node", "2"] and launch.processes == "2"
+    assert launch.launcher == ["torchrun", "--standalone", "--nproc_per_node", "2"]
+    module = parse_torchrun([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node=2", "-m",
+                             "pkg.train", "--lr", "1"])
+    assert module.command == ["python", "-m", "pkg.train", "--lr", "1"] and module.options == ["--nproc-per-node=2"]
+    assert module.launcher == [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node=2"]
+
+
+def test_only_torchrun_is_taken_and_a_script_is_needed():
+    assert is_torchrun(["/usr/bin/torchrun", "t.py"]) and is_torchrun(["python3", "-m", "torch.distributed.run", "t.py"])
+    assert not is_torchrun(["python", "train.py"]) and not is_torchrun(["accelerate", "launch", "t.py"])
+    with pytest.raises(ConfigError, match="leave --no-python out"):
+        parse_torchrun(["torchrun", "--no-python", "nvidia-smi"])
