@@ -290,11 +290,21 @@ def _observation(run_dir: Path, kind: str) -> dict:
 
 
 def test_a_launcher_as_the_command_says_how_to_run_under_it():
+    """The command shown is the user's own, with the doctor put in: runnable as printed (it used
+    to read `deepspeed --num_gpus N ... --out RUN_DIR -- train.py ARGS`)."""
     from trainspeed.doctor.runner import parse_command
     from trainspeed.errors import ConfigError
 
-    for launcher, form in (("deepspeed", "deepspeed --num_gpus N --no_local_rank --module trainspeed doctor"),
-                           ("torchrun", "torchrun --nproc_per_node N -m trainspeed doctor")):
+    stem = SCRIPT.stem
+    for argv, form in (
+            (["deepspeed", "--num_gpus", "2", str(SCRIPT), "--deepspeed_config", "ds.json"],
+             "deepspeed --num_gpus 2 --no_local_rank --module trainspeed doctor --out runs/doctor-" + stem),
+            (["torchrun", "--nproc_per_node", "2", str(SCRIPT), "--lr", "1"],
+             "torchrun --nproc_per_node 2 -m trainspeed doctor --out runs/doctor-" + stem)):
         with pytest.raises(ConfigError, match="one process per rank") as err:
-            parse_command([launcher, "--num_gpus", "2", str(SCRIPT)])
-        assert form in str(err.value) and "trainspeed doctor -- python train.py" in str(err.value)
+            parse_command(argv)
+        text = str(err.value)
+        assert form in text and "trainspeed doctor -- python train.py" in text, text
+        assert f" -- {SCRIPT} {' '.join(argv[-2:])} (rank 0" in text, text
+    with pytest.raises(ConfigError, match="--nproc_per_node N"):  # not readable as torchrun's: the general form
+        parse_command(["torchrun", "--num_gpus", "2", str(SCRIPT)])

@@ -128,8 +128,11 @@ def parse_command(command: Sequence[str]) -> Target:
     script = argv[0]
     launcher = os.path.basename(script)
     if launcher in LAUNCHERS:
+        from trainspeed.doctor.launch_forms import rank_form
+
+        form = rank_form(argv, lambda script: str(default_run_dir(Target(kind="path", name=script, args=[]))))
         raise ConfigError(f"doctor: {launcher} starts one process per rank; run the doctor in each of them: "
-                          f"{LAUNCHERS[launcher]} (rank 0 reports on all ranks). One process: "
+                          f"{form or LAUNCHERS[launcher]} (rank 0 reports on all ranks). One process: "
                           "trainspeed doctor -- python train.py ARGS")
     if not Path(script).is_file():
         raise ConfigError(f"doctor: script {script!r} not found (cwd: {os.getcwd()}). "
