@@ -120,21 +120,22 @@ def test_the_circle_finder_sees_direct_and_package_circles(tmp_path):
     # a <-> b directly; pkg/__init__ imports pkg.mod, which needs a name of pkg's own; pkg2's
     # modules import each other's modules only (no circle); lazy and TYPE_CHECKING imports are
     # no edges
-    pkg = tmp_path / "pkg"
-    pkg.mkdir()
-    (tmp_path / "a.py").write_text("import b\n")
-    (tmp_path / "b.py").write_text("from a import thing\n")
-    (tmp_path / "c.py").write_text("def f():\n    import a\n")
-    (tmp_path / "d.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import c\nimport a\n")
-    (tmp_path / "e.py").write_text("import d\n")
-    (pkg / "__init__.py").write_text("from pkg.mod import run\nLIMIT = 3\n")
-    (pkg / "mod.py").write_text("from . import LIMIT\n")
-    pkg2 = tmp_path / "pkg2"
-    pkg2.mkdir()
-    (pkg2 / "__init__.py").write_text("from pkg2.mod import run\n")
-    (pkg2 / "mod.py").write_text("from pkg2 import other\n")
-    (pkg2 / "other.py").write_text("x = 1\n")
-    (tmp_path / "c2.py").write_text("import c\n")
+    files = {
+        "a.py": "import b\n",
+        "b.py": "from a import thing\n",
+        "c.py": "def f():\n    import a\n",
+        "d.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import c\nimport a\n",
+        "e.py": "import d\n",
+        "c2.py": "import c\n",
+        "pkg/__init__.py": "from pkg.mod import run\nLIMIT = 3\n",
+        "pkg/mod.py": "from . import LIMIT\n",
+        "pkg2/__init__.py": "from pkg2.mod import run\n",
+        "pkg2/mod.py": "from pkg2 import other\n",
+        "pkg2/other.py": "x = 1\n",
+    }
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(exist_ok=True)
+        (tmp_path / name).write_text(text)
     edges = import_edges(modules(tmp_path))
     assert edges["c"] == set() and edges["d"] == {"a"} and edges["pkg2.mod"] == {"pkg2.other"}
     assert sorted(circles(edges)) == [["a", "b"], ["pkg", "pkg.mod"]]
