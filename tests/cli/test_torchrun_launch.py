@@ -31,3 +31,15 @@ def test_only_torchrun_is_taken_and_a_script_is_needed():
     assert not is_torchrun(["python", "train.py"]) and not is_torchrun(["accelerate", "launch", "t.py"])
     with pytest.raises(ConfigError, match="leave --no-python out"):
         parse_torchrun(["torchrun", "--no-python", "nvidia-smi"])
+
+
+def test_tune_refuses_torchrun_with_the_one_process_command(capsys):
+    # the module form used to come back as `trainspeed tune -- python --nproc_per_node 2 -m ...`
+    from trainspeed.cli.main import main
+
+    assert main(["tune", "--knobs", "threads", "--", "torchrun", "--nproc_per_node", "2", "-m", "pkg.train",
+                 "--lr", "1"]) == 2
+    assert "tune one process of it: trainspeed tune -- python -m pkg.train --lr 1" in capsys.readouterr().err
+    assert main(["tune", "--knobs", "threads", "--", "torchrun", "--standalone", "--nproc_per_node", "2",
+                 "train.py", "--lr", "1"]) == 2
+    assert "trainspeed tune -- python train.py --lr 1" in capsys.readouterr().err
