@@ -100,7 +100,31 @@ def relaunch(launch: AccelerateLaunch, trainspeed_args: Sequence[str]) -> int:
 
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [our_root(), os.environ.get("PYTHONPATH")])),
            LAUNCHER_ENV: json.dumps(launch.launcher)}
-    return subprocess.run(cmd, env=env).returncode
+    return wait_for_launcher(cmd, env)
+
+
+def wait_for_launcher(cmd: Sequence[str], env: dict[str, str]) -> int:
+    """Run the launcher that starts a doctor in each process, and wait for it to end; its exit
+    status. A SIGTERM sent to this process (`timeout`, a scheduler that signals one process) goes
+    on to the launcher, which stops its ranks and lets them write their reports; before, this
+    process died and left the launcher and its ranks running to --steps without it. Ctrl-C at a
+    terminal reaches the launcher directly (one process group): here it is only waited out, where
+    subprocess.run SIGKILLed the launcher 0.25 s in, while its ranks were still writing."""
+    import signal
+
+    proc = subprocess.Popen(list(cmd), env=env)
+
+    def forward(signum: int, frame) -> None:
+        if proc.poll() is None:
+            proc.send_signal(signum)
+
+    previous = {signal.SIGTERM: signal.signal(signal.SIGTERM, forward),
+                signal.SIGINT: signal.signal(signal.SIGINT, signal.SIG_IGN)}
+    try:
+        return proc.wait()
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
 
 
 def our_root() -> str:
@@ -110,4 +134,5 @@ def our_root() -> str:
     return os.path.dirname(os.path.dirname(os.path.abspath(trainspeed.__file__)))
 
 
-__all__ = ["AccelerateLaunch", "is_accelerate", "one_process", "our_root", "parse_accelerate", "relaunch"]
+__all__ = ["AccelerateLaunch", "is_accelerate", "one_process", "our_root", "parse_accelerate", "relaunch",
+           "wait_for_launcher"]

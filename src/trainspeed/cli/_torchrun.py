@@ -69,9 +69,8 @@ def parse_torchrun(command: Sequence[str]) -> TorchrunLaunch:
 def relaunch_torchrun(launch: TorchrunLaunch, trainspeed_args: Sequence[str]) -> int:
     """Run `torchrun OPTIONS -m trainspeed ARGS -- COMMAND`; its exit status."""
     import json
-    import subprocess
 
-    from trainspeed.cli._launchers import our_root
+    from trainspeed.cli._launchers import our_root, wait_for_launcher
     from trainspeed.doctor.runner import LAUNCHER_ENV
 
     cmd = [sys.executable, "-m", "torch.distributed.run", *launch.options, "-m", "trainspeed",
@@ -80,4 +79,4 @@ def relaunch_torchrun(launch: TorchrunLaunch, trainspeed_args: Sequence[str]) ->
           f"-m trainspeed {' '.join(trainspeed_args)} -- {' '.join(launch.command)}", file=sys.stderr, flush=True)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [our_root(), os.environ.get("PYTHONPATH")])),
            LAUNCHER_ENV: json.dumps(launch.launcher)}
-    return subprocess.run(cmd, env=env).returncode
+    return wait_for_launcher(cmd, env)
