@@ -43,3 +43,18 @@ def test_tune_refuses_torchrun_with_the_one_process_command(capsys):
     assert main(["tune", "--knobs", "threads", "--", "torchrun", "--standalone", "--nproc_per_node", "2",
                  "train.py", "--lr", "1"]) == 2
     assert "trainspeed tune -- python train.py --lr 1" in capsys.readouterr().err
+
+
+def test_run_with_goes_in_under_torchrun_with_its_own_options(tmp_path, monkeypatch):
+    # `trainspeed run --with best.yaml -- torchrun ...` was refused ("one process per rank")
+    import trainspeed.cli._torchrun as torchrun
+    from trainspeed.cli.main import main
+
+    (tmp_path / "best.yaml").write_text("schema: 1\nkind: script-settings\ncommand: [python, t.py]\n"
+                                        "settings:\n  threads: 1\n")
+    seen = {}
+    monkeypatch.setattr(torchrun, "relaunch_torchrun", lambda launch, own: seen.update(launch=launch, own=own) or 0)
+    assert main(["run", "--with", str(tmp_path / "best.yaml"), "--doctor", "--steps", "5", "--",
+                 "torchrun", "--nproc_per_node", "2", "t.py", "--lr", "1"]) == 0
+    assert seen["launch"].command == ["python", "t.py", "--lr", "1"]
+    assert seen["own"] == ["run", "--with", str(tmp_path / "best.yaml"), "--doctor", "--steps", "5"]

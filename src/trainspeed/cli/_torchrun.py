@@ -1,4 +1,5 @@
-"""`trainspeed doctor -- torchrun [options] train.py ARGS`, as the doctor takes `accelerate launch`.
+"""`trainspeed doctor -- torchrun [options] train.py ARGS` (and `run --with`), as they take
+`accelerate launch`.
 
 torchrun starts the script once per rank; the doctor must run inside each rank, so it goes in
 under the launcher: `torchrun OPTIONS -m trainspeed doctor ... --out RUN -- python train.py ARGS`

@@ -16,6 +16,7 @@ import sys
 from typing import Any
 
 from trainspeed.cli._launchers import is_accelerate
+from trainspeed.cli._torchrun import is_torchrun
 
 
 def register(subparsers: Any) -> None:
@@ -40,17 +41,26 @@ def register(subparsers: Any) -> None:
     p.set_defaults(run=run)
 
 
-def _under_accelerate(args: argparse.Namespace, command: list[str]) -> int:
-    """`run --with best.yaml -- accelerate launch OPTS train.py ARGS`: run goes in under the
-    launcher, each process applying the settings to its own script."""
-    from trainspeed.cli._launchers import parse_accelerate, relaunch
-
+def _own_args(args: argparse.Namespace) -> list[str]:
+    """This run's options for the runs a launcher starts, one per process."""
     own = ["run", "--with", str(args.with_)]
     own += [flag for flag, on in (("--doctor", args.doctor), ("--quiet", args.quiet), ("--no-flops", not args.flops))
             if on]
     own += [w for opt, value in (("--steps", args.steps), ("--warmup-steps", args.warmup_steps), ("--out", args.out))
             if value for w in (opt, str(value))]
-    return relaunch(parse_accelerate(command), own)
+    return own
+
+
+def _under_launcher(args: argparse.Namespace, command: list[str]) -> int:
+    """`run --with best.yaml -- accelerate launch|torchrun OPTS train.py ARGS`: run goes in under
+    the launcher, each process applying the settings to its own script."""
+    if is_accelerate(command):
+        from trainspeed.cli._launchers import parse_accelerate, relaunch
+
+        return relaunch(parse_accelerate(command), _own_args(args))
+    from trainspeed.cli._torchrun import parse_torchrun, relaunch_torchrun
+
+    return relaunch_torchrun(parse_torchrun(command), _own_args(args))
 
 
 def resolve_command(plan: Any, command: list[str]) -> list[str]:
@@ -74,8 +84,8 @@ def run(args: argparse.Namespace) -> int:
     if command and command[0] == "--":
         command = command[1:]
     plan = load_plan(args.with_)
-    if is_accelerate(command):
-        return _under_accelerate(args, command)
+    if is_accelerate(command) or is_torchrun(command):
+        return _under_launcher(args, command)
     command = resolve_command(plan, command)
     quiet = args.quiet and args.doctor
 
