@@ -58,6 +58,7 @@ def test_doctor_reports_every_rank_and_the_straggler(tmp_path):
     # rank 1 sleeps 4 ms per sample in __getitem__: ~32 ms of data wait per step, rank 0 ~0
     assert rows[1]["data_wait_p50"] > 0.025 and rows[0]["data_wait_p50"] < 0.5 * rows[1]["data_wait_p50"]
     assert rows[1]["straggler"] and not rows[0]["straggler"]
+    assert "unmeasured_ranks" not in [f["id"] for f in report["findings"]]  # both ranks ran the doctor
     found = [f for f in report["findings"] if f["id"] == "straggler"]
     assert len(found) == 1 and "rank 1" in found[0]["title"] and "data wait" in found[0]["evidence"]
     # a doctor run the findings suggest relaunches the script as it was typed: under the launcher
@@ -94,3 +95,7 @@ def test_a_ddp_script_without_a_launcher_runs_as_one_process(tmp_path):
               and e["data"].get("kind") == "one_process_launch"]
     assert len(launch) == 1 and launch[0]["by"] == "torch.distributed"
     assert launch[0]["added_env"]["WORLD_SIZE"] == "1" and "MASTER_PORT" in launch[0]["added_env"]
+    # the group the script made is recorded; one rank, measured: no finding about unmeasured ranks
+    group = [e["data"] for e in events if e["type"] == "observation" and e["data"].get("kind") == "process_group"]
+    assert [(g["world_size"], g["rank"], g["backend"]) for g in group] == [(1, 0, "gloo")]
+    assert "unmeasured_ranks" not in [f["id"] for f in report["findings"]]

@@ -259,3 +259,24 @@ def test_sync_fix_points_at_the_library_when_the_read_is_not_in_user_code(tmp_pa
     text = syncs._fix(row)
     assert "inside somelib" in text and "option" in text
     assert syncs._fix({**row, "site": "train.py:12"}).startswith("For ")
+
+
+def test_ranks_the_script_started_itself_are_named_with_the_torchrun_command():
+    # Lightning's DDP (devices=2, strategy="ddp") under `trainspeed doctor -- python train.py
+    # --devices 2`: Lightning started rank 1 as a new process, outside the doctor; the report
+    # was rank 0's with nothing saying so
+    from trainspeed.doctor.checks.distributed import unmeasured_ranks
+
+    group = {"kind": "process_group", "world_size": 2, "rank": 0, "backend": "gloo"}
+    run = make_run(obs=[group, {"kind": "framework", "name": "lightning"}])
+    run.config = {"command": ["python", "train.py", "--devices", "2"]}
+    f = unmeasured_ranks(ctx_of(run))
+    assert f.id == "unmeasured_ranks" and f.title == "Only rank 0 of the 2 ranks was measured"
+    assert "started by lightning as new processes" in f.evidence and f.impact == 0.0
+    assert f.verify_with == "trainspeed doctor -- torchrun --nproc_per_node 2 train.py --devices 2"
+    one = make_run(obs=[dict(group, world_size=1)])
+    one.config = run.config
+    assert unmeasured_ranks(ctx_of(one)) is None
+    every = ctx_of(run)
+    every.summary["ranks"] = [{"rank": 0}, {"rank": 1}]  # the doctor ran in both (torchrun)
+    assert unmeasured_ranks(every) is None

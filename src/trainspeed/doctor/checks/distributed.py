@@ -1,4 +1,5 @@
-"""Data-parallel findings: a straggling rank holds every other rank back at each collective."""
+"""Data-parallel findings: a straggling rank holds every other rank back at each collective; a
+script that started its other ranks itself had only one of them measured."""
 
 from __future__ import annotations
 
@@ -71,10 +72,44 @@ def straggler(ctx: CheckContext) -> Finding | None:
     )
 
 
+def unmeasured_ranks(ctx: CheckContext) -> Finding | None:
+    """The script's process group has more ranks than the doctor ran in: the script started the
+    others itself (Lightning's DDP starts them as new processes of the same command), so the
+    report is one rank's, with no per-rank table or straggler check. Under torchrun the doctor
+    runs in every rank: the command that does that is the one to run."""
+    group = ctx.first("process_group")
+    if not group or not ctx.command:
+        return None
+    world = int(group.get("world_size") or 1)
+    measured = len(ctx.summary.get("ranks") or []) or 1
+    if world <= measured:
+        return None
+    import shlex
+
+    words = list(ctx.command)
+    script = words[1:] if words and "python" in words[0].rsplit("/", 1)[-1] else words
+    launch = f"trainspeed doctor -- torchrun --nproc_per_node {world} {shlex.join(script)}"
+    framework = (ctx.first("framework") or {}).get("name")
+    by = f"started by {framework} as new processes" if framework else "started by the script itself"
+    return Finding(
+        id="unmeasured_ranks",
+        severity="info",
+        title=f"Only rank {group.get('rank', 0)} of the {world} ranks was measured",
+        evidence=(f"the script's process group has {world} ranks ({group.get('backend')}); the doctor ran in "
+                  f"{measured} of them: the others were {by}, outside the doctor"),
+        recommendation=("launch the ranks with torchrun so that the doctor runs in each and compares them "
+                        "(per-rank step times, data waits, a straggler): Lightning, Accelerate and scripts that "
+                        "call init_process_group() read torchrun's environment instead of starting their own "
+                        "processes"),
+        verify_with=ctx.with_pythonpath(launch),
+        impact=0.0,
+    )
+
+
 def _excess(row: dict[str, Any]) -> float | None:
     """Seconds per step the rank spends beyond the other ranks' median (ranks.rank_table)."""
     value = row.get("excess_s")
     return float(value) if isinstance(value, (int, float)) else None
 
 
-CHECKS = (straggler,)
+CHECKS = (straggler, unmeasured_ranks)

@@ -50,6 +50,17 @@ def _env_rendezvous(call: inspect.BoundArguments) -> bool:
             and given.get("world_size", -1) in (-1, None) and given.get("rank", -1) in (-1, None))
 
 
+def _observe_group(session: Session, dist: Any) -> None:
+    """The process group the script made (observation "process_group"): its size says how many
+    ranks trained, beside the ranks the doctor ran in (a script that starts its own ranks, as
+    Lightning's DDP does, leaves all but this one unmeasured: checks/distributed.py)."""
+    try:
+        session.observe("process_group", "process_group", world_size=dist.get_world_size(), rank=dist.get_rank(),
+                        backend=str(dist.get_backend()))
+    except Exception:  # noqa: BLE001 - a group torch could not describe: nothing to record
+        pass
+
+
 def install(session: Session, patches: Patches) -> None:
     import torch.distributed as dist
 
@@ -68,7 +79,10 @@ def install(session: Session, patches: Patches) -> None:
                     call = None
                 if call is not None and _env_rendezvous(call):
                     set_one_process_env(session, patches, "torch.distributed")
-            return original(*args, **kwargs)
+            result = original(*args, **kwargs)
+            if session.enabled:
+                _observe_group(session, dist)
+            return result
 
         return init_process_group
 
