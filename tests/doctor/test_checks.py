@@ -274,6 +274,10 @@ def test_ranks_the_script_started_itself_are_named_with_the_torchrun_command():
     assert f.id == "unmeasured_ranks" and f.title == "Only rank 0 of the 2 ranks was measured"
     assert "started by lightning as new processes" in f.evidence and f.impact == 0.0
     assert f.verify_with == "trainspeed doctor -- torchrun --nproc_per_node 2 train.py --devices 2"
+    assert "it ended" not in f.evidence
+    ended = make_run(obs=[group, {"kind": "doctor", "stopped": "steps", "ended_ranks": 1}])
+    ended.config = run.config
+    assert "; it ended 1 of them when it stopped this rank" in unmeasured_ranks(ctx_of(ended)).evidence
     one = make_run(obs=[dict(group, world_size=1)])
     one.config = run.config
     assert unmeasured_ranks(ctx_of(one)) is None

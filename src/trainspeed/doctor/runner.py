@@ -292,6 +292,7 @@ def run_doctor(config: DoctorConfig) -> DoctorResult:
     from trainspeed.doctor.instrument.files import snapshot
     from trainspeed.doctor.instrument.flags import observe_argv_flags
     from trainspeed.doctor.instrument.import_path import needed_pythonpath
+    from trainspeed.doctor.started_ranks import end_started_ranks
     from trainspeed.doctor.instrument.observations import emit_observations
     from trainspeed.doctor.tuned import annotate as annotate_tuned, script_key
     from trainspeed.telemetry import schema
@@ -347,6 +348,9 @@ def run_doctor(config: DoctorConfig) -> DoctorResult:
         traceback.print_exception(type(exc), exc, exc.__traceback__, file=sys.stderr)
     finally:
         restore_term()
+        # ranks the script started itself wait for this one at their next collective
+        # (started_ranks.py); told apart in the environment the script ran in, before uninstall
+        ended_ranks = end_started_ranks() if stopped in ("steps", "signal") else 0
         installed.uninstall()
 
     trace = None
@@ -358,7 +362,7 @@ def run_doctor(config: DoctorConfig) -> DoctorResult:
     script_dir = os.path.dirname(os.path.abspath(target.name)) if target.kind == "path" else os.getcwd()
     emit_observations(monitor, session, files_before=files_before, run_dir=run_dir,
                       stopped=stopped, exit_code=code, max_steps=steps, error=summary_line,
-                      pythonpath=needed_pythonpath(script_dir))
+                      pythonpath=needed_pythonpath(script_dir), ended_ranks=ended_ranks)
     record_peak(monitor, session.observations.values(), device)
     if rank > 0:  # rank 0 reads this rank's records and reports
         summary = monitor.close(error=error)

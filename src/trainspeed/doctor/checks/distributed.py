@@ -96,7 +96,9 @@ def unmeasured_ranks(ctx: CheckContext) -> Finding | None:
         severity="info",
         title=f"Only rank {group.get('rank', 0)} of the {world} ranks was measured",
         evidence=(f"the script's process group has {world} ranks ({group.get('backend')}); the doctor ran in "
-                  f"{measured} of them: the others were {by}, outside the doctor"),
+                  f"{measured} of them: the others were {by}, outside the doctor"
+                  + (f"; it ended {ended} of them when it stopped this rank (they would have waited for it at "
+                     "their next collective)" if (ended := (ctx.first("doctor") or {}).get("ended_ranks")) else "")),
         recommendation=("launch the ranks with torchrun so that the doctor runs in each and compares them "
                         "(per-rank step times, data waits, a straggler): Lightning, Accelerate and scripts that "
                         "call init_process_group() read torchrun's environment instead of starting their own "
