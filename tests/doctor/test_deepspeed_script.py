@@ -255,15 +255,18 @@ def _free_port() -> int:
 
 @pytest.mark.slow  # 10-40 s: started first under xdist (tests/conftest.py)
 @pytest.mark.timeout(180)
-def test_two_processes_under_torchrun(deepspeed_env, tmp_path):
-    """ZeRO-2 over 2 CPU processes: every rank runs the doctor, rank 0 reports."""
+def test_two_processes_under_the_deepspeed_launcher(deepspeed_env, tmp_path):
+    """ZeRO-2 over 2 CPU processes, the command as DeepSpeed users type it given to the doctor:
+    it goes in under the launcher (`deepspeed ... --no_local_rank --module trainspeed doctor`),
+    every rank runs the doctor, rank 0 reports. (It was refused with a form to fill in; the
+    torchrun form it shares its code with runs in tests/distributed/test_doctor_ranks.py.)"""
     env = {**os.environ, "OMP_NUM_THREADS": "1",
            "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")])}
     out = tmp_path / "doc"
+    launcher = ["deepspeed", "--num_gpus", "2", "--master_port", str(_free_port())]
     proc = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port",
-         str(_free_port()), "-m", "trainspeed", "doctor", "--steps", "8", "--out", str(out), "--no-html",
-         "--", str(SCRIPT), "--deepspeed_config", str(CONFIG), "--save-every", "2",
+        [sys.executable, "-m", "trainspeed", "doctor", "--steps", "8", "--out", str(out), "--no-html", "--",
+         *launcher, str(SCRIPT), "--deepspeed_config", str(CONFIG), "--save-every", "2",
          "--save-dir", str(tmp_path / "ckpt")],
         env=env, cwd=tmp_path, capture_output=True, text=True, timeout=170)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -276,6 +279,9 @@ def test_two_processes_under_torchrun(deepspeed_env, tmp_path):
     # two equal ranks on a shared 2-core machine: 7 measured steps are too few to call one slow
     assert "straggler" not in [f["id"] for f in report["findings"]]
     assert not any(r["straggler"] for r in report["summary"]["ranks"])
+    # its verify commands come back in the form typed
+    commands = [f["verify_with"] for f in report["findings"] if str(f.get("verify_with")).startswith("trainspeed doctor")]
+    assert commands and all(c.startswith(f"trainspeed doctor -- {shlex.join(launcher)} {SCRIPT}") for c in commands)
 
 
 def _events(run_dir: Path) -> list[dict]:

@@ -1,5 +1,5 @@
 """`trainspeed doctor [--steps N] [--out DIR] [--log-every K] [--json] [--profile-steps A-B] -- python train.py ARGS`
-(or `-- accelerate launch [OPTIONS] train.py ARGS`, `-- torchrun [OPTIONS] train.py ARGS`)
+(or `-- accelerate launch|torchrun|deepspeed [OPTIONS] train.py ARGS`)
 
 Runs the unchanged script in-process under instrumentation, writes a run directory and prints
 the ranked findings. The exit code is the script's own (0 when stopped after N steps).
@@ -13,7 +13,7 @@ import sys
 from typing import Any
 
 from trainspeed.cli._launchers import is_accelerate
-from trainspeed.cli._torchrun import is_torchrun
+from trainspeed.cli._rank_launch import is_rank_launcher
 
 
 def register(subparsers: Any) -> None:
@@ -77,12 +77,12 @@ def _under_accelerate(args: argparse.Namespace, command: list[str]) -> int:
     return relaunch(launch, _own_args(args, launch.command))
 
 
-def _under_torchrun(args: argparse.Namespace, command: list[str]) -> int:
-    """`doctor -- torchrun OPTS train.py ARGS`: likewise (cli/_torchrun.py)."""
-    from trainspeed.cli._torchrun import parse_torchrun, relaunch_torchrun
+def _under_rank_launcher(args: argparse.Namespace, command: list[str]) -> int:
+    """`doctor -- torchrun|deepspeed OPTS train.py ARGS`: likewise (cli/_rank_launch.py)."""
+    from trainspeed.cli._rank_launch import parse_rank_launch, relaunch_ranks
 
-    launch = parse_torchrun(command)
-    return relaunch_torchrun(launch, _own_args(args, launch.command))
+    launch = parse_rank_launch(command)
+    return relaunch_ranks(launch, _own_args(args, launch.command))
 
 
 def run(args: argparse.Namespace) -> int:
@@ -93,8 +93,8 @@ def run(args: argparse.Namespace) -> int:
         command = command[1:]
     if is_accelerate(command):
         return _under_accelerate(args, command)
-    if is_torchrun(command):
-        return _under_torchrun(args, command)
+    if is_rank_launcher(command):
+        return _under_rank_launcher(args, command)
     config = DoctorConfig(command=command, steps=args.steps or None, out=args.out,
                           log_every=args.log_every, device=args.device, profile_steps=args.profile_steps)
     result = run_doctor(config)

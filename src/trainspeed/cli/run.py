@@ -16,7 +16,7 @@ import sys
 from typing import Any
 
 from trainspeed.cli._launchers import is_accelerate
-from trainspeed.cli._torchrun import is_torchrun
+from trainspeed.cli._rank_launch import is_rank_launcher
 
 
 def register(subparsers: Any) -> None:
@@ -52,15 +52,15 @@ def _own_args(args: argparse.Namespace) -> list[str]:
 
 
 def _under_launcher(args: argparse.Namespace, command: list[str]) -> int:
-    """`run --with best.yaml -- accelerate launch|torchrun OPTS train.py ARGS`: run goes in under
+    """`run --with best.yaml -- accelerate launch|torchrun|deepspeed OPTS train.py ARGS`: run goes in under
     the launcher, each process applying the settings to its own script."""
     if is_accelerate(command):
         from trainspeed.cli._launchers import parse_accelerate, relaunch
 
         return relaunch(parse_accelerate(command), _own_args(args))
-    from trainspeed.cli._torchrun import parse_torchrun, relaunch_torchrun
+    from trainspeed.cli._rank_launch import parse_rank_launch, relaunch_ranks
 
-    return relaunch_torchrun(parse_torchrun(command), _own_args(args))
+    return relaunch_ranks(parse_rank_launch(command), _own_args(args))
 
 
 def resolve_command(plan: Any, command: list[str]) -> list[str]:
@@ -84,7 +84,7 @@ def run(args: argparse.Namespace) -> int:
     if command and command[0] == "--":
         command = command[1:]
     plan = load_plan(args.with_)
-    if is_accelerate(command) or is_torchrun(command):
+    if is_accelerate(command) or is_rank_launcher(command):
         return _under_launcher(args, command)
     command = resolve_command(plan, command)
     quiet = args.quiet and args.doctor

@@ -115,12 +115,13 @@ def run_script(args, command: list[str]) -> int:
 
     if (args.steps is not None and args.steps < 3) or args.warmup_steps < 0:
         raise ConfigError(f"--steps must be >= 3 and --warmup-steps >= 0, got {args.steps} and {args.warmup_steps}")
-    from trainspeed.cli._torchrun import is_torchrun, parse_torchrun
+    from trainspeed.cli._rank_launch import is_rank_launcher, parse_rank_launch
 
-    if is_torchrun(command):  # the one-process command as torchrun's own parser reads it
-        raise ConfigError("trainspeed tune: a torchrun command starts several processes, and each trial "
+    if is_rank_launcher(command):  # the one-process command as the launcher's own parser reads it
+        launch = parse_rank_launch(command)
+        raise ConfigError(f"trainspeed tune: a {launch.kind} command starts several processes, and each trial "
                           "would need its own launcher; tune one process of it: trainspeed tune -- "
-                          + shlex.join(parse_torchrun(command).command))
+                          + shlex.join(launch.command))
     typed = list(command)  # what the user runs the winners with: `run --with` takes the launcher too
     if is_accelerate(command):
         command = one_process(command, "tune")  # the trials run it, with accelerate's environment
