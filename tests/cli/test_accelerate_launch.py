@@ -89,7 +89,7 @@ def test_tune_takes_a_one_process_launch_and_refuses_two(tmp_path, capsys):
     assert "tune one process of it" in two and "--num_processes 1" in two
     out = tmp_path / "t"
     one = trainspeed("tune", "--knobs", "threads", "--steps", "4", "--warmup-steps", "1", "--repeats", "1",
-                     "--verify-repeats", "0", "--budget", "4m", "--out", str(out), "--",
+                     "--max-rounds", "1", "--verify-repeats", "0", "--budget", "4m", "--out", str(out), "--",
                      "accelerate", "launch", "--num_processes", "1", str(SCRIPT), "--steps", "400", cwd=tmp_path)
     assert one.returncode == 0, one.stderr[-3000:]
     data = json.loads((out / "tune.json").read_text())

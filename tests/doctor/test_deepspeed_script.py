@@ -190,13 +190,14 @@ def test_zero3_with_offload_on_a_model_that_fits_is_named(doctor, deepspeed_env,
 
 def _runs_as_written(verify: list[str], tmp_path: Path,
                      setting: str = "checkpoint_every=--save-every 8") -> None:
-    """The verify command, with one short trial per setting, runs the script's tune and measures
+    """The verify command, with one short trial per setting (--max-rounds 1: none of the extra
+    rounds the budget buys for undecided settings), runs the script's tune and measures
     the setting the finding names. One baseline bracket and no final check: each extra trial is
     another DeepSpeed engine start (the assertion reads the ablation's trials). The trials'
     count and length fix the work; the budget is set where it never binds: at 120 s a baseline
     trial of 81 s on a loaded machine (load 15 on 2 cores) left every setting "does not fit the
     budget" and the tune exited 3."""
-    tiny = ["--repeats", "1", "--warmup-steps", "2", "--steps", "6", "--verify-repeats", "0",
+    tiny = ["--repeats", "1", "--max-rounds", "1", "--warmup-steps", "2", "--steps", "6", "--verify-repeats", "0",
             "--baseline-every", "10", "--budget", "30m", "--out", str(tmp_path / "tune")]
     env = {**os.environ, "OMP_NUM_THREADS": "1",
            "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")])}

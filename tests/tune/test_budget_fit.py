@@ -256,3 +256,13 @@ def test_a_setting_that_reads_faster_with_a_wide_interval_gets_more_rounds(base_
     tuner, result = _tune(runner, tmp_path, 200, ["fused_optimizer"], base_config, cpu)
     fused = [c for c in runner.calls if FUSED in c.overrides]
     assert len(fused) >= 4 and tuner.spent >= 80, (len(fused), tuner.spent)  # before: 2 trials, 40 s
+
+
+def test_max_rounds_keeps_a_tune_to_its_ablation_rounds(base_config, cpu, tmp_path):
+    runner = FakeRunner({FUSED: 0.85}, noisy={FUSED}, steps=6, wall_s=5.0)
+    tuner, result = _tune(runner, tmp_path, 200, ["fused_optimizer"], base_config, cpu, max_rounds=1)
+    assert len([c for c in runner.calls if FUSED in c.overrides]) == tuner.opt.repeats  # the --repeats rounds
+    from trainspeed.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="max_rounds must be >= 1"):
+        TuneOptions(max_rounds=0)

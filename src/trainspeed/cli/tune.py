@@ -43,6 +43,9 @@ def _add_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--baseline-every", type=int, default=None,
                    help="in the ablation, run the baseline again after this many candidates, "
                         "so each is compared with the baseline trials next to it (default 2)")
+    p.add_argument("--max-rounds", type=int, default=None,
+                   help="rounds a setting gets at most, the budget's extra rounds for settings still "
+                        "undecided included (default 6; 1: the --repeats rounds only)")
     p.add_argument("--verify-repeats", type=int, default=None,
                    help="interleaved rounds of the final check, baseline vs best (default 3)")
     p.add_argument("--warmup-steps", type=int, default=5, help="untimed steps per trial")
@@ -127,7 +130,8 @@ def run_script(args, command: list[str]) -> int:
         command = one_process(command, "tune")  # the trials run it, with accelerate's environment
     target = parse_command(command)
     optional = {name: value for name, value in (("verify_repeats", args.verify_repeats),
-                                                ("baseline_every", args.baseline_every)) if value is not None}
+                                                ("baseline_every", args.baseline_every),
+                                                ("max_rounds", args.max_rounds)) if value is not None}
     options = TuneOptions(knobs=parse_script_knobs(args.knobs), budget_s=parse_budget(args.budget),
                           repeats=args.repeats, loss_tolerance=args.loss_tolerance,
                           min_effect=args.min_effect, fork_server=args.fork_server, **optional)
@@ -308,7 +312,8 @@ def run(args) -> int:
     _target.check_extras(cfg)  # before any trial: each would fail on it
     # Options left out keep TuneOptions' defaults (documented there, not repeated here).
     optional = {name: value for name, value in (("verify_repeats", args.verify_repeats),
-                                                ("baseline_every", args.baseline_every)) if value is not None}
+                                                ("baseline_every", args.baseline_every),
+                                                ("max_rounds", args.max_rounds)) if value is not None}
     options = TuneOptions(knobs=parse_knobs(args.knobs), budget_s=parse_budget(args.budget),
                           repeats=args.repeats, loss_tolerance=args.loss_tolerance,
                           min_effect=args.min_effect, fork_server=args.fork_server, **optional)

@@ -21,6 +21,10 @@ class TuneOptions:
     """In each ablation round the baseline runs again after this many candidates, so each
     candidate has a baseline trial at most this many trials away on both sides (1: next to
     every candidate, twice the trials; larger: fewer trials, more drift between them)."""
+    max_rounds: int = 6
+    """Rounds a setting gets at most, the ablation's and those the rest of the budget buys
+    (tune/spend.py: settings still undecided get more while a round fits). 1: each setting is
+    measured in its ablation rounds only (`--repeats`), however much budget is left."""
     verify_repeats: int = 3
     """Interleaved rounds of baseline and best config in the final verification, which decides
     best.yaml. Three, not two: the noise is the spread of the speedup between rounds, and two
@@ -38,6 +42,8 @@ class TuneOptions:
     def __post_init__(self) -> None:
         from trainspeed.errors import ConfigError
 
+        if self.max_rounds < 1:
+            raise ConfigError(f"tune: max_rounds must be >= 1, got {self.max_rounds}")
         if self.repeats < 1 or self.verify_repeats < 0 or self.baseline_every < 1:
             raise ConfigError(f"tune: repeats and baseline_every must be >= 1 and verify_repeats >= 0, "
                               f"got {self.repeats}, {self.baseline_every} and {self.verify_repeats}")

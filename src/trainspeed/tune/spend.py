@@ -40,7 +40,8 @@ LOSER_Z = 3.0
 """On a machine whose baseline trials spread by s (sd of log cost), a clear loser is slower
 than exp(-LOSER_Z * s) of each neighbour too (15 % trial scatter: 0.64x)."""
 MAX_ROUNDS = 6
-"""Rounds a setting gets at most (the ablation's and the extra ones together)."""
+"""Rounds a setting gets at most (the ablation's and the extra ones together), unless the
+options say fewer (TuneOptions.max_rounds, `--max-rounds`)."""
 CONFIRM_Z = 3.0
 """Standard errors the rounds after a hopeful's choice must clear together (one more look at
 a setting already looked at: stricter than the ablation's stats.POOLED_Z)."""
@@ -177,7 +178,7 @@ def _wanted(tuner: Tuner, candidates: list[Candidate], pairs: list[list[Pair]]) 
         rounds, failed = tuner._paired(c.settings, {}, p)
         comp = _tentative(tuner, c, p, round_sd) if rounds and not failed else None
         may_win = may_win or (comp is not None and comp.speedup > 1.0 + tuner.opt.min_effect)
-        if key in tuner.dropped or len(p) >= MAX_ROUNDS or failed:
+        if key in tuner.dropped or len(p) >= min(MAX_ROUNDS, max(R, tuner.opt.max_rounds)) or failed:
             continue
         if not rounds:
             first.append(i)
