@@ -23,7 +23,7 @@ ONE_THREAD = ["run.torch_threads=1"]  # intra-op threads spin; on a shared 2-cor
 # The work is the trials' count and length; the doc's --budget 2m is replaced by one that never
 # binds: on a loaded machine (load 15 on 2 cores) the baseline trial took 56 s, the setting no
 # longer fit the 2 minutes, and the tune exited 3 with nothing measured.
-SHORT_TRIALS = ["--steps", "3", "--warmup-steps", "1", "--repeats", "1", "--verify-repeats", "0",
+SHORT_TRIALS = ["--steps", "3", "--warmup-steps", "1", "--repeats", "1", "--max-rounds", "1", "--verify-repeats", "0",
                 "--baseline-every", "10", "--budget", "30m",
                 "--no-fork-server"]  # plain `python -m trainspeed train` trials: the cwd must be found there
 
