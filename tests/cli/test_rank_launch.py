@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from trainspeed.cli._rank_launch import is_rank_launcher, is_torchrun, parse_rank_launch
+from trainspeed.doctor.launch_forms import is_rank_launcher, is_torchrun, parse_rank_launch
 from trainspeed.errors import ConfigError
 
 pytestmark = pytest.mark.timeout(60)

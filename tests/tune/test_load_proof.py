@@ -190,16 +190,12 @@ class Drift(FakeRunner):
         return res
 
 
-def test_a_bracket_whose_baselines_disagree_sets_the_noise_of_a_one_round_comparison(base_config, cpu, tmp_path,
-                                                                                       monkeypatch):
+def test_a_bracket_whose_baselines_disagree_sets_the_noise_of_a_one_round_comparison(base_config, cpu, tmp_path):
     # one round, fused changes nothing: its bracket reads (1 + 1.6) / 2 = 1.3x against it.
     # At the 3 % floor it was "faster"; what its two baselines disagree by is its noise. (One
     # round: with more, every later baseline here is 1.6x slower than every candidate trial,
     # which no tune can tell from a 1.6x win.)
-    import trainspeed.tune.spend as spend
-
-    monkeypatch.setattr(spend, "MAX_ROUNDS", 1)
-    options = TuneOptions(budget_s=10_000, knobs=["fused_optimizer"], repeats=1)
+    options = TuneOptions(budget_s=10_000, knobs=["fused_optimizer"], repeats=1, max_rounds=1)
     result = Tuner(base_config=base_config, base_hash="h", device=cpu, runner=Drift({}), store=TrialStore(tmp_path),
                    options=options, say=lambda s: None).run()
     fused = row_of(result, "fused")

@@ -94,12 +94,20 @@ def relaunch(launch: AccelerateLaunch, trainspeed_args: Sequence[str]) -> int:
     print(f"trainspeed: under accelerate ({launch.processes} process{'es' if launch.processes > 1 else ''}): "
           f"accelerate launch {' '.join(launch.options)} -m trainspeed {' '.join(trainspeed_args)} -- "
           f"{' '.join(launch.command[1:])}", file=sys.stderr, flush=True)
+    return run_under_launcher(cmd, launch.launcher)
+
+
+def run_under_launcher(cmd: Sequence[str], launcher: Sequence[str]) -> int:
+    """Run a launcher command that starts trainspeed in each process (accelerate's, torchrun's,
+    DeepSpeed's), each importing this trainspeed and told the launcher words the user typed
+    (runner.LAUNCHER_ENV: verify commands give them back); its exit status."""
     import json
 
+    from trainspeed.doctor.instrument.import_path import TRAINSPEED_ROOT
     from trainspeed.doctor.runner import LAUNCHER_ENV
 
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [our_root(), os.environ.get("PYTHONPATH")])),
-           LAUNCHER_ENV: json.dumps(launch.launcher)}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [TRAINSPEED_ROOT, os.environ.get("PYTHONPATH")])),
+           LAUNCHER_ENV: json.dumps(list(launcher))}
     return wait_for_launcher(cmd, env)
 
 
@@ -127,12 +135,5 @@ def wait_for_launcher(cmd: Sequence[str], env: dict[str, str]) -> int:
             signal.signal(signum, handler)
 
 
-def our_root() -> str:
-    """The folder this trainspeed is imported from, so each process imports the same one."""
-    import trainspeed
-
-    return os.path.dirname(os.path.dirname(os.path.abspath(trainspeed.__file__)))
-
-
-__all__ = ["AccelerateLaunch", "is_accelerate", "one_process", "our_root", "parse_accelerate", "relaunch",
+__all__ = ["AccelerateLaunch", "is_accelerate", "one_process", "parse_accelerate", "relaunch", "run_under_launcher",
            "wait_for_launcher"]

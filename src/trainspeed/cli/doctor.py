@@ -13,7 +13,7 @@ import sys
 from typing import Any
 
 from trainspeed.cli._launchers import is_accelerate
-from trainspeed.cli._rank_launch import is_rank_launcher
+from trainspeed.doctor.launch_forms import is_rank_launcher
 
 
 def register(subparsers: Any) -> None:
@@ -79,7 +79,8 @@ def _under_accelerate(args: argparse.Namespace, command: list[str]) -> int:
 
 def _under_rank_launcher(args: argparse.Namespace, command: list[str]) -> int:
     """`doctor -- torchrun|deepspeed OPTS train.py ARGS`: likewise (cli/_rank_launch.py)."""
-    from trainspeed.cli._rank_launch import parse_rank_launch, relaunch_ranks
+    from trainspeed.cli._rank_launch import relaunch_ranks
+    from trainspeed.doctor.launch_forms import parse_rank_launch
 
     launch = parse_rank_launch(command)
     return relaunch_ranks(launch, _own_args(args, launch.command))

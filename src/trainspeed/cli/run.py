@@ -16,7 +16,7 @@ import sys
 from typing import Any
 
 from trainspeed.cli._launchers import is_accelerate
-from trainspeed.cli._rank_launch import is_rank_launcher
+from trainspeed.doctor.launch_forms import is_rank_launcher
 
 
 def register(subparsers: Any) -> None:
@@ -58,7 +58,8 @@ def _under_launcher(args: argparse.Namespace, command: list[str]) -> int:
         from trainspeed.cli._launchers import parse_accelerate, relaunch
 
         return relaunch(parse_accelerate(command), _own_args(args))
-    from trainspeed.cli._rank_launch import parse_rank_launch, relaunch_ranks
+    from trainspeed.cli._rank_launch import relaunch_ranks
+    from trainspeed.doctor.launch_forms import parse_rank_launch
 
     return relaunch_ranks(parse_rank_launch(command), _own_args(args))
 

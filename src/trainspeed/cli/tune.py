@@ -118,7 +118,7 @@ def run_script(args, command: list[str]) -> int:
 
     if (args.steps is not None and args.steps < 3) or args.warmup_steps < 0:
         raise ConfigError(f"--steps must be >= 3 and --warmup-steps >= 0, got {args.steps} and {args.warmup_steps}")
-    from trainspeed.cli._rank_launch import is_rank_launcher, parse_rank_launch
+    from trainspeed.doctor.launch_forms import is_rank_launcher, parse_rank_launch
 
     if is_rank_launcher(command):  # the one-process command as the launcher's own parser reads it
         launch = parse_rank_launch(command)

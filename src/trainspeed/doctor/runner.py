@@ -103,21 +103,34 @@ class DoctorResult:
     steps: int
 
 
-def parse_command(command: Sequence[str]) -> Target:
-    """Understand `python [opts] train.py ARGS`, `python -m mod ARGS` and `train.py ARGS`."""
+def _interpreter(word: str) -> bool:
+    return bool(PYTHON_NAME.match(os.path.basename(word))) or word == sys.executable
+
+
+def script_words(command: Sequence[str]) -> list[str]:
+    """The command past the interpreter and its options: `train.py ARGS`, `-m mod ARGS` (or
+    `-c CODE ...`) out of `python [opts] ...`; a command without an interpreter as it is."""
     argv = list(command)
     if argv and argv[0] == "--":
         argv = argv[1:]
-    if not argv:
-        raise ConfigError("doctor: no command given. Usage: trainspeed doctor -- python train.py ARGS")
-    if PYTHON_NAME.match(os.path.basename(argv[0])) or argv[0] == sys.executable:
+    if argv and _interpreter(argv[0]):
         argv = argv[1:]
-        while argv and argv[0].startswith("-") and argv[0] != "-m":
-            opt = argv.pop(0)
-            if opt == "-c":
-                raise ConfigError("doctor: `python -c CODE` is not supported; put the code in a file.")
-            if opt in _OPTS_WITH_VALUE and argv:
+        while argv and argv[0].startswith("-") and argv[0] not in ("-m", "-c"):
+            if argv.pop(0) in _OPTS_WITH_VALUE and argv:
                 argv.pop(0)
+    return argv
+
+
+def parse_command(command: Sequence[str]) -> Target:
+    """Understand `python [opts] train.py ARGS`, `python -m mod ARGS` and `train.py ARGS`."""
+    given = list(command)
+    given = given[1:] if given[:1] == ["--"] else given
+    if not given:
+        raise ConfigError("doctor: no command given. Usage: trainspeed doctor -- python train.py ARGS")
+    argv = script_words(given)
+    if _interpreter(given[0]):
+        if argv[:1] == ["-c"]:
+            raise ConfigError("doctor: `python -c CODE` is not supported; put the code in a file.")
         if not argv:
             raise ConfigError("doctor: the command names no script. Usage: "
                               "trainspeed doctor -- python train.py ARGS")

@@ -12,7 +12,8 @@ with most of the budget unused ("~147 s for 2 repeats; --budget 8m ..."), exit 0
 - settings not admitted are then measured one round at a time while a round fits, and settings
   still undecided (fewer rounds than planned, faster but not beyond the noise, or reading faster
   with an interval that reaches below 1) get fresh rounds, each with fresh baseline trials around
-  them (B C1 C2 B), until the budget left is the verification's reserve, or MAX_ROUNDS.
+  them (B C1 C2 B), until the budget left is the verification's reserve, or a setting has had
+  TuneOptions.max_rounds (`--max-rounds`, default 6).
 """
 
 from __future__ import annotations
@@ -39,9 +40,6 @@ candidate that changes nothing does not do."""
 LOSER_Z = 3.0
 """On a machine whose baseline trials spread by s (sd of log cost), a clear loser is slower
 than exp(-LOSER_Z * s) of each neighbour too (15 % trial scatter: 0.64x)."""
-MAX_ROUNDS = 6
-"""Rounds a setting gets at most (the ablation's and the extra ones together), unless the
-options say fewer (TuneOptions.max_rounds, `--max-rounds`)."""
 CONFIRM_Z = 3.0
 """Standard errors the rounds after a hopeful's choice must clear together (one more look at
 a setting already looked at: stricter than the ablation's stats.POOLED_Z)."""
@@ -178,7 +176,7 @@ def _wanted(tuner: Tuner, candidates: list[Candidate], pairs: list[list[Pair]]) 
         rounds, failed = tuner._paired(c.settings, {}, p)
         comp = _tentative(tuner, c, p, round_sd) if rounds and not failed else None
         may_win = may_win or (comp is not None and comp.speedup > 1.0 + tuner.opt.min_effect)
-        if key in tuner.dropped or len(p) >= min(MAX_ROUNDS, max(R, tuner.opt.max_rounds)) or failed:
+        if key in tuner.dropped or len(p) >= max(R, tuner.opt.max_rounds) or failed:
             continue
         if not rounds:
             first.append(i)
@@ -193,10 +191,8 @@ def _wanted(tuner: Tuner, candidates: list[Candidate], pairs: list[list[Pair]]) 
                 # 0.74-2.04, stopped there with half the budget left): more rounds decide it,
                 # held to a hopeful's rule (confirm)
                 undecided.append((-comp.speedup, i))
-    rest = [i for _, i in sorted(undecided)]
-    for i in rest:
-        tuner.chosen_after.setdefault(tuner.key(candidates[i].settings), len(pairs[i]))
-    return first + short + hopeful + rest, may_win
+                tuner.chosen_after.setdefault(key, len(p))
+    return first + short + hopeful + [i for _, i in sorted(undecided)], may_win
 
 
 def fresh_round(tuner: Tuner, candidates: list[Candidate], chosen: list[int], pairs: list[list[Pair]],
@@ -297,5 +293,5 @@ def unused_share(tuner: Tuner) -> float:
     return max(0.0, 1.0 - tuner.spent / tuner.opt.budget_s) if math.isfinite(tuner.opt.budget_s) else 0.0
 
 
-__all__ = ["CLEAR_LOSER", "MAX_ROUNDS", "STOP_BELOW", "confirm", "fresh_round", "halve", "offered",
+__all__ = ["CLEAR_LOSER", "STOP_BELOW", "confirm", "fresh_round", "halve", "offered",
            "planned_trials", "reprice", "spend_rest", "unused_share"]

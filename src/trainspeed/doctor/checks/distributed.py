@@ -86,9 +86,9 @@ def unmeasured_ranks(ctx: CheckContext) -> Finding | None:
         return None
     import shlex
 
-    words = list(ctx.command)
-    script = words[1:] if words and "python" in words[0].rsplit("/", 1)[-1] else words
-    launch = f"trainspeed doctor -- torchrun --nproc_per_node {world} {shlex.join(script)}"
+    from trainspeed.doctor.runner import script_words
+
+    launch = f"trainspeed doctor -- torchrun --nproc_per_node {world} {shlex.join(script_words(ctx.command))}"
     framework = (ctx.first("framework") or {}).get("name")
     by = f"started by {framework} as new processes" if framework else "started by the script itself"
     return Finding(

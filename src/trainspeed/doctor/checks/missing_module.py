@@ -32,12 +32,15 @@ def missing_name(error: str) -> str | None:
 
 
 def script_path(command: list[str] | None, cwd: str | None) -> Path | None:
-    """The script a recorded `python [opts] script.py ARGS` command ran, made absolute."""
-    for word in command or []:
-        if word.endswith(".py"):
-            path = Path(word)
-            return path if path.is_absolute() else Path(cwd or os.getcwd()) / path
-    return None
+    """The script a recorded `python [opts] script.py ARGS` command ran, made absolute (None for
+    `python -m module`)."""
+    from trainspeed.doctor.runner import script_words
+
+    words = script_words(command or [])
+    if not words or words[0] in ("-m", "-c"):
+        return None
+    path = Path(words[0])
+    return path if path.is_absolute() else Path(cwd or os.getcwd()) / path
 
 
 def local_package_root(top: str, script: Path | None) -> Path | None:
@@ -70,14 +73,16 @@ def missing_module_advice(error: str, command: list[str] | None, cwd: str | None
     `doctor_command(path)`: the doctor on the run's command, with `path` first on PYTHONPATH."""
     name = missing_name(error)
     top = name.split(".")[0] if name else None
-    root = local_package_root(top, script_path(command, cwd)) if top else None
-    if root is not None:
+    script = script_path(command, cwd)
+    root = local_package_root(top, script) if top else None
+    if root is not None and script is not None:
         shown = _shown(root, cwd)
         kind = "package" if (root / top).is_dir() else "module"
         where = _shown(root / top, cwd) + ("/" if kind == "package" else ".py")
-        script = script_path(command, cwd)
+        if "/" not in where.rstrip("/"):  # `./mingpt/`: a name alone reads as a word
+            where = "./" + where
         installable = (root / "pyproject.toml").is_file() or (root / "setup.py").is_file()
-        return (f"`{top}` is a {kind} of this checkout ({where if '/' in where.rstrip('/') else './' + where}), "
+        return (f"`{top}` is a {kind} of this checkout ({where}), "
                 f"but Python puts only the script's own directory ({_shown(script.resolve().parent, cwd)}) on "
                 f"the import path: add the checkout's root, `PYTHONPATH={shlex.quote(shown)}` as the command "
                 f"below does"

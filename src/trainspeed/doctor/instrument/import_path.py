@@ -10,9 +10,12 @@ from __future__ import annotations
 import os
 import sys
 
-__all__ = ["needed_pythonpath", "own_pythonpath", "prefixed"]
+__all__ = ["TRAINSPEED_ROOT", "needed_pythonpath", "own_pythonpath", "prefixed"]
 
 _OWN_PACKAGE = os.path.abspath(os.path.join(os.path.dirname(__file__), os.pardir, os.pardir))  # .../trainspeed
+TRAINSPEED_ROOT = os.path.dirname(_OWN_PACKAGE)
+"""The folder this trainspeed is imported from (a checkout's `src`, or site-packages): what a
+relaunch puts first on each process's path so that it imports the same trainspeed."""
 
 
 def _entries() -> list[str]:
@@ -23,8 +26,7 @@ def own_pythonpath() -> str | None:
     """This process's PYTHONPATH entries, as written, but the one trainspeed itself came from (a
     source checkout's `src`): what a command that reruns the same script the same way carries
     (the tune's `run --with` and resume commands, where the script's imports are not seen)."""
-    parent = os.path.dirname(_OWN_PACKAGE)
-    return os.pathsep.join(e for e in _entries() if os.path.abspath(e) != parent) or None
+    return os.pathsep.join(e for e in _entries() if os.path.abspath(e) != TRAINSPEED_ROOT) or None
 
 
 def prefixed(command: str, *entries: str | None) -> str:
@@ -46,7 +48,7 @@ def needed_pythonpath(script_dir: str | None = None) -> str | None:
              if isinstance(f := getattr(m, "__file__", None), str) and not f.startswith(own)]
     # the script's own directory is on the path anyway; trainspeed's parent (a relaunch under
     # accelerate or torchrun puts it first, site-packages when installed) is none of the script's
-    skip = {os.path.abspath(script_dir) if script_dir else None, os.path.dirname(_OWN_PACKAGE)}
+    skip = {os.path.abspath(script_dir) if script_dir else None, TRAINSPEED_ROOT}
     needed = []
     for entry in entries:
         root = os.path.abspath(entry)
@@ -56,4 +58,3 @@ def needed_pythonpath(script_dir: str | None = None) -> str | None:
         if any(f.startswith(prefix) for f in files):
             needed.append(entry)
     return os.pathsep.join(needed) or None
-
