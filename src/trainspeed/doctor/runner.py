@@ -371,7 +371,7 @@ def run_doctor(config: DoctorConfig) -> DoctorResult:
     if error is not None and not isinstance(error, KeyboardInterrupt):  # Ctrl-C is a stop, not a crash
         trace = "".join(traceback.format_exception(type(error), error, error.__traceback__))
         summary_line = f"{type(error).__name__}: {(str(error).strip().splitlines() or [''])[0]}"
-    observe_argv_flags(session, target.args)
+    observe_argv_flags(session, target.args, target.name if target.kind == "path" else None)
     script_dir = os.path.dirname(os.path.abspath(target.name)) if target.kind == "path" else os.getcwd()
     emit_observations(monitor, session, files_before=files_before, run_dir=run_dir,
                       stopped=stopped, exit_code=code, max_steps=steps, error=summary_line,

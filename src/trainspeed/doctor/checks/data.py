@@ -214,13 +214,17 @@ def pin_memory_without_cuda(ctx: CheckContext) -> Finding | None:
     pinned = [lo for lo in ctx.obs("dataloader") if lo.get("pin_memory")]
     if not pinned:
         return None
+    # where they are built (llama2.c: one site, a new loader per split and evaluation)
+    sites = sorted({str(lo["site"]) for lo in pinned if lo.get("site")})
+    where = f" ({', '.join(sites)})" if sites else ""
     return Finding(
         id="pin_memory_without_cuda",
         severity="info",
         title="pin_memory=True without a CUDA device",
-        evidence=f"{len(pinned)} DataLoader(s) pin memory but training runs on {ctx.device_type}",
+        evidence=f"{len(pinned)} DataLoader(s){where} pin memory but training runs on {ctx.device_type}",
         recommendation=(f"{set_flag(flag, False)} (the script's flag, now {show_flag(flag)})"
-                        if (flag := script_flag(ctx, "pin_memory")) else "set pin_memory=False")
+                        if (flag := script_flag(ctx, "pin_memory")) else
+                        f"set pin_memory=False{' at ' + ', '.join(sites) if sites else ''}")
         + " (engine: data.pin_memory=false): page-locking buys nothing without GPU copies",
         impact=0.0,
     )

@@ -403,6 +403,10 @@ def accumulation_for_speed(ctx: CheckContext) -> Finding | None:
     change = (f"in the DeepSpeed config: gradient_accumulation_steps=1, train_micro_batch_size_per_gpu="
               f"{micro * factor if isinstance(micro, int) else f'<{factor}x>'}" if ds
               else f"engine: accumulation.steps=1 data.batch_size=<{factor}x>")
+    flags = None if ds else _accumulation_flags(ctx, factor)
+    if flags:
+        now = " ".join(show_flag(f) for f, _ in flags)
+        change = f"{' '.join(set_flag(f, v) for f, v in flags)}: the script's flags, now {now}; {change}"
     return Finding(
         id="accumulation_for_speed",
         severity="info",
@@ -410,9 +414,23 @@ def accumulation_for_speed(ctx: CheckContext) -> Finding | None:
         evidence=f"{factor} backward passes on new inputs (micro-batches) per update of {_primary(ctx)}; {room}",
         recommendation=("accumulation saves memory, not time: with memory to spare, use one micro-batch "
                         f"{factor}x larger ({change})"),
-        verify_with=ctx.tune_command("batch_size"),
+        verify_with=(ctx.doctor_command(flags=[set_flag(f, v) for f, v in flags]) if flags
+                     else ctx.tune_command("batch_size")),
         impact=0.0,
     )
+
+
+def _accumulation_flags(ctx: CheckContext, factor: int) -> list[tuple[dict, int]] | None:
+    """[(accumulation flag, 1), (batch-size flag, factor x its value)] when the script takes both
+    and the accumulation flag reads the measured factor (llama2.c's --gradient_accumulation_steps=4
+    --batch_size=8 -> 1 and 32), else None."""
+    steps, batch = script_flag(ctx, "accumulation_steps"), script_flag(ctx, "batch_size")
+    if not steps or not batch:
+        return None
+    value, size = steps.get("value"), batch.get("value")
+    if value != factor or not isinstance(size, int) or isinstance(size, bool) or size < 1:
+        return None
+    return [(steps, 1), (batch, size * factor)]
 
 
 def _primary(ctx: CheckContext) -> str:

@@ -32,6 +32,10 @@ TOPIC_FLAGS: dict[str, tuple[str, ...]] = {
     "logging_nan_inf_filter": ("logging_nan_inf_filter",),
     "bf16": ("bf16",),
     "use_cpu": ("use_cpu",),
+    "accumulation_steps": ("gradient_accumulation_steps", "grad_accum_steps", "accumulation_steps",
+                           "accum_steps", "grad_accum", "gradient_accumulation", "accumulate_grad_batches"),
+    "batch_size": ("batch_size", "per_device_train_batch_size", "train_batch_size", "micro_batch_size",
+                   "batch", "bs", "b"),
 }
 """Setting -> flag names (argparse dests, lower case, '-' as '_') that hold it in scripts."""
 

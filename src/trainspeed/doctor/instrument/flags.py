@@ -102,9 +102,19 @@ def install(session: Session, patches: Patches) -> None:
     patches.wrap(argparse.ArgumentParser, "parse_known_args", make)
 
 
-def observe_argv_flags(session: Session, args: list[str]) -> None:
-    """After the run: a script that parsed no argparse flags may read `--key=value` itself."""
-    if "script_flags" not in session.observations:
-        rows = flags_from_argv(args)
-        if rows:
-            session.observe("script_flags", "script_flags", source="argv", site=None, flags=rows)
+def observe_argv_flags(session: Session, args: list[str], script: str | None = None) -> None:
+    """After the run: a script that parsed no argparse flags may read `--key=value` itself; a
+    nanoGPT-style configurator (configurator.py) takes every global the script sets before it,
+    typed or not."""
+    if "script_flags" in session.observations:
+        return
+    from pathlib import Path
+
+    from trainspeed.doctor.instrument.configurator import configurator_flags
+
+    settable = configurator_flags(Path(script), args, Path.cwd()) if script else []
+    known = {row["dest"] for row in settable}
+    rows = settable + [row for row in flags_from_argv(args) if row["dest"] not in known]
+    if rows:
+        session.observe("script_flags", "script_flags", source="configurator" if settable else "argv",
+                        site=None, flags=rows)
