@@ -106,6 +106,15 @@ def test_interval_flags_are_labelled_as_the_script_takes_them():
     spaced = {"option": "--save-every", "dest": "save_every", "value": 5, "type": "int", "kind": "store"}
     [c] = SCRIPT_KNOBS["checkpoint_every"](ctx(flags=[spaced], save_calls=6))
     assert (c.label, c.settings) == ("--save-every 20", {"args.--save-every": 20})
+    # the verified combination's label too: llama2.c's "combined --compile True" (its trials ran
+    # --compile=True, but the label did not, and "--compile True" crashes its configurator)
+    from trainspeed.tune.script_session import describe_settings
+
+    settings = {"args.--compile": True, "args.--amp": True, "args.--workers": 4, "loader.pin_memory": True}
+    styles = {"--compile": "equals", "--amp": "bare"}
+    assert describe_settings(settings, styles) == "--amp, --compile=True, --workers 4, loader.pin_memory=True"
+    assert describe_settings({"args.--amp": False}, styles) == "--amp off"
+
 
 def test_apply_flags_replaces_in_place_or_appends():
     cmd = ["python", "train.py", "--workers", "0", "--lr=3e-4"]

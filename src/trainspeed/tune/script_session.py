@@ -85,10 +85,16 @@ def flag_styles(facts: ScriptFacts) -> dict[str, str]:
     return styles
 
 
-def describe_settings(settings: dict[str, Any]) -> str:
-    """`--log-every 10, loader.num_workers=2`: the script's flags as typed, patches as keys, a
+def describe_settings(settings: dict[str, Any], styles: dict[str, str] | None = None) -> str:
+    """`--log-every 10, loader.num_workers=2`: the script's flags as typed (in their `styles`:
+    llama2.c's `--compile=True`, which `--compile True` would not run), patches as keys, a
     what-if verified as best.patch's edit as `whatif.save_every=4 as code (best.patch)`."""
-    flags = [f"{k[len(FLAG_PREFIX):]} {v}" for k, v in sorted(settings.items()) if k.startswith(FLAG_PREFIX)]
+    from trainspeed.patches.plan import render_flag
+
+    def flag(option: str, value: Any) -> str:
+        return " ".join(render_flag(option, value, (styles or {}).get(option) or "space")) or f"{option} off"
+
+    flags = [flag(k[len(FLAG_PREFIX):], v) for k, v in sorted(settings.items()) if k.startswith(FLAG_PREFIX)]
     return ", ".join(flags + [f"{whatif_of(k)}={v} as code (best.patch)" if k.startswith(CODE_PREFIX)
                               else f"{k}={v}" for k, v in sorted(settings.items()) if not k.startswith(FLAG_PREFIX)])
 
@@ -178,7 +184,8 @@ def run_script_tune(command: list[str], out_dir: str | Path, options: TuneOption
     tuner = Tuner(base_config={}, base_hash=command_hash(list(command)), device=DeviceInfo.detect("cpu"),
                   runner=runner, store=store, options=options, say=say, knob_table=SCRIPT_KNOBS,
                   make_context=make_context, whatif=lambda s: is_whatif(s) and not code_whatif(s),
-                  baseline_hint=hint, describe=describe_settings,
+                  baseline_hint=hint,
+                  describe=lambda s: describe_settings(s, flag_styles(state["facts"]) if state.get("facts") else None),
                   fit_trials=fit if isinstance(runner, ScriptRunner) else None, verify_as=verify_as)
     realized: dict[str, bool] = {}
 
