@@ -52,6 +52,23 @@ def test_data_bound_threshold_and_recommendation():
     assert f.severity == "warning" and "cheaper" in f.recommendation
 
 
+def test_a_batch_built_in_the_process_gets_a_worker_only_when_it_costs_more_than_the_hand_over():
+    # pytorch/examples' regression: 0.1 ms of a 0.4 ms step builds the batch; the advice was a
+    # DataLoader worker (whose hand-over costs ~1 ms a batch) and `trainspeed tune --knobs
+    # num_workers`, which skips a script without a DataLoader
+    small = data.data_bound(ctx_of(make_run(shares={"data": 0.25, "forward": 0.4}, step=0.0004)))
+    assert "no DataLoader" in small.evidence and "num_workers=" not in small.recommendation
+    assert small.recommendation.startswith("make building a batch cheaper (contiguous slices")
+    assert "a DataLoader worker would cost more than it saves" in small.recommendation
+    assert small.verify_with.startswith("trainspeed doctor -- ") and "tune" not in small.verify_with
+    large = data.data_bound(ctx_of(make_run(shares={"data": 0.25, "forward": 0.4}, step=0.02)))
+    assert "DataLoader(..., num_workers=" in large.recommendation
+    assert large.verify_with.endswith("(after the change: the data share should drop)")
+    # with a DataLoader, the tune sets its workers: its command verifies
+    loader = data.data_bound(ctx_of(make_run(shares={"data": 0.25, "forward": 0.4}, step=0.0004, obs=[LOADER0])))
+    assert loader.verify_with.endswith("--knobs num_workers")
+
+
 def test_padding_already_per_batch_is_told_to_group_lengths():
     """Batches whose padded length changes from step to step are padded to their own longest
     sequence already (HelloDeepSpeed's collate): the advice is grouping, not dynamic padding."""

@@ -31,6 +31,14 @@ MAX_SUGGESTED_WORKERS = 8
 """More workers than this rarely help and cost memory (one dataset copy each)."""
 
 
+WORKER_HANDOVER_S = 1e-3
+"""What handing one batch from a DataLoader worker to the training process costs it, at least:
+on the 2-core EPYC VM a worker that was ahead still took 1.1 ms per batch of two small tensors
+(2 ms beside a busy step) where building it in the process took 0.08 ms. A batch built in the
+training process in less than this is not worth a worker (pytorch/examples' regression: 0.1 ms
+of a 0.4 ms step was "data", and the advice was a DataLoader with a worker)."""
+
+
 def suggested_workers(cores: int) -> int:
     """Leave one core for the training process; at least 1, at most MAX_SUGGESTED_WORKERS."""
     return max(1, min(MAX_SUGGESTED_WORKERS, cores - 1))
@@ -69,12 +77,22 @@ def data_bound(ctx: CheckContext) -> Finding | None:
         evidence = (f"building the next batch in the training process (no DataLoader) takes {pct(share)} of "
                     f"step time ({ms(ctx.phase_mean('data'))} of {ms(ctx.step_mean)} per step)")
     workers = int(loader.get("num_workers") or 0) if loader else 0
+    verify = ctx.tune_command("num_workers")
+    cheaper = ("contiguous slices read at once instead of a Python loop over rows; data prepared once and "
+               "cached")
     if not loader:
         n = suggested_workers(cores)
-        recommendation = ("the batches are built between the steps, in the training process: build them "
-                          f"ahead in a Dataset + DataLoader(..., num_workers={n}, persistent_workers=True) so "
-                          "the work overlaps with the step, or make building one cheaper (contiguous slices "
-                          "read at once instead of a Python loop over rows; data prepared once and cached)")
+        # the tune's num_workers knob needs a DataLoader to set: it skips such a script
+        verify = f"{ctx.doctor_command()} (after the change: the data share should drop)"
+        wait = ctx.phase_mean("data")
+        if wait is not None and wait < WORKER_HANDOVER_S:
+            recommendation = (f"make building a batch cheaper ({cheaper}): at {ms(wait)} a batch, a DataLoader "
+                              f"worker would cost more than it saves (handing a batch over from a worker process "
+                              f"takes about {ms(WORKER_HANDOVER_S)})")
+        else:
+            recommendation = ("the batches are built between the steps, in the training process: build them "
+                              f"ahead in a Dataset + DataLoader(..., num_workers={n}, persistent_workers=True) "
+                              f"so the work overlaps with the step, or make building one cheaper ({cheaper})")
     elif workers == 0 and cores > 1:
         n = suggested_workers(cores)
         how = (f"pass {set_flag(workers_flag, n)} (now {show_flag(workers_flag)}), the script's "
@@ -104,7 +122,7 @@ def data_bound(ctx: CheckContext) -> Finding | None:
                "Training is data-bound: the step waits while the script builds its batch"),
         evidence=evidence,
         recommendation=recommendation,
-        verify_with=ctx.tune_command("num_workers"),
+        verify_with=verify,
         impact=share,
         basis="the wait for the next batch, measured",
     )
