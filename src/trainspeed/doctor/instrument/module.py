@@ -19,6 +19,7 @@ from torch.nn.modules import module as module_mod
 from trainspeed.doctor.instrument.patching import Patches
 from trainspeed.doctor.instrument.session import Session
 from trainspeed.doctor.instrument.sites import caller_site, format_site
+from trainspeed.doctor.instrument.updates import module_class
 
 MAX_MODULES_OBSERVED = 8
 """Top-level modules described in observations at most."""
@@ -108,7 +109,7 @@ def describe_module(module: nn.Module) -> dict[str, Any]:
     if autocast is None:
         autocast = forward_autocast(module) or fabric_autocast(module)
     return {
-        "class": type(module).__name__,
+        "class": module_class(module),
         "params": n_params,
         "param_dtype": main_dtype,
         "device": device_type,
@@ -203,6 +204,26 @@ def install(session: Session, patches: Patches) -> None:
     except TypeError:  # torch without always_call: an exception in forward leaves depth > 0,
         handle = module_mod.register_module_forward_hook(post_hook)  # reset at each step
     patches.handle(handle)
+    _quiet_compile_hook_warning(patches)
+
+
+def _quiet_compile_hook_warning(patches: Patches) -> None:
+    """torch warns a script that calls torch.compile(module) that global module hooks fire again
+    for the compiled wrapper: the hooks are the doctor's (which count the outermost call once),
+    so the user's console is spared the warning about them (llama2.c --compile=True printed it)."""
+    import warnings
+
+    warnings.filterwarnings("ignore", message=r"Using `torch\.compile\(module\)` when there are global hooks")
+    entry = warnings.filters[0]
+
+    def undo() -> None:
+        if entry in warnings.filters:
+            warnings.filters.remove(entry)
+            mutated = getattr(warnings, "_filters_mutated", None) or getattr(warnings, "_filters_mutated_lock_held", None)
+            if mutated is not None:
+                mutated()
+
+    patches.call_on_undo(undo)
 
 
 def _inside_step(session: Session) -> bool:

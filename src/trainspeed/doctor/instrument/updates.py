@@ -28,6 +28,14 @@ from typing import Any
 
 import torch
 
+
+def module_class(module: Any) -> str:
+    """The class a person knows a module by: torch.compile's wrapper by the model it compiled
+    (llama2.c's report read "AdamW over OptimizedModule")."""
+    inner = getattr(module, "_orig_mod", None) if type(module).__name__ == "OptimizedModule" else None
+    return type(inner if inner is not None else module).__name__
+
+
 MAX_OPTIMIZERS = 16
 MAX_MODULES = 16
 RECENT_OUTPUTS = 16
@@ -91,7 +99,7 @@ class Updates:
             if len(self.modules) >= MAX_MODULES:
                 return
             self.modules[key] = weakref.ref(module)
-            self.classes[key] = type(module).__name__
+            self.classes[key] = module_class(module)
         first = _first_tensor(args)
         if first is not None and first.grad_fn is None and not self._is_output(first):
             self.fresh[key] += 1
