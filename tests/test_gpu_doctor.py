@@ -121,3 +121,35 @@ def test_engine_fp32_run_on_cuda_gets_the_fp32_finding(tmp_path):
     fp32 = next(f for f in findings if f["id"] == "fp32_on_tensor_cores")
     assert "precision.mode=bf16-mixed" in fp32["recommendation"] and fp32["basis"]
     assert not any("your own code" in (f.get("evidence") or "") for f in findings)
+
+
+COMPILED_CUDA_SCRIPT = '''import torch
+model = torch.compile(torch.nn.Sequential(torch.nn.Linear(1024, 4096), torch.nn.GELU(),
+                                          torch.nn.Linear(4096, 1024)).cuda())
+opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
+x = torch.randn(256, 1024, device="cuda")
+for step in range(100000):
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        loss = model(x).float().pow(2).mean()
+    loss.backward()
+    opt.step()
+    opt.zero_grad(set_to_none=True)
+'''
+
+
+def test_doctor_counts_a_compiled_cuda_models_flops(tmp_path, monkeypatch):
+    """A compiled model's one counted step runs eagerly under the FLOP counter (with the memory
+    to spare): its MFU is measured, as the eager model's is (llama2.c --compile=True on the CPU
+    read "MFU not measured")."""
+    from trainspeed.doctor.runner import DoctorConfig, run_doctor
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "compiled.py").write_text(COMPILED_CUDA_SCRIPT)
+    result = run_doctor(DoctorConfig(command=["python", "compiled.py"], steps=30, out=tmp_path / "run",
+                                     system_sampler=False))
+    assert result.steps == 30, result.traceback
+    mfu = result.summary["mfu"]
+    assert mfu["valid"] and 0 < mfu["value"] <= 1, mfu
+    events = [json.loads(line) for line in (tmp_path / "run" / "events.jsonl").read_text().splitlines()]
+    flops = [e["data"]["flops_per_step"] for e in events if e["type"] == "flops"]
+    assert flops == [pytest.approx(3 * 2 * 256 * 2 * 1024 * 4096 - 2 * 256 * 1024 * 4096, rel=0.01)], flops
