@@ -59,6 +59,7 @@ def test_load_is_contention_not_a_slower_script():
     assert 60 <= found.loaded_steps <= 60 and found.first_step == 80 and found.last_step == 139
     assert found.slowdown == pytest.approx(2.0, abs=0.2) and found.lost_share == pytest.approx(60 * 0.02 / 3.2, abs=0.03)
     assert "other processes used 1.5 cores (vs 0.1)" in found.message and "explains" in found.message
+    assert found.message.startswith("steps 80-139 took ")  # all 60 of them: the range alone
 
 
 def test_a_script_doing_more_work_under_load_is_not_contention():
@@ -119,3 +120,15 @@ def test_linear_rate_of_a_staircase_and_of_noise():
     flat = linear_rate(steps, 100e6 + np.random.default_rng(0).normal(0, 1e5, 200))
     assert abs(flat.per_1000) < 1e6 and flat.z < 3
     assert linear_rate(steps[:5], rss[:5]) is None
+
+
+def test_loaded_steps_apart_are_counted_out_of_their_range():
+    # pytorch/examples' regression read "steps 6-199 (46 steps) took 35 % longer": a count that
+    # contradicts the range it follows. Two loads, steps 40-59 and 120-139: 40 of steps 40-139.
+    _, wall_a, cpu_a, others_a, _ = _series(load=(40, 60))
+    steps, wall_b, cpu_b, others_b, _ = _series(load=(120, 140))
+    second = steps >= 100
+    wall, cpu, others = (np.where(second, b, a) for a, b in ((wall_a, wall_b), (cpu_a, cpu_b), (others_a, others_b)))
+    found = detect_contention(steps, wall, cpu, others)
+    assert found is not None and (found.first_step, found.last_step, found.loaded_steps) == (40, 139, 40)
+    assert found.message.startswith("40 of steps 40-139 took "), found.message

@@ -317,7 +317,11 @@ def detect_contention(
                    if sampled and math.isfinite(ol) else " (no system samples: inferred from wall time "
                    "rising without CPU time)")
     explained = cpu_rise / (wl - wq) if wl > wq else 0.0
-    message = (f"steps {first}-{last} ({int(loaded.sum())} steps) took {slowdown * 100:.0f} % longer "
+    # "46 of steps 6-199": the loaded steps need not be consecutive ("steps 6-199 (46 steps)" read
+    # as a count that contradicts the range)
+    n_loaded = int(loaded.sum())
+    which = f"steps {first}-{last}" if n_loaded == last - first + 1 else f"{n_loaded} of steps {first}-{last}"
+    message = (f"{which} took {slowdown * 100:.0f} % longer "
                f"({wq * 1e3:.1f} -> {wl * 1e3:.1f} ms){others_text}; this process's CPU time per step "
                f"({cq * 1e3:.1f} -> {cl * 1e3:.1f} ms) explains {max(0.0, explained) * 100:.0f} % of that")
     return Contention(
