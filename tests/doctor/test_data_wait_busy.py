@@ -52,6 +52,9 @@ def test_workers_that_work_through_the_wait_are_still_data_bound():
     # 0.1 core for the workers: 11 ms of CPU per 110 ms step, all of the 12 ms wait
     f = _finding(_run(others=177.0, workers_cores=0.1))
     assert f is not None and f.severity == "warning" and "cheaper" in f.recommendation
+    # its 4 workers on 2 cores: fewer; never none, since the workers' 11 ms a step outweigh a hand-over
+    assert f.recommendation.startswith("4 workers and the training process share 2 cores: use fewer (")
+    assert "or none" not in f.recommendation
 
 
 def test_idle_workers_on_a_quiet_machine_are_still_data_bound():

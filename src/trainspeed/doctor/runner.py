@@ -173,8 +173,9 @@ def exit_code_of(exc: SystemExit) -> int:
     return 1  # sys.exit("message"): printed to stderr, status 1
 
 
-def execute(target: Target) -> None:
-    """Run the target with `__main__` semantics; restores sys.argv and sys.path afterwards."""
+def execute(target: Target, seen: dict[str, Any] | None = None) -> None:
+    """Run the target with `__main__` semantics; restores sys.argv and sys.path afterwards.
+    `seen["globals"]`: the script's module globals, however it ended (its config objects)."""
     saved_argv, saved_path = sys.argv[:], sys.path[:]
     try:
         if target.kind == "module":
@@ -185,7 +186,16 @@ def execute(target: Target) -> None:
             script = os.path.abspath(target.name)
             sys.argv = [target.name, *target.args]
             sys.path.insert(0, os.path.dirname(script))
-            runpy.run_path(script, run_name="__main__")
+            try:
+                namespace = runpy.run_path(script, run_name="__main__")
+            except BaseException as exc:
+                if seen is not None:
+                    from trainspeed.doctor.instrument.config_objects import script_globals
+
+                    seen["globals"] = script_globals(exc.__traceback__, script)
+                raise
+            if seen is not None:
+                seen["globals"] = namespace
     finally:
         sys.argv[:] = saved_argv
         sys.path[:] = saved_path
@@ -344,8 +354,9 @@ def run_doctor(config: DoctorConfig) -> DoctorResult:
     code, stopped = 0, "end"
     installed = install(session)
     restore_term = _stop_on_sigterm()
+    script_seen: dict[str, Any] = {}
     try:
-        execute(target)
+        execute(target, script_seen)
     except StopDoctor:
         stopped = "steps"
     except DoctorSignal as exc:  # SIGTERM (`timeout`, a scheduler): report what was recorded
@@ -371,7 +382,8 @@ def run_doctor(config: DoctorConfig) -> DoctorResult:
     if error is not None and not isinstance(error, KeyboardInterrupt):  # Ctrl-C is a stop, not a crash
         trace = "".join(traceback.format_exception(type(error), error, error.__traceback__))
         summary_line = f"{type(error).__name__}: {(str(error).strip().splitlines() or [''])[0]}"
-    observe_argv_flags(session, target.args, target.name if target.kind == "path" else None)
+    observe_argv_flags(session, target.args, target.name if target.kind == "path" else None,
+                       script_seen.pop("globals", None))
     script_dir = os.path.dirname(os.path.abspath(target.name)) if target.kind == "path" else os.getcwd()
     emit_observations(monitor, session, files_before=files_before, run_dir=run_dir,
                       stopped=stopped, exit_code=code, max_steps=steps, error=summary_line,

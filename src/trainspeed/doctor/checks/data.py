@@ -111,6 +111,19 @@ def data_bound(ctx: CheckContext) -> Finding | None:
         how = f" ({set_flag(workers_flag, n)})" if workers_flag else ""
         recommendation = (f"raise num_workers from {loader.get('num_workers')} to {n}{how} "
                           f"(engine: data.num_workers={n}) and/or prefetch_factor")
+    elif workers >= cores > 0:
+        # minGPT's 4 workers on 2 cores: the workers and the training process share too few cores
+        from trainspeed.doctor.checks.machine import workers_cpu_per_step
+
+        n = suggested_workers(cores)
+        fewer = f"{set_flag(workers_flag, n)}, now {show_flag(workers_flag)}" if workers_flag else f"num_workers={n}"
+        zero = set_flag(workers_flag, 0) if workers_flag else "num_workers=0"
+        work = workers_cpu_per_step(ctx)
+        none = ("" if work is not None and work >= WORKER_HANDOVER_S else
+                f", or none ({zero}) when building a batch costs less than handing it over from a worker "
+                f"(about {ms(WORKER_HANDOVER_S)} a batch{f'; the workers used {ms(work)} a step' if work else ''})")
+        recommendation = (f"{workers} workers and the training process share {cores} cores: use fewer ({fewer}; "
+                          f"engine: data.num_workers={n}){none}; and make per-sample work cheaper where you can")
     else:
         recommendation = ("the loader cannot keep up even with workers: make per-sample work cheaper "
                           "(decode/preprocess once and cache tensors, move augmentation to the GPU, "

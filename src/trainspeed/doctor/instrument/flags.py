@@ -102,19 +102,24 @@ def install(session: Session, patches: Patches) -> None:
     patches.wrap(argparse.ArgumentParser, "parse_known_args", make)
 
 
-def observe_argv_flags(session: Session, args: list[str], script: str | None = None) -> None:
+def observe_argv_flags(session: Session, args: list[str], script: str | None = None,
+                       namespace: dict[str, Any] | None = None) -> None:
     """After the run: a script that parsed no argparse flags may read `--key=value` itself; a
     nanoGPT-style configurator (configurator.py) takes every global the script sets before it,
-    typed or not."""
+    typed or not; a minGPT-style config tree in its globals (`namespace`) every key it holds."""
     if "script_flags" in session.observations:
         return
     from pathlib import Path
 
+    from trainspeed.doctor.instrument.config_objects import config_object_flags
     from trainspeed.doctor.instrument.configurator import configurator_flags
 
+    source = "configurator"
     settable = configurator_flags(Path(script), args, Path.cwd()) if script else []
+    if not settable:
+        source, settable = "config_object", config_object_flags(namespace)
     known = {row["dest"] for row in settable}
     rows = settable + [row for row in flags_from_argv(args) if row["dest"] not in known]
     if rows:
-        session.observe("script_flags", "script_flags", source="configurator" if settable else "argv",
+        session.observe("script_flags", "script_flags", source=source if settable else "argv",
                         site=None, flags=rows)
