@@ -175,7 +175,8 @@ def exit_code_of(exc: SystemExit) -> int:
 
 def execute(target: Target, seen: dict[str, Any] | None = None) -> None:
     """Run the target with `__main__` semantics; restores sys.argv and sys.path afterwards.
-    `seen["globals"]`: the script's module globals, however it ended (its config objects)."""
+    `seen["globals"]`: the script's module globals, however it ended (its config objects);
+    `seen["hydra"]`: a Hydra app's composed config, when it was stopped inside its task."""
     saved_argv, saved_path = sys.argv[:], sys.path[:]
     try:
         if target.kind == "module":
@@ -191,8 +192,10 @@ def execute(target: Target, seen: dict[str, Any] | None = None) -> None:
             except BaseException as exc:
                 if seen is not None:
                     from trainspeed.doctor.instrument.config_objects import script_globals
+                    from trainspeed.doctor.instrument.hydra_flags import hydra_task_config
 
                     seen["globals"] = script_globals(exc.__traceback__, script)
+                    seen["hydra"] = hydra_task_config(exc.__traceback__)
                 raise
             if seen is not None:
                 seen["globals"] = namespace
@@ -383,7 +386,7 @@ def run_doctor(config: DoctorConfig) -> DoctorResult:
         trace = "".join(traceback.format_exception(type(error), error, error.__traceback__))
         summary_line = f"{type(error).__name__}: {(str(error).strip().splitlines() or [''])[0]}"
     observe_argv_flags(session, target.args, target.name if target.kind == "path" else None,
-                       script_seen.pop("globals", None))
+                       script_seen.pop("globals", None), script_seen.pop("hydra", None))
     script_dir = os.path.dirname(os.path.abspath(target.name)) if target.kind == "path" else os.getcwd()
     emit_observations(monitor, session, files_before=files_before, run_dir=run_dir,
                       stopped=stopped, exit_code=code, max_steps=steps, error=summary_line,

@@ -148,7 +148,8 @@ def command_with_flags(command: list[str], flags: list[str]) -> list[str]:
     for flag in flags:
         words = shlex.split(flag)
         if words:
-            option = words[0].split("=", 1)[0] if words[0].startswith("-") else words[0]
+            # `--x=1`, and a Hydra override `data.num_workers=2`: the option is what precedes "="
+            option = words[0].split("=", 1)[0] if words[0].startswith("-") or "=" in words[0] else words[0]
             out = set_flag(out, option, words)
     return out
 

@@ -93,6 +93,12 @@ def data_bound(ctx: CheckContext) -> Finding | None:
             recommendation = ("the batches are built between the steps, in the training process: build them "
                               f"ahead in a Dataset + DataLoader(..., num_workers={n}, persistent_workers=True) "
                               f"so the work overlaps with the step, or make building one cheaper ({cheaper})")
+    elif workers == 0 and cores > 1 and (wait := ctx.phase_mean("data")) is not None and wait < WORKER_HANDOVER_S:
+        # a Hydra app's TensorDataset batch: 0.3 ms waited; its tune measured 1 worker at 0.35x
+        recommendation = (f"make building a batch cheaper ({cheaper}; batch the work in collate_fn): at "
+                          f"{ms(wait)} a batch, a worker would likely cost more than it saves (handing a batch "
+                          f"over from a worker process takes about {ms(WORKER_HANDOVER_S)}); the tune below "
+                          "measures workers on this machine")
     elif workers == 0 and cores > 1:
         n = suggested_workers(cores)
         how = (f"pass {set_flag(workers_flag, n)} (now {show_flag(workers_flag)}), the script's "

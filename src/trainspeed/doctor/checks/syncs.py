@@ -145,7 +145,8 @@ def _verify(ctx: CheckContext, first: dict[str, Any] | None, count: int, per_ste
     the reads at other call sites stay (run_clm.py: the Trainer's NaN check, 2 a step, goes with
     --logging_nan_inf_filter False; transformers' mask check, 1 a step, stays)."""
     arg = _fix_flag(ctx, first, steps_with)
-    command = ctx.doctor_command(flags=[arg] if arg and arg.startswith("-") else [])
+    # an option (`--log_interval=50`) or a Hydra override (`trainer.log_every=50`), not "(leave out ...)"
+    command = ctx.doctor_command(flags=[arg] if arg and not arg.startswith("(") else [])
     if arg and first is not None and count:
         left = per_step * (1 - int(first.get("count") or 0) / count)
         if left >= 0.1:

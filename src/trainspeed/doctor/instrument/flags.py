@@ -24,7 +24,9 @@ _PLAIN = (bool, int, float, str, type(None))
 # python-fire parses --verbose, --trace, --separator... with argparse and maps the script's
 # flags onto the function's arguments itself (DeepSpeedExamples' HelloDeepSpeed: the doctor
 # listed fire's six options as the script's).
-_OWN_OPTION_PARSERS = (os.sep + "fire" + os.sep,)
+# Hydra's parser (--help, --hydra-help, --multirun...) is its own too: a Hydra app's settings are
+# its config's `key=value` overrides (hydra_flags.py).
+_OWN_OPTION_PARSERS = (os.sep + "fire" + os.sep, os.sep + "hydra" + os.sep)
 
 
 def _library_parser(filename: str) -> bool:
@@ -103,19 +105,22 @@ def install(session: Session, patches: Patches) -> None:
 
 
 def observe_argv_flags(session: Session, args: list[str], script: str | None = None,
-                       namespace: dict[str, Any] | None = None) -> None:
+                       namespace: dict[str, Any] | None = None, hydra_config: Any = None) -> None:
     """After the run: a script that parsed no argparse flags may read `--key=value` itself; a
     nanoGPT-style configurator (configurator.py) takes every global the script sets before it,
-    typed or not; a minGPT-style config tree in its globals (`namespace`) every key it holds."""
+    typed or not; a minGPT-style config tree in its globals (`namespace`) every key it holds; a
+    Hydra app every key of its composed config (`hydra_config`), as `key=value`."""
     if "script_flags" in session.observations:
         return
     from pathlib import Path
 
     from trainspeed.doctor.instrument.config_objects import config_object_flags
     from trainspeed.doctor.instrument.configurator import configurator_flags
+    from trainspeed.doctor.instrument.hydra_flags import hydra_flags
 
-    source = "configurator"
-    settable = configurator_flags(Path(script), args, Path.cwd()) if script else []
+    source, settable = "hydra", hydra_flags(hydra_config)
+    if not settable:
+        source, settable = "configurator", configurator_flags(Path(script), args, Path.cwd()) if script else []
     if not settable:
         source, settable = "config_object", config_object_flags(namespace)
     known = {row["dest"] for row in settable}

@@ -1,0 +1,66 @@
+"""The flags of a Hydra app: every key of its composed config, as the override `data.num_workers=2`.
+
+A script under `@hydra.main` takes its settings as `key=value` overrides (no dashes) of the
+config Hydra composed; the DataLoader reads `cfg.data.num_workers`. The composed config is the
+task function's argument: read from the frames of the traceback that stopped the script (the
+doctor's --steps, a signal, a crash), so advice and the tune's knobs set `data.num_workers=2`
+and `trainer.log_every=50` as the user would type them.
+"""
+
+from __future__ import annotations
+
+import sys
+from types import TracebackType
+from typing import Any
+
+_SIMPLE = (bool, int, float, str)
+
+
+def hydra_task_config(tb: TracebackType | None) -> Any | None:
+    """The DictConfig passed to the outermost function on the traceback that takes one (Hydra's
+    task function), when Hydra runs the script; else None."""
+    omegaconf, hydra = sys.modules.get("omegaconf"), sys.modules.get("hydra")
+    if omegaconf is None or hydra is None:
+        return None
+    dict_config = getattr(omegaconf, "DictConfig", None)
+    while tb is not None and dict_config is not None:
+        frame = tb.tb_frame
+        code = frame.f_code
+        for name in code.co_varnames[:code.co_argcount + code.co_kwonlyargcount]:
+            value = frame.f_locals.get(name)
+            if isinstance(value, dict_config) and "site-packages" not in code.co_filename:
+                return value
+        tb = tb.tb_next
+    return None
+
+
+def _flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in tree.items():
+        if not isinstance(key, str):
+            continue
+        if isinstance(value, dict):
+            out.update(_flatten(value, f"{prefix}{key}."))
+        elif isinstance(value, _SIMPLE) and not (isinstance(value, str) and ("${" in value or value == "???")):
+            out[f"{prefix}{key}"] = value  # interpolations and missing values are not settings to echo
+    return out
+
+
+def hydra_flags(config: Any | None) -> list[dict[str, Any]]:
+    """One "script_flags" row per simple key of the composed config (`hydra.*` left out: Hydra's
+    own settings), written as Hydra takes them: `data.num_workers=0`."""
+    omegaconf = sys.modules.get("omegaconf")
+    if config is None or omegaconf is None:
+        return []
+    try:
+        tree = omegaconf.OmegaConf.to_container(config, resolve=False, throw_on_missing=False)
+    except Exception:  # noqa: BLE001 - a config we cannot read gives no flags
+        return []
+    if not isinstance(tree, dict):
+        return []
+    return [{"option": key, "options": [key], "dest": key, "value": value, "default": None,
+             "type": type(value).__name__, "kind": "equals", "choices": None}
+            for key, value in _flatten(tree).items() if not key.startswith("hydra.")]
+
+
+__all__ = ["hydra_flags", "hydra_task_config"]
