@@ -35,16 +35,26 @@ def script_globals(tb: TracebackType | None, script: str) -> dict[str, Any] | No
     return None
 
 
-def _flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+def flatten_settings(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """`{"trainer": {"num_workers": 4}}` -> `{"trainer.num_workers": 4}`: the simple values of a
+    nested config, by dotted key (shared with hydra_flags.py). Interpolations (`${...}`) and
+    missing values (`???`) are not settings to echo back."""
     out: dict[str, Any] = {}
     for key, value in tree.items():
         if not isinstance(key, str):
             continue
         if isinstance(value, dict):
-            out.update(_flatten(value, f"{prefix}{key}."))
-        elif isinstance(value, _SIMPLE):
+            out.update(flatten_settings(value, f"{prefix}{key}."))
+        elif isinstance(value, _SIMPLE) and not (isinstance(value, str) and ("${" in value or value == "???")):
             out[f"{prefix}{key}"] = value
     return out
+
+
+def setting_rows(values: dict[str, Any], dashes: str = "--") -> list[dict[str, Any]]:
+    """"script_flags" rows of dotted settings, typed as `{dashes}key=value` (Hydra: no dashes)."""
+    return [{"option": f"{dashes}{key}", "options": [f"{dashes}{key}"], "dest": key, "value": value,
+             "default": None, "type": type(value).__name__, "kind": "equals", "choices": None}
+            for key, value in values.items()]
 
 
 def _subtrees(tree: Any, found: set[int], depth: int = 0) -> None:
@@ -66,21 +76,17 @@ def config_object_flags(namespace: dict[str, Any] | None) -> list[dict[str, Any]
     nested: set[int] = set()
     for tree in trees:
         _subtrees(tree, nested)
-    rows: list[dict[str, Any]] = []
-    seen: set[str] = set()
+    values: dict[str, Any] = {}
     for tree in trees:
         if id(tree) in nested:
             continue
         try:
-            values = _flatten(tree.to_dict())
+            found = flatten_settings(tree.to_dict())
         except Exception:  # noqa: BLE001 - a config we cannot read gives no flags
             continue
-        for key, value in values.items():
-            if key not in seen:
-                seen.add(key)
-                rows.append({"option": f"--{key}", "options": [f"--{key}"], "dest": key, "value": value,
-                             "default": None, "type": type(value).__name__, "kind": "equals", "choices": None})
-    return rows
+        for key, value in found.items():
+            values.setdefault(key, value)
+    return setting_rows(values)
 
 
-__all__ = ["config_object_flags", "script_globals"]
+__all__ = ["config_object_flags", "flatten_settings", "script_globals", "setting_rows"]

@@ -13,8 +13,6 @@ import sys
 from types import TracebackType
 from typing import Any
 
-_SIMPLE = (bool, int, float, str)
-
 
 def hydra_task_config(tb: TracebackType | None) -> Any | None:
     """The DictConfig passed to the outermost function on the traceback that takes one (Hydra's
@@ -34,18 +32,6 @@ def hydra_task_config(tb: TracebackType | None) -> Any | None:
     return None
 
 
-def _flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in tree.items():
-        if not isinstance(key, str):
-            continue
-        if isinstance(value, dict):
-            out.update(_flatten(value, f"{prefix}{key}."))
-        elif isinstance(value, _SIMPLE) and not (isinstance(value, str) and ("${" in value or value == "???")):
-            out[f"{prefix}{key}"] = value  # interpolations and missing values are not settings to echo
-    return out
-
-
 def hydra_flags(config: Any | None) -> list[dict[str, Any]]:
     """One "script_flags" row per simple key of the composed config (`hydra.*` left out: Hydra's
     own settings), written as Hydra takes them: `data.num_workers=0`."""
@@ -58,9 +44,9 @@ def hydra_flags(config: Any | None) -> list[dict[str, Any]]:
         return []
     if not isinstance(tree, dict):
         return []
-    return [{"option": key, "options": [key], "dest": key, "value": value, "default": None,
-             "type": type(value).__name__, "kind": "equals", "choices": None}
-            for key, value in _flatten(tree).items() if not key.startswith("hydra.")]
+    from trainspeed.doctor.instrument.config_objects import flatten_settings, setting_rows
+
+    return setting_rows({k: v for k, v in flatten_settings(tree).items() if not k.startswith("hydra.")}, dashes="")
 
 
 __all__ = ["hydra_flags", "hydra_task_config"]
