@@ -40,7 +40,7 @@ def install(session: Session) -> Installed:
         syncs.install(session, handle.patches)
         transfers.install(session, handle.patches)
         checkpoint.install(session, handle.patches)
-        flags.install(session, handle.patches)
+        flags.install(session, handle.patches, handle.imports)
         logs.install(session, handle.patches, handle.imports)
         deepspeed.install(session, handle.patches, handle.imports)
         launch_env.install(session, handle.patches)

@@ -14,6 +14,7 @@ import ast
 import os
 from typing import Any
 
+from trainspeed.doctor.instrument.imports import PostImportHooks
 from trainspeed.doctor.instrument.patching import Patches
 from trainspeed.doctor.instrument.session import Session
 from trainspeed.doctor.instrument.sites import caller_site, format_site
@@ -79,7 +80,7 @@ def flags_from_argv(args: list[str]) -> list[dict[str, Any]]:
     return rows
 
 
-def install(session: Session, patches: Patches) -> None:
+def install(session: Session, patches: Patches, imports: PostImportHooks) -> None:
     def make(original: Any) -> Any:
         def parse_known_args(self: argparse.ArgumentParser, *args: Any, **kwargs: Any) -> Any:
             result = original(self, *args, **kwargs)
@@ -102,6 +103,40 @@ def install(session: Session, patches: Patches) -> None:
         return parse_known_args
 
     patches.wrap(argparse.ArgumentParser, "parse_known_args", make)
+    imports.add("jsonargparse", lambda module: _wrap_jsonargparse(session, patches, module))
+
+
+def _wrap_jsonargparse(session: Session, patches: Patches, module: Any) -> None:
+    """LightningCLI's parser (jsonargparse) never calls argparse's parse_known_args: its parsed
+    config's keys are the script's flags, `--data.batch_size=32` (a subcommand's, after `fit`)."""
+    parser = getattr(module, "ArgumentParser", None)
+    if not isinstance(parser, type):
+        return
+
+    def make(original: Any) -> Any:
+        def parse_args(self: Any, *args: Any, **kwargs: Any) -> Any:
+            result = original(self, *args, **kwargs)
+            if session.on() and "script_flags" not in session.observations:
+                session.internal += 1
+                try:
+                    from trainspeed.doctor.instrument.config_objects import flatten_settings, setting_rows
+
+                    tree = result.as_dict()
+                    if isinstance(tree.get("subcommand"), str) and isinstance(tree.get(tree["subcommand"]), dict):
+                        tree = tree[tree["subcommand"]]
+                    rows = setting_rows(flatten_settings(tree))
+                    if rows:
+                        session.observe("script_flags", "script_flags", source="jsonargparse", site=None, flags=rows)
+                except Exception:  # noqa: BLE001 - the flags are advice; never break the parse
+                    pass
+                finally:
+                    session.internal -= 1
+            return result
+
+        parse_args.__wrapped__ = original  # type: ignore[attr-defined]
+        return parse_args
+
+    patches.wrap(parser, "parse_args", make)
 
 
 def observe_argv_flags(session: Session, args: list[str], script: str | None = None,
