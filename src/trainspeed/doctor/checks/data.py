@@ -231,6 +231,9 @@ def dataloader_workers(ctx: CheckContext) -> Finding | None:
         return None
     if share < DATA_WAIT_NOTICE or share >= DATA_WAIT_WARNING:  # data_bound covers the latter
         return None
+    wait = ctx.phase_mean("data")
+    if wait is not None and wait < WORKER_HANDOVER_S:
+        return None  # a worker's hand-over costs more than this wait (LightningCLI's demo: 0.1 ms a batch)
     n = suggested_workers(ctx.cores)
     return Finding(
         id="dataloader_workers",
