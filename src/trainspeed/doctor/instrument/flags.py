@@ -84,19 +84,11 @@ def install(session: Session, patches: Patches, imports: PostImportHooks) -> Non
     def make(original: Any) -> Any:
         def parse_known_args(self: argparse.ArgumentParser, *args: Any, **kwargs: Any) -> Any:
             result = original(self, *args, **kwargs)
-            s = session
-            if s.on() and "script_flags" not in s.observations:
+            if session.on() and "script_flags" not in session.observations:
                 where = caller_site(2)
                 # a library's own parser (torch.distributed.run, fire's) is not the script's
                 if where is not None and not _library_parser(where[0]):
-                    s.internal += 1
-                    try:
-                        s.observe("script_flags", "script_flags", source="argparse",
-                                  site=format_site(*where), flags=describe_parser(self, result[0]))
-                    except Exception:  # noqa: BLE001 - the flags are advice; never break the parse
-                        pass
-                    finally:
-                        s.internal -= 1
+                    _record_once(session, "argparse", format_site(*where), lambda: describe_parser(self, result[0]))
             return result
 
         parse_known_args.__wrapped__ = original  # type: ignore[attr-defined]
@@ -104,6 +96,31 @@ def install(session: Session, patches: Patches, imports: PostImportHooks) -> Non
 
     patches.wrap(argparse.ArgumentParser, "parse_known_args", make)
     imports.add("jsonargparse", lambda module: _wrap_jsonargparse(session, patches, module))
+
+
+def _record_once(session: Session, source: str, site: str | None, rows: Any) -> None:
+    """Observe the script's flags (`rows()`, None for none) at its first parse; never break it."""
+    if not session.on() or "script_flags" in session.observations:
+        return
+    session.internal += 1
+    try:
+        flags = rows()
+        if flags is not None:
+            session.observe("script_flags", "script_flags", source=source, site=site, flags=flags)
+    except Exception:  # noqa: BLE001 - the flags are advice; never break the parse
+        pass
+    finally:
+        session.internal -= 1
+
+
+def _parsed_settings(result: Any) -> list[dict[str, Any]]:
+    """A jsonargparse Namespace's settings as flags: its subcommand's (`fit`) when it has one."""
+    from trainspeed.doctor.instrument.config_objects import flatten_settings, setting_rows
+
+    tree = result.as_dict()
+    if isinstance(tree.get("subcommand"), str) and isinstance(tree.get(tree["subcommand"]), dict):
+        tree = tree[tree["subcommand"]]
+    return setting_rows(flatten_settings(tree))
 
 
 def _wrap_jsonargparse(session: Session, patches: Patches, module: Any) -> None:
@@ -116,21 +133,7 @@ def _wrap_jsonargparse(session: Session, patches: Patches, module: Any) -> None:
     def make(original: Any) -> Any:
         def parse_args(self: Any, *args: Any, **kwargs: Any) -> Any:
             result = original(self, *args, **kwargs)
-            if session.on() and "script_flags" not in session.observations:
-                session.internal += 1
-                try:
-                    from trainspeed.doctor.instrument.config_objects import flatten_settings, setting_rows
-
-                    tree = result.as_dict()
-                    if isinstance(tree.get("subcommand"), str) and isinstance(tree.get(tree["subcommand"]), dict):
-                        tree = tree[tree["subcommand"]]
-                    rows = setting_rows(flatten_settings(tree))
-                    if rows:
-                        session.observe("script_flags", "script_flags", source="jsonargparse", site=None, flags=rows)
-                except Exception:  # noqa: BLE001 - the flags are advice; never break the parse
-                    pass
-                finally:
-                    session.internal -= 1
+            _record_once(session, "jsonargparse", None, lambda: _parsed_settings(result) or None)
             return result
 
         parse_args.__wrapped__ = original  # type: ignore[attr-defined]
