@@ -73,3 +73,16 @@ def test_module_class_unwraps_torch_compile_and_the_cpu_has_room():
     net = torch.nn.Linear(2, 2)
     assert module_class(torch.compile(net, backend="eager")) == "Linear" and module_class(net) == "Linear"
     assert room_for_an_eager_step()  # no CUDA here: a CPU step is counted
+
+
+def test_no_flops_counts_nothing(tmp_path, monkeypatch):
+    # the escape for a compiled model whose eager step would not fit: no counted step, no MFU
+    from trainspeed.cli.main import main
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "train.py").write_text(SCRIPT.replace('torch.compile(MLP(), backend="aot_eager")', "MLP()"))
+    assert main(["doctor", "--no-flops", "--steps", "10", "--no-html", "--out", str(tmp_path / "run"),
+                 "--", "python", "train.py"]) == 0
+    events = [json.loads(line) for line in (tmp_path / "run" / "events.jsonl").read_text().splitlines()]
+    assert not [e for e in events if e["type"] == "flops"]
+    assert json.loads((tmp_path / "run" / "report.json").read_text())["summary"]["mfu"] is None

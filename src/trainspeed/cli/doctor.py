@@ -34,6 +34,9 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--profile-steps", default=None, metavar="START-END",
                         help="write a torch.profiler trace (Chrome/Perfetto JSON) of these steps, e.g. 50-55")
     parser.add_argument("--no-html", action="store_true", help="do not write report.html")
+    parser.add_argument("--no-flops", dest="flops", action="store_false",
+                        help="count no FLOPs, so no MFU: the counted step runs a compiled model eagerly, which "
+                             "needs the memory compilation saved (on a GPU only tried below half its memory)")
     parser.add_argument("command", nargs=argparse.REMAINDER,
                         help="the training command, after `--`: python train.py ARGS")
     parser.set_defaults(run=run)
@@ -62,7 +65,8 @@ def _own_args(args: argparse.Namespace, command: list[str]) -> list[str]:
 
     out = args.out or str(default_run_dir(parse_command(command)))
     own = ["doctor", "--steps", str(args.steps), "--log-every", str(args.log_every), "--out", out]
-    own += [flag for flag, on in (("--json", args.json), ("--no-html", args.no_html)) if on]
+    own += [flag for flag, on in (("--json", args.json), ("--no-html", args.no_html), ("--no-flops", not args.flops))
+            if on]
     own += [w for opt, value in (("--device", args.device), ("--profile-steps", args.profile_steps))
             if value for w in (opt, value)]
     return own
@@ -97,7 +101,8 @@ def run(args: argparse.Namespace) -> int:
     if is_rank_launcher(command):
         return _under_rank_launcher(args, command)
     config = DoctorConfig(command=command, steps=args.steps or None, out=args.out,
-                          log_every=args.log_every, device=args.device, profile_steps=args.profile_steps)
+                          log_every=args.log_every, device=args.device, profile_steps=args.profile_steps,
+                          count_flops=args.flops)
     result = run_doctor(config)
     if int(os.environ.get("RANK", 0)) > 0:  # under torchrun rank 0 prints the report for all ranks
         return result.exit_code

@@ -18,12 +18,20 @@ below half the device's memory: an unfused step holds more activations than the 
 
 
 def room_for_an_eager_step() -> bool:
-    """Can one eager step of a compiled model run beside this run's memory? (On the CPU, yes.)"""
+    """Can one eager step of a compiled model run beside this run's memory? On the CPU: while the
+    machine has as much memory free as the process holds. A model whose eager form is far larger
+    than its compiled one (FlexAttention at long sequences) can still need more: `trainspeed
+    doctor --no-flops` counts nothing."""
     import sys
 
     torch = sys.modules.get("torch")
     if torch is None or not torch.cuda.is_available() or not torch.cuda.is_initialized():
-        return True
+        try:
+            import psutil
+
+            return psutil.virtual_memory().available >= psutil.Process().memory_info().rss
+        except Exception:  # noqa: BLE001 - no reading: do not risk the run
+            return False
     try:
         device = torch.cuda.current_device()
         total = torch.cuda.get_device_properties(device).total_memory
