@@ -86,3 +86,19 @@ def test_no_flops_counts_nothing(tmp_path, monkeypatch):
     events = [json.loads(line) for line in (tmp_path / "run" / "events.jsonl").read_text().splitlines()]
     assert not [e for e in events if e["type"] == "flops"]
     assert json.loads((tmp_path / "run" / "report.json").read_text())["summary"]["mfu"] is None
+
+
+def test_a_compiled_model_without_room_says_why_it_has_no_mfu(tmp_path, monkeypatch):
+    from trainspeed.doctor.instrument import flop_window
+    from trainspeed.doctor.runner import DoctorConfig, run_doctor
+    from trainspeed.report.fmt import mfu_text
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(flop_window, "room_for_an_eager_step", lambda: False)
+    (tmp_path / "train.py").write_text(SCRIPT)
+    result = run_doctor(DoctorConfig(command=["python", "train.py"], steps=12, out=tmp_path / "run",
+                                     system_sampler=False))
+    assert result.steps == 12, result.traceback
+    mfu = result.summary["mfu"]
+    assert mfu["value"] is None and not mfu["valid"] and mfu["note"] == flop_window.NO_ROOM
+    assert mfu_text(mfu).startswith("not measured (the model is compiled and one eager step")

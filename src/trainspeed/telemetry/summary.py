@@ -32,6 +32,13 @@ def _precision(run: RunData, start: dict[str, Any]) -> str:
     return str(start.get("precision", "fp32"))
 
 
+def _flops_skipped(run: RunData) -> str | None:
+    """Why no FLOPs were counted, when the counting was skipped on purpose (a compiled model
+    without room for its eager counted step), else None."""
+    events = run.events_of("flops")
+    return str(events[-1]["data"]["skipped"]) if events and (events[-1].get("data") or {}).get("skipped") else None
+
+
 def flops_per_step(run: RunData, keep: np.ndarray | None = None) -> float | None:
     """The run's FLOPs per optimizer step, or None. With a count per token (a recipe's own,
     recorded as `flops_per_token`), the mean over the steps in `keep` (a mask over the step
@@ -106,6 +113,8 @@ def summarize(run: RunData) -> dict[str, Any]:
     mfu_result = None
     if flops:
         mfu_result = mfu(flops, stats.step_time_mean, peak_flops, peak_name).as_dict()
+    elif (skipped := _flops_skipped(run)) is not None:  # the doctor chose not to count: say why
+        mfu_result = {"value": None, "peak_flops": peak_flops, "peak_name": peak_name, "valid": False, "note": skipped}
 
     busy = _gpu_busy(run, keep, mfu_result)
     loss = run.array("loss")

@@ -17,6 +17,11 @@ EAGER_STEP_ROOM = 0.5
 below half the device's memory: an unfused step holds more activations than the compiled one."""
 
 
+NO_ROOM = ("the model is compiled and one eager step to count its FLOPs might not fit in the memory left; "
+           "the doctor counted none")
+"""Why a compiled model's MFU is not measured (the report's MFU line)."""
+
+
 def room_for_an_eager_step() -> bool:
     """Can one eager step of a compiled model run beside this run's memory? On the CPU: while the
     machine has as much memory free as the process holds. A model whose eager form is far larger
@@ -58,7 +63,12 @@ class FlopWindow:
         done = session.mon.steps_done
         if done == at and self._counter is None:
             if session.observations.get("compiled") and not room_for_an_eager_step():
-                self.count_at = None  # its eager step could run out of memory
+                self.count_at = None  # its eager step could run out of memory: the report says why
+                session.internal += 1
+                try:
+                    session.mon.event("flops", flops_per_step=None, skipped=NO_ROOM)
+                finally:
+                    session.internal -= 1
                 return
             try:
                 from trainspeed.telemetry.flops import flop_counter
