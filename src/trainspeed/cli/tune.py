@@ -77,15 +77,13 @@ def register(sub) -> None:
 def is_script_command(target: str | None) -> bool:
     """`python ...`, `python3.11 ...`, `train.py ...`, `torchrun ...`: a command, not a config."""
     import os
-    import sys
 
-    from trainspeed.doctor.runner import PYTHON_NAME
+    from trainspeed.doctor.command_words import is_interpreter
 
     if not target:
         return False
     name = os.path.basename(target)
-    return bool(PYTHON_NAME.match(name) or target == sys.executable or name.endswith(".py")
-                or name in ("torchrun", "accelerate"))
+    return is_interpreter(target) or name.endswith(".py") or name in ("torchrun", "accelerate")
 
 
 def _print_knobs() -> int:

@@ -22,12 +22,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
+from trainspeed.doctor.command_words import is_interpreter, script_words
 from trainspeed.errors import ConfigError, RunDirError
 
-PYTHON_NAME = re.compile(r"^python(\d+(\.\d+)?)?(\.exe)?$")
-"""An interpreter's file name (python, python3.11, python.exe): what starts a command."""
-# Interpreter options that take a value (python -W error -X dev train.py ...).
-_OPTS_WITH_VALUE = {"-W", "-X", "-Q"}
 LAUNCHERS = {
     "torchrun": "torchrun --nproc_per_node N -m trainspeed doctor --out RUN_DIR -- train.py ARGS",
     "deepspeed": "deepspeed --num_gpus N --no_local_rank --module trainspeed doctor --out RUN_DIR -- train.py ARGS",
@@ -103,24 +100,6 @@ class DoctorResult:
     steps: int
 
 
-def _interpreter(word: str) -> bool:
-    return bool(PYTHON_NAME.match(os.path.basename(word))) or word == sys.executable
-
-
-def script_words(command: Sequence[str]) -> list[str]:
-    """The command past the interpreter and its options: `train.py ARGS`, `-m mod ARGS` (or
-    `-c CODE ...`) out of `python [opts] ...`; a command without an interpreter as it is."""
-    argv = list(command)
-    if argv and argv[0] == "--":
-        argv = argv[1:]
-    if argv and _interpreter(argv[0]):
-        argv = argv[1:]
-        while argv and argv[0].startswith("-") and argv[0] not in ("-m", "-c"):
-            if argv.pop(0) in _OPTS_WITH_VALUE and argv:
-                argv.pop(0)
-    return argv
-
-
 def parse_command(command: Sequence[str]) -> Target:
     """Understand `python [opts] train.py ARGS`, `python -m mod ARGS` and `train.py ARGS`."""
     given = list(command)
@@ -128,7 +107,7 @@ def parse_command(command: Sequence[str]) -> Target:
     if not given:
         raise ConfigError("doctor: no command given. Usage: trainspeed doctor -- python train.py ARGS")
     argv = script_words(given)
-    if _interpreter(given[0]):
+    if is_interpreter(given[0]):
         if argv[:1] == ["-c"]:
             raise ConfigError("doctor: `python -c CODE` is not supported; put the code in a file.")
         if not argv:

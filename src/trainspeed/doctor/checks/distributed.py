@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from trainspeed.doctor.checks.context import CheckContext, ms, pct
+from trainspeed.doctor.command_words import script_words
 from trainspeed.doctor.findings import Finding
 from trainspeed.telemetry.ranks import STRAGGLER_THRESHOLD
 
@@ -85,8 +86,6 @@ def unmeasured_ranks(ctx: CheckContext) -> Finding | None:
     if world <= measured:
         return None
     import shlex
-
-    from trainspeed.doctor.runner import script_words
 
     launch = f"trainspeed doctor -- torchrun --nproc_per_node {world} {shlex.join(script_words(ctx.command))}"
     framework = (ctx.first("framework") or {}).get("name")

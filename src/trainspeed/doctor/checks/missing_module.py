@@ -16,6 +16,8 @@ import shlex
 from pathlib import Path
 from typing import Callable
 
+from trainspeed.doctor.command_words import script_words
+
 __all__ = ["missing_module_advice", "missing_name", "local_package_root"]
 
 # Import names whose pip package is named otherwise.
@@ -34,8 +36,6 @@ def missing_name(error: str) -> str | None:
 def script_path(command: list[str] | None, cwd: str | None) -> Path | None:
     """The script a recorded `python [opts] script.py ARGS` command ran, made absolute (None for
     `python -m module`)."""
-    from trainspeed.doctor.runner import script_words
-
     words = script_words(command or [])
     if not words or words[0] in ("-m", "-c"):
         return None
