@@ -15,8 +15,7 @@ import os
 from types import TracebackType
 from typing import Any
 
-_SIMPLE = (bool, int, float, str)
-
+from trainspeed.doctor.instrument.setting_rows import flatten_settings, setting_rows
 
 def _is_config_tree(value: Any) -> bool:
     kind = type(value)
@@ -33,28 +32,6 @@ def script_globals(tb: TracebackType | None, script: str) -> dict[str, Any] | No
             return frame.f_globals
         tb = tb.tb_next
     return None
-
-
-def flatten_settings(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    """`{"trainer": {"num_workers": 4}}` -> `{"trainer.num_workers": 4}`: the simple values of a
-    nested config, by dotted key (shared with hydra_flags.py). Interpolations (`${...}`) and
-    missing values (`???`) are not settings to echo back."""
-    out: dict[str, Any] = {}
-    for key, value in tree.items():
-        if not isinstance(key, str):
-            continue
-        if isinstance(value, dict):
-            out.update(flatten_settings(value, f"{prefix}{key}."))
-        elif isinstance(value, _SIMPLE) and not (isinstance(value, str) and ("${" in value or value == "???")):
-            out[f"{prefix}{key}"] = value
-    return out
-
-
-def setting_rows(values: dict[str, Any], dashes: str = "--") -> list[dict[str, Any]]:
-    """"script_flags" rows of dotted settings, typed as `{dashes}key=value` (Hydra: no dashes)."""
-    return [{"option": f"{dashes}{key}", "options": [f"{dashes}{key}"], "dest": key, "value": value,
-             "default": None, "type": type(value).__name__, "kind": "equals", "choices": None}
-            for key, value in values.items()]
 
 
 def _subtrees(tree: Any, found: set[int], depth: int = 0) -> None:
@@ -89,4 +66,4 @@ def config_object_flags(namespace: dict[str, Any] | None) -> list[dict[str, Any]
     return setting_rows(values)
 
 
-__all__ = ["config_object_flags", "flatten_settings", "script_globals", "setting_rows"]
+__all__ = ["config_object_flags", "script_globals"]

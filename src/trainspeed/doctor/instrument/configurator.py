@@ -16,6 +16,8 @@ import operator
 from pathlib import Path
 from typing import Any
 
+from trainspeed.doctor.instrument.setting_rows import flags_from_argv, setting_rows
+
 _SIMPLE = (bool, int, float, str)
 _OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
         ast.FloorDiv: operator.floordiv, ast.Pow: operator.pow}
@@ -112,16 +114,9 @@ def configurator_flags(script: Path, args: list[str], cwd: Path) -> list[dict[st
                     values.update((k, v) for k, v in _assignments(ast.parse(config).body).items() if k in values)
                 except SyntaxError:
                     pass
-        elif arg.startswith("--") and "=" in arg:
-            key, raw = arg[2:].split("=", 1)
-            if key in values:
-                try:
-                    values[key] = ast.literal_eval(raw)
-                except (ValueError, SyntaxError):
-                    values[key] = raw
-    return [{"option": f"--{key}", "options": [f"--{key}"], "dest": key, "value": value,
-             "default": defaults[key], "type": type(defaults[key]).__name__, "kind": "equals", "choices": None}
-            for key, value in values.items()]
+        else:  # `--key=value`, in its place among the config files: the last one given wins
+            values.update((row["dest"], row["value"]) for row in flags_from_argv([arg]) if row["dest"] in values)
+    return setting_rows(values, defaults=defaults)
 
 
 __all__ = ["configurator_flags"]

@@ -10,17 +10,16 @@ wrapped to record the first parse made from the user's code; nanoGPT-style scrip
 from __future__ import annotations
 
 import argparse
-import ast
 import os
 from typing import Any
 
 from trainspeed.doctor.instrument.imports import PostImportHooks
 from trainspeed.doctor.instrument.patching import Patches
 from trainspeed.doctor.instrument.session import Session
+from trainspeed.doctor.instrument.setting_rows import flags_from_argv, flatten_settings, plain_value, setting_rows
 from trainspeed.doctor.instrument.sites import caller_site, format_site
 from trainspeed.patches.callers import in_user_files
 
-_PLAIN = (bool, int, float, str, type(None))
 # Installed packages whose argparse parser holds their own options, never the script's:
 # python-fire parses --verbose, --trace, --separator... with argparse and maps the script's
 # flags onto the function's arguments itself (DeepSpeedExamples' HelloDeepSpeed: the doctor
@@ -32,15 +31,6 @@ _OWN_OPTION_PARSERS = (os.sep + "fire" + os.sep, os.sep + "hydra" + os.sep)
 
 def _library_parser(filename: str) -> bool:
     return not in_user_files((filename, 0)) and any(marker in filename for marker in _OWN_OPTION_PARSERS)
-
-
-def _plain(value: Any) -> Any:
-    """A JSON-able stand-in for a parsed value (paths and enums become their text)."""
-    if isinstance(value, _PLAIN):
-        return value
-    if isinstance(value, (list, tuple)) and all(isinstance(v, _PLAIN) for v in value):
-        return list(value)
-    return str(value)
 
 
 def describe_parser(parser: argparse.ArgumentParser, namespace: Any) -> list[dict[str, Any]]:
@@ -55,28 +45,12 @@ def describe_parser(parser: argparse.ArgumentParser, namespace: Any) -> list[dic
             "option": option,
             "options": list(action.option_strings),
             "dest": action.dest,
-            "value": _plain(getattr(namespace, action.dest, None)),
-            "default": _plain(action.default),
+            "value": plain_value(getattr(namespace, action.dest, None)),
+            "default": plain_value(action.default),
             "type": getattr(action.type, "__name__", None) if action.type else None,
             "kind": kind,
-            "choices": [_plain(c) for c in action.choices] if action.choices else None,
+            "choices": [plain_value(c) for c in action.choices] if action.choices else None,
         })
-    return rows
-
-
-def flags_from_argv(args: list[str]) -> list[dict[str, Any]]:
-    """nanoGPT's configurator style: `--key=value` arguments read without argparse."""
-    rows: list[dict[str, Any]] = []
-    for arg in args:
-        if not arg.startswith("--") or "=" not in arg:
-            continue
-        key, raw = arg[2:].split("=", 1)
-        try:
-            value = ast.literal_eval(raw)
-        except (ValueError, SyntaxError):
-            value = raw
-        rows.append({"option": f"--{key}", "options": [f"--{key}"], "dest": key, "value": _plain(value),
-                     "default": None, "type": type(value).__name__, "kind": "equals", "choices": None})
     return rows
 
 
@@ -115,8 +89,6 @@ def _record_once(session: Session, source: str, site: str | None, rows: Any) -> 
 
 def _parsed_settings(result: Any) -> list[dict[str, Any]]:
     """A jsonargparse Namespace's settings as flags: its subcommand's (`fit`) when it has one."""
-    from trainspeed.doctor.instrument.config_objects import flatten_settings, setting_rows
-
     tree = result.as_dict()
     if isinstance(tree.get("subcommand"), str) and isinstance(tree.get(tree["subcommand"]), dict):
         tree = tree[tree["subcommand"]]

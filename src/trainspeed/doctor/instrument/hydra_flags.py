@@ -13,6 +13,8 @@ import sys
 from types import TracebackType
 from typing import Any
 
+from trainspeed.doctor.instrument.setting_rows import flatten_settings, setting_rows
+
 
 def hydra_task_config(tb: TracebackType | None) -> Any | None:
     """The DictConfig passed to the outermost function on the traceback that takes one (Hydra's
@@ -44,8 +46,6 @@ def hydra_flags(config: Any | None) -> list[dict[str, Any]]:
         return []
     if not isinstance(tree, dict):
         return []
-    from trainspeed.doctor.instrument.config_objects import flatten_settings, setting_rows
-
     return setting_rows({k: v for k, v in flatten_settings(tree).items() if not k.startswith("hydra.")}, dashes="")
 
 

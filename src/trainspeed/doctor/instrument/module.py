@@ -219,7 +219,9 @@ def _quiet_compile_hook_warning(patches: Patches) -> None:
     def undo() -> None:
         if entry in warnings.filters:
             warnings.filters.remove(entry)
-            mutated = getattr(warnings, "_filters_mutated", None) or getattr(warnings, "_filters_mutated_lock_held", None)
+            # the warnings caches follow the filter list (renamed in Python 3.13)
+            mutated = (getattr(warnings, "_filters_mutated", None)
+                       or getattr(warnings, "_filters_mutated_lock_held", None))
             if mutated is not None:
                 mutated()
 
