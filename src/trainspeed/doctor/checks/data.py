@@ -39,6 +39,13 @@ training process in less than this is not worth a worker (pytorch/examples' regr
 of a 0.4 ms step was "data", and the advice was a DataLoader with a worker)."""
 
 
+def wait_below_handover(ctx: CheckContext) -> float | None:
+    """The step's wait for its batch when it is shorter than a worker's hand-over (so no worker
+    would help), else None."""
+    wait = ctx.phase_mean("data")
+    return wait if wait is not None and wait < WORKER_HANDOVER_S else None
+
+
 def suggested_workers(cores: int) -> int:
     """Leave one core for the training process; at least 1, at most MAX_SUGGESTED_WORKERS."""
     return max(1, min(MAX_SUGGESTED_WORKERS, cores - 1))
@@ -84,8 +91,7 @@ def data_bound(ctx: CheckContext) -> Finding | None:
         n = suggested_workers(cores)
         # the tune's num_workers knob needs a DataLoader to set: it skips such a script
         verify = f"{ctx.doctor_command()} (after the change: the data share should drop)"
-        wait = ctx.phase_mean("data")
-        if wait is not None and wait < WORKER_HANDOVER_S:
+        if (wait := wait_below_handover(ctx)) is not None:
             recommendation = (f"make building a batch cheaper ({cheaper}): at {ms(wait)} a batch, a DataLoader "
                               f"worker would cost more than it saves (handing a batch over from a worker process "
                               f"takes about {ms(WORKER_HANDOVER_S)})")
@@ -93,7 +99,7 @@ def data_bound(ctx: CheckContext) -> Finding | None:
             recommendation = ("the batches are built between the steps, in the training process: build them "
                               f"ahead in a Dataset + DataLoader(..., num_workers={n}, persistent_workers=True) "
                               f"so the work overlaps with the step, or make building one cheaper ({cheaper})")
-    elif workers == 0 and cores > 1 and (wait := ctx.phase_mean("data")) is not None and wait < WORKER_HANDOVER_S:
+    elif workers == 0 and cores > 1 and (wait := wait_below_handover(ctx)) is not None:
         # a Hydra app's TensorDataset batch: 0.3 ms waited; its tune measured 1 worker at 0.35x
         recommendation = (f"make building a batch cheaper ({cheaper}; batch the work in collate_fn): at "
                           f"{ms(wait)} a batch, a worker would likely cost more than it saves (handing a batch "
@@ -231,8 +237,7 @@ def dataloader_workers(ctx: CheckContext) -> Finding | None:
         return None
     if share < DATA_WAIT_NOTICE or share >= DATA_WAIT_WARNING:  # data_bound covers the latter
         return None
-    wait = ctx.phase_mean("data")
-    if wait is not None and wait < WORKER_HANDOVER_S:
+    if wait_below_handover(ctx) is not None:
         return None  # a worker's hand-over costs more than this wait (LightningCLI's demo: 0.1 ms a batch)
     n = suggested_workers(ctx.cores)
     return Finding(
