@@ -89,10 +89,10 @@ def describe_settings(settings: dict[str, Any], styles: dict[str, str] | None = 
     """`--log-every 10, loader.num_workers=2`: the script's flags as typed (in their `styles`:
     llama2.c's `--compile=True`, which `--compile True` would not run), patches as keys, a
     what-if verified as best.patch's edit as `whatif.save_every=4 as code (best.patch)`."""
-    from trainspeed.patches.plan import render_flag
+    from trainspeed.patches.plan import flag_style, render_flag
 
     def flag(option: str, value: Any) -> str:
-        return " ".join(render_flag(option, value, (styles or {}).get(option) or "space")) or f"{option} off"
+        return " ".join(render_flag(option, value, flag_style(option, styles, []))) or f"{option} off"
 
     flags = [flag(k[len(FLAG_PREFIX):], v) for k, v in sorted(settings.items()) if k.startswith(FLAG_PREFIX)]
     return ", ".join(flags + [f"{whatif_of(k)}={v} as code (best.patch)" if k.startswith(CODE_PREFIX)

@@ -55,7 +55,7 @@ def find_flag(flags: list[Any], topic: str) -> dict[str, Any] | None:
                 return row
     # a config tree's dotted key (minGPT's --trainer.num_workers): its last part, when one key has it
     for wanted in TOPIC_FLAGS.get(topic, ()):
-        dotted = [row for row in rows if "." in _norm(row.get("dest")) and _norm(row.get("dest")).rsplit(".", 1)[1] == wanted]
+        dotted = [row for row in rows if _norm(row.get("dest")).rpartition(".")[1:] == (".", wanted)]
         if len(dotted) == 1:
             return dotted[0]
     return None
