@@ -25,6 +25,13 @@ def is_data_loader(obj: Any) -> bool:
     return hasattr(obj, "num_workers") and hasattr(obj, "batch_size") and hasattr(obj, "dataset")
 
 
+def loader_batch_size(loader: Any) -> Any:
+    """The loader's batch size; a loader built on a batch sampler (Accelerate's prepared
+    DataLoaderShard: batch_size None, the size in its BatchSamplerShard) reads it there."""
+    size = getattr(loader, "batch_size", None)
+    return size if size is not None else getattr(getattr(loader, "batch_sampler", None), "batch_size", None)
+
+
 def loader_facts(loader: Any, role: str, *, built_by: str, cores: int | None = None) -> dict[str, Any]:
     """The settings the checks read from a DataLoader (plain values; absent ones None).
     `built_by`: "engine" (the Trainer's data.* apply), "user" (a DataLoader the user built)."""
@@ -39,7 +46,7 @@ def loader_facts(loader: Any, role: str, *, built_by: str, cores: int | None = N
         "num_workers": int(getattr(loader, "num_workers", 0) or 0),
         "pin_memory": bool(getattr(loader, "pin_memory", False)),
         "persistent_workers": bool(getattr(loader, "persistent_workers", False)),
-        "batch_size": getattr(loader, "batch_size", None),
+        "batch_size": loader_batch_size(loader),
         "prefetch_factor": getattr(loader, "prefetch_factor", None),
         "drop_last": bool(getattr(loader, "drop_last", False)),
         "dataset": type(dataset).__name__ if dataset is not None else type(loader).__name__,
@@ -65,4 +72,4 @@ def observe_loader(mon: Any, iterable: Any, seen: set[int]) -> None:
         mon.event("observation", kind="dataloader", **loader_facts(iterable, role, built_by="user"))
 
 
-__all__ = ["MAX_LOADERS", "available_cores", "is_data_loader", "loader_facts", "observe_loader"]
+__all__ = ["MAX_LOADERS", "available_cores", "is_data_loader", "loader_batch_size", "loader_facts", "observe_loader"]

@@ -21,6 +21,7 @@ from torch.utils.data.dataloader import _BaseDataLoaderIter
 from trainspeed.doctor.instrument.patching import Patches
 from trainspeed.doctor.instrument.session import Session
 from trainspeed.doctor.instrument.sites import caller_site, format_site
+from trainspeed.telemetry.loader_facts import loader_batch_size
 
 MAX_SITES_REMEMBERED = 256
 """Loader construction sites kept at most (a script that builds a loader per step stays bounded)."""
@@ -44,7 +45,7 @@ def loader_settings(loader: DataLoader) -> dict[str, Any]:
         "num_workers": int(loader.num_workers),
         "pin_memory": bool(loader.pin_memory),
         "persistent_workers": bool(getattr(loader, "persistent_workers", False)),
-        "batch_size": loader.batch_size,
+        "batch_size": loader_batch_size(loader),
         "prefetch_factor": getattr(loader, "prefetch_factor", None),
         "drop_last": bool(getattr(loader, "drop_last", False)),
         "dataset": type(loader.dataset).__name__,
