@@ -20,6 +20,7 @@ from __future__ import annotations
 from typing import Any
 
 from trainspeed.doctor.checks.context import CheckContext, pct
+from trainspeed.doctor.checks.lookups import SHARE_INFO
 
 DATA = ("data", "h2d")
 OVERHEAD = ("log", "ckpt", "eval", "other")
@@ -43,8 +44,13 @@ def _helps(ctx: CheckContext, bound: str, launch: bool) -> list[str]:
                 "torch.compile (fewer, fused kernels; mode=reduce-overhead adds CUDA graphs)",
                 "no host reads of device values inside the step (.item(), printing tensors)"]
     if bound == "overhead":
-        return ["logging, checkpointing and evaluation less often (the findings below name their lines)",
-                "moving Python work out of the step (bookkeeping over growing lists, per-step conversions)"]
+        helps = ["logging, checkpointing and evaluation less often (the findings below name their lines)",
+                 "moving Python work out of the step (bookkeeping over growing lists, per-step conversions)"]
+        lookups = sum(v["seconds"] for v in ctx.site_totals("lookup").values())
+        if ctx.time_share(lookups) >= SHARE_INFO:
+            helps.insert(0, f"caching the package lookups a library makes at every step ({pct(ctx.time_share(lookups))} "
+                            "of the time: the finding below writes the line)")
+        return helps
     cpu = (ctx.run.env or {}).get("cpu") if isinstance(ctx.run.env, dict) else None
     no_bf16 = ctx.device_type == "cpu" and isinstance(cpu, dict) and cpu.get("bf16_fast") is False
     precision = str(ctx.summary.get("precision") or "fp32")

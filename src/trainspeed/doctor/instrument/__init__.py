@@ -28,7 +28,7 @@ class Installed:
 def install(session: Session) -> Installed:
     """Install every hook family. On failure, whatever was installed is undone."""
     from trainspeed.doctor.instrument import (autograd, checkpoint, dataloader, deepspeed, flags, launch_env,
-                                              logs, module, moved, optimizer, syncs, transfers)
+                                              logs, lookups, module, moved, optimizer, syncs, transfers)
 
     handle = Installed(session)
     try:
@@ -38,6 +38,7 @@ def install(session: Session) -> Installed:
         optimizer.install(session, handle.patches)
         moved.install(session, handle.patches)
         syncs.install(session, handle.patches)
+        lookups.install(session, handle.patches)
         transfers.install(session, handle.patches)
         checkpoint.install(session, handle.patches)
         flags.install(session, handle.patches, handle.imports)

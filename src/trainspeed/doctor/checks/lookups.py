@@ -1,0 +1,94 @@
+"""A library that looks packages up on disk at every step (instrument/lookups.py). Reads the
+observations only: no torch import (`trainspeed report` starts without it).
+
+The fix is the script's: one line that caches the library's availability check, written out
+with the module and name the doctor read from the call chain. The verify command is the
+doctor run after that line is added: the lookups, and the time they took, are gone from it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from trainspeed.doctor.checks.context import CheckContext, ms, pct
+from trainspeed.doctor.findings import Finding
+
+LOOKUPS_PER_STEP_MIN = 0.5
+"""Lookups at least every other step: a check the library makes in its per-step code, not a
+one-off lazy import."""
+SHARE_INFO = 0.01
+SHARE_WARNING = 0.05
+"""At 5 % of the time the lookups cost more than most settings a tune measures."""
+
+
+def cache_lines(targets: list[dict[str, Any]]) -> str:
+    """`import functools, accelerate.optimizer; accelerate.optimizer.is_lomo_available =
+    functools.cache(accelerate.optimizer.is_lomo_available)`: one statement list, each module
+    imported once."""
+    modules = sorted({t["module"] for t in targets})
+    lines = [f"import functools, {', '.join(modules)}"]
+    seen = set()
+    for target in targets:
+        name = f"{target['module']}.{target['name']}"
+        if name not in seen:
+            seen.add(name)
+            lines.append(f"{name} = functools.cache({name})")
+    return "; ".join(lines)
+
+
+def _where(obs: dict[str, Any], count: int | None) -> str:
+    """"importlib.util.find_spec('lomo_optim') at accelerate/utils/imports.py:52, in
+    is_lomo_available(), under `opt.step()` at train.py:25 (160 calls)"."""
+    check = (obs.get("cache") or {}).get("name") or obs.get("function")
+    text = f"{obs.get('call')} at {obs.get('site_text')}, in {check}()"
+    user = obs.get("user_site")
+    if user:
+        code = f"`{user['code']}` at " if user.get("code") else ""
+        text += f", under {code}{user['site']}"
+    return text + (f" ({count} calls)" if count else "")
+
+
+def _count(rows: dict[tuple[Any, Any], dict[str, Any]], obs: dict[str, Any]) -> int | None:
+    """The calls counted at an observed lookup's site (its call_sites row)."""
+    return (rows.get((tuple(obs.get("site") or ()), obs.get("package"))) or {}).get("count")
+
+
+def package_lookups(ctx: CheckContext) -> Finding | None:
+    if not ctx.steps:
+        return None
+    totals = ctx.site_totals("lookup")
+    count = sum(v["count"] for v in totals.values())
+    seconds = sum(v["seconds"] for v in totals.values())
+    # counted from the first step boundary on (the first optimizer step ends step 1): the steps after it
+    per_step = count / max(1, ctx.steps - 1)
+    share = ctx.time_share(seconds)
+    if per_step < LOOKUPS_PER_STEP_MIN or share < SHARE_INFO:
+        return None
+    rows = {(tuple(r.get("site_path") or ()), r.get("kind")): r for r in ctx.sites("lookup")}
+    found = sorted(ctx.obs("package_lookup"), key=lambda o: -(_count(rows, o) or 0))
+    per_call = seconds / count
+    evidence = (f"{per_step:.2g} lookups of installed packages per step ({ms(per_call)} each: "
+                f"{ms(seconds * per_step / count)} a step, {pct(share)} of the time); each searches sys.path on disk. "
+                + "; ".join(_where(o, _count(rows, o)) for o in found[:3]))
+    targets = [o["cache"] for o in found if o.get("cache")]
+    if targets:
+        library = targets[0]["module"].split(".")[0]
+        fix = (f"cache the check once, after your imports (whether a package is installed does not change "
+               f"during the run; {library} asks again at every call): {cache_lines(targets)}")
+    else:
+        name = found[0].get("function") if found else None  # the script's own check, or a method's
+        fix = (f"call {name}() once before the loop and keep its result" if name
+               else "call the check once before the loop and keep its result")
+    return Finding(
+        id="package_lookups",
+        severity="warning" if share >= SHARE_WARNING else "info",
+        title="A library looks up installed packages on disk at every step",
+        evidence=evidence,
+        recommendation=fix,
+        verify_with=f"{ctx.doctor_command()} (after the change)",
+        impact=share,
+        basis=f"the time inside the lookups, {pct(share)} of the steps' time",
+    )
+
+
+CHECKS = (package_lookups,)

@@ -1,0 +1,164 @@
+"""A library that looks up installed packages on disk at every step: accelerate 1.15's
+AcceleratedOptimizer.step asks is_lomo_available() twice a call (an importlib.util.find_spec
+each, 0.1 ms on the 2-core VM), once per micro-batch under accelerator.accumulate: 14 % of a
+small model's step, inside the "other" 47 % the doctor could not explain. The doctor now counts
+the lookups made inside the steps, names the check and writes the line that caches it."""
+
+from __future__ import annotations
+
+import inspect
+import json
+import re
+import textwrap
+
+import pytest
+
+from doctor_helpers import observations, run_inline
+
+LIBRARY = {
+    "slowlib/__init__.py": '''
+        import importlib.util
+
+        def _is_package_available(name):
+            return importlib.util.find_spec(name) is not None
+
+        def is_fancy_available():
+            return _is_package_available("fancy_optim_not_installed")
+        ''',
+    "slowlib/wrap.py": '''
+        from slowlib import is_fancy_available
+
+        class Wrapped:
+            """An optimizer wrapper as accelerate's: it asks for an optional package at each step."""
+
+            def __init__(self, opt):
+                self.opt = opt
+
+            def step(self):
+                if is_fancy_available():
+                    pass
+                if is_fancy_available():
+                    pass
+                self.opt.step()
+
+            def zero_grad(self):
+                self.opt.zero_grad()
+        ''',
+}
+
+SCRIPT = '''
+import sys
+sys.path.insert(0, {site!r})
+import torch
+from slowlib.wrap import Wrapped
+{fix}
+torch.manual_seed(0)
+model = torch.nn.Linear(8, 1)
+opt = Wrapped(torch.optim.SGD(model.parameters(), lr=0.01))
+x, y = torch.randn(16, 8), torch.randn(16, 1)
+for _ in range(200):
+    loss = torch.nn.functional.mse_loss(model(x), y)
+    loss.backward()
+    opt.step()
+    opt.zero_grad()
+'''
+
+
+def _library(tmp_path):
+    site = tmp_path / "lib" / "site-packages"  # an installed package, as pip puts it
+    for name, source in LIBRARY.items():
+        path = site / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(textwrap.dedent(source))
+    return site
+
+
+def test_lookups_in_a_wrapped_optimizer_step_are_found_and_the_cache_line_ends_them(tmp_path, monkeypatch):
+    site = _library(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    before = run_inline(tmp_path, SCRIPT.format(site=str(site), fix=""), steps=60)
+    found = [f for f in before.findings if f["id"] == "package_lookups"]
+    assert len(found) == 1, [f["id"] for f in before.findings]
+    finding = found[0]
+    step_line = SCRIPT.splitlines().index("    opt.step()") + 1
+    evidence = finding["evidence"]
+    assert evidence.startswith("2 lookups of installed packages per step"), evidence
+    assert ("importlib.util.find_spec('fancy_optim_not_installed') at slowlib/__init__.py:5, in "
+            f"is_fancy_available(), under `opt.step()` at train.py:{step_line}") in evidence
+    fix = "slowlib.wrap.is_fancy_available = functools.cache(slowlib.wrap.is_fancy_available)"
+    assert finding["recommendation"].endswith(f"import functools, slowlib.wrap; {fix}"), finding["recommendation"]
+    assert finding["verify_with"].startswith("trainspeed doctor -- python ")
+    assert 0.01 <= finding["impact"] < 1
+    # the report's first lines name it first among what can still help (the step is mostly lookups)
+    goes = json.loads((before.run_dir / "report.json").read_text())["time_goes"]
+    assert goes["bound"] == "overhead" and goes["helps"][0].startswith("caching the package lookups"), goes
+    # one observation per lookup site, with what the fix line is made of
+    seen = observations(before, "package_lookup")
+    assert [(o["package"], o["cache"]["module"], o["cache"]["name"]) for o in seen] == [
+        ("fancy_optim_not_installed", "slowlib.wrap", "is_fancy_available")]
+
+    # the line as the finding writes it, after the imports: no lookup is left
+    line = finding["recommendation"].split(": ", 1)[1]
+    (tmp_path / "after").mkdir()  # a run directory of its own
+    after = run_inline(tmp_path / "after", SCRIPT.format(site=str(site), fix=line), steps=60)
+    assert after.steps == 60 and "package_lookups" not in [f["id"] for f in after.findings]
+    assert not observations(after, "package_lookup")
+
+
+def test_a_one_off_lookup_is_no_finding(tmp_path, monkeypatch):
+    """A lazy import's lookup in the first step is not a per-step cost."""
+    monkeypatch.chdir(tmp_path)
+    source = '''
+import importlib.util
+import torch
+model = torch.nn.Linear(8, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+x, y = torch.randn(16, 8), torch.randn(16, 1)
+for i in range(100):
+    if i == 1:
+        importlib.util.find_spec("json")
+    torch.nn.functional.mse_loss(model(x), y).backward()
+    opt.step()
+    opt.zero_grad()
+'''
+    result = run_inline(tmp_path, source, steps=40)
+    assert result.steps == 40 and "package_lookups" not in [f["id"] for f in result.findings]
+    assert [o["package"] for o in observations(result, "package_lookup")] == ["json"]  # counted, not a finding
+
+
+def test_accelerate_accumulation_loop_gets_its_lookup_cached(tmp_path, monkeypatch):
+    """The Accelerate docs' gradient accumulation loop, while accelerate asks is_lomo_available()
+    in AcceleratedOptimizer.step (1.15 and its main branch of 2026-07 do)."""
+    accelerate = pytest.importorskip("accelerate")
+    from accelerate.optimizer import AcceleratedOptimizer
+
+    if not re.search(r"is_lomo_available\(\)", inspect.getsource(AcceleratedOptimizer.step)):
+        pytest.skip(f"accelerate {accelerate.__version__} no longer looks lomo_optim up in step()")
+    monkeypatch.chdir(tmp_path)
+    source = '''
+import torch
+from accelerate import Accelerator
+acc = Accelerator(cpu=True, gradient_accumulation_steps=4)
+torch.manual_seed(0)
+model = torch.nn.Linear(32, 1)
+opt = torch.optim.AdamW(model.parameters(), lr=0.01)
+data = torch.utils.data.TensorDataset(torch.randn(4096, 32), torch.randn(4096, 1))
+loader = torch.utils.data.DataLoader(data, batch_size=8, shuffle=True)
+model, opt, loader = acc.prepare(model, opt, loader)
+for x, y in loader:
+    with acc.accumulate(model):
+        acc.backward(torch.nn.functional.mse_loss(model(x), y))
+        opt.step()
+        opt.zero_grad()
+'''
+    result = run_inline(tmp_path, source, steps=30)
+    # accelerate's prepared loader keeps its batch size in its batch sampler (it printed None)
+    assert [o["batch_size"] for o in observations(result, "dataloader")][:1] == [8]
+    found = [f for f in result.findings if f["id"] == "package_lookups"]
+    assert found, [f["id"] for f in result.findings]
+    # two lookups in each of the 4 micro-batches' opt.step(): 8 an update
+    assert found[0]["evidence"].startswith("8 lookups of installed packages per step"), found[0]["evidence"]
+    assert "under `opt.step()` at train.py:14" in found[0]["evidence"]
+    assert found[0]["recommendation"].endswith(
+        "import functools, accelerate.optimizer; accelerate.optimizer.is_lomo_available = "
+        "functools.cache(accelerate.optimizer.is_lomo_available)")
