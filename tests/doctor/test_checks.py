@@ -99,6 +99,18 @@ def test_padding_impact_scales_with_compute_share():
     assert f.severity == "critical" and f.impact == pytest.approx(0.3, abs=0.01)
 
 
+def test_the_hand_over_is_compared_with_one_batchs_wait_not_the_steps():
+    # transformers' run_clm_no_trainer.py (Accelerate, --gradient_accumulation_steps 4): 1.3 ms
+    # of data a step over 4 batches of 0.3 ms was told "DataLoader(..., num_workers=1)"
+    accumulating = [LOADER0, {"kind": "accumulation", "factor": 4}]
+    small = ctx_of(make_run(shares={"data": 0.053, "forward": 0.4}, step=0.0245, obs=accumulating))
+    assert data.wait_below_handover(small) == pytest.approx(0.0245 * 0.053 / 4)
+    assert data.dataloader_workers(small) is None
+    # the same step without accumulation waits 1.3 ms for one batch: a worker can win that
+    single = ctx_of(make_run(shares={"data": 0.053, "forward": 0.4}, step=0.0245, obs=[LOADER0]))
+    assert data.wait_below_handover(single) is None and data.dataloader_workers(single) is not None
+
+
 def test_dataloader_settings_checks():
     assert data.pin_memory_without_cuda(ctx_of(make_run(obs=[{**LOADER0, "pin_memory": True}]))).severity == "info"
     restarts = {**LOADER0, "num_workers": 4, "iters": 5, "iter_seconds": 0.1}
