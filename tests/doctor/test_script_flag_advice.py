@@ -148,6 +148,25 @@ def test_host_sync_verify_expects_the_reads_the_fix_leaves(tmp_path):
     assert "--logging_nan_inf_filter False (syncs per step should drop from 3 to about 1: " in f.verify_with
 
 
+def test_transformers_mask_check_is_named_with_what_removes_it(tmp_path):
+    # run_clm_no_trainer.py (packed blocks, no padding): 4 reads a step at masking_utils.py:292,
+    # `fast_all(padding_mask)` on the all-ones attention_mask, were told to "look for the
+    # transformers option that reads a value every step"; there is none: no mask, no read
+    from trainspeed.doctor.checks import syncs
+
+    lib = tmp_path / "venv" / "lib" / "python3.11" / "site-packages" / "transformers"
+    lib.mkdir(parents=True)
+    (lib / "masking_utils.py").write_text(
+        "x = 1\nif (q_length == 1 or kv_length == q_length) and (padding_mask is None or fast_all(padding_mask)):\n")
+    rows = [{"category": "sync", "kind": "bool", "site": f"{lib / 'masking_utils.py'}:2", "code": "if (",
+             "count": 160, "seconds": 0.001}]
+    sites = {"kind": "call_sites", "rows": rows, "totals": {"sync": {"bool": {"count": 160, "seconds": 0.001}}}}
+    f = syncs.host_syncs(ctx_of(make_run(obs=[sites], syncs_per_step=4)))
+    assert "set attention_mask=None when no token is padded" in f.recommendation, f.recommendation
+    assert "`batch.pop(\"attention_mask\", None)` before `model(**batch)`" in f.recommendation
+    assert "reads nothing without one" in f.recommendation and "look for the transformers option" not in f.recommendation
+
+
 def test_set_flag_of_a_store_false_flag():
     from trainspeed.doctor.checks.script_flags import set_flag
 

@@ -30,6 +30,11 @@ _LABELS = {"empty_cache": "torch.cuda.empty_cache()", "gc_collect": "gc.collect(
 KNOWN_LIBRARY_SYNCS: tuple[tuple[str, str, str, str, object], ...] = (
     ("transformers", "logging_nan_inf_filter", "TrainingArguments(logging_nan_inf_filter=False)",
      "the Trainer checks every step's loss for NaN/Inf on the host when it is on, the default", False),
+    ("transformers", "fast_all(padding_mask)",
+     "attention_mask=None when no token is padded (packed blocks of text, as run_clm's group_texts makes: "
+     "drop the all-ones mask, `batch.pop(\"attention_mask\", None)` before `model(**batch)`)",
+     "transformers reads the mask back at every forward to learn whether it is all ones, and reads nothing "
+     "without one (masking_utils._ignore_causal_mask_sdpa)", None),
     *((package, "to_item", "prog_bar=False in the `self.log(...)` of values logged every step",
        "Lightning reads each value logged with prog_bar=True back to the host every step, for the progress bar",
        False) for package in ("lightning", "lightning_fabric")),
