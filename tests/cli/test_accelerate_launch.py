@@ -50,9 +50,10 @@ def test_verify_commands_keep_the_accelerate_launch_prefix_as_typed(tmp_path):
     assert ctx.doctor_command(steps=40, flags=["--print-freq 50"]) == (
         "trainspeed doctor --steps 40 -- accelerate launch --mixed_precision no --num_processes 2 "
         "train.py --print-freq 50")
-    # a tune's trials are one process each: the launcher's one-process form (what tune asks for)
+    # a tune's trials are one process each: the launcher's one-process form (what tune asks for),
+    # its other options kept (the precision was dropped: a bf16 run's tune measured fp32)
     assert ctx.tune_command("threads") == ("trainspeed tune --knobs threads -- accelerate launch "
-                                           "--num_processes 1 train.py --print-freq 1")
+                                           "--num_processes 1 --mixed_precision no train.py --print-freq 1")
     ctx.summary["ranks"] = []
     run.config["launcher"] = ["accelerate", "launch", "--num_processes", "1"]
     run.config["command"] = ["python", "-m", "pkg.train", "--lr", "1"]
@@ -78,6 +79,28 @@ def test_doctor_under_accelerate_launch(tmp_path, processes):
     assert yaml.safe_load((tmp_path / "r" / "config.yaml").read_text())["launcher"] == ["accelerate", "launch", *launch]
     commands = [f["verify_with"] for f in report["findings"] if " -- " in str(f.get("verify_with"))]
     assert all(" -- accelerate launch " in c for c in commands), commands
+
+
+def test_the_one_process_form_keeps_every_other_option():
+    from trainspeed.doctor.command_words import one_process_launch
+
+    assert one_process_launch(["accelerate", "launch", "--multi_gpu", "--num_processes=4", "--mixed_precision",
+                               "bf16", "--config_file", "c.yaml"]) == [
+        "accelerate", "launch", "--num_processes", "1", "--mixed_precision", "bf16", "--config_file", "c.yaml"]
+    assert one_process_launch(["accelerate", "launch", "--num_processes", "2", "--cpu"]) == [
+        "accelerate", "launch", "--num_processes", "1", "--cpu"]
+
+
+def test_processes_are_the_ones_accelerate_starts():
+    # transformers' run_clm_no_trainer.py under `accelerate launch --num_processes 2 --cpu`: accelerate's
+    # simple launcher ran one process ("Num processes: 1"); the doctor said "under accelerate (2
+    # processes)" and its tune command, with the 2 kept, was refused by the tune
+    pytest.importorskip("accelerate")
+    from trainspeed.cli._launchers import parse_accelerate
+
+    cpu = parse_accelerate(["accelerate", "launch", "--num_processes", "2", "--cpu", "train.py"])
+    assert cpu.processes == 1 and cpu.env.get("ACCELERATE_USE_CPU") is not None
+    assert parse_accelerate(["accelerate", "launch", "--multi_gpu", "--num_processes", "2", "train.py"]).processes == 2
 
 
 def test_tune_takes_a_one_process_launch_and_refuses_two(tmp_path, capsys):

@@ -12,11 +12,13 @@ with the one-process command, as for torchrun.
 from __future__ import annotations
 
 import os
+import shlex
 import subprocess
 import sys
 from dataclasses import dataclass, field
 from typing import Sequence
 
+from trainspeed.doctor.command_words import one_process_launch
 from trainspeed.errors import ConfigError
 
 
@@ -59,10 +61,32 @@ def parse_accelerate(command: Sequence[str]) -> AccelerateLaunch:
     options = [w for w in words[:script_at] if w not in ("-m", "--module")]
     python = ["python", "-m"] if args.module else ["python"]  # read by the doctor, run in its process
     command_ = [*python, args.training_script, *args.training_script_args]
-    processes = int(args.num_processes or 1)
-    return AccelerateLaunch(options=options, command=command_, processes=max(1, processes),
+    processes = _processes(parser.parse_args(words))
+    return AccelerateLaunch(options=options, command=command_, processes=processes,
                             env=_one_process_env(args) if processes <= 1 else {},
                             launcher=[command[0], command[1], *options])
+
+
+def _processes(args) -> int:
+    """The processes accelerate will start, as its launch_command decides: several only through
+    a multi-process launcher (--multi_gpu, set by accelerate itself on a machine with several
+    GPUs; DeepSpeed, FSDP, Megatron) and never with --cpu. `--num_processes 2 --cpu` runs one
+    process (the simple launcher): it was announced as 2, and its tune refused."""
+    import logging
+
+    from accelerate.commands.launch import _validate_launch_command
+
+    quiet = logging.getLogger("accelerate.commands.launch")
+    level, quiet.level = quiet.level, logging.ERROR  # its "values were not passed" notice: accelerate prints it
+    try:
+        args, _, _ = _validate_launch_command(args)
+    except ValueError as exc:
+        raise ConfigError(f"accelerate launch refuses these options: {exc}") from None
+    finally:
+        quiet.setLevel(level)
+    several = (args.use_deepspeed or args.use_fsdp or getattr(args, "use_megatron_lm", False)
+               or args.multi_gpu) and not args.cpu
+    return max(1, int(args.num_processes or 1)) if several else 1
 
 
 def _one_process_env(args) -> dict[str, str]:
@@ -80,9 +104,9 @@ def one_process(command: Sequence[str], what: str) -> list[str]:
     process (the trials inherit it); several processes are refused, as for torchrun."""
     launch = parse_accelerate(command)
     if launch.processes > 1:
+        one = shlex.join([*one_process_launch(launch.launcher), *launch.command[1:]])
         raise ConfigError(f"trainspeed {what}: accelerate starts {launch.processes} processes, and each trial would "
-                          "need its own launcher; tune one process of it: trainspeed tune -- accelerate launch "
-                          f"--num_processes 1 {' '.join(launch.command[1:])}")
+                          f"need its own launcher; tune one process of it: trainspeed tune -- {one}")
     os.environ.update(launch.env)
     return list(launch.command)
 

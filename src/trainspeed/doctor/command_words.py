@@ -37,4 +37,26 @@ def script_words(command: Sequence[str]) -> list[str]:
     return argv
 
 
-__all__ = ["PYTHON_NAME", "is_interpreter", "script_words"]
+_MULTI_PROCESS_FLAGS = ("--multi_gpu",)
+"""accelerate launch flags that ask for several processes, left out of a one-process launch."""
+
+
+def one_process_launch(launcher: Sequence[str]) -> list[str]:
+    """`accelerate launch --num_processes 2 --mixed_precision bf16` as typed, with one process:
+    `--num_processes 1` in place of the count and --multi_gpu out; every other option (the
+    precision, --cpu, a config file) stays, so the tune measures the run the user launches."""
+    words = list(launcher[:2])
+    rest = list(launcher[2:])
+    while rest:
+        word = rest.pop(0)
+        if word in ("--num_processes", "--num-processes"):
+            if rest:
+                rest.pop(0)
+        elif word.startswith(("--num_processes=", "--num-processes=")) or word in _MULTI_PROCESS_FLAGS:
+            pass
+        else:
+            words.append(word)
+    return words[:2] + ["--num_processes", "1"] + words[2:]
+
+
+__all__ = ["PYTHON_NAME", "is_interpreter", "one_process_launch", "script_words"]

@@ -192,8 +192,10 @@ class CheckContext:
             # A tune's trials are one process: accelerate's one-process form; under torchrun the
             # script itself, which the doctor runs as rank 0 of 1.
             if self.launcher and self.launcher[0].rsplit("/", 1)[-1] == "accelerate":
+                from trainspeed.doctor.command_words import one_process_launch
+
                 several = len(self.summary.get("ranks") or []) > 1
-                command = ([*self.launcher[:2], "--num_processes", "1"] if several else self.launcher) + command[1:]
+                command = (one_process_launch(self.launcher) if several else self.launcher) + command[1:]
             tune = tune_command(*topics, command=command)
             return self.with_pythonpath(tune) if tune else f"{self.doctor_command()} (after the change)"
         config = self.run.path / "config.yaml"
