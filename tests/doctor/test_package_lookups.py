@@ -152,8 +152,12 @@ for x, y in loader:
         opt.zero_grad()
 '''
     result = run_inline(tmp_path, source, steps=30)
-    # accelerate's prepared loader keeps its batch size in its batch sampler (it printed None)
-    assert [o["batch_size"] for o in observations(result, "dataloader")][:1] == [8]
+    # accelerate's prepared loader keeps its batch size in its batch sampler (it printed None), and
+    # the line that sets its workers is the script's DataLoader(...): prepare() copies them (the
+    # site read accelerate/data_loader.py, where the tune's code change cannot go)
+    loader_line = source.splitlines().index(next(l for l in source.splitlines() if "DataLoader(" in l)) + 1
+    train = [o for o in observations(result, "dataloader") if o["role"] == "train"]
+    assert [(o["batch_size"], o["site"]) for o in train][:1] == [(8, f"train.py:{loader_line}")]
     found = [f for f in result.findings if f["id"] == "package_lookups"]
     assert found, [f["id"] for f in result.findings]
     # two lookups in each of the 4 micro-batches' opt.step(): 8 an update

@@ -11,6 +11,7 @@ user's code): the script tuner changes exactly the training loader, at that line
 from __future__ import annotations
 
 import os
+import sys
 import time
 from typing import Any
 
@@ -21,6 +22,7 @@ from torch.utils.data.dataloader import _BaseDataLoaderIter
 from trainspeed.doctor.instrument.patching import Patches
 from trainspeed.doctor.instrument.session import Session
 from trainspeed.doctor.instrument.sites import caller_site, format_site
+from trainspeed.patches.callers import in_user_files
 from trainspeed.telemetry.loader_facts import loader_batch_size
 
 MAX_SITES_REMEMBERED = 256
@@ -55,6 +57,26 @@ def loader_settings(loader: DataLoader) -> dict[str, Any]:
     }
 
 
+SOURCE_DEPTH = 12
+"""Frames walked up from a library's DataLoader construction to find the loader it copies."""
+
+
+def _source_site(loader: DataLoader, built_at: dict[int, tuple[str, int]]) -> tuple[str, int] | None:
+    """The site of the loader a library builds this one from: Accelerate's prepare() builds a
+    DataLoaderShard from the user's DataLoader (its num_workers, pin_memory, collate_fn copied),
+    so the line to change is the user's `DataLoader(...)`, not accelerate/data_loader.py. None
+    when no frame holds an earlier loader (a library that builds its own: the Trainer's)."""
+    frame = sys._getframe(2)
+    for _ in range(SOURCE_DEPTH):
+        if frame is None:
+            return None
+        for value in list(frame.f_locals.values()):
+            if isinstance(value, DataLoader) and value is not loader and id(value) in built_at:
+                return built_at[id(value)]
+        frame = frame.f_back
+    return None
+
+
 def install(session: Session, patches: Patches) -> None:
     orig_next = _BaseDataLoaderIter.__next__
     orig_iter = DataLoader.__iter__
@@ -66,6 +88,8 @@ def install(session: Session, patches: Patches) -> None:
         s = session
         if s.on() and len(built_at) < MAX_SITES_REMEMBERED:
             where = caller_site(2)
+            if where is not None and not in_user_files(where):
+                where = _source_site(self, built_at) or where
             if where is not None:
                 built_at[id(self)] = where
 
