@@ -70,7 +70,9 @@ def package_lookups(ctx: CheckContext) -> Finding | None:
     evidence = (f"{per_step:.2g} lookups of installed packages per step ({ms(per_call)} each: "
                 f"{ms(seconds * per_step / count)} a step, {pct(share)} of the time); each searches sys.path on disk. "
                 + "; ".join(_where(o, _count(rows, o)) for o in found[:3]))
-    targets = [o["cache"] for o in found if o.get("cache")]
+    # only the checks asked at every step: a lazy import's one-off lookup needs no line
+    steps = max(1, ctx.steps - 1)
+    targets = [o["cache"] for o in found if o.get("cache") and (_count(rows, o) or 0) / steps >= LOOKUPS_PER_STEP_MIN]
     if targets:
         library = targets[0]["module"].split(".")[0]
         fix = (f"cache the check once, after your imports (whether a package is installed does not change "
