@@ -10,6 +10,7 @@ import inspect
 import json
 import re
 import textwrap
+from types import SimpleNamespace
 
 import pytest
 
@@ -95,7 +96,8 @@ def test_lookups_in_a_wrapped_optimizer_step_are_found_and_the_cache_line_ends_t
             f"is_fancy_available(), under `opt.step()` at train.py:{step_line}") in evidence
     fix = "slowlib.wrap.is_fancy_available = functools.cache(slowlib.wrap.is_fancy_available)"
     assert finding["recommendation"].endswith(f"import functools, slowlib.wrap; {fix}"), finding["recommendation"]
-    assert finding["verify_with"].startswith("trainspeed doctor -- python ")
+    # measured by the script's tune, which applies the same cache at run time
+    assert finding["verify_with"].startswith("trainspeed tune --knobs package_lookups -- python "), finding["verify_with"]
     assert 0.01 <= finding["impact"] < 1
     # the report's first lines name it first among what can still help (the step is mostly lookups)
     goes = json.loads((before.run_dir / "report.json").read_text())["time_goes"]
@@ -175,3 +177,69 @@ for x, y in loader:
     assert found[0]["recommendation"].endswith(
         "import functools, accelerate.optimizer; accelerate.optimizer.is_lomo_available = "
         "functools.cache(accelerate.optimizer.is_lomo_available)")
+
+
+def test_the_tune_measures_the_cache_and_hands_back_the_line(tmp_path, monkeypatch):
+    """The finding's verify command is the script's tune of package_lookups: its trial applies
+    functools.cache at run time (runtime.cache_checks); the setting's code change is the line
+    after the imports, and `run --with` applies it to the unchanged script."""
+    import yaml
+
+    from trainspeed.cli.main import main
+    from trainspeed.patches.code_change import code_change
+    from trainspeed.tune.script_session import run_script_tune
+    from trainspeed.tune.search import TuneOptions
+
+    site = _library(tmp_path)
+    user = tmp_path / "project"
+    user.mkdir()
+    script = user / "train.py"
+    script.write_text(SCRIPT.format(site=str(site), fix="").replace("range(200)", "range(4000)"))
+    monkeypatch.chdir(user)
+    before = script.read_text()
+    out = user / "runs" / "tune"
+    options = TuneOptions(knobs=["package_lookups"], budget_s=3600, repeats=1, verify_repeats=1, max_rounds=1)
+    result = run_script_tune(["python", "train.py"], out, options, warmup_steps=3, measure_steps=200,
+                             say=lambda s: None)
+    row = next(r for r in result.ablation if r.knob == "package_lookups")
+    cached = {"runtime.cache_checks": ["slowlib.wrap.is_fancy_available"]}
+    assert row.settings == cached and row.setting == "cache is_fancy_available"
+    # 2 lookups in a ~0.3 ms step: 1.37x measured here; the verdict is the noise's to give
+    assert row.speedup and row.speedup > 1.1, (row.verdict, row.speedup)
+    assert script.read_text() == before  # the user's file is only read
+
+    # the setting as code: the line after the imports, as the finding writes it
+    targets = yaml.safe_load((out / "best.yaml").read_text())["targets"]
+    from trainspeed.patches.targets import Targets
+
+    change = code_change(cached, Targets(script=targets["script"]), root=user, command=["python", "train.py"])
+    assert ("+import functools, slowlib.wrap\n"
+            "+slowlib.wrap.is_fancy_available = functools.cache(slowlib.wrap.is_fancy_available)") in change.patch
+    assert "+import torch" not in change.patch  # the script imports torch already, and the line needs none
+    # run --with applies it to the unchanged script: only the one-off lookup is left
+    best = user / "cache.yaml"
+    best.write_text(yaml.safe_dump({"schema": 1, "kind": "script-settings", "command": ["python", "train.py"],
+                                    "settings": cached}))
+    run_dir = user / "runs" / "with"
+    assert main(["run", "--with", str(best), "--doctor", "--quiet", "--steps", "30", "--out", str(run_dir),
+                 "--", "python", "train.py"]) == 0
+    seen = observations(SimpleNamespace(run_dir=run_dir), "package_lookup")
+    assert [o["package"] for o in seen] == ["other_not_installed"]
+    assert script.read_text() == before
+
+
+def test_the_knob_says_why_it_has_nothing_to_try():
+    from trainspeed.patches.settings import validate_settings
+    from trainspeed.patches.targets import Targets
+    from trainspeed.tune.script_facts import ScriptFacts
+    from trainspeed.tune.script_knobs import ScriptContext, package_lookups
+
+    from trainspeed.tune.script_session import describe_settings
+
+    # the verified row's label: the names (it printed the list's repr, brackets and quotes)
+    assert describe_settings({"runtime.cache_checks": ["accelerate.optimizer.is_lomo_available"]}) == \
+        "runtime.cache_checks=accelerate.optimizer.is_lomo_available"
+    skip = package_lookups(ScriptContext(facts=ScriptFacts(targets=Targets()), device=None))
+    assert skip[0].reason == "no library looked a package up at every step of the baseline"
+    with pytest.raises(Exception, match="runtime.cache_checks must be a list of module.function names"):
+        validate_settings({"runtime.cache_checks": ["is_lomo_available"]})

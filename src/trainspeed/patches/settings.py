@@ -43,7 +43,7 @@ def _one_of(*values: str) -> Callable[[Any], bool]:
 
 
 def _registry() -> dict[str, SettingSpec]:
-    from trainspeed.patches import hf, loader, model, optimizer, runtime, whatif
+    from trainspeed.patches import cache_checks, hf, loader, model, optimizer, runtime, whatif
     from trainspeed.patches.edited_source import install_code_edit
 
     return {
@@ -69,6 +69,9 @@ def _registry() -> dict[str, SettingSpec]:
         "cuda.tf32": SettingSpec(_bool, "true or false", runtime.install_tf32, "TF32 matmuls and convolutions"),
         "cuda.cudnn_benchmark": SettingSpec(_bool, "true or false", runtime.install_cudnn_benchmark,
                                             "cuDNN autotuning"),
+        "runtime.cache_checks": SettingSpec(cache_checks.valid_names, "a list of module.function names",
+                                            cache_checks.install_cache_checks,
+                                            "functools.cache around a library's package check asked at every step"),
         "hf.attn_implementation": SettingSpec(_one_of("sdpa", "eager", "flash_attention_2"),
                                               "'sdpa', 'eager' or 'flash_attention_2'", hf.install_attn_implementation,
                                               "a Hugging Face model's attention kernel"),

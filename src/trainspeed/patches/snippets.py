@@ -10,6 +10,8 @@ import ast
 from dataclasses import dataclass
 from typing import Any
 
+from trainspeed.patches.cache_checks import cache_code
+
 
 @dataclass(frozen=True)
 class Snippet:
@@ -251,11 +253,14 @@ def model_snippets(setting: str, value: Any, source: Source, call_line: int, sho
 
 
 RUNTIME_CODE = {
+    "runtime.cache_checks": cache_code,
     "threads": lambda v: f"torch.set_num_threads({v})",
     "cuda.tf32": lambda v: "torch.backends.cuda.matmul.allow_tf32 = True\ntorch.backends.cudnn.allow_tf32 = True",
     "cuda.cudnn_benchmark": lambda v: "torch.backends.cudnn.benchmark = True",
 }
 _RUNTIME_WHY = {
+    "runtime.cache_checks": "Once, after the imports: the library's package check, asked at every step, "
+                            "answers from its first look (no package is installed during the run).",
     "threads": "Once, after the imports: intra-op threads for CPU kernels.",
     "cuda.tf32": "Once, after the imports: float32 matmuls and convolutions on TF32 tensor cores.",
     "cuda.cudnn_benchmark": "Once, after the imports: cuDNN times its algorithms for each input shape "
@@ -266,7 +271,7 @@ _RUNTIME_WHY = {
 def runtime_snippet(setting: str, value: Any, source: Source, shown: str) -> Snippet:
     last, has_torch = source.after_imports()
     code = RUNTIME_CODE[setting](value)
-    if not has_torch:
+    if not has_torch and "torch." in code:
         code = "import torch\n" + code
     if last:
         return Snippet(setting, shown, last, "after", code, _RUNTIME_WHY[setting])

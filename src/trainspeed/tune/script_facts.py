@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from trainspeed.doctor.checks.context import CheckContext
+from trainspeed.doctor.checks.lookups import per_step_checks
 from trainspeed.doctor.checks.script_flags import find_flag
 from trainspeed.patches.targets import Targets
 from trainspeed.telemetry.rundir import read_run
@@ -96,6 +97,9 @@ class ScriptFacts:
     """The doctor's FLOP count of one step (trials count none: it would slow a step of each)."""
     peak: tuple[float | None, str | None] = (None, None)
     """The peak FLOP/s that MFU is relative to, and its name."""
+    lookup_checks: list[str] = field(default_factory=list)
+    """`module.function` of the library package checks the doctor saw asked at every step
+    (doctor/checks/lookups.py): what the package_lookups knob caches."""
 
     def flag_for(self, topic: str) -> dict[str, Any] | None:
         """The script's flag that holds knob `topic` (num_workers, compile, ...), if it has one."""
@@ -178,7 +182,7 @@ def read_facts(run_dir: str | Path) -> ScriptFacts:
         gc_calls=int(sum((totals["sync"].get(k) or {}).get("count") or 0 for k in ("gc_collect", "empty_cache"))),
         steps=ctx.steps, findings=findings, deepspeed=ctx.first("deepspeed"),
         deepspeed_config=deepspeed_config_file(list(flags_obs.get("flags") or [])),
-        flops_per_step=flops_per_step(run), peak=peak_of(run),
+        flops_per_step=flops_per_step(run), peak=peak_of(run), lookup_checks=per_step_checks(ctx),
     )
 
 

@@ -213,6 +213,16 @@ def threads(ctx: ScriptContext) -> list:
     return [Candidate("threads", str(n), {"threads": n}) for n in _powers_up_to(cores) if n != cores]
 
 
+def package_lookups(ctx: ScriptContext) -> list:
+    """functools.cache around a library's package check that it asks at every step (accelerate's
+    is_lomo_available in AcceleratedOptimizer.step), found by the baseline's doctor run."""
+    names = ctx.facts.lookup_checks
+    if not names:
+        return [Skip("package_lookups", "-", "no library looked a package up at every step of the baseline")]
+    shown = ", ".join(name.rpartition(".")[2] for name in names)
+    return [Candidate("package_lookups", f"cache {shown}", {"runtime.cache_checks": list(names)})]
+
+
 def tf32(ctx: ScriptContext) -> list:
     """TF32 matmuls and convolutions (Ampere+ GPUs)."""
     cap = ctx.device.cuda_capability or (0, 0)
@@ -381,6 +391,7 @@ SCRIPT_KNOBS: dict[str, Any] = {
     "attention": attention,
     "channels_last": channels_last,
     "threads": threads,
+    "package_lookups": package_lookups,
     "pin_memory": pin_memory,
     "tf32": tf32,
     "cudnn_benchmark": cudnn_benchmark,

@@ -94,9 +94,15 @@ def describe_settings(settings: dict[str, Any], styles: dict[str, str] | None = 
     def flag(option: str, value: Any) -> str:
         return " ".join(render_flag(option, value, flag_style(option, styles, []))) or f"{option} off"
 
+    def patch(key: str, value: Any) -> str:
+        if key.startswith(CODE_PREFIX):
+            return f"{whatif_of(key)}={value} as code (best.patch)"
+        if isinstance(value, list):  # runtime.cache_checks: the names, not a Python list's repr
+            return f"{key}={','.join(map(str, value))}"
+        return f"{key}={value}"
+
     flags = [flag(k[len(FLAG_PREFIX):], v) for k, v in sorted(settings.items()) if k.startswith(FLAG_PREFIX)]
-    return ", ".join(flags + [f"{whatif_of(k)}={v} as code (best.patch)" if k.startswith(CODE_PREFIX)
-                              else f"{k}={v}" for k, v in sorted(settings.items()) if not k.startswith(FLAG_PREFIX)])
+    return ", ".join(flags + [patch(k, v) for k, v in sorted(settings.items()) if not k.startswith(FLAG_PREFIX)])
 
 
 def order_knobs(knobs: list[str], facts: ScriptFacts | None) -> list[str]:

@@ -65,6 +65,7 @@ SCRIPT_TUNE_KNOBS = {
     "zero_stage": "zero_stage",  # an edited copy of the script's --deepspeed_config JSON
     "overlap_comm": "overlap_comm",
     "bucket_size": "bucket_size",
+    "package_lookups": "package_lookups",  # runtime.cache_checks: functools.cache of a library's check
 }
 """Doctor topic (or knob name) -> knob of `trainspeed tune --knobs K -- CMD` (the SCRIPT tuner's
 names, tune/script_knobs.py; log_every, checkpoint_every and no_gc are what-ifs there when the

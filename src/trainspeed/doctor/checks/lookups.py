@@ -3,7 +3,8 @@ observations only: no torch import (`trainspeed report` starts without it).
 
 The fix is the script's: one line that caches the library's availability check, written out
 with the module and name the doctor read from the call chain. The verify command is the
-doctor run after that line is added: the lookups, and the time they took, are gone from it.
+script's tune of the package_lookups knob, which applies the same cache at run time
+(runtime.cache_checks) and hands back the line as best.patch.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from typing import Any
 
 from trainspeed.doctor.checks.context import CheckContext, ms, pct
 from trainspeed.doctor.findings import Finding
+from trainspeed.patches.cache_checks import cache_code
 
 LOOKUPS_PER_STEP_MIN = 0.5
 """Lookups at least every other step: a check the library makes in its per-step code, not a
@@ -19,21 +21,6 @@ one-off lazy import."""
 SHARE_INFO = 0.01
 SHARE_WARNING = 0.05
 """At 5 % of the time the lookups cost more than most settings a tune measures."""
-
-
-def cache_lines(targets: list[dict[str, Any]]) -> str:
-    """`import functools, accelerate.optimizer; accelerate.optimizer.is_lomo_available =
-    functools.cache(accelerate.optimizer.is_lomo_available)`: one statement list, each module
-    imported once."""
-    modules = sorted({t["module"] for t in targets})
-    lines = [f"import functools, {', '.join(modules)}"]
-    seen = set()
-    for target in targets:
-        name = f"{target['module']}.{target['name']}"
-        if name not in seen:
-            seen.add(name)
-            lines.append(f"{name} = functools.cache({name})")
-    return "; ".join(lines)
 
 
 def _where(obs: dict[str, Any], count: int | None) -> str:
@@ -53,6 +40,18 @@ def _count(rows: dict[tuple[Any, Any], dict[str, Any]], obs: dict[str, Any]) -> 
     return (rows.get((tuple(obs.get("site") or ()), obs.get("package"))) or {}).get("count")
 
 
+def per_step_checks(ctx: CheckContext) -> list[str]:
+    """`module.function` of each cacheable check asked at least every other step, busiest first:
+    what the fix line caches and the tune's package_lookups knob tries. A lazy import's
+    one-off check is left out."""
+    rows = {(tuple(r.get("site_path") or ()), r.get("kind")): r for r in ctx.sites("lookup")}
+    steps = max(1, ctx.steps - 1)  # counted from the first step boundary on
+    found = sorted(ctx.obs("package_lookup"), key=lambda o: -(_count(rows, o) or 0))
+    names = [f"{o['cache']['module']}.{o['cache']['name']}" for o in found
+             if o.get("cache") and (_count(rows, o) or 0) / steps >= LOOKUPS_PER_STEP_MIN]
+    return list(dict.fromkeys(names))
+
+
 def package_lookups(ctx: CheckContext) -> Finding | None:
     if not ctx.steps:
         return None
@@ -70,13 +69,11 @@ def package_lookups(ctx: CheckContext) -> Finding | None:
     evidence = (f"{per_step:.2g} lookups of installed packages per step ({ms(per_call)} each: "
                 f"{ms(seconds * per_step / count)} a step, {pct(share)} of the time); each searches sys.path on disk. "
                 + "; ".join(_where(o, _count(rows, o)) for o in found[:3]))
-    # only the checks asked at every step: a lazy import's one-off lookup needs no line
-    steps = max(1, ctx.steps - 1)
-    targets = [o["cache"] for o in found if o.get("cache") and (_count(rows, o) or 0) / steps >= LOOKUPS_PER_STEP_MIN]
+    targets = per_step_checks(ctx)
     if targets:
-        library = targets[0]["module"].split(".")[0]
+        library = targets[0].split(".")[0]
         fix = (f"cache the check once, after your imports (whether a package is installed does not change "
-               f"during the run; {library} asks again at every call): {cache_lines(targets)}")
+               f"during the run; {library} asks again at every call): {'; '.join(cache_code(targets).splitlines())}")
     else:
         name = found[0].get("function") if found else None  # the script's own check, or a method's
         fix = (f"call {name}() once before the loop and keep its result" if name
@@ -87,7 +84,7 @@ def package_lookups(ctx: CheckContext) -> Finding | None:
         title="A library looks up installed packages on disk at every step",
         evidence=evidence,
         recommendation=fix,
-        verify_with=f"{ctx.doctor_command()} (after the change)",
+        verify_with=ctx.tune_command("package_lookups") or f"{ctx.doctor_command()} (after the change)",
         impact=share,
         basis=f"the time inside the lookups, {pct(share)} of the steps' time",
     )
