@@ -243,3 +243,22 @@ def test_the_knob_says_why_it_has_nothing_to_try():
     assert skip[0].reason == "no library looked a package up at every step of the baseline"
     with pytest.raises(Exception, match="runtime.cache_checks must be a list of module.function names"):
         validate_settings({"runtime.cache_checks": ["is_lomo_available"]})
+
+
+def test_the_cache_setting_caches_a_check_and_passes_unhashable_calls_through():
+    import json
+    import platform
+
+    from trainspeed.patches.settings import install_settings
+
+    calls = []
+    real = platform.python_version
+    applied = install_settings({"runtime.cache_checks": ["platform.python_version", "json.dumps"]}, say=lambda s: None)
+    try:
+        assert platform.python_version is not real and platform.python_version.__wrapped__ is real
+        assert platform.python_version() == real() and platform.python_version() == real()
+        assert json.dumps({"a": [1]}) == '{"a": [1]}'  # a dict argument: called, not refused
+        calls.append(len(applied.notes))
+    finally:
+        applied.uninstall()
+    assert platform.python_version is real and calls == [2]

@@ -21,6 +21,7 @@ ALL = {
     "optimizer.impl": "fused", "threads": 1, "cuda.tf32": True, "cuda.cudnn_benchmark": True,
     "hf.attn_implementation": "sdpa", "whatif.log_every": 5, "whatif.save_every": 5, "whatif.no_gc": True,
     "whatif.gc_every": 5, "code.log_every": 5, "code.save_every": 5, "code.gc_every": 5,
+    "runtime.cache_checks": ["platform.python_version"],
 }
 
 

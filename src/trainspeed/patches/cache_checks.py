@@ -42,8 +42,24 @@ def _cache(module: Any, attr: str, name: str, ctx: Any) -> None:
     if not callable(function):
         ctx.note(f"cache_checks: {name} is not a function of {module.__name__} here: nothing cached")
         return
-    ctx.patches.setattr(module, attr, functools.cache(function))
+    ctx.patches.setattr(module, attr, _cached(function))
     ctx.note(f"cache_checks: {name} = functools.cache({name})")
+
+
+def _cached(function: Any) -> Any:
+    """functools.cache of `function`; a call with arguments that cannot be hashed (not a package
+    check's: a best.yaml naming another function) is passed through uncached, not refused."""
+    cached = functools.cache(function)
+
+    @functools.wraps(function)
+    def check(*args: Any, **kwargs: Any) -> Any:
+        try:
+            hash((args, tuple(kwargs.items())))
+        except TypeError:
+            return function(*args, **kwargs)
+        return cached(*args, **kwargs)
+
+    return check
 
 
 __all__ = ["cache_code", "install_cache_checks", "valid_names"]
