@@ -20,7 +20,7 @@ from __future__ import annotations
 from typing import Any
 
 from trainspeed.doctor.checks.context import CheckContext, pct
-from trainspeed.doctor.checks.lookups import SHARE_INFO
+from trainspeed.doctor.checks.lookups import SHARE_INFO, lookup_time
 
 DATA = ("data", "h2d")
 OVERHEAD = ("log", "ckpt", "eval", "other")
@@ -46,9 +46,9 @@ def _helps(ctx: CheckContext, bound: str, launch: bool) -> list[str]:
     if bound == "overhead":
         helps = ["logging, checkpointing and evaluation less often (the findings below name their lines)",
                  "moving Python work out of the step (bookkeeping over growing lists, per-step conversions)"]
-        lookups = sum(v["seconds"] for v in ctx.site_totals("lookup").values())
-        if ctx.time_share(lookups) >= SHARE_INFO:
-            helps.insert(0, f"caching the package lookups a library makes at every step ({pct(ctx.time_share(lookups))} "
+        lookups = ctx.time_share(lookup_time(ctx)[1])
+        if lookups >= SHARE_INFO:
+            helps.insert(0, f"caching the package lookups a library makes at every step ({pct(lookups)} "
                             "of the time: the finding below writes the line)")
         return helps
     cpu = (ctx.run.env or {}).get("cpu") if isinstance(ctx.run.env, dict) else None

@@ -35,47 +35,57 @@ def _where(obs: dict[str, Any], count: int | None) -> str:
     return text + (f" ({count} calls)" if count else "")
 
 
-def _count(rows: dict[tuple[Any, Any], dict[str, Any]], obs: dict[str, Any]) -> int | None:
-    """The calls counted at an observed lookup's site (its call_sites row)."""
-    return (rows.get((tuple(obs.get("site") or ()), obs.get("package"))) or {}).get("count")
+def _observed(ctx: CheckContext) -> list[tuple[dict[str, Any], int]]:
+    """Each observed lookup site with the calls counted there (its call_sites row), busiest first."""
+    rows = {(tuple(r.get("site_path") or ()), r.get("kind")): r for r in ctx.sites("lookup")}
+    found = [(o, int((rows.get((tuple(o.get("site") or ()), o.get("package"))) or {}).get("count") or 0))
+             for o in ctx.obs("package_lookup")]
+    return sorted(found, key=lambda pair: -pair[1])
 
 
-def per_step_checks(ctx: CheckContext) -> list[str]:
+def _counted_steps(ctx: CheckContext) -> int:
+    """The steps the lookups were counted over: from the first step boundary on (the first
+    optimizer step ends step 1), the steps after it."""
+    return max(1, ctx.steps - 1)
+
+
+def lookup_time(ctx: CheckContext) -> tuple[int, float]:
+    """(lookups, seconds inside them) over the run: the finding's figures, and the share the
+    report's "What can still help" reads (checks/bound.py)."""
+    totals = ctx.site_totals("lookup").values()
+    return sum(v["count"] for v in totals), sum(v["seconds"] for v in totals)
+
+
+def per_step_checks(ctx: CheckContext, observed: list[tuple[dict[str, Any], int]] | None = None) -> list[str]:
     """`module.function` of each cacheable check asked at least every other step, busiest first:
     what the fix line caches and the tune's package_lookups knob tries. A lazy import's
     one-off check is left out."""
-    rows = {(tuple(r.get("site_path") or ()), r.get("kind")): r for r in ctx.sites("lookup")}
-    steps = max(1, ctx.steps - 1)  # counted from the first step boundary on
-    found = sorted(ctx.obs("package_lookup"), key=lambda o: -(_count(rows, o) or 0))
-    names = [f"{o['cache']['module']}.{o['cache']['name']}" for o in found
-             if o.get("cache") and (_count(rows, o) or 0) / steps >= LOOKUPS_PER_STEP_MIN]
+    steps = _counted_steps(ctx)
+    names = [f"{o['cache']['module']}.{o['cache']['name']}" for o, count in
+             (_observed(ctx) if observed is None else observed)
+             if o.get("cache") and count / steps >= LOOKUPS_PER_STEP_MIN]
     return list(dict.fromkeys(names))
 
 
 def package_lookups(ctx: CheckContext) -> Finding | None:
     if not ctx.steps:
         return None
-    totals = ctx.site_totals("lookup")
-    count = sum(v["count"] for v in totals.values())
-    seconds = sum(v["seconds"] for v in totals.values())
-    # counted from the first step boundary on (the first optimizer step ends step 1): the steps after it
-    per_step = count / max(1, ctx.steps - 1)
+    count, seconds = lookup_time(ctx)
+    per_step = count / _counted_steps(ctx)
     share = ctx.time_share(seconds)
     if per_step < LOOKUPS_PER_STEP_MIN or share < SHARE_INFO:
         return None
-    rows = {(tuple(r.get("site_path") or ()), r.get("kind")): r for r in ctx.sites("lookup")}
-    found = sorted(ctx.obs("package_lookup"), key=lambda o: -(_count(rows, o) or 0))
-    per_call = seconds / count
-    evidence = (f"{per_step:.2g} lookups of installed packages per step ({ms(per_call)} each: "
-                f"{ms(seconds * per_step / count)} a step, {pct(share)} of the time); each searches sys.path on disk. "
-                + "; ".join(_where(o, _count(rows, o)) for o in found[:3]))
-    targets = per_step_checks(ctx)
+    found = _observed(ctx)
+    evidence = (f"{per_step:.2g} lookups of installed packages per step ({ms(seconds / count)} each: "
+                f"{ms(seconds / _counted_steps(ctx))} a step, {pct(share)} of the time); each searches sys.path "
+                "on disk. " + "; ".join(_where(o, n) for o, n in found[:3]))
+    targets = per_step_checks(ctx, found)
     if targets:
         library = targets[0].split(".")[0]
         fix = (f"cache the check once, after your imports (whether a package is installed does not change "
                f"during the run; {library} asks again at every call): {'; '.join(cache_code(targets).splitlines())}")
     else:
-        name = found[0].get("function") if found else None  # the script's own check, or a method's
+        name = found[0][0].get("function") if found else None  # the script's own check, or a method's
         fix = (f"call {name}() once before the loop and keep its result" if name
                else "call the check once before the loop and keep its result")
     return Finding(
