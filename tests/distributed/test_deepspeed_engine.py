@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -131,16 +132,7 @@ def test_killed_bf16_run_auto_resumes_on_the_uninterrupted_curve(ws):
             "checkpoint.every_steps=5", "checkpoint.keep_last=2"]
     reference = losses(train(ws, "bf16-reference", *bf16))
     run = ws / "runs" / "bf16-killed"
-    proc = subprocess.Popen(cmd(ws, "bf16-killed", [*bf16, "--no-report"], 2), env=ds_env(ws), cwd=ws,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    try:
-        deadline = time.monotonic() + 150
-        while proc.poll() is None and time.monotonic() < deadline \
-                and not (run / "checkpoints" / "step-00000005.ds").exists():
-            time.sleep(0.02)
-        os.killpg(proc.pid, signal.SIGKILL)  # no save on the way out
-    finally:
-        proc.wait(timeout=30)
+    _kill_once_a_checkpoint_is_published(ws, run, [*bf16, "--no-report"])
     train(ws, "bf16-killed", *bf16, "checkpoint.auto_resume=true")
     restart = events(run, "restart")
     assert restart and restart[-1]["path"].endswith(".ds")
@@ -153,6 +145,36 @@ def test_killed_bf16_run_auto_resumes_on_the_uninterrupted_curve(ws):
     # the engine's bf16 section (weights in bf16, fp32 master copy): what the summary reads back
     assert [e["precision"] for e in events(ws / "runs" / "bf16-reference", "precision")] == ["bf16"]
     assert summarize(read_run(ws / "runs" / "bf16-reference"))["precision"] == "bf16"
+
+
+def _kill_once_a_checkpoint_is_published(ws: Path, run: Path, overrides: list[str]) -> None:
+    """SIGKILL to the whole launch while it trains. A launch that ends before the first checkpoint
+    is either a lost port race (free_port hands out a port another worker's launch may take first)
+    or a crash: the first is tried again, the second fails with the launch's own output."""
+    for attempt in range(3):
+        shutil.rmtree(run, ignore_errors=True)
+        log = ws / f"bf16-killed-{attempt}.log"
+        with log.open("w") as out:
+            proc = subprocess.Popen(cmd(ws, run.name, overrides, 2), env=ds_env(ws), cwd=ws,
+                                    stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            deadline = time.monotonic() + 150
+            while proc.poll() is None and time.monotonic() < deadline \
+                    and not (run / "checkpoints" / "step-00000005.ds").exists():
+                time.sleep(0.01)
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)  # no save on the way out
+            except ProcessLookupError:
+                pass  # the group had already ended: judged below
+        finally:
+            proc.wait(timeout=30)
+        if proc.returncode == -signal.SIGKILL:
+            return
+        output = log.read_text()
+        if "address already in use" not in output.lower() and "EADDRINUSE" not in output:
+            raise AssertionError(f"the launch ended by itself (exit {proc.returncode}) before it could be "
+                                 f"killed:\n{output[-3000:]}")
+    raise AssertionError("three launches in a row lost their port")
 
 
 def test_contradicting_json_is_refused_before_training(ws, tmp_path):
