@@ -65,6 +65,18 @@ def test_a_gan_is_two_updates_of_one_batch_not_accumulation(doctor_code):
     assert result.steps == 20
 
 
+def test_a_gans_models_are_both_targets_of_mixed_precision(doctor_code):
+    """The tune's facts name every trained model's class, the biggest (the trained module's)
+    first: bf16 must cover the generator and the discriminator (tests/patches/test_several_models.py)."""
+    from trainspeed.tune.script_facts import read_facts
+
+    named = ("class Generator(nn.Sequential):\n    pass\n\n\nclass Discriminator(nn.Sequential):\n    pass\n\n\n"
+             + GAN.replace("netG = nn.Sequential(nn.Linear(4, 16)", "netG = Generator(nn.Linear(4, 32)")
+             .replace("nn.Linear(16, 8))", "nn.Linear(32, 8))").replace("netD = nn.Sequential(", "netD = Discriminator("))
+    targets = read_facts(doctor_code(named).run_dir).targets
+    assert targets.model_class == "Generator" and targets.trained_classes == ("Generator", "Discriminator")
+
+
 def test_a_gan_without_a_loader_is_not_accumulation_either(doctor_code):
     result = doctor_code(GAN.replace("for (real,) in loader:", "for real in [torch.randn(16, 8)] * 64:"))
     acc = _observations(result, "accumulation")[0]

@@ -415,7 +415,7 @@ def _place_snippet(key: str, value: Any, t: Targets, root: Path, device: str, ch
             change.notes.append(f"{key}={value}: the model call at {shown}:{site[1]} was not found "
                                 "(file changed since the run?)")
         elif key == "precision":
-            change.snippets.append(autocast_snippet(key, str(value), src, site[1], shown, device, t.autocast))
+            change.snippets.append(_precision_snippet(str(value), t, src, site[1], shown, device))
         else:
             opt = (_real(t.optimizer_site[0]), t.optimizer_site[1]) if t.optimizer_site else None
             change.snippets += model_snippets(key, value, src, site[1], shown, opt, t.model_class, t.compiled)
@@ -439,6 +439,19 @@ def _place_snippet(key: str, value: Any, t: Targets, root: Path, device: str, ch
         return
     change.notes.append(f"{key}={value!r}: not a setting this version knows how to write as code; "
                         "nothing placed")
+
+
+def _precision_snippet(value: str, t: Targets, src: Any, line: int, shown: str, device: str) -> Snippet:
+    """Autocast around the model's forward and loss; with several trained models (and no
+    autocast of the script's own), around each model's forward as the trials ran it."""
+    if len(t.trained_classes) > 1 and not t.autocast:
+        from trainspeed.patches.models_autocast import models_autocast_snippet
+
+        opt_line = t.optimizer_site[1] if t.optimizer_site and _real(t.optimizer_site[0]) == _real(src.path) else None
+        several = models_autocast_snippet("precision", value, src, t.trained_classes, shown, device, opt_line)
+        if several is not None:
+            return several
+    return autocast_snippet("precision", value, src, line, shown, device, t.autocast)
 
 
 def unified_diff(old: str, new: str, name: str) -> str:

@@ -20,47 +20,94 @@ from torch.nn.modules import module as module_mod
 from trainspeed.patches.context import InstallContext
 
 
-def _is_trained(module: nn.Module, class_name: str | None) -> bool:
+def _is_trained(module: nn.Module, class_names: tuple[str, ...]) -> bool:
     if not torch.is_grad_enabled() or not module.training:
         return False
-    if class_name and type(module).__name__ != class_name and type(module).__name__ != "OptimizedModule":
+    if class_names and type(module).__name__ not in class_names and type(module).__name__ != "OptimizedModule":
         return False
     return any(p.requires_grad for p in module.parameters())
 
 
-def on_trained_module(ctx: InstallContext, action: Callable[[nn.Module], None], setting: str = "") -> None:
+def on_trained_module(ctx: InstallContext, action: Callable[[nn.Module], None], setting: str = "",
+                      *, every: bool = False) -> None:
     """Call `action(module)` once the trained module is first called (see module docstring).
-    An action that raises is a failed note, not a crash of the user's first step."""
-    finder = ctx.shared.get("model")
+    With `every`, on each trained module instead: every outermost module with trainable
+    parameters (of the classes the doctor saw trained, when known) called before the first
+    optimizer step has ended, as a GAN calls its discriminator and its generator. An action
+    that raises is a failed note, not a crash of the user's first step."""
+    key = "models" if every else "model"
+    finder = ctx.shared.get(key)
     if finder is None:
-        finder = ctx.shared["model"] = {"actions": [], "found": None, "depth": 0}
-        class_name = ctx.targets.model_class
+        finder = ctx.shared[key] = {"actions": [], "found": []}
+        t = ctx.targets
+        classes = (t.trained_classes or ((t.model_class,) if t.model_class else ())) if every else \
+            ((t.model_class,) if t.model_class else ())
+        search = {"on": True, "steps": 0}
+        inside: set[int] = set()  # ids of the found modules and their submodules
+
+        def done() -> bool:
+            """Whether the search is over: the first module found (one), or (every) the first
+            optimizer step ended with each class found, or a second one ended regardless (a
+            class the doctor saw that this run does not train must not keep the hook on)."""
+            found = finder["found"]
+            if not every:
+                return bool(found)
+            seen = {type(m).__name__ for m in found}
+            return bool(found) and (search["steps"] >= 2 or (search["steps"] >= 1 and seen.issuperset(classes)))
+
+        def stop() -> None:
+            # The forward hook goes now (nn.Module iterates a copy of the hooks); the step hook
+            # stays, idle, until the settings are undone: torch iterates the optimizer hooks'
+            # dict itself ("OrderedDict mutated during iteration").
+            search["on"] = False
+            forward_hook.remove()
 
         def pre_hook(module: nn.Module, args: Any) -> None:
-            if torch.compiler.is_compiling() or finder["found"] is not None:
+            if torch.compiler.is_compiling() or not search["on"] or id(module) in inside:
+                return None  # a module found already, or one inside it (its forward is under way)
+            if not _is_trained(module, classes):
                 return None
-            if not _is_trained(module, class_name):
-                return None
-            finder["found"] = module
-            handle.remove()
+            finder["found"].append(module)
+            inside.update(id(m) for m in module.modules())
             for name, act in finder["actions"]:
                 try:
                     act(module)
                 except Exception as exc:  # noqa: BLE001 - the run goes on without this setting
                     ctx.note(f"failed: {name or 'setting'} on {type(module).__name__}: {type(exc).__name__}: {exc}")
+            if done():
+                stop()
             return None
 
-        def report_unfound() -> None:  # at uninstall: a setting that never applied says so
-            if finder["found"] is None:
-                names = ", ".join(name for name, _ in finder["actions"] if name) or "model settings"
-                of = f", of class {class_name}" if class_name else ""
-                ctx.note(f"failed: {names}: no trained module was called (train mode, grad enabled, trainable "
-                         f"parameters{of}); not applied")
+        def step_ended(*_: Any) -> None:
+            if search["on"]:
+                search["steps"] += 1
+                if done():
+                    stop()
 
-        ctx.patches.call_on_undo(report_unfound)
-        handle = module_mod.register_module_forward_pre_hook(pre_hook)
-        ctx.patches.handle(handle)
+        finder["classes"] = classes
+        if "model_settings" not in ctx.shared:
+            ctx.shared["model_settings"] = []
+            ctx.patches.call_on_undo(lambda: _report_unfound(ctx))
+        forward_hook = module_mod.register_module_forward_pre_hook(pre_hook)
+        ctx.patches.handle(forward_hook)
+        if every:
+            from torch.optim import optimizer as optim_mod
+
+            ctx.patches.handle(optim_mod.register_optimizer_step_post_hook(step_ended))
     finder["actions"].append((setting, action))
+    ctx.shared["model_settings"].append((setting, finder))
+
+
+def _report_unfound(ctx: InstallContext) -> None:
+    """At uninstall: the settings that never found their module say so, in one note."""
+    unfound = [(setting, finder) for setting, finder in ctx.shared["model_settings"] if not finder["found"]]
+    if not unfound:
+        return
+    names = ", ".join(setting for setting, _ in unfound if setting) or "model settings"
+    classes = tuple(dict.fromkeys(c for _, finder in unfound for c in finder["classes"]))
+    of = f", of class {' or '.join(classes)}" if classes else ""
+    ctx.note(f"failed: {names}: no trained module was called (train mode, grad enabled, trainable "
+             f"parameters{of}); not applied")
 
 
 # ---------------------------------------------------------------- precision
@@ -80,7 +127,8 @@ def _autocast_forward(module: nn.Module, dtype: torch.dtype, ctx: InstallContext
     @functools.wraps(original)
     def forward(*args: Any, **kwargs: Any) -> Any:
         with torch.autocast(device_type=device, dtype=dtype):
-            return original(*args, **kwargs)
+            out = original(*args, **kwargs)
+        return fp32_outputs(out)
 
     # An instance attribute: the class (and every other instance) keeps its forward. Written
     # into __dict__ (what nn.Module's setattr does for a function) past a wrapper's own
@@ -96,16 +144,47 @@ def _autocast_forward(module: nn.Module, dtype: torch.dtype, ctx: InstallContext
     ctx.note(f"precision: {type(module).__name__}.forward runs under torch.autocast({device!r}, {dtype})")
 
 
+_HALF = (torch.bfloat16, torch.float16)
+
+
+def fp32_outputs(value: Any, depth: int = 4) -> Any:
+    """The module's bf16/fp16 outputs as fp32, in the containers they came in, as Accelerate's
+    convert_outputs_to_fp32 does: what the script computes from them outside the forward (its
+    loss, another model's input) then runs as it did in fp32. dcgan's BCELoss of a bf16 output
+    and an fp32 label raised "Found dtype Float but expected BFloat16"."""
+    if isinstance(value, torch.Tensor):
+        return value.float() if value.dtype in _HALF else value
+    if depth <= 0:
+        return value
+    if isinstance(value, tuple) and hasattr(value, "_fields"):  # a namedtuple
+        return type(value)(*(fp32_outputs(v, depth - 1) for v in value))
+    if isinstance(value, (list, tuple)):
+        items = [fp32_outputs(v, depth - 1) for v in value]
+        return value if all(a is b for a, b in zip(items, value)) else type(value)(items)
+    if isinstance(value, dict):
+        items = {k: fp32_outputs(v, depth - 1) for k, v in value.items()}
+        if all(items[k] is v for k, v in value.items()):
+            return value
+        try:
+            return type(value)(items)  # transformers' ModelOutput takes its fields as a dict
+        except Exception:  # noqa: BLE001 - a mapping that cannot be rebuilt: changed in place
+            value.update(items)
+            return value
+    return value
+
+
 def _cover_the_call_under_way(module: nn.Module, device: str, dtype: torch.dtype) -> None:
     """The call that found the module looked up its forward before the hooks ran, so the new
     forward starts with the next call: enter autocast now, leave it when this call returns or
-    raises (an always_call forward hook, which nn.Module reads after forward)."""
+    raises (an always_call forward hook, which nn.Module reads after forward), its outputs in
+    fp32 as the new forward's are."""
     context = torch.autocast(device_type=device, dtype=dtype)
     context.__enter__()
 
-    def leave(*_: Any) -> None:
+    def leave(_module: nn.Module, _args: Any, output: Any = None) -> Any:
         handle.remove()
         context.__exit__(None, None, None)
+        return None if output is None else fp32_outputs(output)
 
     handle = module.register_forward_hook(leave, always_call=True)
 
@@ -113,7 +192,7 @@ def _cover_the_call_under_way(module: nn.Module, device: str, dtype: torch.dtype
 def install_precision(value: str, ctx: InstallContext) -> None:
     dtype = torch.bfloat16 if value == "bf16" else torch.float16
     _guard_saves(ctx)
-    on_trained_module(ctx, lambda m: _autocast_forward(m, dtype, ctx), f"precision={value}")
+    on_trained_module(ctx, lambda m: _autocast_forward(m, dtype, ctx), f"precision={value}", every=True)
     if value == "fp16":
         from trainspeed.patches.scaler import install_grad_scaler
 

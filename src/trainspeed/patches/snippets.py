@@ -80,10 +80,10 @@ class Source:
         return min(loops, key=lambda n: n.lineno) if loops else None
 
     def assignment_of(self, class_name: str) -> ast.Assign | None:
-        """The first `name = ...ClassName(...)`."""
-        found = [n for n in ast.walk(self.tree) if isinstance(n, ast.Assign) and isinstance(n.value, ast.Call)
-                 and _last_part(n.value.func) == class_name and isinstance(n.targets[0], (ast.Name, ast.Attribute))
-                 ] if self.tree else []
+        """The first `name = ...ClassName(...)`, or `name = ClassName(...).to(device)` (a
+        chain of method calls on the new instance, as pytorch/examples' dcgan builds netG)."""
+        found = [n for n in ast.walk(self.tree) if isinstance(n, ast.Assign) and _constructs(n.value, class_name)
+                 and isinstance(n.targets[0], (ast.Name, ast.Attribute))] if self.tree else []
         return min(found, key=lambda n: n.lineno) if found else None
 
     def after_imports(self) -> tuple[int, bool]:
@@ -110,6 +110,16 @@ def _dotted(node: ast.expr) -> str | None:
         base = _dotted(node.value)
         return f"{base}.{node.attr}" if base else None
     return None
+
+
+def _constructs(value: ast.expr, class_name: str) -> bool:
+    """Whether `value` is `ClassName(...)`, or method calls chained on it (`.to(device)`)."""
+    node: Any = value
+    while isinstance(node, ast.Call):
+        if _last_part(node.func) == class_name:
+            return True
+        node = node.func.value if isinstance(node.func, ast.Attribute) else None
+    return False
 
 
 def _last_part(node: ast.expr) -> str:

@@ -31,6 +31,10 @@ class Targets:
     """Class name of the trained module (the outermost module called with grad in train mode)."""
     model_call_site: Site | None = None
     """Where the training loop calls that module (`out = model(x)`): autocast goes around it."""
+    trained_classes: tuple[str, ...] = ()
+    """Class names of every module an optimizer trains (a GAN's generator and discriminator),
+    the trained module's first. Mixed precision covers them all: one model's bf16 output is the
+    next one's input."""
     from_pretrained_site: Site | None = None
     """Where a Hugging Face model is loaded (`AutoModel...from_pretrained(` / `from_config(`)."""
     autocast: str | None = None
@@ -68,6 +72,8 @@ class Targets:
                 value = (str(value[0]), int(value[1]))
             elif key.endswith("_sites"):
                 value = tuple((str(v[0]), int(v[1])) for v in value or ())
+            elif key.endswith("_classes"):
+                value = tuple(str(v) for v in value or ())
             out[key] = value
         return cls(**out)
 

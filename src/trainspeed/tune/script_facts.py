@@ -128,6 +128,15 @@ def _trained_model(ctx: CheckContext) -> dict[str, Any] | None:
     return max(models, key=lambda m: m.get("params") or 0) if models else None
 
 
+def _trained_classes(ctx: CheckContext, model: dict[str, Any] | None) -> tuple[str, ...]:
+    """Every trained module's class, the trained model's first: those an optimizer updates,
+    or, where no optimizer's parameters were matched to a module, every module with parameters."""
+    models = [m for m in ctx.models() if (m.get("params") or 0) > 0 and m.get("class")]
+    trained = [m for m in models if m.get("trained_by")] or models
+    first = [model["class"]] if model and model.get("class") else []
+    return tuple(dict.fromkeys(first + [m["class"] for m in trained]))
+
+
 def read_facts(run_dir: str | Path) -> ScriptFacts:
     """ScriptFacts of a doctor run directory (raises RunDirError if it is not one)."""
     import json
@@ -166,6 +175,7 @@ def read_facts(run_dir: str | Path) -> ScriptFacts:
         optimizer_class=(opt or {}).get("class"),
         model_class=(model or {}).get("class"),
         model_call_site=_site((model or {}).get("call_site_path")),
+        trained_classes=_trained_classes(ctx, model),
         autocast=(model or {}).get("autocast"),
         compiled=bool((model or {}).get("compiled")),
         convolutional=bool((model or {}).get("convolutional")),

@@ -182,12 +182,43 @@ def _parity_loss(run: Any) -> float | None:
     return float(np.nanmean(tail))
 
 
-def _classify_failure(returncode: int, stderr: str) -> str:
+def _classify_failure(returncode: int, stderr: str, crash: str | None = None) -> str:
+    """The failed trial's error: its crash as the run directory recorded it where there is one
+    (a doctor trial runs --quiet: its stderr is empty), else the tail of its stderr."""
     lines = [line for line in stderr.strip().splitlines() if line.strip()]
     tail = "\n".join(lines[-STDERR_TAIL_LINES:])
-    if "out of memory" in stderr.lower() or "OutOfMemoryError" in stderr:
-        return f"OOM (exit {returncode}): {lines[-1] if lines else ''}"
-    return f"exit code {returncode}; stderr tail:\n{tail}"
+    if "out of memory" in (stderr + (crash or "")).lower() or "OutOfMemoryError" in stderr + (crash or ""):
+        return f"OOM (exit {returncode}): {crash or (lines[-1] if lines else '')}"
+    if crash:
+        return f"exit code {returncode}: {crash}"
+    return f"exit code {returncode}; stderr tail:\n{tail}" if tail else f"exit code {returncode}, nothing on stderr"
+
+
+def _crash_of(run_dir: Path) -> str | None:
+    """`RuntimeError: ... (at train.py:243)`: the crash event a run directory holds, with the
+    innermost frame of the script's own code, or None."""
+    import json
+    import re
+
+    try:
+        lines = (run_dir / "events.jsonl").read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        return None
+    for line in reversed(lines):
+        if '"crash"' not in line:
+            continue
+        try:
+            data = json.loads(line).get("data") or {}
+        except ValueError:
+            continue
+        error = str(data.get("error") or "").strip()
+        if not error:
+            continue
+        frames = re.findall(r'File "([^"]+)", line (\d+)', str(data.get("traceback") or ""))
+        own = [(f, n) for f, n in frames if "site-packages" not in f and "/trainspeed/" not in f
+               and not f.startswith("<")]
+        return f"{error} (at {Path(own[-1][0]).name}:{own[-1][1]})" if own else error
+    return None
 
 
 @dataclass(kw_only=True)
@@ -295,7 +326,7 @@ class SubprocessRunner:
             raise KeyboardInterrupt(f"trial {request.label} was stopped by a signal "
                                     f"(exit {returncode}); rerun to resume")
         if returncode != 0:
-            return TrialResult(ok=False, error=_classify_failure(returncode, stderr),
+            return TrialResult(ok=False, error=_classify_failure(returncode, stderr, _crash_of(run_dir)),
                                wall_s=wall, **base)
         return result_from_run_dir(request, run_dir, wall)
 

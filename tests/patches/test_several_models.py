@@ -1,0 +1,127 @@
+"""Mixed precision on a loop that trains several models, as pytorch/examples' dcgan does: the
+generator's output is the discriminator's input, and the losses (BCELoss on a Sigmoid, an fp32
+label) are computed outside either forward. Autocast on one model only crashed the trial
+("Input type (CPUBFloat16Type) and weight type (torch.FloatTensor) should be the same"); a
+bf16 output reaching BCELoss, "Found dtype Float but expected BFloat16"."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from trainspeed.patches.code_change import code_change
+from trainspeed.patches.targets import Targets
+
+pytestmark = pytest.mark.timeout(120)
+
+GAN = """
+import torch
+from torch import nn
+
+INSIDE = {"Generator": [], "Discriminator": []}
+
+
+class Generator(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.main = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 12), nn.Tanh())
+
+    def forward(self, z):
+        INSIDE["Generator"].append(torch.is_autocast_enabled("cpu"))
+        return self.main(z)
+
+
+class Discriminator(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.main = nn.Sequential(nn.Linear(12, 16), nn.LeakyReLU(0.2), nn.Linear(16, 1), nn.Sigmoid())
+
+    def forward(self, x):
+        INSIDE["Discriminator"].append(torch.is_autocast_enabled("cpu"))
+        return self.main(x).view(-1)
+
+
+torch.manual_seed(0)
+netG = Generator().to("cpu")
+netD = Discriminator().to("cpu")
+criterion = nn.BCELoss()
+# setup optimizer
+optimizerD = torch.optim.Adam(netD.parameters(), lr=2e-4)
+optimizerG = torch.optim.Adam(netG.parameters(), lr=2e-4)
+LOSS_DTYPES = set()
+for i in range(4):
+    real = torch.randn(6, 12)
+    netD.zero_grad()
+    label = torch.full((6,), 1.0)
+    errD_real = criterion(netD(real), label)  # DCALL
+    errD_real.backward()
+    fake = netG(torch.randn(6, 8))  # GCALL
+    label.fill_(0.0)
+    errD_fake = criterion(netD(fake.detach()), label)
+    errD_fake.backward()
+    optimizerD.step()
+    netG.zero_grad()
+    label.fill_(1.0)
+    errG = criterion(netD(fake), label)
+    errG.backward()
+    optimizerG.step()
+    LOSS_DTYPES |= {errD_real.dtype, errD_fake.dtype, errG.dtype}
+print("trained", sorted(str(d) for d in LOSS_DTYPES))
+"""
+
+
+@pytest.mark.parametrize("classes", [("Generator", "Discriminator"), ()], ids=["doctor-saw-both", "no-facts"])
+def test_bf16_covers_every_trained_model_and_hands_back_fp32(script, classes):
+    s = script(GAN)
+    g, notes = s.run({"precision": "bf16"}, Targets(model_class=classes[0] if classes else None,
+                                                      trained_classes=classes))
+    assert g["INSIDE"]["Generator"] == [True] * 4
+    assert g["INSIDE"]["Discriminator"] == [True] * 12  # three calls a step, the first one included
+    assert g["LOSS_DTYPES"] == {torch.float32}  # the losses outside read fp32 outputs
+    assert sorted(n for n in notes if n.startswith("precision")) == [
+        "precision: Discriminator.forward runs under torch.autocast('cpu', torch.bfloat16)",
+        "precision: Generator.forward runs under torch.autocast('cpu', torch.bfloat16)"]
+    assert "forward" not in g["netD"].__dict__ and "forward" not in g["netG"].__dict__  # uninstalled
+
+
+def test_compile_stays_on_the_trained_model_the_code_change_names(script, monkeypatch):
+    """compile and channels_last act on one model, the one best.patch writes them for."""
+    compiled = []
+    monkeypatch.setattr(torch, "compile", lambda fn, **kw: compiled.append(fn.__self__) or fn)
+    g, notes = script(GAN).run({"compile": "default"}, Targets(model_class="Generator",
+                                                                trained_classes=("Generator", "Discriminator")))
+    assert compiled == [g["netG"]], notes
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="git apply checks the patch")
+def test_the_code_change_wraps_every_model_and_the_patched_script_runs(script, tmp_path):
+    s = script(GAN)
+    root = s.path.parent
+    targets = Targets(script=str(s.path), model_class="Generator", model_call_site=s.site("# GCALL"),
+                      optimizer_site=s.site("optimizerD = "), trained_classes=("Generator", "Discriminator"))
+    change = code_change({"precision": "bf16"}, targets, root=root, command=["python", "train.py"])
+    assert "+netG.forward = autocast_forward(netG.forward)  # Generator\n" in change.patch
+    assert "+netD.forward = autocast_forward(netD.forward)  # Discriminator\n" in change.patch
+    assert change.patch.index("autocast_forward(netD") < change.patch.index(" optimizerD = ")
+    change.write(tmp_path / "out")
+    subprocess.run(["git", "init", "-q"], cwd=root, check=True)
+    subprocess.run(["git", "apply", str(tmp_path / "out" / "best.patch")], cwd=root, check=True)
+    ran = subprocess.run([sys.executable, "-c", "import runpy; g = runpy.run_path('train.py'); "
+                          "print(g['INSIDE'])"], cwd=root, capture_output=True, text=True, timeout=60)
+    assert ran.returncode == 0, ran.stderr
+    assert "trained ['torch.float32']" in ran.stdout
+    # the forwards run under autocast: every call of both models
+    assert "{'Generator': [True, True, True, True], 'Discriminator': [True" in ran.stdout
+    assert "False" not in ran.stdout.splitlines()[-1]
+
+
+def test_one_trained_model_keeps_the_block_around_its_forward_and_loss(script):
+    s = script(GAN)
+    targets = Targets(script=str(s.path), model_class="Discriminator", model_call_site=s.site("# DCALL"),
+                      trained_classes=("Discriminator",))
+    snippet = code_change({"precision": "bf16"}, targets, root=s.path.parent, command=[]).snippets[0]
+    assert snippet.where == "around" and "errD_real = criterion(netD(real), label)" in snippet.code
