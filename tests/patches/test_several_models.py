@@ -125,3 +125,67 @@ def test_one_trained_model_keeps_the_block_around_its_forward_and_loss(script):
                       trained_classes=("Discriminator",))
     snippet = code_change({"precision": "bf16"}, targets, root=s.path.parent, command=[]).snippets[0]
     assert snippet.where == "around" and "errD_real = criterion(netD(real), label)" in snippet.code
+
+
+PERCEPTUAL = """
+import collections
+import torch
+from torch import nn
+
+INSIDE = {"Net": [], "Features": [], "Teacher": []}
+Out = collections.namedtuple("Out", ["low", "high"])
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(8, 8)
+
+    def forward(self, x):
+        INSIDE["Net"].append(torch.is_autocast_enabled("cpu"))
+        return self.lin(x)
+
+
+class Features(nn.Module):  # a perceptual loss's network: frozen, the gradients flow through it
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = nn.Linear(8, 8), nn.Linear(8, 8)
+        self.requires_grad_(False)
+
+    def forward(self, x):
+        INSIDE["Features"].append(torch.is_autocast_enabled("cpu"))
+        low = self.a(x)
+        return Out(low, self.b(low))
+
+
+class Teacher(Net):
+    def forward(self, x):
+        INSIDE["Teacher"].append(torch.is_autocast_enabled("cpu"))
+        return self.lin(x)
+
+
+net, features, teacher = Net(), Features(), Teacher().requires_grad_(False)
+opt = torch.optim.Adam(net.parameters(), lr=1e-3)
+DTYPES = set()
+for step in range(3):
+    x = torch.randn(4, 8)
+    with torch.no_grad():
+        hint = teacher(x)
+    fy, fx = features(net(x)), features(x)
+    DTYPES |= {fy.low.dtype, fy.high.dtype, type(fy).__name__}
+    loss = sum(nn.functional.mse_loss(a, b) for a, b in zip(fy, fx)) + nn.functional.mse_loss(net(x), hint)
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+"""
+
+
+def test_bf16_covers_the_frozen_loss_network_the_gradients_flow_through(script):
+    """fast_neural_style's VGG: autocast around the forward and the loss covers it. A teacher
+    under no_grad is no loss network and keeps fp32."""
+    g, notes = script(PERCEPTUAL).run({"precision": "bf16"}, Targets(model_class="Net", trained_classes=("Net",)))
+    assert g["INSIDE"]["Net"] == [True] * 6
+    assert g["INSIDE"]["Features"] == [True] * 6
+    assert g["INSIDE"]["Teacher"] == [False] * 3
+    assert g["DTYPES"] == {torch.float32, "Out"}  # the namedtuple's fields back in fp32, as a namedtuple
+    assert any(n.startswith("precision: Features.forward runs under") for n in notes), notes

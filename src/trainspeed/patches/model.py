@@ -3,8 +3,11 @@
 The trained module is found at run time, once: the first outermost module call with grad
 enabled, in train mode, with parameters that require grad (and of the class the doctor saw,
 when it is known). A global forward pre-hook looks for it and removes itself, so later steps
-pay nothing. The settings then act on that instance only: the loss module, a frozen teacher or
-an evaluation model are left alone.
+pay nothing. compile and channels_last then act on that instance only: the loss module, a
+frozen teacher or an evaluation model are left alone. Mixed precision covers what autocast
+around "the forward and the loss" would: every trained module of the first step (a GAN's two)
+and the frozen networks its gradients flow through (a perceptual loss's VGG), each forward
+handing back fp32.
 """
 
 from __future__ import annotations
@@ -28,12 +31,23 @@ def _is_trained(module: nn.Module, class_names: tuple[str, ...]) -> bool:
     return any(p.requires_grad for p in module.parameters())
 
 
+def _is_loss_network(module: nn.Module) -> bool:
+    """A module with parameters, all frozen, that the step's gradients flow through: a
+    perceptual loss's VGG (pytorch/examples' fast_neural_style). Autocast around "the forward
+    and the loss" covers it; a frozen teacher called under no_grad is not one."""
+    if not torch.is_grad_enabled():
+        return False
+    params = list(module.parameters())
+    return bool(params) and not any(p.requires_grad for p in params)
+
+
 def on_trained_module(ctx: InstallContext, action: Callable[[nn.Module], None], setting: str = "",
                       *, every: bool = False) -> None:
     """Call `action(module)` once the trained module is first called (see module docstring).
     With `every`, on each trained module instead: every outermost module with trainable
     parameters (of the classes the doctor saw trained, when known) called before the first
-    optimizer step has ended, as a GAN calls its discriminator and its generator. An action
+    optimizer step has ended, as a GAN calls its discriminator and its generator, and every
+    frozen one the gradients flow through (a loss network). An action
     that raises is a failed note, not a crash of the user's first step."""
     key = "models" if every else "model"
     finder = ctx.shared.get(key)
@@ -65,7 +79,7 @@ def on_trained_module(ctx: InstallContext, action: Callable[[nn.Module], None], 
         def pre_hook(module: nn.Module, args: Any) -> None:
             if torch.compiler.is_compiling() or not search["on"] or id(module) in inside:
                 return None  # a module found already, or one inside it (its forward is under way)
-            if not _is_trained(module, classes):
+            if not _is_trained(module, classes) and not (every and _is_loss_network(module)):
                 return None
             finder["found"].append(module)
             inside.update(id(m) for m in module.modules())
