@@ -63,11 +63,12 @@ def test_doctor_reports_every_rank_and_the_straggler(tmp_path):
     assert len(found) == 1 and "rank 1" in found[0]["title"] and "data wait" in found[0]["evidence"]
     # a doctor run the findings suggest relaunches the script as it was typed: under the launcher
     ctx = CheckContext.from_run(read_run(out), report["summary"])
-    assert ctx.doctor_command() == f"trainspeed doctor -- {shlex.join(launcher)} {SCRIPT}"
+    assert ctx.doctor_command() == f"trainspeed doctor --steps 12 -- {shlex.join(launcher)} {SCRIPT}"
     assert ctx.tune_command("num_workers") == f"trainspeed tune --knobs num_workers -- python {SCRIPT}"
     # the form torchrun's own ranks report without a recorded launcher: 2 ranks, one --out
     ctx.run.config.pop("launcher")
-    assert ctx.doctor_command() == f"torchrun --nproc_per_node 2 -m trainspeed doctor --out {out}-after -- python {SCRIPT}"
+    assert ctx.doctor_command() == (f"torchrun --nproc_per_node 2 -m trainspeed doctor --steps 12 --out {out}-after "
+                                    f"-- python {SCRIPT}")
 
 
 @pytest.mark.timeout(120)

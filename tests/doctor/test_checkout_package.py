@@ -126,9 +126,10 @@ def test_the_crash_advice_runs_as_written_and_the_next_report_keeps_the_path(tmp
                                      steps=8, system_sampler=False))
     first = result.findings[0]
     assert first["id"] == "crashed_before_training"
-    assert first["verify_with"] == "PYTHONPATH=. trainspeed doctor -- python projects/demo/train.py"
-    # the user runs it as printed (the shell reads the PYTHONPATH= prefix), with --steps to stay short
-    verify = first["verify_with"].replace("trainspeed doctor", "trainspeed doctor --steps 12 --out after --no-html")
+    # the run's own length is carried (the user typed --steps 8)
+    assert first["verify_with"] == "PYTHONPATH=. trainspeed doctor --steps 8 -- python projects/demo/train.py"
+    # the user runs it as printed (the shell reads the PYTHONPATH= prefix), a little longer
+    verify = first["verify_with"].replace("--steps 8", "--steps 12 --out after --no-html")
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     env["PATH"] = os.pathsep.join([os.path.dirname(sys.executable), env.get("PATH", "")])
     if not Path(sys.executable).with_name("trainspeed").exists():  # trainspeed run from a source tree
@@ -140,6 +141,6 @@ def test_the_crash_advice_runs_as_written_and_the_next_report_keeps_the_path(tmp
     report = json.loads((tmp_path / "after" / "report.json").read_text())
     assert report["summary"]["steps"] == 12
     commands = {f["id"]: f["verify_with"] for f in report["findings"] if f.get("verify_with")}
-    assert commands["host_syncs"].startswith("PYTHONPATH=. trainspeed doctor -- python projects/demo/train.py "
+    assert commands["host_syncs"].startswith("PYTHONPATH=. trainspeed doctor --steps 12 -- python projects/demo/train.py "
                                              "--log-every 50"), commands
     assert commands["not_compiled"] == "PYTHONPATH=. trainspeed tune --knobs compile -- python projects/demo/train.py"

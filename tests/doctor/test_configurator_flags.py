@@ -111,8 +111,8 @@ def test_the_doctor_names_the_configurators_flags_and_its_verify_commands_run_th
             "--gradient_accumulation_steps=4 --batch_size=8") in accumulation["recommendation"]
     # the batch size replaced where it was typed, the accumulation added: runnable as written
     verify = shlex.split(accumulation["verify_with"])
-    assert verify[:3] == ["trainspeed", "doctor", "--"]
-    assert verify[3:] == ["python", "train.py", "--batch_size=32", "--gradient_accumulation_steps=1"]
+    assert verify[:5] == ["trainspeed", "doctor", "--steps", "20", "--"]  # the run's own length
+    assert verify[5:] == ["python", "train.py", "--batch_size=32", "--gradient_accumulation_steps=1"]
     flags = [json.loads(line)["data"] for line in (user / "run" / "events.jsonl").read_text().splitlines()
              if '"script_flags"' in line]
     assert flags and flags[0]["source"] == "configurator"
@@ -136,3 +136,16 @@ def test_pin_memory_advice_names_where_the_loaders_are_built():
     f = data.pin_memory_without_cuda(ctx_of(make_run(obs=[pinned, {**pinned, "role": "eval"}])))
     assert "2 DataLoader(s) (tinystories.py:244) pin memory" in f.evidence
     assert f.recommendation.startswith("set pin_memory=False at tinystories.py:244 ")
+
+
+@pytest.mark.parametrize(("max_steps", "option"), [(40, " --steps 40"), (200, ""), (None, " --steps 0")],
+                         ids=["typed", "default", "to-the-end"])
+def test_a_verify_run_is_as_long_as_the_run_it_verifies(max_steps, option):
+    """`trainspeed doctor --steps 40 -- python main.py ...` (pytorch/examples' imagenet at 1.3 s a
+    step): its verify commands dropped --steps, so running one as printed took the default 200
+    steps, over four minutes instead of one."""
+    run = make_run(obs=[{"kind": "doctor", "max_steps": max_steps, "steps": 40}])
+    run.config = {"command": ["python", "main.py", "--dummy"]}
+    ctx = ctx_of(run)
+    assert ctx.doctor_command() == f"trainspeed doctor{option} -- python main.py --dummy"
+    assert ctx.doctor_command(steps=1000) == "trainspeed doctor --steps 1000 -- python main.py --dummy"

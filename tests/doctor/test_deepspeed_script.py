@@ -282,7 +282,8 @@ def test_two_processes_under_the_deepspeed_launcher(deepspeed_env, tmp_path):
     assert not any(r["straggler"] for r in report["summary"]["ranks"])
     # its verify commands come back in the form typed
     commands = [f["verify_with"] for f in report["findings"] if str(f.get("verify_with")).startswith("trainspeed doctor")]
-    assert commands and all(c.startswith(f"trainspeed doctor -- {shlex.join(launcher)} {SCRIPT}") for c in commands)
+    assert commands and all(c.startswith(f"trainspeed doctor --steps 8 -- {shlex.join(launcher)} {SCRIPT}")
+                            for c in commands)  # the run's own length too
 
 
 def _events(run_dir: Path) -> list[dict]:

@@ -14,6 +14,7 @@ from typing import Any
 
 from trainspeed.cli._launchers import is_accelerate
 from trainspeed.doctor.launch_forms import is_rank_launcher
+from trainspeed.doctor.runner import DEFAULT_STEPS
 
 
 def register(subparsers: Any) -> None:
@@ -24,8 +25,8 @@ def register(subparsers: Any) -> None:
                      "makes it slow. Examples: trainspeed doctor -- python train.py --lr 3e-4 ; "
                      "trainspeed doctor --steps 100 -- python -m mypkg.train"),
     )
-    parser.add_argument("--steps", type=int, default=200,
-                        help="stop after N optimizer steps (default 200; 0 = run the script to the end)")
+    parser.add_argument("--steps", type=int, default=DEFAULT_STEPS,
+                        help=f"stop after N optimizer steps (default {DEFAULT_STEPS}; 0 = run the script to the end)")
     parser.add_argument("--out", default=None, help="run directory (default runs/doctor-<script>-<time>)")
     parser.add_argument("--log-every", type=int, default=20, help="steps between flushes of step records")
     parser.add_argument("--json", action="store_true", help="print report.json instead of the text report")

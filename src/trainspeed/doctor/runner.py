@@ -36,11 +36,16 @@ LAUNCHER_ENV = "TRAINSPEED_LAUNCHER"
 each process: recorded in config.yaml as "launcher", so verify commands keep the launcher."""
 
 
+DEFAULT_STEPS = 200
+"""`trainspeed doctor`'s run length when --steps is not given (a command that carries the run's own
+length leaves it out at this value)."""
+
+
 @dataclass(kw_only=True, slots=True)
 class DoctorConfig:
     command: list[str]
     """The script's command line: `python train.py ARGS`, `python -m pkg.mod ARGS`, or `train.py ARGS`."""
-    steps: int | None = 200
+    steps: int | None = DEFAULT_STEPS
     """Stop after this many optimizer steps (None: run until the script ends)."""
     max_seconds: float | None = None
     """Also stop once the run is this old, when its warm-up and 3 more steps are done: a

@@ -168,10 +168,10 @@ class CheckContext:
 
         config = self.run.path / "config.yaml"
         ranks = len(self.summary.get("ranks") or [])  # a data-parallel run: launched again alike
+        length = self._steps_option(steps)
         if self.launcher and self.command:  # `accelerate launch ...` as typed: the doctor goes in under it
             fixed = command_with_flags(list(self.command), list(flags))
-            return self.with_pythonpath(
-                f"trainspeed doctor{f' --steps {steps}' if steps else ''} -- {shlex.join(self.launcher + fixed[1:])}", path)
+            return self.with_pythonpath(f"trainspeed doctor{length} -- {shlex.join(self.launcher + fixed[1:])}", path)
         launch = f"torchrun --nproc_per_node {ranks} -m trainspeed" if ranks > 1 else "trainspeed"
         if not self.command and config.is_file():
             return (f"{launch} train {shlex.quote(str(config))} run.name={self.run.path.name}-after"
@@ -180,7 +180,20 @@ class CheckContext:
         # Ranks must agree on one directory (--out is required under torchrun): a new one
         # beside this run's, so the comparison keeps both.
         out = f" --out {shlex.quote(str(self.run.path) + '-after')}" if ranks > 1 else ""
-        return self.with_pythonpath(f"{launch} doctor{f' --steps {steps}' if steps else ''}{out} -- {cmd}", path)
+        return self.with_pythonpath(f"{launch} doctor{length}{out} -- {cmd}", path)
+
+    def _steps_option(self, steps: int | None) -> str:
+        """` --steps N`: `steps` when a check asks for a length, else the length this run was
+        given (`trainspeed doctor --steps 40 ...` is verified over 40 steps, not the default
+        200; a run to the script's end, --steps 0, again to its end)."""
+        from trainspeed.doctor.runner import DEFAULT_STEPS
+
+        if steps is None:
+            doctor = self.first("doctor") or {}
+            if "max_steps" not in doctor:
+                return ""
+            steps = doctor["max_steps"] or 0  # recorded as None: to the script's end
+        return "" if steps == DEFAULT_STEPS else f" --steps {steps}"
 
     def tune_command(self, *topics: str) -> str | None:
         """The one place checks get their `verify_with` tune command from: the tune that
