@@ -177,7 +177,8 @@ def compile(ctx: ScriptContext) -> list:  # noqa: A001 - the knob's name
     if ctx.device.type == "cpu" and not ctx.device.has_compiler:
         return [Skip("compile", "default", "torch.compile on CPU needs a C++ compiler (g++/clang++) on PATH")]
     if flag is not None and flag.get("kind") in ("storetrue", "equals", "store", "booleanoptional"):
-        value = True if flag.get("kind") != "store" or flag.get("type") in (None, *BOOL_TYPES) else 1
+        value = True if (flag.get("kind") != "store" or flag.get("type") in (None, *BOOL_TYPES)
+                         or flag.get("bare_value") is not None) else 1
         return [Candidate("compile", "default", {f"args.{flag['option']}": value}, cost_factor=3.0,
                           startup_s=COMPILE_STARTUP_S)]
     # Compilation happens in the warm-up steps, which a trial excludes.

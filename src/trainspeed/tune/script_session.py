@@ -81,7 +81,8 @@ def flag_styles(facts: ScriptFacts) -> dict[str, str]:
     for flag in facts.flags:
         kind = flag.get("kind")
         styles[str(flag["option"])] = ("equals" if kind == "equals" else
-                                       "bare" if kind in ("storetrue", "storefalse") else "space")
+                                       "bare" if kind in ("storetrue", "storefalse") or flag.get("bare_value") is not None
+                                       else "space")
     return styles
 
 

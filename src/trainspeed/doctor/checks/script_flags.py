@@ -25,7 +25,7 @@ TOPIC_FLAGS: dict[str, tuple[str, ...]] = {
                    "eval_samples", "num_eval_batches"),
     "log_interval": ("log_interval", "log_every", "log_freq", "print_freq", "print_every", "logging_steps",
                      "log_every_n_steps", "log_steps", "display_interval", "report_interval"),
-    "compile": ("compile", "use_compile", "torch_compile", "compile_model"),
+    "compile": ("compile", "use_compile", "torch_compile", "compile_model", "torchcompile"),
     "checkpoint_interval": ("save_every", "save_interval", "checkpoint_every", "ckpt_every", "checkpoint_interval",
                             "save_steps", "save_freq"),
     "pin_memory": ("pin_memory", "dataloader_pin_memory", "pin_mem"),
@@ -77,7 +77,7 @@ def _equals_style(flag: dict[str, Any]) -> bool:
 def show_flag(flag: dict[str, Any]) -> str:
     """How the script got the flag now: `--eval_interval=10`, `--workers 0`, `--compile (on)`."""
     option, value = flag.get("option") or f"--{flag.get('dest')}", flag.get("value")
-    if flag.get("kind") in ("storetrue", "storefalse"):
+    if flag.get("kind") in ("storetrue", "storefalse") or (flag.get("bare_value") is not None and value is None):
         return f"{option} ({'on' if value else 'off'})"
     return f"{option}{'=' if _equals_style(flag) else ' '}{value}"
 
@@ -85,7 +85,7 @@ def show_flag(flag: dict[str, Any]) -> str:
 def set_flag(flag: dict[str, Any], value: Any) -> str:
     """The argument that sets the flag to `value`, in the script's own style."""
     option = flag.get("option") or f"--{flag.get('dest')}"
-    if flag.get("kind") == "storetrue":
+    if flag.get("kind") == "storetrue" or (flag.get("bare_value") is not None and value is True):
         return option if value else f"(leave out {option})"
     if flag.get("kind") == "storefalse":  # `--no_pin_memory`: giving it sets False
         return f"(leave out {option})" if value else option

@@ -50,6 +50,8 @@ def describe_parser(parser: argparse.ArgumentParser, namespace: Any) -> list[dic
             "type": getattr(action.type, "__name__", None) if action.type else None,
             "kind": kind,
             "choices": [plain_value(c) for c in action.choices] if action.choices else None,
+            # `--torchcompile` alone means `--torchcompile inductor` (timm: nargs="?", const=...)
+            **({"bare_value": plain_value(action.const)} if action.nargs == "?" and action.const is not None else {}),
         })
     return rows
 
@@ -58,11 +60,11 @@ def install(session: Session, patches: Patches, imports: PostImportHooks) -> Non
     def make(original: Any) -> Any:
         def parse_known_args(self: argparse.ArgumentParser, *args: Any, **kwargs: Any) -> Any:
             result = original(self, *args, **kwargs)
-            if session.on() and "script_flags" not in session.observations:
+            if session.on() and _may_record(session, self):
                 where = caller_site(2)
                 # a library's own parser (torch.distributed.run, fire's) is not the script's
                 if where is not None and not _library_parser(where[0]):
-                    _record_once(session, "argparse", format_site(*where), lambda: describe_parser(self, result[0]))
+                    _record_argparse(session, format_site(*where), lambda: describe_parser(self, result[0]))
             return result
 
         parse_known_args.__wrapped__ = original  # type: ignore[attr-defined]
@@ -70,6 +72,35 @@ def install(session: Session, patches: Patches, imports: PostImportHooks) -> Non
 
     patches.wrap(argparse.ArgumentParser, "parse_known_args", make)
     imports.add("jsonargparse", lambda module: _wrap_jsonargparse(session, patches, module))
+
+
+def _may_record(session: Session, parser: argparse.ArgumentParser) -> bool:
+    """Whether a parse can add to the recorded flags: none recorded yet, or argparse's, from a
+    parser with more options. timm's train.py parses twice: a `--config`-only parser's
+    parse_known_args first, then the parser of its ~200 training options on the rest."""
+    seen = session.observations.get("script_flags")
+    if seen is None:
+        return True
+    return seen.get("source") == "argparse" and len(parser._actions) > len(seen.get("flags") or ())  # noqa: SLF001
+
+
+def _record_argparse(session: Session, site: str | None, rows: Any) -> None:
+    """The flags of an argparse parse: observed, or, after a smaller parse of the same command
+    line (timm's config parser), its flags and the earlier ones it does not have."""
+    seen = session.observations.get("script_flags")
+    if seen is None:
+        _record_once(session, "argparse", site, rows)
+        return
+    session.internal += 1
+    try:
+        flags = rows() or []
+        known = {row["option"] for row in flags}
+        if len(flags) > len(seen.get("flags") or ()):
+            seen.update(site=site, flags=flags + [row for row in seen.get("flags") or () if row["option"] not in known])
+    except Exception:  # noqa: BLE001 - the flags are advice; never break the parse
+        pass
+    finally:
+        session.internal -= 1
 
 
 def _record_once(session: Session, source: str, site: str | None, rows: Any) -> None:
