@@ -58,7 +58,12 @@ def _crashed_before_a_step(ctx: CheckContext, error: str | None) -> Finding:
     error = error or "an exception (the traceback is in report.json)"
     fix = "fix the error (the traceback is above and in report.json), then run the doctor again"
     verify = ctx.doctor_command()
-    if error.startswith(("ModuleNotFoundError", "ImportError")):
+    from trainspeed.doctor.checks.no_cuda import cpu_advice
+
+    on_cpu = cpu_advice(ctx, error)
+    if on_cpu is not None:
+        fix, verify = on_cpu
+    elif error.startswith(("ModuleNotFoundError", "ImportError")):
         start = next(iter(ctx.run.events_of("run_start")), {}).get("data") or {}
         fix, verify = missing_module_advice(error, ctx.command, start.get("cwd"),
                                             lambda path: ctx.doctor_command(path=path), _install_hint())
