@@ -535,3 +535,42 @@ def test_a_setting_that_costs_time_once_says_after_how_many_steps_it_pays(base_c
     assert row.as_dict()["one_time_s"] == pytest.approx(30.0) and row.as_dict()["pays_back_after_steps"] > 1000
     # bf16's warm-up is the baseline's: nothing to say
     assert rows_by(result)[("precision", "bf16-mixed")].one_time is None
+
+
+class SwingingBaseline(FakeRunner):
+    """Baseline trials run 1-2x their cost by repeat (a neighbour's job that comes and goes);
+    the setting's steps scatter by 40 %. Each round's speedup of a setting 1.11x faster on its
+    own then reads between ~1.1x and ~2.2x: always faster, and more apart from round to round
+    than the gain."""
+
+    SWING = [2.0 * f - 1.0 for f in (1.0, 1.35, 1.1, 1.5, 1.0, 1.25, 1.45, 1.05, 1.3, 1.15, 1.4, 1.0, 1.2, 1.5,
+                                     1.1, 1.35, 1.0, 1.25, 1.45)]
+
+    def __call__(self, req):
+        res = super().__call__(req)
+        if not req.overrides:
+            res.step_times = [t * self.SWING[req.repeat % len(self.SWING)] for t in res.step_times]
+        return res
+
+
+def test_a_verification_whose_every_round_reads_faster_is_verified_though_the_rounds_disagree(
+        base_config, cpu, tmp_path):
+    """timm's bf16: verification rounds of 1.14-1.55x, all faster, read "no measurable change"
+    against their own 21 % spread, with budget left. An undecided verification that reads
+    faster gets more rounds while they fit; and, one comparison, its rounds' mean clearing
+    CONFIRM_Z standard errors is a result."""
+    runner = SwingingBaseline({BF16: 0.9}, noisy={BF16})
+    result = tuner(base_config, cpu, runner, tmp_path, knobs=["precision"]).run()
+    assert result.best_settings == {"precision.mode": "bf16-mixed"}
+    assert len([c for c in runner.calls if c.label == "best"]) == 4  # 3 planned, one more: undecided after 3
+    assert result.final.verdict == stats.FASTER
+    assert result.final.note.startswith("every round's speedup 1.08-2.21x; their mean 1.69x clears 3 standard errors")
+
+
+def test_compare_shrinks_the_brackets_spread_with_the_rounds_but_not_one_rounds():
+    arm = lambda cost, n: stats.Arm.of([[cost] * 10] * n, [[1.0] * 10] * n)  # noqa: E731
+    one = stats.compare(arm(1.2, 1), arm(1.0, 1), bracket=0.14)
+    assert one.noise == pytest.approx(0.14) and one.noise_from == stats.NOISE_BRACKET
+    assert stats.compare(arm(1.2, 2), arm(1.0, 2), bracket=0.14).noise == pytest.approx(0.14)
+    six = stats.compare(arm(1.2, 6), arm(1.0, 6), bracket=0.14)
+    assert six.noise == pytest.approx(0.14 * 1.5 / 6 ** 0.5) and stats.speed_verdict(six) == stats.FASTER
