@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import statistics
 import time
 from typing import Any, Callable
@@ -33,8 +32,9 @@ from trainspeed.tune.one_time import kept_one_time_notes, note_one_time
 from trainspeed.tune.options import TuneOptions
 from trainspeed.tune.order import ablation_round, bracket_repeats, n_brackets
 from trainspeed.tune.result import Row, TuneResult, load_note, utilization_note
-from trainspeed.tune.spend import CONFIRM_Z, confirm, halve, offered, planned_trials, spend_rest
+from trainspeed.tune.spend import confirm, halve, offered, planned_trials, spend_rest
 from trainspeed.tune.store import TrialStore
+from trainspeed.tune.verify import verify
 from trainspeed.tune.trials import BUDGET_END, FAR_SLOWER, SLOW_CUTOFF, Runner, TrialRequest, TrialResult, overrides_of
 
 MIN_CUTOFF_S = 30.0
@@ -476,60 +476,8 @@ class Tuner(LoadProof):
         return current, still
 
     def _verify(self, best: dict[str, Any]) -> Row:
-        """Fresh interleaved repeats of the baseline and the best config as `verify_as` runs it (a
-        script's what-if: best.patch's edit), compared with each other only: what the user gets."""
-        self.say("verifying the combination against the baseline")
-        ran, best = best, self.verify_as(best)  # its own key: a resumed tune never reads the what-if's as the edit's
-        self.cost_factor.setdefault(self._key(best), self.cost_factor.get(self._key(ran), 1.0))
-        R = self.opt.repeats
-        V = self.opt.verify_repeats
-        base_key, best_key = config_key(self.base_hash, {}), config_key(self.base_hash, best)
-        n_base, n_best = self.next_repeat.get(base_key, R), self.next_repeat.get(best_key, R)
-        if V and self.store.get(best_key, n_best) is None:
-            # Not verified before. A resumed tune whose winners changed finds the baseline's
-            # repeats at n_base.. already stored, run beside the old best: take the next ones.
-            n_base = max([n_base] + [r.repeat + 1 for r in self.results({})])
-        for v in range(V):
-            self._round([({}, "baseline", n_base + v), (best, "best", n_best + v)], reverse=bool(v % 2))
-        verified = lambda n: self._verified(best, [((n_base + i,), n_best + i) for i in range(n)])  # noqa: E731
-        row = verified(V)
-        # Undecided, reading faster, and a round still fits: more rounds, up to --max-rounds.
-        # timm's bf16, faster alone at 1.33x (CI 1.16-1.40), verified at 1.28x with a CI of
-        # 0.99-1.52 over three rounds and was refused, with budget left to decide it.
-        v = V
-        while (V and row.verdict == stats.NO_CHANGE and row.speedup is not None
-               and row.speedup > 1.0 + self.opt.min_effect and v < max(V, self.opt.max_rounds)
-               and 2 * self.base_wall <= self.opt.budget_s - self.spent):
-            self.say(f"the verification reads {row.speedup:.2f}x, inside the noise: another round "
-                     f"({self.opt.budget_s - self.spent:.0f} s of the budget left)")
-            self._round([({}, "baseline", n_base + v), (best, "best", n_best + v)], reverse=bool(v % 2))
-            v += 1
-            row = verified(v)
-        return row
-
-    def _verified(self, best: dict[str, Any], pairs: list[tuple[tuple[int, ...], int]]) -> Row:
-        """The verification's row. Its one comparison is also judged by its rounds' mean: faster
-        when the mean log speedup clears spend.CONFIRM_Z standard errors of the rounds, though
-        the rounds disagree by more than the gain (timm's bf16: 1.14-1.55x in six rounds, all
-        faster, read "no measurable change" against their 21 % spread)."""
-        row = self.row("combined", self.describe(best), best, {}, pairs=pairs)
-        if row.verdict != stats.NO_CHANGE or len(pairs) < 3:
-            return row
-        rounds, failed = self._paired(best, {}, pairs)
-        logs = stats.round_log_ratios(arm_of([refs for refs, _ in rounds]), arm_of([[c] for _, c in rounds]))
-        if failed or len(logs) < 3:
-            return row
-        mean, sd = statistics.fmean(logs), statistics.stdev(logs)
-        z = mean / (sd / math.sqrt(len(logs))) if sd > 0 else math.inf
-        if mean > math.log1p(self.opt.min_effect) and z >= CONFIRM_Z:
-            row.verdict = stats.FASTER
-            row.note = (f"every round's speedup {min(math.exp(x) for x in logs):.2f}-{max(math.exp(x) for x in logs):.2f}x; "
-                        f"their mean {math.exp(mean):.2f}x clears {CONFIRM_Z:g} standard errors of its "
-                        f"{len(logs)} rounds") if min(logs) > 0 else (
-                        f"the mean of its {len(logs)} rounds, {math.exp(mean):.2f}x, clears {CONFIRM_Z:g} "
-                        "standard errors")
-            row = self._load_proof(row, {}, pairs)  # a winner's rounds must have seen matching loads
-        return row
+        """Fresh interleaved repeats of the baseline and the best config (verify.py)."""
+        return verify(self, best)
 
 
 # ---------------------------------------------------------------------- helpers
