@@ -77,6 +77,22 @@ def test_a_gans_models_are_both_targets_of_mixed_precision(doctor_code):
     assert targets.model_class == "Generator" and targets.trained_classes == ("Generator", "Discriminator")
 
 
+def test_a_generator_of_transposed_convolutions_is_convolutional(doctor_code):
+    """dcgan's Generator is ConvTranspose2d layers only: channels_last applies to it (and
+    cuDNN's autotuner), but the doctor counted Conv2d alone."""
+    result = doctor_code("""
+        net = nn.Sequential(nn.ConvTranspose2d(8, 4, 4, 2, 1), nn.ReLU(), nn.ConvTranspose2d(4, 3, 4, 2, 1))
+        opt = torch.optim.SGD(net.parameters(), lr=0.01)
+        for step in range(30):
+            loss = net(torch.randn(4, 8, 4, 4)).pow(2).mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    """)
+    (model,) = _observations(result, "model")
+    assert model["convolutional"] is True
+
+
 def test_a_gan_without_a_loader_is_not_accumulation_either(doctor_code):
     result = doctor_code(GAN.replace("for (real,) in loader:", "for real in [torch.randn(16, 8)] * 64:"))
     acc = _observations(result, "accumulation")[0]

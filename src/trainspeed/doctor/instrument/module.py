@@ -169,7 +169,7 @@ def install(session: Session, patches: Patches) -> None:
                 where = caller_site(1)  # the user's `out = model(x)`: where autocast would go
                 info.update(call_site=format_site(*where) if where else None,
                             call_site_path=list(where) if where else None,
-                            convolutional=any(isinstance(m, nn.Conv2d) for m in module.modules()),
+                            convolutional=any(isinstance(m, (nn.Conv2d, nn.ConvTranspose2d)) for m in module.modules()),
                             hf_model=any(c.__module__.startswith("transformers.") and c.__name__ == "PreTrainedModel"
                                          for c in type(module).__mro__))
                 s.observe(key, "model", **info)
