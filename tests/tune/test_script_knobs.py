@@ -198,3 +198,18 @@ def test_precision_goes_through_a_trainer_scripts_bf16_flag():
     # a --bf16 that is not an off switch (a dtype name, already on) is left alone
     for other in ({**hf, "type": "str", "value": "no"}, {**hf, "value": True}):
         assert settings(SCRIPT_KNOBS["precision"](ctx(flags=[other]))) == [{"precision": "bf16"}]
+
+
+def test_precision_goes_through_a_scripts_amp_switch_and_its_dtype_flag():
+    """timm's train.py: `--amp` (off) and `--amp-dtype float16`. Its own mixed precision,
+    measured, comes back as the flags to pass; `--amp` without a dtype flag (fp16, emulated on
+    a CPU) is left to the patch."""
+    amp = {"option": "--amp", "dest": "amp", "value": False, "default": False, "type": None, "kind": "storetrue"}
+    dtype = {"option": "--amp-dtype", "dest": "amp_dtype", "value": "float16", "default": "float16", "type": "str",
+             "kind": "store", "choices": None}
+    assert settings(SCRIPT_KNOBS["precision"](ctx(flags=[amp, dtype]))) == [
+        {"args.--amp": True, "args.--amp-dtype": "bfloat16"}]
+    assert settings(SCRIPT_KNOBS["precision"](ctx(flags=[amp]))) == [{"precision": "bf16"}]
+    no_bf16 = {**dtype, "choices": ["float16", "float32"]}
+    assert settings(SCRIPT_KNOBS["precision"](ctx(flags=[amp, no_bf16]))) == [{"precision": "bf16"}]
+    assert settings(SCRIPT_KNOBS["precision"](ctx(flags=[{**amp, "value": True}, dtype]))) == [{"precision": "bf16"}]

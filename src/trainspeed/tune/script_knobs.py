@@ -68,6 +68,19 @@ def _bool_flag_setting(ctx: ScriptContext, topic: str) -> dict[str, Any] | None:
     return None
 
 
+def _amp_flag_setting(ctx: ScriptContext) -> dict[str, Any] | None:
+    """{"args.--amp": True, "args.--amp-dtype": "bfloat16"} when the script has an off `--amp`
+    switch and a flag for its dtype (timm's train.py): its own mixed precision, measured and
+    handed back as the flags to pass. `--amp` alone is left to the patch: scripts that have
+    only it mean fp16, which a CPU emulates."""
+    amp, dtype = _bool_flag_setting(ctx, "amp"), ctx.facts.flag_for("amp_dtype")
+    if amp is None or dtype is None or dtype.get("kind") not in ("store", "equals"):
+        return None
+    choices = dtype.get("choices") or []
+    value = next((c for c in ("bfloat16", "bf16") if not choices or c in choices), None)
+    return {**amp, f"args.{dtype['option']}": value} if value else None
+
+
 def _bf16_flag_setting(ctx: ScriptContext) -> dict[str, Any] | None:
     """The script's --bf16 switch; on a CPU with TrainingArguments' --use_cpu too: without it
     transformers refuses bf16 on a machine with no bf16 GPU ("Your setup doesn't support
@@ -158,7 +171,8 @@ def precision(ctx: ScriptContext) -> list:
         # TrainingArguments --bf16) is measured through it: the result is a flag to pass, where
         # the autocast patch's model call lies inside the library (transformers' trainer.py)
         # and its code change could only say "outside your project".
-        out.append(Candidate("precision", "bf16", _bf16_flag_setting(ctx) or {"precision": "bf16"}))
+        out.append(Candidate("precision", "bf16", _bf16_flag_setting(ctx) or _amp_flag_setting(ctx)
+                             or {"precision": "bf16"}))
     if ctx.device.type == "cuda":
         out.append(Candidate("precision", "fp16", {"precision": "fp16"}))
     else:

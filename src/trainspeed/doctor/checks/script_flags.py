@@ -31,6 +31,8 @@ TOPIC_FLAGS: dict[str, tuple[str, ...]] = {
     "pin_memory": ("pin_memory", "dataloader_pin_memory", "pin_mem"),
     "logging_nan_inf_filter": ("logging_nan_inf_filter",),
     "bf16": ("bf16",),
+    "amp": ("amp", "use_amp"),
+    "amp_dtype": ("amp_dtype", "amp_precision"),
     "device": ("device", "accelerator"),
     "cpu_switch": ("cpu", "no_cuda", "no_accel", "no_gpu", "force_cpu"),
     "use_cpu": ("use_cpu",),
