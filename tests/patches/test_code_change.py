@@ -662,3 +662,53 @@ def test_a_lightning_or_fabric_script_gets_precision_at_its_constructor(tmp_path
     assert "torch.autocast" in code_change({"precision": "bf16"}, targets, root=root, command=[]).patch
     targets = Targets(script=str(train), model_call_site=(str(train), line_of(train, "# CALL")))
     assert "torch.autocast" in code_change({"precision": "bf16"}, targets, root=root, command=[]).patch
+
+
+PERCEPTUAL_LOOP = """
+import torch
+from torch import nn
+
+net, features = nn.Conv2d(3, 3, 3, padding=1), nn.Conv2d(3, 4, 3).requires_grad_(False)
+mse = nn.MSELoss()
+optimizer = torch.optim.Adam(net.parameters())  # OPT
+gram_style = [torch.randn(4, 4)]
+for x in [torch.randn(2, 3, 8, 8)] * 3:
+    optimizer.zero_grad()
+    y = net(x)  # CALL
+    y = y - y.mean()
+    features_y, features_x = features(y), features(x)
+    content_loss = mse(features_y, features_x)
+    style_loss = 0.
+    for ft_y, gm_s in zip([features_y.flatten(2).mean(2)], gram_style):
+        style_loss += mse(ft_y.t() @ ft_y, gm_s)
+    style_loss *= 0.5
+    total_loss = content_loss + style_loss
+    accuracy = (features_y > 0).float().mean()
+    total_loss.backward()
+    optimizer.step()
+print("trained", float(total_loss))
+"""
+
+
+@pytest.mark.skipif(not HAS_GIT, reason="git apply checks the patch")
+def test_the_autocast_block_takes_the_loss_built_after_the_first_one_up_to_the_backward(tmp_path):
+    """pytorch/examples' fast_neural_style: a content loss, then a style loss in a loop, then
+    their sum. The block stopped at the first loss and left the style loss to run on bf16
+    features outside it; it now takes what goes on building the loss, and stops at the first
+    statement that does not (the accuracy here), before the backward."""
+    root = tmp_path / "project"
+    train = write(root, "train.py", PERCEPTUAL_LOOP)
+    call = line_of(train, "# CALL")
+    targets = Targets(script=str(train), model_call_site=(str(train), call),
+                      optimizer_site=(str(train), line_of(train, "# OPT")))
+    change = code_change({"precision": "bf16"}, targets, root=root, command=[])
+    [snippet] = change.snippets
+    assert (snippet.line, snippet.end_line, snippet.patchable) == (call, line_of(train, "total_loss = "), True)
+    change.write(tmp_path / "out")
+    subprocess.run(["git", "init", "-q"], cwd=root, check=True)
+    subprocess.run(["git", "apply", str(tmp_path / "out" / "best.patch")], cwd=root, check=True)
+    patched = (root / "train.py").read_text()
+    assert "        style_loss += mse(ft_y.t() @ ft_y, gm_s)\n" in patched  # the loop, indented into the block
+    assert "\n    accuracy = (features_y > 0)" in patched  # outside it
+    ran = subprocess.run([PYTHON, "train.py"], cwd=root, capture_output=True, text=True, timeout=60)
+    assert ran.returncode == 0 and "trained" in ran.stdout, ran.stderr

@@ -182,16 +182,19 @@ def autocast_snippet(setting: str, value: str, source: Source, line: int, shown:
                      already: str | None) -> Snippet:
     stmt = source.statement(line)
     stmts = [stmt] if stmt is not None else []
-    if stmt is not None and not _assigns_loss(stmt):
-        # the loss computation right after the forward belongs inside too (up to the backward)
+    if stmt is not None:
+        # The loss computation after the forward belongs inside too, up to the backward: the
+        # assignments that lead to the loss, then those that go on building it. fast_neural_style
+        # computes a content loss, then a style loss in a loop, then their sum: a block that
+        # stopped at the first loss left bf16 features to an fp32 loss outside it.
         body = source.body_of(stmt)
         at = next(i for i, s in enumerate(body) if s is stmt)
-        for follow in body[at + 1:at + 4]:
-            if not isinstance(follow, (ast.Assign, ast.AugAssign, ast.AnnAssign)) or _has_backward(follow):
+        found = _assigns_loss(stmt)
+        for follow in body[at + 1:at + 1 + FOLLOWING]:
+            if _has_backward(follow) or not (_builds_loss(follow) if found else _is_assignment(follow)):
                 break
             stmts.append(follow)
-            if _assigns_loss(follow):
-                break
+            found = found or _assigns_loss(follow)
     body_lines = source.segment(stmts) if stmts else [source.lines[line - 1].strip()]
     if not any(_assigns_loss(s) for s in stmts):
         body_lines.append("loss = ...  # the loss computation belongs inside too")
@@ -222,6 +225,22 @@ def autocast_snippet(setting: str, value: str, source: Source, line: int, shown:
 def _multiline_strings(stmts: list[ast.stmt]) -> bool:
     return any(isinstance(n, (ast.Constant, ast.JoinedStr)) and (n.end_lineno or n.lineno) > n.lineno
                for s in stmts for n in ast.walk(s))
+
+
+FOLLOWING = 10
+"""Statements after the forward that an autocast block may take in (up to the backward)."""
+
+
+def _is_assignment(stmt: ast.stmt) -> bool:
+    return isinstance(stmt, (ast.Assign, ast.AugAssign, ast.AnnAssign))
+
+
+def _builds_loss(stmt: ast.stmt) -> bool:
+    """An assignment to a loss (`style_loss *= w`, `total_loss = a + b`), or a loop of them
+    (`for ft, gm in zip(...): style_loss += mse(gram(ft), gm)`)."""
+    if isinstance(stmt, ast.For) and not stmt.orelse:
+        return bool(stmt.body) and all(_is_assignment(s) for s in stmt.body) and any(_assigns_loss(s) for s in stmt.body)
+    return _is_assignment(stmt) and _assigns_loss(stmt)
 
 
 def _assigns_loss(stmt: ast.stmt) -> bool:
