@@ -14,7 +14,7 @@ from typing import Any
 
 from trainspeed.cli._launchers import is_accelerate
 from trainspeed.doctor.launch_forms import is_rank_launcher
-from trainspeed.doctor.runner import DEFAULT_STEPS
+from trainspeed.doctor.defaults import DEFAULT_STEPS
 
 
 def register(subparsers: Any) -> None:

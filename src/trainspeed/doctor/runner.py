@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from trainspeed.doctor.command_words import is_interpreter, script_words
+from trainspeed.doctor.defaults import DEFAULT_STEPS
 from trainspeed.errors import ConfigError, RunDirError
 
 LAUNCHERS = {
@@ -34,11 +35,6 @@ LAUNCHER_ENV = "TRAINSPEED_LAUNCHER"
 """JSON list of the launcher words the user typed before the script (`["accelerate", "launch",
 "--num_processes", "2"]`), set by `doctor -- accelerate launch ...` for the doctor it starts in
 each process: recorded in config.yaml as "launcher", so verify commands keep the launcher."""
-
-
-DEFAULT_STEPS = 200
-"""`trainspeed doctor`'s run length when --steps is not given (a command that carries the run's own
-length leaves it out at this value)."""
 
 
 @dataclass(kw_only=True, slots=True)

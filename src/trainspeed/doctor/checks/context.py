@@ -11,6 +11,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from trainspeed.doctor.defaults import DEFAULT_STEPS
 from trainspeed.telemetry.rundir import RunData
 
 TUNE_KNOBS = {
@@ -186,8 +187,6 @@ class CheckContext:
         """` --steps N`: `steps` when a check asks for a length, else the length this run was
         given (`trainspeed doctor --steps 40 ...` is verified over 40 steps, not the default
         200; a run to the script's end, --steps 0, again to its end)."""
-        from trainspeed.doctor.runner import DEFAULT_STEPS
-
         if steps is None:
             doctor = self.first("doctor") or {}
             if "max_steps" not in doctor:
