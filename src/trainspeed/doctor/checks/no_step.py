@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from trainspeed.doctor.checks.context import CheckContext
 from trainspeed.doctor.checks.missing_module import missing_module_advice
+from trainspeed.doctor.checks.no_cuda import cpu_advice
 from trainspeed.doctor.findings import Finding
 
 
@@ -58,8 +59,6 @@ def _crashed_before_a_step(ctx: CheckContext, error: str | None) -> Finding:
     error = error or "an exception (the traceback is in report.json)"
     fix = "fix the error (the traceback is above and in report.json), then run the doctor again"
     verify = ctx.doctor_command()
-    from trainspeed.doctor.checks.no_cuda import cpu_advice
-
     on_cpu = cpu_advice(ctx, error)
     if on_cpu is not None:
         fix, verify = on_cpu

@@ -64,7 +64,7 @@ def install(session: Session, patches: Patches, imports: PostImportHooks) -> Non
                 where = caller_site(2)
                 # a library's own parser (torch.distributed.run, fire's) is not the script's
                 if where is not None and not _library_parser(where[0]):
-                    _record_argparse(session, format_site(*where), lambda: describe_parser(self, result[0]))
+                    _record(session, "argparse", format_site(*where), lambda: describe_parser(self, result[0]), more=True)
             return result
 
         parse_known_args.__wrapped__ = original  # type: ignore[attr-defined]
@@ -84,34 +84,23 @@ def _may_record(session: Session, parser: argparse.ArgumentParser) -> bool:
     return seen.get("source") == "argparse" and len(parser._actions) > len(seen.get("flags") or ())  # noqa: SLF001
 
 
-def _record_argparse(session: Session, site: str | None, rows: Any) -> None:
-    """The flags of an argparse parse: observed, or, after a smaller parse of the same command
-    line (timm's config parser), its flags and the earlier ones it does not have."""
+def _record(session: Session, source: str, site: str | None, rows: Any, *, more: bool = False) -> None:
+    """Observe the script's flags (`rows()`, None for none) at its first parse. With `more`, a
+    later parse with more flags takes their place, with the earlier ones it does not have (timm's
+    config parser, then its training options). Never breaks the parse."""
     seen = session.observations.get("script_flags")
-    if seen is None:
-        _record_once(session, "argparse", site, rows)
-        return
-    session.internal += 1
-    try:
-        flags = rows() or []
-        known = {row["option"] for row in flags}
-        if len(flags) > len(seen.get("flags") or ()):
-            seen.update(site=site, flags=flags + [row for row in seen.get("flags") or () if row["option"] not in known])
-    except Exception:  # noqa: BLE001 - the flags are advice; never break the parse
-        pass
-    finally:
-        session.internal -= 1
-
-
-def _record_once(session: Session, source: str, site: str | None, rows: Any) -> None:
-    """Observe the script's flags (`rows()`, None for none) at its first parse; never break it."""
-    if not session.on() or "script_flags" in session.observations:
+    if not session.on() or (seen is not None and not more):
         return
     session.internal += 1
     try:
         flags = rows()
-        if flags is not None:
+        if flags is None:
+            pass
+        elif seen is None:
             session.observe("script_flags", "script_flags", source=source, site=site, flags=flags)
+        elif len(flags) > len(seen.get("flags") or ()):
+            known = {row["option"] for row in flags}
+            seen.update(site=site, flags=flags + [row for row in seen.get("flags") or () if row["option"] not in known])
     except Exception:  # noqa: BLE001 - the flags are advice; never break the parse
         pass
     finally:
@@ -136,7 +125,7 @@ def _wrap_jsonargparse(session: Session, patches: Patches, module: Any) -> None:
     def make(original: Any) -> Any:
         def parse_args(self: Any, *args: Any, **kwargs: Any) -> Any:
             result = original(self, *args, **kwargs)
-            _record_once(session, "jsonargparse", None, lambda: _parsed_settings(result) or None)
+            _record(session, "jsonargparse", None, lambda: _parsed_settings(result) or None)
             return result
 
         parse_args.__wrapped__ = original  # type: ignore[attr-defined]
