@@ -196,27 +196,27 @@ def _classify_failure(returncode: int, stderr: str, crash: str | None = None) ->
 
 def _crash_of(run_dir: Path) -> str | None:
     """`RuntimeError: ... (at train.py:243)`: the crash event a run directory holds, with the
-    innermost frame of the script's own code, or None."""
-    import json
+    innermost frame of the script's own code (not an installed package's, not trainspeed's), or
+    None."""
     import re
 
+    import trainspeed
+    from trainspeed.errors import RunDirError
+    from trainspeed.patches.callers import in_user_files
+    from trainspeed.telemetry.rundir import read_run
+
     try:
-        lines = (run_dir / "events.jsonl").read_text(encoding="utf-8", errors="replace").splitlines()
-    except OSError:
+        crashes = read_run(run_dir).events_of("crash")
+    except (OSError, RunDirError):
         return None
-    for line in reversed(lines):
-        if '"crash"' not in line:
-            continue
-        try:
-            data = json.loads(line).get("data") or {}
-        except ValueError:
-            continue
+    ours = str(Path(trainspeed.__file__).resolve().parent)
+    for event in reversed(crashes):
+        data = event.get("data") or {}
         error = str(data.get("error") or "").strip()
         if not error:
             continue
         frames = re.findall(r'File "([^"]+)", line (\d+)', str(data.get("traceback") or ""))
-        own = [(f, n) for f, n in frames if "site-packages" not in f and "/trainspeed/" not in f
-               and not f.startswith("<")]
+        own = [(f, n) for f, n in frames if in_user_files((f, int(n))) and not f.startswith((ours, "<"))]
         return f"{error} (at {Path(own[-1][0]).name}:{own[-1][1]})" if own else error
     return None
 
