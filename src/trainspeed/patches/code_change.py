@@ -26,6 +26,7 @@ from trainspeed.patches.plan import (FLAG_PREFIX, apply_flags, command_with_flag
                                      render_flag)
 from trainspeed.patches.framework_precision import VALUES, constructor_site
 from trainspeed.patches.insert_lines import insert_snippets, overlapping, patchable, shifted
+from trainspeed.patches.models_autocast import models_autocast_snippet
 from trainspeed.patches.snippets import RUNTIME_CODE, Snippet, Source, autocast_snippet, model_snippets, \
     runtime_snippet
 from trainspeed.patches.targets import Targets
@@ -445,8 +446,6 @@ def _precision_snippet(value: str, t: Targets, src: Any, line: int, shown: str, 
     """Autocast around the model's forward and loss; with several trained models (and no
     autocast of the script's own), around each model's forward as the trials ran it."""
     if len(t.trained_classes) > 1 and not t.autocast:
-        from trainspeed.patches.models_autocast import models_autocast_snippet
-
         opt_line = t.optimizer_site[1] if t.optimizer_site and _real(t.optimizer_site[0]) == _real(src.path) else None
         several = models_autocast_snippet("precision", value, src, t.trained_classes, shown, device, opt_line)
         if several is not None:

@@ -187,7 +187,8 @@ def _classify_failure(returncode: int, stderr: str, crash: str | None = None) ->
     (a doctor trial runs --quiet: its stderr is empty), else the tail of its stderr."""
     lines = [line for line in stderr.strip().splitlines() if line.strip()]
     tail = "\n".join(lines[-STDERR_TAIL_LINES:])
-    if "out of memory" in (stderr + (crash or "")).lower() or "OutOfMemoryError" in stderr + (crash or ""):
+    said = stderr + (crash or "")
+    if "out of memory" in said.lower() or "OutOfMemoryError" in said:
         return f"OOM (exit {returncode}): {crash or (lines[-1] if lines else '')}"
     if crash:
         return f"exit code {returncode}: {crash}"
