@@ -19,6 +19,7 @@ from typing import Any, Callable
 import torch
 from torch import nn
 from torch.nn.modules import module as module_mod
+from torch.optim import optimizer as optim_mod
 
 from trainspeed.patches.context import InstallContext
 
@@ -52,10 +53,10 @@ def on_trained_module(ctx: InstallContext, action: Callable[[nn.Module], None], 
     key = "models" if every else "model"
     finder = ctx.shared.get(key)
     if finder is None:
-        finder = ctx.shared[key] = {"actions": [], "found": []}
         t = ctx.targets
-        classes = (t.trained_classes or ((t.model_class,) if t.model_class else ())) if every else \
-            ((t.model_class,) if t.model_class else ())
+        one = (t.model_class,) if t.model_class else ()
+        classes = (t.trained_classes or one) if every else one
+        finder = ctx.shared[key] = {"actions": [], "found": [], "classes": classes}
         search = {"on": True, "steps": 0}
         inside: set[int] = set()  # ids of the found modules and their submodules
 
@@ -98,15 +99,12 @@ def on_trained_module(ctx: InstallContext, action: Callable[[nn.Module], None], 
                 if done():
                     stop()
 
-        finder["classes"] = classes
         if "model_settings" not in ctx.shared:
             ctx.shared["model_settings"] = []
             ctx.patches.call_on_undo(lambda: _report_unfound(ctx))
         forward_hook = module_mod.register_module_forward_pre_hook(pre_hook)
         ctx.patches.handle(forward_hook)
         if every:
-            from torch.optim import optimizer as optim_mod
-
             ctx.patches.handle(optim_mod.register_optimizer_step_post_hook(step_ended))
     finder["actions"].append((setting, action))
     ctx.shared["model_settings"].append((setting, finder))
