@@ -133,12 +133,15 @@ def test_stored_findings_win_until_rediagnose(script_run, tmp_path, capsys):
     report = _report(run)
     report["findings"] = [{"id": "planted", "severity": "info", "title": "a planted finding",
                            "evidence": "e", "recommendation": "r", "verify_with": None, "impact": 0.0}]
+    report["time_goes"] = {"statement": "a planted statement", "helps": ["nothing"]}
     (run / "report.json").write_text(json.dumps(report))
     assert main(["report", str(run), "--no-html"]) == 0
     assert "a planted finding" in capsys.readouterr().out
     assert main(["report", str(run), "--no-html", "--rediagnose"]) == 0
     out = capsys.readouterr().out
     assert "a planted finding" not in out and "data-bound" in out
+    # the top statement comes from the same rules: recomputed with the findings, not kept
+    assert "a planted statement" not in out and "Where the time goes: data-bound" in out
     assert _report(run)["findings"][0]["id"] == "data_bound"
 
 

@@ -10,6 +10,7 @@ from trainspeed.patches.plan import Plan, apply_flags, load_plan, save_plan
 from trainspeed.patches.targets import Targets
 from trainspeed.tune.knobs import Candidate, DeviceInfo, Skip
 from trainspeed.tune.script_facts import ScriptFacts
+from trainspeed.tune.script_session import flag_styles
 from trainspeed.tune.script_knobs import (SCRIPT_KNOBS, ScriptContext, knobs_from_findings,
                                           parse_script_knobs)
 
@@ -213,3 +214,30 @@ def test_precision_goes_through_a_scripts_amp_switch_and_its_dtype_flag():
     no_bf16 = {**dtype, "choices": ["float16", "float32"]}
     assert settings(SCRIPT_KNOBS["precision"](ctx(flags=[amp, no_bf16]))) == [{"precision": "bf16"}]
     assert settings(SCRIPT_KNOBS["precision"](ctx(flags=[{**amp, "value": True}, dtype]))) == [{"precision": "bf16"}]
+
+
+def test_padding_goes_through_the_scripts_pad_to_max_length_or_group_by_length():
+    """run_glue_no_trainer.py's `--pad_to_max_length` (store_true, on): the trial leaves it out,
+    and the command handed back does too. TrainingArguments' `--group_by_length` (a bool field):
+    set True. Without either, the knob is skipped with where the change goes."""
+    pad = {"option": "--pad_to_max_length", "dest": "pad_to_max_length", "value": True, "default": False,
+           "type": None, "kind": "storetrue"}
+    [c] = SCRIPT_KNOBS["padding"](ctx(flags=[pad]))
+    assert isinstance(c, Candidate) and c.label == "dynamic" and c.settings == {"args.--pad_to_max_length": False}
+    command = ["python", "run_glue_no_trainer.py", "--pad_to_max_length", "--max_length", "128"]
+    styles = flag_styles(ScriptFacts(targets=Targets(), flags=[pad]))
+    assert apply_flags(command, {"--pad_to_max_length": False}, styles) == ["python", "run_glue_no_trainer.py",
+                                                                           "--max_length", "128"]
+    group = {"option": "--group_by_length", "dest": "group_by_length", "value": False, "default": False,
+             "type": "string_to_bool", "kind": "store", "bare_value": True}
+    [c] = SCRIPT_KNOBS["padding"](ctx(flags=[{**pad, "value": False}, group]))
+    assert c.label == "group_by_length" and c.settings == {"args.--group_by_length": True}
+    # a Trainer script's bool field (run_glue.py: pad_to_max_length defaults to True) is written
+    # `--pad_to_max_length False`: left out, it would stay on and the trial would measure nothing
+    field = {**group, "option": "--pad_to_max_length", "dest": "pad_to_max_length", "value": True, "default": True}
+    [c] = SCRIPT_KNOBS["padding"](ctx(flags=[field]))
+    styles = flag_styles(ScriptFacts(targets=Targets(), flags=[field]))
+    assert apply_flags(["python", "run_glue.py"], c.settings and {"--pad_to_max_length": False}, styles) == [
+        "python", "run_glue.py", "--pad_to_max_length", "False"]
+    [skip] = SCRIPT_KNOBS["padding"](ctx(flags=[{**pad, "value": False}]))
+    assert isinstance(skip, Skip) and "collate_fn" in skip.reason

@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from trainspeed.doctor.checks.script_flags import padding_flag
 from trainspeed.tune.knobs import COMPILE_STARTUP_S, Candidate, DeviceInfo, Skip, _powers_up_to
 from trainspeed.tune.script_facts import ScriptFacts
 
@@ -204,6 +205,23 @@ def compile(ctx: ScriptContext) -> list:  # noqa: A001 - the knob's name
         out.append(Candidate("compile", "reduce-overhead", {"compile": "reduce-overhead"}, cost_factor=3.0,
                              startup_s=COMPILE_STARTUP_S))
     return out
+
+
+def padding(ctx: ScriptContext) -> list:
+    """Less padding through the script's own flags (script_flags.padding_flag): --pad_to_max_length
+    off, each batch padded to its own longest sample; or --group_by_length on. A script without
+    such a flag pads in its own code: the doctor's finding says what to change there."""
+    found = padding_flag(ctx.facts.flags, already_dynamic=False)
+    if found is None:
+        return [Skip("padding", "-", "the script has no padding flag (--pad_to_max_length, --group_by_length): "
+                                     "pad each batch to its longest sample in its collate_fn (the doctor's "
+                                     "padding finding names how)")]
+    flag, value = found
+    label = "dynamic" if not value else "group_by_length"
+    if flag.get("kind") in ("store", "equals") and flag.get("type") not in BOOL_TYPES \
+            and flag.get("bare_value") is None:
+        return [Skip("padding", label, f"{flag.get('option')} takes a value the tuner cannot read as on/off")]
+    return [Candidate("padding", label, {f"args.{flag['option']}": value})]
 
 
 def fused_optimizer(ctx: ScriptContext) -> list:
@@ -412,6 +430,7 @@ SCRIPT_KNOBS: dict[str, Any] = {
     "cudnn_benchmark": cudnn_benchmark,
     "persistent_workers": persistent_workers,
     "prefetch_factor": prefetch_factor,
+    "padding": padding,
 }
 """Knob name -> settings function. Names match `trainspeed tune --knobs K -- CMD`."""
 

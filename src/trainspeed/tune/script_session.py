@@ -34,7 +34,7 @@ from trainspeed.tune.knobs import DeviceInfo
 from trainspeed.tune.options import TuneOptions
 from trainspeed.tune.result import TuneResult
 from trainspeed.tune.script_facts import ScriptFacts, read_facts
-from trainspeed.tune.script_knobs import SCRIPT_KNOBS, ScriptContext, is_whatif, knobs_from_findings
+from trainspeed.tune.script_knobs import BOOL_TYPES, SCRIPT_KNOBS, ScriptContext, is_whatif, knobs_from_findings
 from trainspeed.tune.script_trials import ScriptRunner, write_ds_config
 from trainspeed.tune.search import Tuner
 from trainspeed.tune.session import run_then_close
@@ -80,9 +80,12 @@ def flag_styles(facts: ScriptFacts) -> dict[str, str]:
     styles: dict[str, str] = {}
     for flag in facts.flags:
         kind = flag.get("kind")
-        styles[str(flag["option"])] = ("equals" if kind == "equals" else
-                                       "bare" if kind in ("storetrue", "storefalse") or flag.get("bare_value") is not None
-                                       else "space")
+        # A `--x [BOOL]` flag (HfArgumentParser's bool fields: nargs="?", const=True) is written
+        # `--x False`: left out, a field whose default is True (run_glue.py's pad_to_max_length)
+        # stays on. A bare flag with another const (timm's --torchcompile) is written bare.
+        bare = kind in ("storetrue", "storefalse") or (flag.get("bare_value") is not None
+                                                        and flag.get("type") not in BOOL_TYPES)
+        styles[str(flag["option"])] = "equals" if kind == "equals" else "bare" if bare else "space"
     return styles
 
 

@@ -67,11 +67,13 @@ SCRIPT_TUNE_KNOBS = {
     "overlap_comm": "overlap_comm",
     "bucket_size": "bucket_size",
     "package_lookups": "package_lookups",  # runtime.cache_checks: functools.cache of a library's check
+    "padding_flag": "padding",  # the script's own padding flag (--pad_to_max_length, --group_by_length)
 }
 """Doctor topic (or knob name) -> knob of `trainspeed tune --knobs K -- CMD` (the SCRIPT tuner's
 names, tune/script_knobs.py; log_every, checkpoint_every and no_gc are what-ifs there when the
-script has no flag for them). Topics missing here (padding, batch size) are code changes no
-run-time setting makes: a script run's finding re-runs the doctor on its command instead."""
+script has no flag for them). Topics missing here (padding without a flag for it, batch size) are
+code changes no run-time setting makes: a script run's finding re-runs the doctor on its command
+instead."""
 
 
 def _knobs(topics: tuple[str, ...], table: dict[str, str]) -> str:

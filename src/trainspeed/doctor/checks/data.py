@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from trainspeed.doctor.checks.context import CheckContext, ms, pct
-from trainspeed.doctor.checks.script_flags import flag_note, script_flag, set_flag, show_flag
+from trainspeed.doctor.checks.script_flags import flag_note, script_flag, script_padding_flag, set_flag, show_flag
 from trainspeed.doctor.findings import Finding
 
 DATA_WAIT_WARNING = 0.10
@@ -198,6 +198,21 @@ def padded_lengths(ctx: CheckContext) -> list[float]:
     return sorted({round(float(v), 1) for v in per_sample})
 
 
+BUCKETING = ("a length-bucketed batch sampler (sort a pool of ~100 batches' samples by length, cut it into "
+             "batches, shuffle the batches), or the group_by_length option of your trainer")
+
+
+def padding_split(ctx: CheckContext) -> tuple[float, float] | None:
+    """(share of token positions past each batch's longest sample, share of padding inside it)
+    over the batches whose padding was measured: what padding per batch removes, and what is
+    left for batching similar lengths together. None when the run did not record it."""
+    batch = ctx.first("batch") or {}
+    total, pad, beyond = (batch.get(k) for k in ("measured_tokens", "measured_pad", "beyond_longest"))
+    if not all(isinstance(v, (int, float)) for v in (total, pad, beyond)) or not total:
+        return None
+    return beyond / total, max(0.0, pad - beyond) / total
+
+
 def padding_waste(ctx: CheckContext) -> Finding | None:
     pad = ctx.summary.get("pad_share")
     if not isinstance(pad, (int, float)) or pad < PAD_WARNING:
@@ -210,25 +225,47 @@ def padding_waste(ctx: CheckContext) -> Finding | None:
                 f"batches of {batch.get('batch_size')} x {batch.get('max_seq_len') or batch.get('seq_len')} positions); "
                 f"forward+backward is {pct(compute)} of step time")
     lengths = padded_lengths(ctx)
-    if len(lengths) > 1:
+    dynamic = len(lengths) > 1
+    split = None if dynamic else padding_split(ctx)
+    if dynamic:
         # Already padded per batch (the padded length changes from batch to batch): what is
         # left is the spread of lengths inside a batch, which only grouping removes.
         evidence += (f"; batches are already padded to their own longest sequence ({len(lengths)} padded "
                      f"lengths, {lengths[0]:.0f}-{lengths[-1]:.0f} positions per sample)")
-        recommendation = ("group sequences of similar length into batches: a length-bucketed batch sampler "
-                          "(sort a pool of ~100 batches' samples by length, cut it into batches, shuffle the "
-                          "batches), or the group_by_length option of your trainer (engine: data.bucketing=true)")
+        recommendation = f"group sequences of similar length into batches: {BUCKETING} (engine: data.bucketing=true)"
     else:
         recommendation = ("pad each batch to its longest sequence, not to a fixed max length (a collate_fn "
                           "using torch.nn.utils.rnn.pad_sequence, or DataCollatorWithPadding), and group "
                           "similar lengths into batches (engine: data.dynamic_padding=true data.bucketing=true)")
+    if split is not None:
+        # run_glue_no_trainer.py --pad_to_max_length: 69 % padding, of which per-batch padding removed
+        # little (batches of 16 usually hold one sample near --max_length); the tune measured 1.01x
+        evidence += (f"; padding each batch to its own longest sample removes {pct(split[0])} of the positions, "
+                     f"batching similar lengths together the other {pct(split[1])}")
+    verify_with = ctx.tune_command("padding")
+    flag = script_padding_flag(ctx, dynamic)
+    if flag is not None:
+        # The script holds the fix in its own flag (Hugging Face's --pad_to_max_length): told to
+        # write a collate_fn, its user would have rewritten what the flag already switches.
+        evidence += f"; the script's flag: {show_flag(flag[0])}"
+        action = set_flag(*flag)  # "(leave out --pad_to_max_length)" for a switch turned off
+        action = action[1:-1] if action.startswith("(") else f"pass {action}"
+        if flag[1]:
+            recommendation = f"{action} (samples of similar length batched together)"
+        elif split is not None and split[1] > split[0]:
+            recommendation = (f"{action} (each batch padded to its own longest sample: {pct(split[0])} of the "
+                              f"positions), and batch similar lengths together for the other {pct(split[1])}: "
+                              f"{BUCKETING}")
+        else:
+            recommendation = f"{action} (each batch padded to its own longest sample)"
+        verify_with = ctx.tune_command("padding_flag")
     return Finding(
         id="padding_waste",
         severity="critical" if pad >= PAD_CRITICAL else "warning",
         title="Much of the compute is spent on padding tokens",
         evidence=evidence,
         recommendation=recommendation,
-        verify_with=ctx.tune_command("padding"),
+        verify_with=verify_with,
         impact=impact,
         basis=f"padding share {pct(pad)} x forward+backward {pct(compute)} of the step",
     )

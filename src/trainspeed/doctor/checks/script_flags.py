@@ -40,6 +40,11 @@ TOPIC_FLAGS: dict[str, tuple[str, ...]] = {
                            "accum_steps", "grad_accum", "gradient_accumulation", "accumulate_grad_batches"),
     "batch_size": ("batch_size", "per_device_train_batch_size", "train_batch_size", "micro_batch_size",
                    "batch", "bs", "b"),
+    # Hugging Face's examples: `--pad_to_max_length` (no_trainer scripts: store_true; Trainer
+    # scripts: a bool field, default True) pads every sample to --max_length; off, a collator pads
+    # each batch to its own longest sample. TrainingArguments' --group_by_length buckets lengths.
+    "pad_to_max_length": ("pad_to_max_length", "pad_to_max_len", "pad_to_max", "pad_max_length"),
+    "group_by_length": ("group_by_length", "group_by_len", "bucket_by_length"),
 }
 """Setting -> flag names (argparse dests, lower case, '-' as '_') that hold it in scripts."""
 
@@ -96,6 +101,30 @@ def set_flag(flag: dict[str, Any], value: Any) -> str:
     if _equals_style(flag):
         return f"{option}={value}"
     return f"{option} {value}"
+
+
+def padding_flag(flags: list[Any], already_dynamic: bool) -> tuple[dict[str, Any], bool] | None:
+    """(the script's flag, the value that pads less) when the script holds its padding in a flag:
+    --pad_to_max_length on (off: each batch padded to its own longest sample), else, for batches
+    already padded per batch, --group_by_length off (on: similar lengths batched together).
+    Shared by the doctor's padding advice and the script tuner's `padding` knob, so the finding
+    names the flag the tune varies. None when neither applies."""
+    pad = find_flag(flags, "pad_to_max_length")
+    if pad is not None and pad.get("value") is True and not already_dynamic:
+        return pad, False
+    group = find_flag(flags, "group_by_length")
+    if group is not None and group.get("value") is False and (already_dynamic or pad is None or pad.get("value") is False):
+        return group, True
+    return None
+
+
+def script_padding_flag(ctx: CheckContext, already_dynamic: bool) -> tuple[dict[str, Any], bool] | None:
+    """padding_flag of the flags the script parsed, as recorded."""
+    for obs in ctx.obs("script_flags"):
+        found = padding_flag(obs.get("flags") or [], already_dynamic)
+        if found is not None:
+            return found
+    return None
 
 
 def flag_note(ctx: CheckContext, topic: str) -> str:

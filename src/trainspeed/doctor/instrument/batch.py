@@ -42,6 +42,10 @@ class BatchStats:
     """Padding positions, when measured (None: this batch was not sampled)."""
     pad_source: str | None = None
     """Where padding was read: "attention_mask" or "pad_id=<v>"."""
+    beyond_longest: int | None = None
+    """Padding positions past the batch's longest sample (measured with pad_tokens): what padding
+    each batch to its own longest sample would remove. The rest of pad_tokens is the spread of
+    lengths inside the batch, which only batching similar lengths together removes."""
 
 
 def find_tensors(batch: Any, prefix: str = "") -> list[tuple[str, torch.Tensor]]:
@@ -126,7 +130,10 @@ def batch_stats(batch: Any, *, measure_padding: bool = True) -> BatchStats | Non
         stats.tokens = int(mask.numel())
         stats.pad_source = mask_item[0]
         if measure_padding:
-            stats.pad_tokens = int(mask.numel() - int(torch.count_nonzero(mask)))
+            lengths = torch.count_nonzero(mask, dim=1)
+            stats.pad_tokens = int(mask.numel() - int(lengths.sum()))
+            longest = int(lengths.max()) if lengths.numel() else 0
+            stats.beyond_longest = stats.samples * (stats.seq_len - longest)
         return stats
     if token_item is None:
         return stats
@@ -137,9 +144,11 @@ def batch_stats(batch: Any, *, measure_padding: bool = True) -> BatchStats | Non
     if measure_padding:
         pad = detect_pad_id(tokens)
         if pad is None:
-            stats.pad_tokens = 0
+            stats.pad_tokens = stats.beyond_longest = 0
         else:
-            stats.pad_tokens = int(trailing_runs(tokens, pad).sum())
+            runs = trailing_runs(tokens, pad)
+            stats.pad_tokens = int(runs.sum())
+            stats.beyond_longest = stats.samples * int(runs.min()) if runs.numel() else 0
             stats.pad_source = f"pad_id={pad}"
     return stats
 

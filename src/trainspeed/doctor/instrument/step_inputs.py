@@ -85,6 +85,7 @@ class StepInputs:
             else:  # not sampled: assume the padding share of the last measured batch
                 self.step_pad += int(round(stats.tokens * self.last_pad_share))
             self._observe_shape(stats.samples, stats.seq_len, stats.pad_source)
+            self._observe_padding(stats)
         finally:
             self.internal -= 1
 
@@ -99,6 +100,16 @@ class StepInputs:
                 obs["max_seq_len"] = max(obs.get("max_seq_len") or 0, seq_len)
             if obs.get("pad_source") is None and pad_source is not None:
                 obs["pad_source"] = pad_source
+
+    def _observe_padding(self, stats: Any) -> None:
+        """Sums over the batches whose padding was measured: their positions, padding, and the
+        padding past each batch's longest sample (checks/data.py splits the waste with them)."""
+        obs = self.observations.get("batch")
+        if obs is None or stats.pad_tokens is None or stats.beyond_longest is None or not stats.tokens:
+            return
+        obs["measured_tokens"] = obs.get("measured_tokens", 0) + stats.tokens
+        obs["measured_pad"] = obs.get("measured_pad", 0) + stats.pad_tokens
+        obs["beyond_longest"] = obs.get("beyond_longest", 0) + stats.beyond_longest
 
     def module_facts_of(self, module: torch.nn.Module) -> tuple[bool, bool]:
         """(has trainable parameters, holds a sequence-first layer); one pass per module."""
