@@ -61,6 +61,11 @@ def test_a_scripts_pad_to_max_length_is_named_with_what_each_fix_removes(doctor)
     assert "collate_fn" not in first["recommendation"]
     assert first["verify_with"].startswith("trainspeed tune --knobs padding -- python ")
     assert first["verify_with"].endswith("hf_style_padding.py --pad_to_max_length")
+    # the tune's "at stake" for the knob is what the flag can remove, not the whole finding's
+    from trainspeed.tune.stakes import stakes_by_knob
+
+    assert first["verify_impact"] < first["impact"] / 3
+    assert stakes_by_knob([first])["padding"] == pytest.approx(first["verify_impact"])
     # the report's first statement offers less padding first and measures it with the same knob
     goes = where_time_goes(ctx)
     assert goes["helps"][0].startswith("less padding (")

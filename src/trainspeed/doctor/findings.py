@@ -47,6 +47,10 @@ class Finding:
     (1 - fp32/bf16 peak 0.07)"): never a constant, and the report prints it."""
     overlaps: list[str] = field(default_factory=list)
     """Ids of findings ranked above whose time at stake this one's overlaps (set by rank())."""
+    verify_impact: float | None = None
+    """The share of the step the verify command's setting can remove, where that is less than
+    `impact` (padding: a script's --pad_to_max_length removes only the positions past each
+    batch's longest sample). The tune's "at stake" column and knob order use it."""
 
     def __post_init__(self) -> None:
         if self.severity not in _RANK:

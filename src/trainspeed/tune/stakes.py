@@ -17,7 +17,11 @@ from trainspeed.tune.script_knobs import knobs_from_findings
 
 
 def _impact(finding: dict[str, Any]) -> float:
-    value = finding.get("impact")
+    """The share the finding's tune can remove: its verify_impact where the doctor measured a
+    smaller one for the setting the tune varies, else the finding's whole share."""
+    value = finding.get("verify_impact")
+    if not isinstance(value, (int, float)) or value != value:
+        value = finding.get("impact")
     return float(value) if isinstance(value, (int, float)) and value == value else 0.0
 
 

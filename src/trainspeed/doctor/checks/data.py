@@ -243,6 +243,7 @@ def padding_waste(ctx: CheckContext) -> Finding | None:
         evidence += (f"; padding each batch to its own longest sample removes {pct(split[0])} of the positions, "
                      f"batching similar lengths together the other {pct(split[1])}")
     verify_with = ctx.tune_command("padding")
+    verify_impact = None
     flag = script_padding_flag(ctx, dynamic)
     if flag is not None:
         # The script holds the fix in its own flag (Hugging Face's --pad_to_max_length): told to
@@ -259,6 +260,8 @@ def padding_waste(ctx: CheckContext) -> Finding | None:
         else:
             recommendation = f"{action} (each batch padded to its own longest sample)"
         verify_with = ctx.tune_command("padding_flag")
+        if not flag[1] and split is not None:  # the flag pads per batch: only the positions past the longest go
+            verify_impact = min(impact, split[0] * (compute if compute > 0 else 1.0))
     return Finding(
         id="padding_waste",
         severity="critical" if pad >= PAD_CRITICAL else "warning",
@@ -267,6 +270,7 @@ def padding_waste(ctx: CheckContext) -> Finding | None:
         recommendation=recommendation,
         verify_with=verify_with,
         impact=impact,
+        verify_impact=verify_impact,
         basis=f"padding share {pct(pad)} x forward+backward {pct(compute)} of the step",
     )
 
