@@ -38,6 +38,8 @@ def test_the_rule_picks_the_switch_that_pads_less():
     assert padding_flag([{**STORE_TRUE_ON, "value": False}, GROUP_OFF], already_dynamic=True) == (GROUP_OFF, True)
     assert padding_flag([GROUP_OFF], already_dynamic=False) == (GROUP_OFF, True)
     assert padding_flag([{**GROUP_OFF, "value": True}], already_dynamic=True) is None
+    # a value flag the tune could not set on and off is not named (the finding keeps the code advice)
+    assert padding_flag([{**STORE_TRUE_ON, "kind": "store", "type": "<lambda>"}], already_dynamic=False) is None
 
 
 def test_a_scripts_pad_to_max_length_is_named_with_what_each_fix_removes(doctor):

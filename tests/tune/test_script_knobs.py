@@ -239,5 +239,13 @@ def test_padding_goes_through_the_scripts_pad_to_max_length_or_group_by_length()
     styles = flag_styles(ScriptFacts(targets=Targets(), flags=[field]))
     assert apply_flags(["python", "run_glue.py"], c.settings and {"--pad_to_max_length": False}, styles) == [
         "python", "run_glue.py", "--pad_to_max_length", "False"]
+    # its store_false twin, `--no_pad_to_max_length` (same dest), is given to set the field False,
+    # as the doctor's text (script_flags.set_flag) says it
+    negated = {"option": "--no_pad_to_max_length", "dest": "pad_to_max_length", "value": True, "default": True,
+               "type": None, "kind": "storefalse"}
+    [c] = SCRIPT_KNOBS["padding"](ctx(flags=[negated]))
+    styles = flag_styles(ScriptFacts(targets=Targets(), flags=[negated]))
+    assert apply_flags(["python", "run_glue.py"], {"--no_pad_to_max_length": False}, styles) == [
+        "python", "run_glue.py", "--no_pad_to_max_length"] and c.settings == {"args.--no_pad_to_max_length": False}
     [skip] = SCRIPT_KNOBS["padding"](ctx(flags=[{**pad, "value": False}]))
     assert isinstance(skip, Skip) and "collate_fn" in skip.reason

@@ -33,7 +33,8 @@ class Plan:
     settings: dict[str, Any] = field(default_factory=dict)
     targets: Targets = field(default_factory=Targets)
     flag_styles: dict[str, str] = field(default_factory=dict)
-    """option -> "space" (`--workers 4`), "equals" (`--compile=True`) or "bare" (`--compile`)."""
+    """option -> "space" (`--workers 4`), "equals" (`--compile=True`), "bare" (`--compile`) or
+    "negated" (`--no_pin_memory`: given, its setting is False)."""
 
     def patch_settings(self) -> dict[str, Any]:
         return {k: v for k, v in self.settings.items() if not k.startswith(FLAG_PREFIX)}
@@ -86,9 +87,12 @@ def load_plan(path: str | Path) -> Plan:
 
 
 def render_flag(option: str, value: Any, style: str) -> list[str]:
-    """The command-line words of one flag: `--x 1`, `--x=1`, or bare `--x` (none when False)."""
+    """The command-line words of one flag: `--x 1`, `--x=1`, bare `--x` (none when False), or
+    a store_false `--no_x` (given when False, as script_flags.set_flag says it)."""
     if style == "bare":
         return [option] if value else []
+    if style == "negated":
+        return [] if value else [option]
     text = str(value)
     return [f"{option}={text}"] if style == "equals" else [option, text]
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from trainspeed.doctor.checks.script_flags import padding_flag
+from trainspeed.doctor.checks.script_flags import BOOL_TYPES, padding_flag
 from trainspeed.tune.knobs import COMPILE_STARTUP_S, Candidate, DeviceInfo, Skip, _powers_up_to
 from trainspeed.tune.script_facts import ScriptFacts
 
@@ -52,9 +52,6 @@ def _flag_setting(ctx: ScriptContext, topic: str, value: Any) -> dict[str, Any] 
     return {f"args.{flag['option']}": value}
 
 
-BOOL_TYPES = ("bool", "string_to_bool", "str2bool")
-"""argparse `type=` names of a flag that takes True/False (HfArgumentParser's string_to_bool):
-run_clm.py's --torch_compile was set as `--torch_compile 1`, which worked but read as a number."""
 
 
 def _bool_flag_setting(ctx: ScriptContext, topic: str) -> dict[str, Any] | None:
@@ -213,15 +210,11 @@ def padding(ctx: ScriptContext) -> list:
     such a flag pads in its own code: the doctor's finding says what to change there."""
     found = padding_flag(ctx.facts.flags, already_dynamic=False)
     if found is None:
-        return [Skip("padding", "-", "the script has no padding flag (--pad_to_max_length, --group_by_length): "
+        return [Skip("padding", "-", "the script has no padding switch (--pad_to_max_length, --group_by_length): "
                                      "pad each batch to its longest sample in its collate_fn (the doctor's "
                                      "padding finding names how)")]
     flag, value = found
-    label = "dynamic" if not value else "group_by_length"
-    if flag.get("kind") in ("store", "equals") and flag.get("type") not in BOOL_TYPES \
-            and flag.get("bare_value") is None:
-        return [Skip("padding", label, f"{flag.get('option')} takes a value the tuner cannot read as on/off")]
-    return [Candidate("padding", label, {f"args.{flag['option']}": value})]
+    return [Candidate("padding", "dynamic" if not value else "group_by_length", {f"args.{flag['option']}": value})]
 
 
 def fused_optimizer(ctx: ScriptContext) -> list:

@@ -76,16 +76,17 @@ def command_hash(command: list[str]) -> str:
 
 def flag_styles(facts: ScriptFacts) -> dict[str, str]:
     """How each of the script's flags is written: `--x=1` for argv-read (nanoGPT) flags, bare
-    for store_true switches, `--x 1` otherwise."""
+    for store_true switches, negated for store_false ones (`--no_x` sets x False), `--x 1`
+    otherwise."""
     styles: dict[str, str] = {}
     for flag in facts.flags:
         kind = flag.get("kind")
         # A `--x [BOOL]` flag (HfArgumentParser's bool fields: nargs="?", const=True) is written
         # `--x False`: left out, a field whose default is True (run_glue.py's pad_to_max_length)
         # stays on. A bare flag with another const (timm's --torchcompile) is written bare.
-        bare = kind in ("storetrue", "storefalse") or (flag.get("bare_value") is not None
-                                                        and flag.get("type") not in BOOL_TYPES)
-        styles[str(flag["option"])] = "equals" if kind == "equals" else "bare" if bare else "space"
+        bare = kind == "storetrue" or (flag.get("bare_value") is not None and flag.get("type") not in BOOL_TYPES)
+        styles[str(flag["option"])] = ("equals" if kind == "equals" else "negated" if kind == "storefalse"
+                                       else "bare" if bare else "space")
     return styles
 
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 from typing import Any
 
 from trainspeed.doctor.checks.context import CheckContext, pct
-from trainspeed.doctor.checks.data import PAD_WARNING, padded_lengths
+from trainspeed.doctor.checks.data import padded_per_batch, padding_share
 from trainspeed.doctor.checks.lookups import SHARE_INFO, lookup_time
 from trainspeed.doctor.checks.script_flags import script_padding_flag
 
@@ -57,7 +57,7 @@ def _helps(ctx: CheckContext, bound: str, launch: bool) -> list[str]:
     no_bf16 = ctx.device_type == "cpu" and isinstance(cpu, dict) and cpu.get("bf16_fast") is False
     precision = str(ctx.summary.get("precision") or "fp32")
     helps = []
-    pad = _padding(ctx)
+    pad = padding_share(ctx)
     if pad is not None:
         # run_glue_no_trainer.py --pad_to_max_length: 69 % of the positions were padding and this
         # line offered bf16 and compile only; less padding removes that share of the arithmetic
@@ -74,12 +74,6 @@ def _helps(ctx: CheckContext, bound: str, launch: bool) -> list[str]:
         helps.append("compute threads matched to the free cores")
     helps += ["a smaller or cheaper model", "a faster device"]
     return helps
-
-
-def _padding(ctx: CheckContext) -> float | None:
-    """The run's padding share when the padding finding would be raised, else None."""
-    pad = ctx.summary.get("pad_share")
-    return float(pad) if isinstance(pad, (int, float)) and pad >= PAD_WARNING else None
 
 
 def where_time_goes(ctx: CheckContext) -> dict[str, Any] | None:
@@ -110,7 +104,7 @@ def where_time_goes(ctx: CheckContext) -> dict[str, Any] | None:
                  f"{at_peak} ({parts['compute' if launch else bound]})" + (f"; {rest}" if rest else ""))
     topics = {"data": ("num_workers",), "overhead": ("compile", "batch_size") if launch else ("logging", "eval"),
               "compute": ("precision", "compile")}[bound]
-    if bound == "compute" and _padding(ctx) is not None and script_padding_flag(ctx, len(padded_lengths(ctx)) > 1):
+    if bound == "compute" and padding_share(ctx) is not None and script_padding_flag(ctx, padded_per_batch(ctx)):
         topics = ("padding_flag", *topics)
     return {"bound": bound, "shares": shares, "mfu": mfu_value, "statement": statement,
             "helps": _helps(ctx, bound, launch), "verify_with": ctx.tune_command(*topics)}

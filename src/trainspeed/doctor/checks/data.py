@@ -189,6 +189,18 @@ def _idle_workers_on_busy_machine(ctx: CheckContext) -> Finding | None:
     )
 
 
+def padding_share(ctx: CheckContext) -> float | None:
+    """The run's padding share when it is large enough for the padding finding, else None."""
+    pad = ctx.summary.get("pad_share")
+    return float(pad) if isinstance(pad, (int, float)) and pad >= PAD_WARNING else None
+
+
+def padded_per_batch(ctx: CheckContext) -> bool:
+    """Whether the batches are already padded to their own longest sample (their padded length
+    changes from batch to batch)."""
+    return len(padded_lengths(ctx)) > 1
+
+
 def padded_lengths(ctx: CheckContext) -> list[float]:
     """The distinct padded lengths (token positions per sample: real tokens plus padding) of
     the run's measured steps, sorted; one value when every batch is padded to a fixed length."""
@@ -214,8 +226,8 @@ def padding_split(ctx: CheckContext) -> tuple[float, float] | None:
 
 
 def padding_waste(ctx: CheckContext) -> Finding | None:
-    pad = ctx.summary.get("pad_share")
-    if not isinstance(pad, (int, float)) or pad < PAD_WARNING:
+    pad = padding_share(ctx)
+    if pad is None:
         return None
     batch = ctx.first("batch") or {}
     compute = ctx.share("forward") + ctx.share("backward")
@@ -225,7 +237,7 @@ def padding_waste(ctx: CheckContext) -> Finding | None:
                 f"batches of {batch.get('batch_size')} x {batch.get('max_seq_len') or batch.get('seq_len')} positions); "
                 f"forward+backward is {pct(compute)} of step time")
     lengths = padded_lengths(ctx)
-    dynamic = len(lengths) > 1
+    dynamic = padded_per_batch(ctx)
     split = None if dynamic else padding_split(ctx)
     if dynamic:
         # Already padded per batch (the padded length changes from batch to batch): what is

@@ -103,17 +103,30 @@ def set_flag(flag: dict[str, Any], value: Any) -> str:
     return f"{option} {value}"
 
 
+BOOL_TYPES = ("bool", "string_to_bool", "str2bool")
+"""argparse `type=` names of a flag that takes True/False (HfArgumentParser's string_to_bool):
+run_clm.py's --torch_compile was set as `--torch_compile 1`, which worked but read as a number."""
+
+
+def is_switch(flag: dict[str, Any]) -> bool:
+    """Whether a flag is set on or off from the command line: store_true/store_false, a
+    BooleanOptionalAction, a bool-typed value, or a bare optional value (nargs="?" with a const)."""
+    return (flag.get("kind") not in ("store", "equals") or flag.get("type") in BOOL_TYPES
+            or flag.get("bare_value") is not None)
+
+
 def padding_flag(flags: list[Any], already_dynamic: bool) -> tuple[dict[str, Any], bool] | None:
     """(the script's flag, the value that pads less) when the script holds its padding in a flag:
     --pad_to_max_length on (off: each batch padded to its own longest sample), else, for batches
     already padded per batch, --group_by_length off (on: similar lengths batched together).
     Shared by the doctor's padding advice and the script tuner's `padding` knob, so the finding
-    names the flag the tune varies. None when neither applies."""
+    names the flag the tune varies. None when neither applies (or the flag is no on/off switch)."""
     pad = find_flag(flags, "pad_to_max_length")
-    if pad is not None and pad.get("value") is True and not already_dynamic:
+    if pad is not None and pad.get("value") is True and not already_dynamic and is_switch(pad):
         return pad, False
     group = find_flag(flags, "group_by_length")
-    if group is not None and group.get("value") is False and (already_dynamic or pad is None or pad.get("value") is False):
+    if group is not None and group.get("value") is False and is_switch(group) \
+            and (already_dynamic or pad is None or pad.get("value") is False):
         return group, True
     return None
 
