@@ -11,6 +11,7 @@ import sysconfig
 import torch
 
 import trainspeed
+from trainspeed.patches.installed import is_installed
 
 _TORCH = os.path.dirname(torch.__file__) + os.sep
 _OURS = os.path.dirname(trainspeed.__file__) + os.sep
@@ -25,7 +26,7 @@ def _library(filename: str) -> bool:
     # site-packages or dist-packages) is library code the user runs, not the stdlib.
     if filename.startswith(("<frozen", _TORCH, _OURS)):
         return True
-    return filename.startswith(_STDLIB) and "site-packages" not in filename and "dist-packages" not in filename
+    return filename.startswith(_STDLIB) and not is_installed(filename)
 
 
 def user_caller(start: int = 2, depth: int = 60) -> tuple[str, int] | None:
@@ -113,8 +114,8 @@ def chosen_site(target: tuple[str, int] | None, start: int = 3) -> tuple[str, in
 
 
 def in_user_files(site: tuple[str, int] | None) -> bool:
-    """A call made from the user's own files (not an installed package)."""
-    return site is not None and "site-packages" not in site[0] and "dist-packages" not in site[0]
+    """A call made from the user's own files (not an installed package: `patches.installed`)."""
+    return site is not None and not is_installed(site[0])
 
 
 def same_site(a: tuple[str, int] | None, b: tuple[str, int] | None) -> bool:

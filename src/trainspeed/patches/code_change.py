@@ -26,6 +26,7 @@ from trainspeed.patches.plan import (FLAG_PREFIX, apply_flags, command_with_flag
                                      render_flag)
 from trainspeed.patches.framework_precision import VALUES, constructor_site
 from trainspeed.patches.insert_lines import insert_snippets, overlapping, patchable, shifted
+from trainspeed.patches.installed import is_installed
 from trainspeed.patches.models_autocast import models_autocast_snippet
 from trainspeed.patches.snippets import RUNTIME_CODE, Snippet, Source, autocast_snippet, model_snippets, \
     runtime_snippet
@@ -147,8 +148,7 @@ def _where_not(setting: str, path: str, place: str, root: Path) -> str | None:
     train.py:42"), or None when it can."""
     if not os.path.isfile(path):
         return f"{setting}: {place} was not found: the file does not exist any more"
-    if os.path.isabs(_shown(path, root)) or any(p in Path(_real(path)).parts
-                                                 for p in ("site-packages", "dist-packages")):
+    if os.path.isabs(_shown(path, root)) or is_installed(_real(path)):
         return f"{setting}: {place} is outside your project ({root}); not changed"
     return None
 

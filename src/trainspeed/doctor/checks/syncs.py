@@ -45,17 +45,26 @@ settings as flags (an HfArgumentParser over TrainingArguments: run_clm.py) is to
 `--logging_nan_inf_filter False`, not a constructor keyword it cannot reach from the command line."""
 
 
-def library_of(site: str) -> str | None:
-    """The installed package a call site lies in (None: the user's own code)."""
+def library_of(row: dict[str, Any] | str) -> str | None:
+    """The installed package a call site lies in (None: the user's own code): the package the
+    run recorded for it (its own sys.path knew a `pip install --target` folder or a library's
+    editable checkout), else read from a site-packages path (runs recorded before that)."""
+    if isinstance(row, dict) and row.get("library"):
+        return str(row["library"])
+    site = str(row.get("site", "")) if isinstance(row, dict) else row
     match = re.search(r"[/\\](?:site|dist)-packages[/\\]([^/\\]+)[/\\]", site)
     return match.group(1) if match else None
 
 
-def _known_sync(site: str, lookahead: int = 5) -> tuple[str, str, str, object] | None:
+def _known_sync(row: dict[str, Any], lookahead: int = 5) -> tuple[str, str, str, object] | None:
     """(marker, setting, why, value) of the KNOWN_LIBRARY_SYNCS entry a library call site
     matches (its package, and the marker in the calling lines), or None."""
-    package = library_of(site)
-    filename, _, lineno = site.rpartition(":")
+    package = library_of(row)
+    path = row.get("site_path")
+    if isinstance(path, (list, tuple)) and len(path) == 2 and str(path[1]).isdigit():
+        filename, lineno = str(path[0]), str(path[1])
+    else:
+        filename, _, lineno = str(row.get("site", "")).rpartition(":")
     if package is None or not lineno.isdigit():
         return None
     text = " ".join(linecache.getline(filename, int(lineno) + k) for k in range(lookahead))
@@ -67,7 +76,7 @@ def library_advice(row: dict[str, Any], lookahead: int = 5, ctx: CheckContext | 
     `ctx`, the script's own flag for it when the script parses one."""
     from trainspeed.doctor.checks.script_flags import script_flag, set_flag, show_flag
 
-    known = _known_sync(str(row.get("site", "")), lookahead)
+    known = _known_sync(row, lookahead)
     if known is None:
         return None
     marker, setting, why, value = known
@@ -89,7 +98,7 @@ def _fix(first: dict[str, Any] | None, ctx: CheckContext | None = None) -> str:
                "torch.nan_to_num) (engine: logging.every=50)")
     if first is None:
         return generic
-    package = library_of(str(first.get("site", "")))
+    package = library_of(first)
     if package is None:
         return f"For {describe_site(first)}: {generic}"
     advice = library_advice(first, ctx=ctx)
@@ -106,7 +115,7 @@ def _log_interval_fix(ctx: CheckContext, first: dict[str, Any] | None,
     log_interval == 0` every step), else None."""
     from trainspeed.doctor.checks.script_flags import script_flag
 
-    if first is None or steps_with is None or library_of(str(first.get("site", ""))) is not None:
+    if first is None or steps_with is None or library_of(first) is not None:
         return None
     flag = script_flag(ctx, "log_interval")
     value = flag.get("value") if flag else None
@@ -136,7 +145,7 @@ def _fix_flag(ctx: CheckContext, first: dict[str, Any] | None, steps_with: float
 
     if first is None:
         return None
-    known = _known_sync(str(first.get("site", "")))
+    known = _known_sync(first)
     if known is not None:
         flag = script_flag(ctx, known[0])
         return set_flag(flag, known[3]) if flag else None

@@ -14,6 +14,7 @@ from types import TracebackType
 from typing import Any
 
 from trainspeed.doctor.instrument.setting_rows import flatten_settings, setting_rows
+from trainspeed.patches.installed import is_installed
 
 
 def hydra_task_config(tb: TracebackType | None) -> Any | None:
@@ -28,7 +29,7 @@ def hydra_task_config(tb: TracebackType | None) -> Any | None:
         code = frame.f_code
         for name in code.co_varnames[:code.co_argcount + code.co_kwonlyargcount]:
             value = frame.f_locals.get(name)
-            if isinstance(value, dict_config) and "site-packages" not in code.co_filename:
+            if isinstance(value, dict_config) and not is_installed(code.co_filename):
                 return value
         tb = tb.tb_next
     return None

@@ -29,6 +29,7 @@ from trainspeed.doctor.instrument.patching import Patches
 from trainspeed.doctor.instrument.session import Session
 from trainspeed.doctor.instrument.sites import format_site, library_site
 from trainspeed.patches.callers import _library, in_user_files
+from trainspeed.patches.installed import installed_package
 
 WRAPPED: tuple[tuple[Any, str], ...] = (
     (importlib.util, "find_spec"),
@@ -48,12 +49,8 @@ line for any other function could change what the library does."""
 
 
 def _package(filename: str) -> str:
-    """The top folder under site-packages (or the folder) a file lives in: frames of one library."""
-    for marker in ("/site-packages/", "/dist-packages/"):
-        head, sep, tail = filename.replace("\\", "/").partition(marker)
-        if sep:
-            return tail.split("/", 1)[0]
-    return filename.replace("\\", "/").rsplit("/", 1)[0]
+    """The installed package a file lives in (or its folder): frames of one library."""
+    return installed_package(filename) or filename.replace("\\", "/").rsplit("/", 1)[0]
 
 
 def cache_target(frame: FrameType | None, depth: int = MAX_DEPTH) -> dict[str, Any] | None:

@@ -20,6 +20,7 @@ import torch
 
 import trainspeed
 from trainspeed.patches.callers import delegated_caller, in_delegating
+from trainspeed.patches.installed import installed_package, installed_path
 
 TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
 """Calls whose direct caller lives here are torch internals (e.g. Adam's step counter
@@ -87,11 +88,8 @@ def format_site(filename: str, lineno: int) -> str:
 
 def library_site(filename: str, lineno: int) -> str:
     """`deepspeed/runtime/engine.py:2203`: an installed package's line, from its package folder."""
-    for marker in ("site-packages", "dist-packages"):
-        head, sep, tail = filename.replace("\\", "/").rpartition(f"/{marker}/")
-        if sep:
-            return f"{tail}:{lineno}"
-    return format_site(filename, lineno)
+    inside = installed_path(filename)
+    return f"{inside}:{lineno}" if inside is not None else format_site(filename, lineno)
 
 
 @dataclass(slots=True)
@@ -100,6 +98,9 @@ class SiteStat:
     seconds: float = 0.0
     via: tuple[str, int] | None = None
     """The delegating package's line the calls went through (the first one seen)."""
+    library: str | None = None
+    """The installed package the site lies in, read when it is first seen: the script's own
+    sys.path (a --target folder it was given) is gone by the time the rows are written."""
 
 
 @dataclass(slots=True)
@@ -118,7 +119,7 @@ class SiteCounter:
                 key = (category, kind, "<other>", 0)
                 stat = self.stats.get(key)
             if stat is None:
-                stat = self.stats[key] = SiteStat()
+                stat = self.stats[key] = SiteStat(library=installed_package(key[2]) if key[3] else None)
         if stat.via is None and via is not None:
             stat.via = via
         stat.count += 1
@@ -152,6 +153,8 @@ class SiteCounter:
                     "count": stat.count,
                     "seconds": stat.seconds,
                 }
+                if stat.library is not None:
+                    row["library"] = stat.library
                 if stat.via is not None:
                     row["via"] = library_site(*stat.via)
                     row["via_code"] = linecache.getline(*stat.via).strip()[:160]
