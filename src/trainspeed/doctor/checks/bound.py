@@ -20,7 +20,7 @@ from __future__ import annotations
 from typing import Any
 
 from trainspeed.doctor.checks.context import CheckContext, pct
-from trainspeed.doctor.checks.data import padded_per_batch, padding_share
+from trainspeed.doctor.checks.data import DATA_WAIT_WARNING, padded_per_batch, padding_share
 from trainspeed.doctor.checks.lookups import SHARE_INFO, lookup_time
 from trainspeed.doctor.checks.script_flags import script_padding_flag
 
@@ -41,22 +41,22 @@ def _helps(ctx: CheckContext, bound: str, launch: bool) -> list[str]:
         return [more, "less work per sample in __getitem__ (decode once, cache, cheaper transforms)",
                 "pin_memory with non_blocking copies on a GPU",
                 "a faster model changes nothing until the data keeps up"]
+    helps = _waiting_helps(ctx)
     if bound == "overhead" and launch:
-        return ["a larger batch (more work per kernel launch)",
-                "torch.compile (fewer, fused kernels; mode=reduce-overhead adds CUDA graphs)",
-                "no host reads of device values inside the step (.item(), printing tensors)"]
+        return helps + ["a larger batch (more work per kernel launch)",
+                        "torch.compile (fewer, fused kernels; mode=reduce-overhead adds CUDA graphs)",
+                        "no host reads of device values inside the step (.item(), printing tensors)"]
     if bound == "overhead":
-        helps = ["logging, checkpointing and evaluation less often (the findings below name their lines)",
-                 "moving Python work out of the step (bookkeeping over growing lists, per-step conversions)"]
+        helps += ["logging, checkpointing and evaluation less often (the findings below name their lines)",
+                  "moving Python work out of the step (bookkeeping over growing lists, per-step conversions)"]
         lookups = ctx.time_share(lookup_time(ctx)[1])
         if lookups >= SHARE_INFO:
-            helps.insert(0, f"caching the package lookups a library makes at every step ({pct(lookups)} "
-                            "of the time: the finding below writes the line)")
+            helps.insert(len(helps) - 2, f"caching the package lookups a library makes at every step "
+                                         f"({pct(lookups)} of the time: the finding below writes the line)")
         return helps
     cpu = (ctx.run.env or {}).get("cpu") if isinstance(ctx.run.env, dict) else None
     no_bf16 = ctx.device_type == "cpu" and isinstance(cpu, dict) and cpu.get("bf16_fast") is False
     precision = str(ctx.summary.get("precision") or "fp32")
-    helps = []
     pad = padding_share(ctx)
     if pad is not None:
         # run_glue_no_trainer.py --pad_to_max_length: 69 % of the positions were padding and this
@@ -74,6 +74,25 @@ def _helps(ctx: CheckContext, bound: str, launch: bool) -> list[str]:
         helps.append("compute threads matched to the free cores")
     helps += ["a smaller or cheaper model", "a faster device"]
     return helps
+
+
+def _data_wait(ctx: CheckContext) -> float | None:
+    """The share of the step spent waiting for the next batch when the data finding warns of
+    it (DATA_WAIT_WARNING) though the step is bound elsewhere, else None."""
+    share = ctx.share("data")
+    return share if share >= DATA_WAIT_WARNING else None
+
+
+def _waiting_helps(ctx: CheckContext) -> list[str]:
+    # pytorch/examples' mnist on the CPU: compute-bound at 86 %, but the step waited 13 % for
+    # its batch (num_workers=0), the one warning below, and this line offered bf16 and compile
+    wait = _data_wait(ctx)
+    if wait is None:
+        return []
+    workers = (ctx.train_loader() or {}).get("num_workers")
+    now = f" (now {workers})" if isinstance(workers, int) else ""
+    return [f"DataLoader workers{now} for the {pct(wait)} of the step spent waiting for the next batch "
+            "(the data finding below)"]
 
 
 def where_time_goes(ctx: CheckContext) -> dict[str, Any] | None:
@@ -106,6 +125,8 @@ def where_time_goes(ctx: CheckContext) -> dict[str, Any] | None:
               "compute": ("precision", "compile")}[bound]
     if bound == "compute" and padding_share(ctx) is not None and script_padding_flag(ctx, padded_per_batch(ctx)):
         topics = ("padding_flag", *topics)
+    if bound != "data" and _data_wait(ctx) is not None:
+        topics = ("num_workers", *topics)
     return {"bound": bound, "shares": shares, "mfu": mfu_value, "statement": statement,
             "helps": _helps(ctx, bound, launch), "verify_with": ctx.tune_command(*topics)}
 
