@@ -29,6 +29,17 @@ def test_the_crash_in_the_run_directory_is_the_error(tmp_path):
 def test_without_a_crash_record_the_stderr_tail_or_its_absence_is_said(tmp_path):
     assert _crash_of(tmp_path) is None
     assert _classify_failure(2, "usage: train.py\ntrain.py: error: unrecognized arguments: --x\n") == (
-        "exit code 2; stderr tail:\nusage: train.py\ntrain.py: error: unrecognized arguments: --x")
+        "exit code 2: train.py: error: unrecognized arguments: --x; stderr tail:\n"
+        "usage: train.py\ntrain.py: error: unrecognized arguments: --x")
     assert _classify_failure(1, "") == "exit code 1, nothing on stderr"
     assert _classify_failure(1, "", "torch.OutOfMemoryError: CUDA out of memory").startswith("OOM (exit 1)")
+
+
+def test_a_traceback_on_stderr_puts_its_exception_on_the_first_line():
+    """The console and the table show a failure's first line: pytorch/examples' mnist read
+    "exit code 1; stderr tail:" there, the NameError only in tune.jsonl."""
+    stderr = ('Traceback (most recent call last):\n  File "/x/trainspeed/cli/run.py", line 113, in run\n'
+              '    result = run_doctor(config)\n  File "/x/trainspeed/doctor/checks/bound.py", line 44, in _helps\n'
+              "    helps = _waiting_helps(ctx)\nNameError: name '_waiting_helps' is not defined\n")
+    first = _classify_failure(1, stderr).splitlines()[0]
+    assert first == "exit code 1: NameError: name '_waiting_helps' is not defined (at bound.py:44); stderr tail:"

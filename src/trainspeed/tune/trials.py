@@ -192,7 +192,21 @@ def _classify_failure(returncode: int, stderr: str, crash: str | None = None) ->
         return f"OOM (exit {returncode}): {crash or (lines[-1] if lines else '')}"
     if crash:
         return f"exit code {returncode}: {crash}"
-    return f"exit code {returncode}; stderr tail:\n{tail}" if tail else f"exit code {returncode}, nothing on stderr"
+    if not tail:
+        return f"exit code {returncode}, nothing on stderr"
+    # The first line is what the console and the table show: the exception, not "stderr tail:"
+    # (a trial that crashed in the doctor's own report read "exit code 1; stderr tail:" there).
+    return f"exit code {returncode}: {_last_error(lines)}; stderr tail:\n{tail}"
+
+
+def _last_error(lines: list[str]) -> str:
+    """`NameError: name 'x' is not defined (at bound.py:44)`: the last unindented line (a
+    traceback's exception, argparse's error) and the traceback's innermost frame if it has one."""
+    import re
+
+    frames = [m for line in lines if (m := re.match(r'\s*File "([^"]+)", line (\d+)', line))]
+    error = next((line.strip() for line in reversed(lines) if not line[:1].isspace()), lines[-1].strip())
+    return f"{error} (at {Path(frames[-1][1]).name}:{frames[-1][2]})" if frames else error
 
 
 def _crash_of(run_dir: Path) -> str | None:
