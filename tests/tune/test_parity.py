@@ -112,3 +112,23 @@ def test_losses_compare_at_the_same_step_count():
     # a candidate of another length has no baseline to compare with: no delta, no refusal
     other = parity.judge(base, [trial(9.9, 60)], 0.05)
     assert other.base_loss is None and other.delta is None and other.judged is None
+
+
+def test_two_runs_converged_near_zero_are_not_a_mismatch():
+    """pytorch/examples' mnist (dropout, seeded): compile draws its dropout masks differently and
+    ended at 0.0022 against the baseline's 0.00067 (+230 %), from a start of 2.3, and was refused
+    as a loss mismatch; the baseline's exact repeats gave the tolerance no width."""
+    def trial(loss, start):
+        return TrialResult(key="b", label="x", repeat=0, ok=True, loss=loss, loss_start=start, steps_run=59)
+
+    base = [trial(0.00067, 2.3), trial(0.00067, 2.3)]
+    par = parity.judge(base, [trial(0.0022, 2.31)], 0.05)
+    assert par.delta == pytest.approx(2.28, abs=0.01) and par.judged is None
+    assert "both near zero" in par.near_zero_note() and "2.3" in par.near_zero_note()
+    # a worse model is still refused: 0.6 against 0.5 from 2.3 is 4 % of the start
+    worse = parity.judge([trial(0.5, 2.3)], [trial(0.6, 2.3)], 0.05)
+    assert worse.judged == pytest.approx(0.2) and worse.near_zero_note() is None
+    # without a starting loss (older resume stores) the relative rule stands alone
+    old = parity.judge([TrialResult(key="b", label="x", repeat=0, ok=True, loss=0.00067)],
+                       [TrialResult(key="c", label="y", repeat=0, ok=True, loss=0.0022)], 0.05)
+    assert old.judged == pytest.approx(2.28, abs=0.01)

@@ -94,6 +94,7 @@ def test_result_reads_mfu_at_the_median_measured_step(tmp_path):
 def test_result_falls_back_to_the_training_loss_tail_and_catches_overflow(tmp_path):
     res = result_from_run_dir(REQ, write_run(tmp_path / "a", [4, 3, 2, 2, 1, 1, 1, 1]), 1.0)
     assert res.loss == pytest.approx(1.0)  # mean of the last quarter
+    assert res.loss_start == pytest.approx((4 + 3 + 2 + 2 + 1) / 5)  # the scale parity weighs a delta on
     bad = result_from_run_dir(REQ, write_run(tmp_path / "b", [4, 3, 2, 2, 1, 1, 1, float("inf")]), 1.0)
     assert bad.loss == math.inf
 

@@ -222,6 +222,8 @@ class Tuner(LoadProof):
             row.memory_ratio = cand_mem / ref_mem
         if row.verdict == stats.LOSS_MISMATCH:
             row.note = par.note()
+        elif par.near_zero_note():
+            row.note = par.near_zero_note()
         confirm(self, row, pairs)
         note_one_time(row, ref, cand)
         if len(rounds) < planned:

@@ -79,6 +79,9 @@ class TrialResult:
     loss: float | None = None
     """Parity loss: validation loss at the end when the run evaluated, else the mean
     training loss over the last quarter of its steps."""
+    loss_start: float | None = None
+    """The mean training loss of the run's first logged steps: the scale a loss difference is
+    weighed on when both sides have converged near zero (parity.py)."""
     memory_peak: float | None = None
     """Peak memory in bytes: CUDA allocated when on a GPU, else the process RSS."""
     wall_s: float = 0.0
@@ -147,7 +150,7 @@ def result_from_run_dir(request: TrialRequest, run_dir: Path, wall_s: float) -> 
         others = _finite(np.asarray(system_series(run).get("cpu_others", []), dtype=np.float64))
     return TrialResult(ok=True, others_load=float(np.median(others)) / 100 if others.size else None, step_times=t[keep].tolist(), samples=samples[keep].tolist(),
                        epoch_starts=starts[keep].tolist() if starts[keep].any() else [],
-                       steps_per_epoch=per_epoch, loss=loss,
+                       steps_per_epoch=per_epoch, loss=loss, loss_start=_start_loss(run),
                        memory_peak=float(mem.max()) if mem.size else None,
                        mfu=utilization, peak_name=reading.peak_name if utilization else None,
                        steps_run=int(t.size), warmup_s=float(np.sum(t[warm & np.isfinite(t)])) if warm.any() else None,
@@ -162,6 +165,13 @@ def _epoch_starts(run: Any, steps: np.ndarray) -> tuple[np.ndarray, int | None]:
     per_epoch = next((int(v) for e in events if isinstance(v := (e.get("data") or {}).get("steps_per_epoch"), int)
                       and v > 0), None)
     return np.isin(steps, sorted(first)), per_epoch
+
+
+def _start_loss(run: Any, steps: int = 5) -> float | None:
+    """The mean of the first `steps` finite training losses the run logged (None: none)."""
+    losses = run.array("loss")
+    first = losses[np.isfinite(losses)][:steps]
+    return float(np.mean(first)) if first.size else None
 
 
 def _parity_loss(run: Any) -> float | None:
