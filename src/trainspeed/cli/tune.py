@@ -221,7 +221,12 @@ def outcome_lines(result, out, command: list[str]) -> list[str]:
     if patch.is_file():
         lines.append(f"code change:  {change}  (apply: git apply {patch})")
     elif change.is_file():
-        lines.append(f"code change:  {change}  (no patch: the change is described there)")
+        import importlib.util
+
+        why = ("no patch: LibCST is not installed; pip install 'trainspeed[patch]', then run this tune "
+               "again with the same --out (its trials are reused)" if importlib.util.find_spec("libcst") is None
+               else "no patch: the change is described there")
+        lines.append(f"code change:  {change}  ({why})")
     return lines
 
 
