@@ -103,8 +103,8 @@ class Parity:
         """Why a loss delta beyond the tolerance was not refused: both runs converged near zero."""
         if not (self.near_zero and self.delta is not None and abs(self.delta) > self.tolerance):
             return None
-        return (f"loss {fmt_loss(self.cand_loss)} vs baseline {fmt_loss(self.base_loss)}: both near zero, "
-                f"{START_SHARE:.0%} of the starting loss {fmt_loss(self.start)} apart at most; not refused")
+        return (f"loss {fmt_loss(self.cand_loss)} vs baseline {fmt_loss(self.base_loss)}: both near zero, apart by "
+                f"under {START_SHARE:.0%} of the loss the trials started from ({fmt_loss(self.start)}); not refused")
 
     def note(self) -> str:
         why = ("the baseline's own repeats spread" if self.spread >= self.tolerance
