@@ -207,3 +207,27 @@ def test_sampler_without_nvml_has_no_gpu_fields(monkeypatch):
     s.stop()
     assert not any(k.startswith("gpu_") for k in s.latest())
     assert s.latest()["rss"] > 0
+
+
+@pytest.mark.timeout(120)
+def test_a_run_root_makes_the_sibling_processes_part_of_the_run(tmp_path):
+    """A training process the doctor follows (doctor/spawned.py) counts its sibling trainers as
+    the run, not as other processes' load: its sampler's tree is the run root's."""
+    import json
+    import os
+    import subprocess
+
+    sibling = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    code = ("from trainspeed.telemetry.sampler import SystemSampler\n"
+            "s = SystemSampler(interval_s=10).start()\nprint([k.pid for k in s._children()])\ns.stop()\n")
+    try:
+        def tree(env: dict[str, str]) -> list[int]:
+            out = subprocess.run([sys.executable, "-c", code], env={**os.environ, **env}, capture_output=True,
+                                 text=True, timeout=60, check=True).stdout
+            return json.loads(out.strip().splitlines()[-1])
+
+        assert sibling.pid in tree({sampler_mod.RUN_ROOT_PID_ENV: str(os.getpid())})
+        assert sibling.pid not in tree({sampler_mod.RUN_ROOT_PID_ENV: ""})
+    finally:
+        sibling.kill()
+        sibling.wait()

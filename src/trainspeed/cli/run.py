@@ -107,7 +107,7 @@ def run(args: argparse.Namespace) -> int:
         if args.doctor:
             config = DoctorConfig(command=command, steps=args.steps or None, out=args.out,
                                   warmup_steps=args.warmup_steps, count_flops=args.flops, sinks=("jsonl",),
-                                  max_seconds=args.max_seconds)
+                                  max_seconds=args.max_seconds, plan=args.with_ if plan.patch_settings() else None)
             # the system sampler stays on: a tune's trials read other processes' CPU from it
             # (TrialResult.others_load), so a table timed on a busy machine says so
             result = run_doctor(config)
@@ -165,4 +165,6 @@ def _write_notes(run_dir: Any, settings: dict[str, Any], notes: list[str]) -> No
     it to mark a trial whose setting failed (a compile that fell back to eager)."""
     from trainspeed.fileio import atomic_write_text
 
+    if (run_dir / "patches.json").is_file():  # the training processes' own (doctor/spawned.py)
+        return
     atomic_write_text(run_dir / "patches.json", json.dumps({"settings": settings, "notes": notes}, indent=2) + "\n")

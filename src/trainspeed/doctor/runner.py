@@ -62,6 +62,9 @@ class DoctorConfig:
     """Count one step's FLOPs (FlopCounterMode over a real step) to report MFU."""
     profile_steps: str | None = None
     """'START-END': a torch.profiler trace of those steps, with trainspeed.<phase> ranges."""
+    plan: str | None = None
+    """`run --with PLAN`: its settings are applied again in the training processes the script
+    starts itself (doctor/spawned.py), as they were in the script's own."""
 
     def __post_init__(self) -> None:
         if not self.command:
@@ -298,12 +301,14 @@ def run_doctor(config: DoctorConfig) -> DoctorResult:
     from trainspeed.doctor.instrument.files import snapshot
     from trainspeed.doctor.instrument.flags import observe_argv_flags
     from trainspeed.doctor.instrument.import_path import needed_pythonpath
+    from trainspeed.doctor.spawned import adopt_spawned, follow_spawned
     from trainspeed.doctor.started_ranks import end_started_ranks
     from trainspeed.doctor.instrument.observations import emit_observations
     from trainspeed.doctor.tuned import annotate as annotate_tuned, script_key
     from trainspeed.telemetry import schema
     from trainspeed.telemetry.monitor import Monitor
     from trainspeed.telemetry.rundir import RunData, read_run, try_write, write_json
+    from trainspeed.telemetry.summary import summarize
 
     from trainspeed.telemetry.ranks import rank_dir, wait_for_ranks
 
@@ -336,6 +341,10 @@ def run_doctor(config: DoctorConfig) -> DoctorResult:
     error: BaseException | None = None
     code, stopped = 0, "end"
     installed = install(session)
+    unfollow = follow_spawned({"run_dir": str(run_dir), "device": device, "steps": steps, "warmup": warmup,
+                               "log_every": config.log_every, "flops_at": flops_at, "command": command,
+                               "script": target.name if target.kind == "path" else None, "args": target.args,
+                               "plan": config.plan})
     restore_term = _stop_on_sigterm()
     script_seen: dict[str, Any] = {}
     try:
@@ -358,6 +367,7 @@ def run_doctor(config: DoctorConfig) -> DoctorResult:
         # ranks the script started itself wait for this one at their next collective
         # (started_ranks.py); told apart in the environment the script ran in, before uninstall
         ended_ranks = end_started_ranks() if stopped in ("steps", "signal") else 0
+        unfollow()
         installed.uninstall()
 
     trace = None
@@ -385,7 +395,11 @@ def run_doctor(config: DoctorConfig) -> DoctorResult:
         monitor.event("precision", precision=found[0], source=found[1])
     summary = monitor.close(error=error)
     error = None  # drop the frames (and DataLoader workers) the traceback holds
+    steps_done = monitor.steps_done
     try:
+        if not steps_done and adopt_spawned(run_dir):  # trained in processes it started (spawned.py)
+            summary = summarize(read_run(run_dir))
+            steps_done = int(summary.get("steps") or 0)
         run = read_run(run_dir)
     except (OSError, RunDirError):  # the run directory could not be written: what was kept
         run = RunData(path=run_dir, steps=list(monitor.recent))
@@ -398,7 +412,7 @@ def run_doctor(config: DoctorConfig) -> DoctorResult:
         "findings": findings,
         "traceback": trace,
         "doctor": {"command": command, "stopped": stopped, "exit_code": code, "error": summary_line,
-                   "steps": monitor.steps_done, "max_steps": steps},
+                   "steps": steps_done, "max_steps": steps},
     })
     return DoctorResult(exit_code=code, run_dir=run_dir, summary=summary, findings=findings,
-                        traceback=trace, stopped=stopped, steps=monitor.steps_done)
+                        traceback=trace, stopped=stopped, steps=steps_done)

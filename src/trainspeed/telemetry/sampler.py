@@ -19,7 +19,13 @@ import numpy as np
 from trainspeed.errors import ConfigError
 
 __all__ = ["GpuReader", "NvmlReader", "open_nvml", "SystemSampler", "HOST_FIELDS", "GPU_FIELDS",
-           "SERIES_FIELDS", "others_cpu_percent"]
+           "RUN_ROOT_PID_ENV", "SERIES_FIELDS", "others_cpu_percent"]
+
+RUN_ROOT_PID_ENV = "TRAINSPEED_RUN_ROOT_PID"
+"""Set to a process's pid, that process's whole tree is the run: cpu_tree counts it, and
+cpu_others what lies outside it. A training process a script started itself (the doctor
+follows it: doctor/spawned.py) would otherwise read its sibling trainers as other processes'
+load, and its own slowdown as contention."""
 
 HOST_FIELDS: tuple[str, ...] = ("t", "cpu_process", "cpu_system", "rss", "children_rss", "cpu_tree", "cpu_others")
 """cpu_process: this process, % of one core (> 100 when multi-threaded); cpu_system: the whole
@@ -176,6 +182,7 @@ class SystemSampler:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._proc = None
+        self._root = None  # RUN_ROOT_PID_ENV's process when it is not this one
         # Cumulative readings of the previous row: (perf_counter, machine busy s, tree CPU s).
         self._prev_cpu: tuple[float, float, float] | None = None
         self._kids: dict[int, Any] = {}  # pid -> psutil.Process of the live descendants
@@ -187,6 +194,7 @@ class SystemSampler:
         import psutil
 
         self._proc = psutil.Process(os.getpid())
+        self._root = _run_root(psutil)
         # psutil's cpu_percent(None) measures since the previous call; the first call only primes it.
         self._proc.cpu_percent(None)
         psutil.cpu_percent(None)
@@ -255,7 +263,11 @@ class SystemSampler:
         row["cpu_system"] = float(psutil.cpu_percent(None))  # % of all cores
         kids = self._children()
         row["rss"] = float(self._proc.memory_info().rss)
-        row["children_rss"] = float(sum(_child_value(k, "rss") for k in kids))
+        if self._root is not None:  # the tree is the run root's: this process's own children only
+            own = set(_child_pids(self._proc.pid) or ())
+            row["children_rss"] = float(sum(_child_value(k, "rss") for k in kids if k.pid in own))
+        else:
+            row["children_rss"] = float(sum(_child_value(k, "rss") for k in kids))
         totals = self._cpu_totals(kids)
         if self._prev_cpu is not None:
             t0, busy0, tree0 = self._prev_cpu
@@ -275,10 +287,11 @@ class SystemSampler:
         reads; psutil's children() reads every process's stat file on the machine (~2 ms)."""
         import psutil
 
-        pids = _child_pids(self._proc.pid)
+        head = self._root or self._proc
+        pids = _child_pids(head.pid)
         if pids is None:
             try:
-                kids = self._proc.children(recursive=True)
+                kids = head.children(recursive=True)
             except (psutil.NoSuchProcess, psutil.AccessDenied):
                 kids = []
             self._kids = {k.pid: k for k in kids}
@@ -299,7 +312,7 @@ class SystemSampler:
         """(perf_counter now, machine busy CPU s, this tree's CPU s), cumulative."""
         import psutil
 
-        mine = self._proc.cpu_times()
+        mine = (self._root or self._proc).cpu_times()
         tree = mine.user + mine.system + mine.children_user + mine.children_system
         tree += sum(_child_value(k, "cpu") for k in kids)
         return time.perf_counter(), _busy_seconds(psutil.cpu_times()), float(tree)
@@ -355,6 +368,17 @@ class SystemSampler:
             else:
                 out[f"{name}_mean"], out[f"{name}_max"] = mean, peak
         return out
+
+
+def _run_root(psutil: Any) -> Any:
+    """The RUN_ROOT_PID_ENV process when set, alive and not this one, else None."""
+    value = os.environ.get(RUN_ROOT_PID_ENV, "")
+    if not value.isdigit() or int(value) == os.getpid():
+        return None
+    try:
+        return psutil.Process(int(value))
+    except Exception:  # gone, or not ours to read
+        return None
 
 
 def _child_value(proc: Any, what: str) -> float:

@@ -23,6 +23,7 @@ from trainspeed.doctor.checks.context import CheckContext, pct
 from trainspeed.doctor.checks.data import DATA_WAIT_WARNING, padded_per_batch, padding_share
 from trainspeed.doctor.checks.lookups import SHARE_INFO, lookup_time
 from trainspeed.doctor.checks.script_flags import script_padding_flag
+from trainspeed.doctor.checks.threads import oversubscribed
 
 DATA = ("data", "h2d")
 OVERHEAD = ("log", "ckpt", "eval", "other")
@@ -127,6 +128,8 @@ def where_time_goes(ctx: CheckContext) -> dict[str, Any] | None:
         topics = ("padding_flag", *topics)
     if bound != "data" and _data_wait(ctx) is not None:
         topics = ("num_workers", *topics)
+    if oversubscribed(ctx) is not None:  # the script's processes' threads exceed the cores (threads.py)
+        topics = ("threads", *topics)
     return {"bound": bound, "shares": shares, "mfu": mfu_value, "statement": statement,
             "helps": _helps(ctx, bound, launch), "verify_with": ctx.tune_command(*topics)}
 

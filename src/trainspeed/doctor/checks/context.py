@@ -171,6 +171,8 @@ class CheckContext:
 
         config = self.run.path / "config.yaml"
         ranks = len(self.summary.get("ranks") or [])  # a data-parallel run: launched again alike
+        if self.first("spawned_trainers"):
+            ranks = 0  # the script starts its training processes itself (doctor/spawned.py)
         length = self._steps_option(steps)
         if self.launcher and self.command:  # `accelerate launch ...` as typed: the doctor goes in under it
             fixed = command_with_flags(list(self.command), list(flags))

@@ -1,0 +1,55 @@
+"""Training in processes the script starts itself (pytorch/examples' mnist_hogwild: two
+`mp.Process(target=train)` children, spawn method). The doctor saw 0 steps in the script's own
+process, ran the whole epoch, and called it "an inference-only script?"; a tune's settings never
+reached the children. Now each child runs under a doctor session of its own and the run directory
+reads them as ranks (doctor/spawned.py); `run --with` applies its settings in them too."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+
+from doctor_helpers import SCRIPTS
+
+pytestmark = [pytest.mark.timeout(240), pytest.mark.slow]
+
+
+def test_the_spawned_trainers_are_followed_and_read_as_ranks(doctor):
+    result = doctor("hogwild_spawn.py", "--epochs", "3", steps=12)
+    run = result.run_dir
+    assert result.steps == 12 and result.exit_code == 0, result.traceback
+    ids = [f["id"] for f in result.findings]
+    assert "no_step_found" not in ids
+    # torch gives each process a thread per core: 2 processes oversubscribe any machine
+    over = next(f for f in result.findings if f["id"] == "threads_oversubscribed")
+    assert over["title"].startswith("2 training processes run") and "torch.set_num_threads(" in over["recommendation"]
+    assert "--knobs threads --" in over["verify_with"] and "torchrun" not in over["verify_with"]
+    ranks = result.summary["ranks"]
+    assert ranks is not None and len(ranks["rows"] if isinstance(ranks, dict) else ranks) == 2, ranks
+    # each child stopped at --steps (3 epochs of 32 would be 96): 12 steps in either
+    assert sum(1 for _ in open(run / "ranks" / "rank1" / "steps.jsonl")) == 12
+    # the script's own process is kept apart; nothing left half-moved
+    assert (run / "launcher" / "events.jsonl").is_file() and not (run / "spawned").exists()
+    report = json.loads((run / "report.json").read_text())
+    assert report["doctor"]["steps"] == 12
+    # the children's flags are the script's: advice and verify lines can name them
+    flags = [json.loads(line) for line in open(run / "events.jsonl")]
+    assert any(e["type"] == "observation" and e["data"].get("kind") == "script_flags" for e in flags)
+
+
+def test_run_with_applies_its_settings_in_the_spawned_trainers(tmp_path, monkeypatch):
+    from trainspeed.cli.main import main
+
+    monkeypatch.chdir(tmp_path)
+    plan = tmp_path / "best.yaml"
+    plan.write_text("schema: 1\nkind: script-settings\ncommand: []\nsettings:\n  threads: 1\n"
+                    "  loader.num_workers: 1\n")
+    code = main(["run", "--with", str(plan), "--doctor", "--steps", "8", "--out", str(tmp_path / "r"), "--quiet",
+                 "--", sys.executable, str(SCRIPTS / "hogwild_spawn.py"), "--epochs", "2"])
+    assert code == 0
+    notes = json.loads((tmp_path / "r" / "patches.json").read_text())["notes"]
+    # the children's own notes: their DataLoader (built in train(), not in the script's process) got a worker
+    assert "threads: torch.set_num_threads(1)" in notes
+    assert any(n.startswith("DataLoader at hogwild_spawn.py:") and n.endswith("num_workers=1") for n in notes), notes
