@@ -16,6 +16,17 @@ from doctor_helpers import SCRIPTS
 pytestmark = [pytest.mark.timeout(240), pytest.mark.slow]
 
 
+@pytest.fixture(autouse=True)
+def _start_method_restored():
+    """The script sets the spawn method for the whole process (it runs in-process, as under the
+    doctor): left so, a later test's DataLoader workers would re-run its script as __mp_main__."""
+    import multiprocessing
+
+    before = multiprocessing.get_start_method(allow_none=True)
+    yield
+    multiprocessing.set_start_method(before, force=True)
+
+
 def test_the_spawned_trainers_are_followed_and_read_as_ranks(doctor):
     result = doctor("hogwild_spawn.py", "--epochs", "3", steps=12)
     run = result.run_dir
@@ -53,3 +64,38 @@ def test_run_with_applies_its_settings_in_the_spawned_trainers(tmp_path, monkeyp
     # the children's own notes: their DataLoader (built in train(), not in the script's process) got a worker
     assert "threads: torch.set_num_threads(1)" in notes
     assert any(n.startswith("DataLoader at hogwild_spawn.py:") and n.endswith("num_workers=1") for n in notes), notes
+
+
+HELPER = '''
+import multiprocessing as mp
+import time
+import torch
+
+
+def helper(seconds):
+    time.sleep(seconds)
+
+
+if __name__ == "__main__":
+    mp.set_start_method("spawn", force=True)
+    side = mp.Process(target=helper, args=(0.1,))
+    side.start()
+    model = torch.nn.Linear(8, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    for _ in range(12):
+        opt.zero_grad()
+        model(torch.randn(4, 8)).sum().backward()
+        opt.step()
+    side.join()
+'''
+
+
+def test_a_helper_process_that_trains_nothing_leaves_no_records(tmp_path, monkeypatch):
+    from trainspeed.doctor.runner import DoctorConfig, run_doctor
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "train.py").write_text(HELPER)
+    result = run_doctor(DoctorConfig(command=["python", "train.py"], steps=None, out=tmp_path / "run",
+                                     system_sampler=False))
+    assert result.steps == 12 and not result.summary.get("ranks")
+    assert not (tmp_path / "run" / "spawned").exists() and not (tmp_path / "run" / "launcher").exists()

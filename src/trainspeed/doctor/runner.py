@@ -301,7 +301,7 @@ def run_doctor(config: DoctorConfig) -> DoctorResult:
     from trainspeed.doctor.instrument.files import snapshot
     from trainspeed.doctor.instrument.flags import observe_argv_flags
     from trainspeed.doctor.instrument.import_path import needed_pythonpath
-    from trainspeed.doctor.spawned import adopt_spawned, follow_spawned
+    from trainspeed.doctor.spawned import adopt_spawned, drop_idle_spawned, follow_spawned
     from trainspeed.doctor.started_ranks import end_started_ranks
     from trainspeed.doctor.instrument.observations import emit_observations
     from trainspeed.doctor.tuned import annotate as annotate_tuned, script_key
@@ -400,6 +400,8 @@ def run_doctor(config: DoctorConfig) -> DoctorResult:
         if not steps_done and adopt_spawned(run_dir):  # trained in processes it started (spawned.py)
             summary = summarize(read_run(run_dir))
             steps_done = int(summary.get("steps") or 0)
+        elif steps_done:
+            drop_idle_spawned(run_dir)
         run = read_run(run_dir)
     except (OSError, RunDirError):  # the run directory could not be written: what was kept
         run = RunData(path=run_dir, steps=list(monitor.recent))

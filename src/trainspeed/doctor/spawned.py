@@ -36,7 +36,7 @@ _TORCH_SPAWN_WRAP = ("torch.multiprocessing.spawn", "_wrap")
 """torch.multiprocessing.spawn's per-process entry `_wrap(fn, i, args, error_file)`: the
 user's function runs in it as process i."""
 
-__all__ = ["LAUNCHER_DIR", "SPAWNED_DIR", "adopt_spawned", "follow_spawned", "run_spawned"]
+__all__ = ["LAUNCHER_DIR", "SPAWNED_DIR", "adopt_spawned", "drop_idle_spawned", "follow_spawned", "run_spawned"]
 
 
 def _followed(target: Any) -> bool:
@@ -218,3 +218,16 @@ def adopt_spawned(run_dir: Path) -> int:
     print(f"trainspeed doctor: the script trained in {len(trained)} process(es) it started itself; "
           f"the report reads them as ranks (the script's own process: {launcher})", file=sys.stderr)
     return len(trained)
+
+
+def drop_idle_spawned(run_dir: Path) -> None:
+    """When the script's own process trained: the records of the processes it started that
+    trained no step (a helper, a data producer) are removed; any that trained stay in spawned/."""
+    spawned = run_dir / SPAWNED_DIR
+    if not spawned.is_dir():
+        return
+    for folder in spawned.iterdir():
+        if folder.is_dir() and not _steps_in(folder):
+            shutil.rmtree(folder, ignore_errors=True)
+    if not any(spawned.iterdir()):
+        spawned.rmdir()
