@@ -99,3 +99,24 @@ def test_a_helper_process_that_trains_nothing_leaves_no_records(tmp_path, monkey
                                      system_sampler=False))
     assert result.steps == 12 and not result.summary.get("ranks")
     assert not (tmp_path / "run" / "spawned").exists() and not (tmp_path / "run" / "launcher").exists()
+
+
+@pytest.mark.parametrize("processes,threads,cores,found", [(2, 2, 2, "critical"), (2, 1, 2, None),
+                                                            (3, 1, 2, "warning"), (1, 8, 8, None)])
+def test_threads_oversubscribed_counts_every_process_s_threads(processes, threads, cores, found):
+    """torchrun's processes get OMP_NUM_THREADS=1 (nothing to say); a script's own processes get
+    torch's thread per core each (mnist_hogwild: 2 x 2 on 2 cores)."""
+    from dataclasses import replace
+
+    from test_checks import ctx_of, make_run
+    from trainspeed.doctor.checks.threads import oversubscribed_threads
+
+    run = make_run()
+    run = replace(run, env={"cpu": {"torch_threads": threads, "available_cores": cores}},
+                  rank_steps={r: run.steps for r in range(1, processes)})
+    finding = oversubscribed_threads(ctx_of(run))
+    assert (finding.severity if finding else None) == found
+    if finding and threads > 1:
+        assert f"torch.set_num_threads({max(1, cores // processes)})" in finding.recommendation
+    elif finding:  # one thread each already: fewer processes, not fewer threads
+        assert finding.recommendation.startswith(f"start at most {cores} training processes")

@@ -128,7 +128,8 @@ def where_time_goes(ctx: CheckContext) -> dict[str, Any] | None:
         topics = ("padding_flag", *topics)
     if bound != "data" and _data_wait(ctx) is not None:
         topics = ("num_workers", *topics)
-    if oversubscribed(ctx) is not None:  # the script's processes' threads exceed the cores (threads.py)
+    over = oversubscribed(ctx)
+    if over is not None and over[1] > 1:  # the script's processes' threads exceed the cores (threads.py)
         topics = ("threads", *topics)
     return {"bound": bound, "shares": shares, "mfu": mfu_value, "statement": statement,
             "helps": _helps(ctx, bound, launch), "verify_with": ctx.tune_command(*topics)}

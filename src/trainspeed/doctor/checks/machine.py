@@ -35,7 +35,8 @@ SPIN_MIN = 2.0
 threads spinning while they wait for descheduled siblings (work done alone does not double)."""
 
 
-def _cores(ctx: CheckContext) -> int:
+def usable_cores(ctx: CheckContext) -> int:
+    """The cores this run could use (affinity, else logical cores, else the context's count)."""
     cpu = (ctx.run.env or {}).get("cpu") or {}
     return int(cpu.get("available_cores") or cpu.get("logical_cores") or ctx.cores or 1)
 
@@ -87,7 +88,7 @@ def busy_machine(ctx: CheckContext, others: float | None = None) -> dict[str, An
         if read is None:
             return None
         others, window = read
-    cores = _cores(ctx)
+    cores = usable_cores(ctx)
     taken = others / 100.0
     if taken < BUSY_MIN_CORES or taken < BUSY_MIN_SHARE * cores:
         return None
