@@ -96,7 +96,10 @@ def throughput(
     kt = t[keep]
     seconds = float(kt.sum()) if kt.size else 0.0
     pct = percentiles(kt, (50, 90, 99))
-    samples_per_s = float(np.nansum(s[keep]) / seconds) if seconds > 0 else None
+    # No measured step counted a sample (a loop over a tensor it holds, no DataLoader, forwards
+    # through `self.forward(x)`): the rate is unknown, not 0 samples/s
+    counted = float(np.nansum(s[keep]))
+    samples_per_s = counted / seconds if seconds > 0 and counted > 0 else None
     tokens_per_s = None
     if tok is not None and seconds > 0:
         kept_tokens = tok[keep]

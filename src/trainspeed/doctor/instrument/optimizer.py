@@ -18,6 +18,27 @@ from torch.optim import optimizer as optim_mod
 
 from trainspeed.doctor.instrument import frameworks
 from trainspeed.doctor.instrument.patching import Patches
+
+HANDOVER_MIN = 10
+"""Steps in a row of one other optimizer, with the primary silent, after which it is the
+primary: more than this and more than twice the longest run seen while the primary stepped
+(a WGAN's critic steps 5 times per generator step, forever: never handed over)."""
+
+
+def _hand_over(s: Any, opt: Any) -> None:
+    """Track runs of another optimizer's steps; hand the step boundary to one that keeps
+    stepping alone (layer-wise training). The step it closes holds every iteration since the
+    primary's last step: marked warm-up, not a step's time."""
+    if id(opt) == s.primary_opt:
+        s.other_run_max = max(s.other_run_max, s.other_run[1])
+        s.other_run = (None, 0)
+        return
+    who, run = s.other_run
+    run = run + 1 if who == id(opt) else 1
+    s.other_run = (id(opt), run)
+    if run > max(HANDOVER_MIN, 2 * s.other_run_max):
+        s.primary_opt, s.other_run, s.other_run_max = id(opt), (None, 0), 0
+        s.mon.mark_warmup()
 from trainspeed.doctor.instrument.session import Session
 from trainspeed.doctor.instrument.sites import caller_site, format_site
 
@@ -99,6 +120,8 @@ def install(session: Session, patches: Patches) -> None:
                 micro = s.updates.on_update(opt)
             finally:
                 s.internal -= 1
+            if not s.engine_depth:
+                _hand_over(s, opt)
             if id(opt) == s.primary_opt:
                 s.step_micro = micro
         if id(opt) == s.primary_opt and not s.engine_depth:  # an engine's step closes its own step

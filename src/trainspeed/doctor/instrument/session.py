@@ -7,7 +7,10 @@ is working (`internal`), and after the run; then the hook is a plain pass-throug
 Step boundaries, from the first source that shows one (`boundary` says which):
 
 - "optimizer": a step of the *primary* optimizer (the first one that steps), so a GAN's two
-  optimizers make one step (one iteration); each optimizer's micro-batches per update are
+  optimizers make one step (one iteration). When another optimizer goes on stepping alone, far
+  longer than it ever did between the primary's steps (layer-wise training: pytorch/examples'
+  mnist_forward_forward trains each layer with its own Adam, one after the other), it becomes
+  the primary (optimizer.py, HANDOVER_MIN); each optimizer's micro-batches per update are
   its own new inputs (updates.py), not the backward calls. Forwards and backwards inside
   `optimizer.step(closure)` (LBFGS) are closure evaluations of one batch, not micro-batches.
 - "backward": no torch.optim optimizer ever stepped (manual SGD `p.data.add_(p.grad, ...)`, a
@@ -86,6 +89,8 @@ class Session(StepInputs):
         self.data_open = False  # batch-building calls in the main process opened "data" (transfers.py)
         self.eval_loader = False  # the open evaluation fetched from a DataLoader
         self.primary_opt: int | None = None
+        self.other_run: tuple[int | None, int] = (None, 0)  # (another optimizer, its steps in a row since the primary's)
+        self.other_run_max = 0  # the longest such run while the primary still stepped
         self.opt_depth = 0  # inside an optimizer's step(): closure forwards/backwards
         self.engine_depth = 0  # inside a training engine's step (DeepSpeed): it closes the step
         self.ckpt_call: list[int] | None = None  # [files, bytes] of a framework's save call in progress

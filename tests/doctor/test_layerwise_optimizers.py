@@ -1,0 +1,64 @@
+"""Several optimizers that take turns by phase, not by iteration. pytorch/examples'
+mnist_forward_forward trains each layer with its own Adam, one layer after the other: the
+doctor counted only the first optimizer's steps (100 of 200), and the second layer's training
+ran past its --steps unseen. Another optimizer that keeps stepping alone, far longer than it
+ever did between the first one's steps, now takes over the step boundary; a WGAN's critic,
+5 steps per generator step for ever, never does."""
+
+from __future__ import annotations
+
+import pytest
+
+from doctor_helpers import run_inline
+
+pytestmark = pytest.mark.timeout(120)
+
+LAYERWISE = '''
+import torch
+from torch import nn
+
+torch.manual_seed(0)
+x = torch.randn(64, 16)
+layers = [nn.Linear(16, 16), nn.Linear(16, 16)]
+opts = [torch.optim.Adam(layer.parameters(), lr=1e-3) for layer in layers]
+h = x
+for layer, opt in zip(layers, opts):
+    for epoch in range(30):
+        loss = layer.forward(h).pow(2).mean()   # the module's forward, called directly
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    h = layer(h).detach()
+'''
+
+CRITIC = '''
+import torch
+from torch import nn
+
+torch.manual_seed(0)
+gen, critic = nn.Linear(8, 8), nn.Linear(8, 1)
+opt_g = torch.optim.Adam(gen.parameters(), lr=1e-4)
+opt_c = torch.optim.Adam(critic.parameters(), lr=1e-4)
+for it in range(12):
+    opt_g.zero_grad()
+    (-critic(gen(torch.randn(16, 8))).mean()).backward()
+    opt_g.step()                       # the generator steps first: the primary
+    for _ in range(5):                 # then the critic, 5 times per generator step
+        opt_c.zero_grad()
+        (critic(gen(torch.randn(16, 8)).detach()).mean() - critic(torch.randn(16, 8)).mean()).backward()
+        opt_c.step()
+'''
+
+
+def test_layerwise_optimizers_hand_the_step_over(tmp_path):
+    result = run_inline(tmp_path, LAYERWISE, steps=None)
+    # 30 steps of the first layer; the second's 11th closes the step that held its first 11
+    # (warm-up: not a step's time), then its 19 others
+    assert result.steps == 30 + 1 + 19, result.steps
+    # no sample was counted in a measured step: the rate is unknown, not 0 samples/s
+    assert result.summary["samples_per_s"] is None
+
+
+def test_a_critic_that_steps_five_times_per_generator_step_keeps_one_step_per_iteration(tmp_path):
+    result = run_inline(tmp_path, CRITIC, steps=None)
+    assert result.steps == 12
