@@ -62,3 +62,14 @@ def test_layerwise_optimizers_hand_the_step_over(tmp_path):
 def test_a_critic_that_steps_five_times_per_generator_step_keeps_one_step_per_iteration(tmp_path):
     result = run_inline(tmp_path, CRITIC, steps=None)
     assert result.steps == 12
+
+
+def test_forwards_no_module_call_showed_are_compute_not_overhead(tmp_path):
+    """`layer.forward(h)` called directly opens no forward phase: its time is in "other", which
+    the top statement read as the host's overhead (mnist_forward_forward: 'overhead 45%')."""
+    import json
+
+    result = run_inline(tmp_path, LAYERWISE, steps=None)
+    goes = json.loads((result.run_dir / "report.json").read_text())["time_goes"]
+    assert goes["bound"] == "compute" and "the forward outside module calls, timed as other" in goes["statement"]
+    assert goes["shares"]["overhead"] < 0.05 < goes["shares"]["compute"]
