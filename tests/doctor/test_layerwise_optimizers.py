@@ -73,3 +73,6 @@ def test_forwards_no_module_call_showed_are_compute_not_overhead(tmp_path):
     goes = json.loads((result.run_dir / "report.json").read_text())["time_goes"]
     assert goes["bound"] == "compute" and "the forward outside module calls, timed as other" in goes["statement"]
     assert goes["shares"]["overhead"] < 0.05 < goes["shares"]["compute"]
+    # the tune's bf16 and compile apply at module calls: it would skip both, so the top does not
+    # offer that measurement; it says what lets them apply
+    assert goes["helps"][0].startswith("calling the module (`layer(x)`)") and goes["verify_with"] is None

@@ -147,8 +147,15 @@ def where_time_goes(ctx: CheckContext) -> dict[str, Any] | None:
     over = oversubscribed(ctx)
     if over is not None and over[1] > 1:  # the script's processes' threads exceed the cores (threads.py)
         topics = ("threads", *topics)
+    helps = _helps(ctx, bound, launch)
+    if _forwards_unseen(ctx) and not any(m.get("trained_by") for m in ctx.models()):
+        # the tune's precision and compile settings apply at module calls: with none to see
+        # (mnist_forward_forward), its trials skip them ("no trained module was seen")
+        topics = tuple(t for t in topics if t not in ("precision", "compile"))
+        helps.insert(0, "calling the module (`layer(x)`), not its `forward` (`layer.forward(x)`): module calls "
+                        "are what hooks, autocast and compile settings (and the tune's trials) see")
     return {"bound": bound, "shares": shares, "mfu": mfu_value, "statement": statement,
-            "helps": _helps(ctx, bound, launch), "verify_with": ctx.tune_command(*topics)}
+            "helps": helps, "verify_with": ctx.tune_command(*topics) if topics else None}
 
 
 def time_goes(run: Any, summary: dict[str, Any]) -> dict[str, Any] | None:
