@@ -152,8 +152,9 @@ def where_time_goes(ctx: CheckContext) -> dict[str, Any] | None:
         # the tune's precision and compile settings apply at module calls: with none to see
         # (mnist_forward_forward), its trials skip them ("no trained module was seen")
         topics = tuple(t for t in topics if t not in ("precision", "compile"))
-        helps.insert(0, "calling the module (`layer(x)`), not its `forward` (`layer.forward(x)`): module calls "
-                        "are what hooks, autocast and compile settings (and the tune's trials) see")
+        helps.insert(0, "calling the module (`layer(x)`), not its `forward` (`layer.forward(x)`): no module call "
+                        "ran the training forward (called directly, or a model compiled in place), and module "
+                        "calls are what hooks, autocast and compile settings (and the tune's trials) see")
     return {"bound": bound, "shares": shares, "mfu": mfu_value, "statement": statement,
             "helps": helps, "verify_with": ctx.tune_command(*topics) if topics else None}
 
