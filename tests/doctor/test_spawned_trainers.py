@@ -50,6 +50,14 @@ def test_the_spawned_trainers_are_followed_and_read_as_ranks(doctor):
     assert any(e["type"] == "observation" and e["data"].get("kind") == "script_flags" for e in flags)
 
 
+def test_a_target_that_exits_zero_is_not_a_crash(doctor, capsys):
+    result = doctor("hogwild_spawn.py", "--epochs", "1", "--exit-zero", steps=None)
+    assert result.steps == 32 and "done [0, 0]" in capsys.readouterr().out
+    events = [json.loads(line) for line in open(result.run_dir / "events.jsonl")]
+    doctor_obs = [e["data"] for e in events if e["type"] == "observation" and e["data"].get("kind") == "doctor"]
+    assert doctor_obs and doctor_obs[0]["stopped"] == "exit" and doctor_obs[0]["exit_code"] == 0
+
+
 def test_run_with_applies_its_settings_in_the_spawned_trainers(tmp_path, monkeypatch):
     from trainspeed.cli.main import main
 

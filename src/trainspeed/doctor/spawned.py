@@ -88,25 +88,31 @@ def follow_spawned(spec: dict[str, Any]) -> Callable[[], None]:
 
 
 def run_spawned(spec: dict[str, Any], index: int, target: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-    """In a child the script started: run `target` under a doctor session of its own."""
+    """In a child the script started: run `target` under a doctor session of its own. Where the
+    session cannot be set up (an unwritable run directory, a bad plan), the target runs as it
+    would without the doctor: following a process must never stop it."""
     from trainspeed.doctor.instrument import Session, StopDoctor, install
-    from trainspeed.doctor.instrument.flags import observe_argv_flags
-    from trainspeed.doctor.instrument.observations import emit_observations
-    from trainspeed.doctor.runner import record_peak, script_precision_of
+    from trainspeed.doctor.runner import exit_code_of
     from trainspeed.telemetry.monitor import Monitor
 
     out = Path(spec["run_dir"]) / SPAWNED_DIR / str(index)
-    monitor = Monitor(out, device=spec["device"], log_every=spec["log_every"], sinks=("jsonl",), rank=index,
-                      warmup_steps=spec["warmup"], config={"command": spec["command"], "spawned": index},
-                      command=spec["command"], total_steps=spec["steps"], kind="doctor")
-    session = Session(monitor, max_steps=spec["steps"], count_flops_at=spec["flops_at"])
-    applied, settings = _apply_plan(spec.get("plan"))
-    installed = install(session)
+    try:
+        monitor = Monitor(out, device=spec["device"], log_every=spec["log_every"], sinks=("jsonl",), rank=index,
+                          warmup_steps=spec["warmup"], config={"command": spec["command"], "spawned": index},
+                          command=spec["command"], total_steps=spec["steps"], kind="doctor")
+        session = Session(monitor, max_steps=spec["steps"], count_flops_at=spec["flops_at"])
+        applied, settings = _apply_plan(spec.get("plan"))
+        installed = install(session)
+    except Exception as exc:  # noqa: BLE001 - reported, and the script's process goes on unobserved
+        print(f"trainspeed doctor: process {index} runs unobserved: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return target(*args, **kwargs)
     stopped, code, error, result = "end", 0, None, None
     try:
         result = target(*args, **kwargs)
     except StopDoctor:
         stopped = "steps"  # this process's --steps: it ends here, as the script's own would
+    except SystemExit as exc:  # the target's own exit: its status, raised again below
+        stopped, code, error = "exit", exit_code_of(exc), exc
     except BaseException as exc:  # noqa: BLE001 - recorded, then raised as the script would see it
         stopped, code, error = "crash", 1, exc
     finally:
@@ -114,6 +120,20 @@ def run_spawned(spec: dict[str, Any], index: int, target: Callable[..., Any], *a
         if applied is not None:
             applied.uninstall()
             _write_notes(out, settings, applied.notes)
+    crashed = error if stopped == "crash" else None
+    _finish(monitor, session, spec, out, stopped, code, crashed)
+    if error is not None:
+        raise error
+    return result
+
+
+def _finish(monitor: Any, session: Any, spec: dict[str, Any], out: Path, stopped: str, code: int,
+            error: BaseException | None) -> None:
+    """The child's observations, peak and precision, then its records closed (as run_doctor does)."""
+    from trainspeed.doctor.instrument.flags import observe_argv_flags
+    from trainspeed.doctor.instrument.observations import emit_observations
+    from trainspeed.doctor.runner import record_peak, script_precision_of
+
     observe_argv_flags(session, spec["args"], spec["script"], None, None)
     summary_line = f"{type(error).__name__}: {str(error).strip()[:200]}" if error is not None else None
     emit_observations(monitor, session, files_before=None, run_dir=out, stopped=stopped, exit_code=code,
@@ -123,9 +143,6 @@ def run_spawned(spec: dict[str, Any], index: int, target: Callable[..., Any], *a
     if found is not None:
         monitor.event("precision", precision=found[0], source=found[1])
     monitor.close(error=error, findings=[])
-    if error is not None:
-        raise error
-    return result
 
 
 def _apply_plan(path: str | None) -> tuple[Any, dict[str, Any]]:

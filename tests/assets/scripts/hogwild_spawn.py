@@ -2,6 +2,7 @@
 shared model, one `mp.Process(target=train)` per process with the spawn method, the script's
 own process only starts and joins them."""
 import argparse
+import sys
 
 import torch
 import torch.multiprocessing as mp
@@ -18,12 +19,15 @@ def train(rank, args, model):
             opt.zero_grad()
             nn.functional.cross_entropy(model(x), y).backward()
             opt.step()
+    if args.exit_zero:
+        sys.exit(0)  # a target that ends with its own exit: a status, not a crash
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser()
     parser.add_argument("--num-processes", type=int, default=2)
     parser.add_argument("--epochs", type=int, default=1)
+    parser.add_argument("--exit-zero", action="store_true")
     args = parser.parse_args()
     mp.set_start_method("spawn", force=True)
     model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 4))
