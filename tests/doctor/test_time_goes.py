@@ -25,6 +25,7 @@ def test_a_compute_bound_cpu_run_says_so_and_what_can_still_help():
     assert found["bound"] == "compute" and found["shares"]["compute"] == pytest.approx(0.81, abs=0.01)
     assert found["statement"].startswith("compute-bound: 81% of the step is the model's forward, backward")
     assert "data 10% (data 10%)" in found["statement"]
+    assert "outside module calls" not in found["statement"]  # its forwards were seen: other is other
     helps = " ".join(found["helps"])
     assert "torch.compile" in helps and "channels_last" in helps and "bf16" in helps
     assert "Where the time goes: compute-bound" in format_time_goes(found)

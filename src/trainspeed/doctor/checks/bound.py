@@ -112,7 +112,8 @@ def where_time_goes(ctx: CheckContext) -> dict[str, Any] | None:
     for a run without timed phases."""
     # Forwards no module call showed (`layer.forward(h)` called directly, a model compiled in
     # place) leave their time in "other": it is the step's compute, not host overhead
-    overhead, compute = (OVERHEAD, COMPUTE) if not _forwards_unseen(ctx) else (
+    unseen = _forwards_unseen(ctx)
+    overhead, compute = (OVERHEAD, COMPUTE) if not unseen else (
         tuple(p for p in OVERHEAD if p != "other"), (*COMPUTE, "other"))
     shares = {"data": sum(ctx.share(p) for p in DATA), "overhead": sum(ctx.share(p) for p in overhead),
               "compute": sum(ctx.share(p) for p in compute)}
@@ -125,7 +126,7 @@ def where_time_goes(ctx: CheckContext) -> dict[str, Any] | None:
               and mfu_value < LAUNCH_MFU)
     if launch:
         bound = "overhead"
-    parts = {kind: ", ".join(f"{UNSEEN_FORWARD if p == 'other' else p} {pct(ctx.share(p))}" for p in names
+    parts = {kind: ", ".join(f"{UNSEEN_FORWARD if unseen and p == 'other' else p} {pct(ctx.share(p))}" for p in names
                              if ctx.share(p) >= 0.005)
              for kind, names in (("data", DATA), ("overhead", overhead), ("compute", compute))}
     what = {"data": "waiting for data", "overhead": "the host's own work around the training phases",
