@@ -45,7 +45,7 @@ def _add_options(p: argparse.ArgumentParser) -> None:
                         "so each is compared with the baseline trials next to it (default 2)")
     p.add_argument("--max-rounds", type=int, default=None,
                    help="rounds a setting gets at most, the budget's extra rounds for settings still "
-                        "undecided included (default 6; 1: the --repeats rounds only)")
+                        "undecided included (default 12; 1: the --repeats rounds only)")
     p.add_argument("--verify-repeats", type=int, default=None,
                    help="interleaved rounds of the final check, baseline vs best (default 3)")
     p.add_argument("--warmup-steps", type=int, default=5, help="untimed steps per trial")

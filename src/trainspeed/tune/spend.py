@@ -13,7 +13,7 @@ with most of the budget unused ("~147 s for 2 repeats; --budget 8m ..."), exit 0
   still undecided (fewer rounds than planned, faster but not beyond the noise, or reading faster
   with an interval that reaches below 1) get fresh rounds, each with fresh baseline trials around
   them (B C1 C2 B), until the budget left is the verification's reserve, or a setting has had
-  TuneOptions.max_rounds (`--max-rounds`, default 6).
+  TuneOptions.max_rounds (`--max-rounds`, default 12).
 """
 
 from __future__ import annotations
