@@ -574,3 +574,22 @@ def test_compare_shrinks_the_brackets_spread_with_the_rounds_but_not_one_rounds(
     assert stats.compare(arm(1.2, 2), arm(1.0, 2), bracket=0.14).noise == pytest.approx(0.14)
     six = stats.compare(arm(1.2, 6), arm(1.0, 6), bracket=0.14)
     assert six.noise == pytest.approx(0.14 * 1.5 / 6 ** 0.5) and stats.speed_verdict(six) == stats.FASTER
+
+
+def test_a_real_gain_on_a_noisy_machine_gets_the_budget_s_rounds_and_is_crowned(base_config, cpu, tmp_path):
+    """Settings 1.2x and 1.25x faster, on trials scattered by 15 % (pytorch/examples' vae:
+    1.27-1.31x in every round, refused with 550 s of its 600 s budget left). Two rounds do not
+    clear the pooled noise, so each is a hopeful. While the budget was spent its 'confirmed' test
+    read the tune's own pool, empty until the table's rows are judged, and its rounds stopped at
+    6: 2 of these 8 tunes crowned it. Judged while spending by the noise the table will use, with
+    up to 12 rounds, 6 of 8 do; the same pool keeps null settings out
+    (test_on_a_noisy_machine_only_what_clears_the_pooled_noise_wins)."""
+    crowned = 0
+    for speed in (1.2, 1.25):
+        for salt in range(4):
+            options = TuneOptions(budget_s=10_000, knobs=["fused_optimizer"], verify_repeats=3)
+            result = Tuner(base_config=base_config, base_hash=f"h{salt}", device=cpu,
+                           runner=TrialNoise({FUSED: 1 / speed}), store=TrialStore(tmp_path / f"{speed}-{salt}"),
+                           options=options, say=lambda s: None).run()
+            crowned += next(r for r in result.ablation if r.setting == "fused").verdict == stats.FASTER
+    assert crowned >= 5, crowned
