@@ -179,6 +179,23 @@ for x, y in loader:
         "functools.cache(accelerate.optimizer.is_lomo_available)")
 
 
+def _trial_lookups(trials) -> dict:
+    """{"baseline": [per-step lookups of is_fancy_available's package, per baseline trial],
+    "cached": the same in the trial with runtime.cache_checks} from each trial's call sites."""
+    out: dict = {"baseline": [], "cached": None}
+    for trial in sorted(p for p in trials.iterdir() if (p / "events.jsonl").is_file()):
+        events = [json.loads(line) for line in (trial / "events.jsonl").read_text().splitlines()]
+        sites = next(e["data"] for e in events if e["type"] == "observation" and e["data"].get("kind") == "call_sites")
+        count = sites["totals"].get("lookup", {}).get("fancy_optim_not_installed", {}).get("count", 0)
+        patches = trial / "patches.json"
+        settings = json.loads(patches.read_text())["settings"] if patches.is_file() else {}
+        if settings.get("runtime.cache_checks"):
+            out["cached"] = count
+        else:
+            out["baseline"].append(count)
+    return out
+
+
 def test_the_tune_measures_the_cache_and_hands_back_the_line(tmp_path, monkeypatch):
     """The finding's verify command is the script's tune of package_lookups: its trial applies
     functools.cache at run time (runtime.cache_checks); the setting's code change is the line
@@ -204,8 +221,12 @@ def test_the_tune_measures_the_cache_and_hands_back_the_line(tmp_path, monkeypat
     row = next(r for r in result.ablation if r.knob == "package_lookups")
     cached = {"runtime.cache_checks": ["slowlib.wrap.is_fancy_available"]}
     assert row.settings == cached and row.setting == "cache is_fancy_available"
-    # 2 lookups in a ~0.3 ms step: 1.37x measured here; the verdict is the noise's to give
-    assert row.speedup and row.speedup > 1.1, (row.verdict, row.speedup)
+    # 2 lookups in a ~0.3 ms step: 1.37x measured on a quiet machine, 0.86x in one round beside a
+    # busy loop (make test beside one): the speed is the load's to give, the lookups are not. The
+    # trial with the setting ran none of the per-step lookups the baseline's trials ran.
+    assert row.speedup is not None, row
+    lookups = _trial_lookups(out / "trials")
+    assert lookups["cached"] == 0 and min(lookups["baseline"]) >= 300, lookups
     assert script.read_text() == before  # the user's file is only read
 
     # the setting as code: the line after the imports, as the finding writes it
