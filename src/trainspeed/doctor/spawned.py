@@ -92,7 +92,7 @@ def run_spawned(spec: dict[str, Any], index: int, target: Callable[..., Any], *a
     session cannot be set up (an unwritable run directory, a bad plan), the target runs as it
     would without the doctor: following a process must never stop it."""
     from trainspeed.doctor.instrument import Session, StopDoctor, install
-    from trainspeed.doctor.runner import exit_code_of
+    from trainspeed.doctor.run_facts import exit_code_of
     from trainspeed.telemetry.monitor import Monitor
 
     out = Path(spec["run_dir"]) / SPAWNED_DIR / str(index)
@@ -132,7 +132,7 @@ def _finish(monitor: Any, session: Any, spec: dict[str, Any], out: Path, stopped
     """The child's observations, peak and precision, then its records closed (as run_doctor does)."""
     from trainspeed.doctor.instrument.flags import observe_argv_flags
     from trainspeed.doctor.instrument.observations import emit_observations
-    from trainspeed.doctor.runner import record_peak, script_precision_of
+    from trainspeed.doctor.run_facts import record_peak, script_precision_of
 
     observe_argv_flags(session, spec["args"], spec["script"], None, None)
     summary_line = f"{type(error).__name__}: {str(error).strip()[:200]}" if error is not None else None
