@@ -228,29 +228,65 @@ class Comparison:
                 "candidate_cost_s": self.candidate_cost}
 
 
+# Bootstrap replicates drawn at once, at most this many step slots (replicates x steps) per block.
+_BOOT_BLOCK = 1 << 21
+
+
 def _bootstrap_costs(arm: Arm, rng: np.random.Generator, n: int) -> np.ndarray:
     """`n` bootstrap replicates of the arm's cost, resampling steps within each repeat
     (so an arm with one slow repeat keeps that structure instead of smearing it), and epoch
-    starts only among epoch starts (each replicate keeps as many as the trial had)."""
-    out = np.empty(n)
-    strata = []
-    for i, t in enumerate(arm.step_times):
+    starts only among epoch starts (each replicate keeps as many as the trial had).
+
+    Every replicate is one row of an index matrix, costed by whole-array numpy (a sort per row
+    for the trimmed mean): a tune compares its arms hundreds of times while it spends its
+    budget, and replicate by replicate those comparisons took 57 of a simulated tune's 60 s."""
+    strata: list[tuple[np.ndarray, np.ndarray, bool]] = []  # (times, samples, epoch-start group)
+    for i, (t, s) in enumerate(zip(arm.step_times, arm.samples)):
         starts = arm.starts(i)
-        strata.append([np.flatnonzero(~starts), np.flatnonzero(starts)] if starts is not None
-                      else [np.arange(len(t))])
-    for b in range(n):
-        times, samples, marks = [], [], []
-        for t, s, groups in zip(arm.step_times, arm.samples, strata):
-            for g, members in enumerate(groups):
-                if not len(members):
-                    continue
-                idx = members[rng.integers(0, len(members), len(members))]
-                times.append(t[idx])
-                samples.append(s[idx])
-                marks.append(np.full(len(idx), g == 1))
-        out[b] = cost_per_sample(np.concatenate(times), np.concatenate(samples),
-                                 np.concatenate(marks) if marks else None, arm.steps_per_epoch)
+        groups = [(np.flatnonzero(~starts), False), (np.flatnonzero(starts), True)] if starts is not None \
+            else [(np.arange(len(t)), False)]
+        strata += [(t[m], s[m], g) for m, g in groups if len(m)]
+    if not strata:
+        return np.full(n, math.nan)
+    width = sum(len(t) for t, _, _ in strata)
+    out = np.empty(n)
+    block = max(1, _BOOT_BLOCK // max(1, width))
+    for lo in range(0, n, block):
+        rows = min(block, n - lo)
+        picks = [rng.integers(0, len(t), (rows, len(t))) for t, _, _ in strata]
+        times = np.concatenate([t[p] for (t, _, _), p in zip(strata, picks)], axis=1)
+        samples = np.concatenate([s[p] for (_, s, _), p in zip(strata, picks)], axis=1)
+        marks = np.concatenate([np.full(len(t), g) for t, _, g in strata])
+        out[lo:lo + rows] = _replicate_costs(times, samples, marks, arm.steps_per_epoch)
     return out
+
+
+def _replicate_costs(times: np.ndarray, samples: np.ndarray, marks: np.ndarray,
+                     steps_per_epoch: float | None) -> np.ndarray:
+    """cost_per_sample of every row of `times`/`samples` (columns marked by `marks` are epoch
+    starts). Rows holding a step cost_per_sample would leave out (not finite, no samples) go
+    through it one by one; a trial's steps are all finite in practice."""
+    bad = ~(np.isfinite(times) & np.isfinite(samples) & (samples > 0)).all(axis=1)
+    amortize = bool(steps_per_epoch) and bool(marks.any())
+    regular = ~marks if amortize else np.ones(len(marks), bool)
+    if regular.any():
+        costs = _trimmed_rows(times[:, regular]) / np.mean(samples[:, regular], axis=1)
+    else:
+        costs = np.full(len(times), math.nan)
+    if amortize and regular.any():
+        step = costs * np.mean(samples[:, regular], axis=1)
+        extra = np.mean(times[:, marks], axis=1) - step
+        costs = (step + extra / steps_per_epoch) / np.mean(samples[:, regular], axis=1)
+    for r in np.flatnonzero(bad):
+        costs[r] = cost_per_sample(times[r], samples[r], marks, steps_per_epoch)
+    return costs
+
+
+def _trimmed_rows(times: np.ndarray) -> np.ndarray:
+    """trimmed_step_time of every row."""
+    width = times.shape[1]
+    drop = max(1, round(width * SLOW_TRIM)) if width > 1 else 0
+    return np.mean(np.sort(times, axis=1)[:, :width - drop], axis=1)
 
 
 def bracket_spread(brackets: Sequence[Sequence[float]]) -> float:
