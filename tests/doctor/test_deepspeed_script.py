@@ -182,6 +182,12 @@ def test_zero3_with_offload_on_a_model_that_fits_is_named(doctor, deepspeed_env,
             for t in trials if t["ok"] and t["repeat"] == 0}
     assert seen == {"baseline": 3, **{f"zero_stage={k}": k for k in (0, 1, 2) if f"zero_stage={k}" in seen}}, seen
     assert path.read_bytes() == before
+    # the baseline trial recorded DeepSpeed's modules: the fork server imported them for the
+    # trials after it (each imported DeepSpeed and inductor itself before, ~3 s a trial)
+    from trainspeed.tune.script_facts import read_facts
+
+    baseline = next(Path(t["run_dir"]) for t in trials if t["label"] == "baseline" and t["ok"])
+    assert {"deepspeed", "deepspeed.runtime.engine"} <= set(read_facts(baseline).modules)
     copies = [json.loads(c.read_text())["zero_optimization"]
               for c in (tmp_path / "tune" / "trials" / ".plans").glob("*.deepspeed.json")]
     assert sorted(c["stage"] for c in copies) == sorted(v for k, v in seen.items() if k != "baseline")

@@ -148,12 +148,28 @@ def test_the_next_commands_carry_the_pythonpath_the_tune_ran_with(tmp_path, monk
     assert resume_command(["tune", "--", *command], tmp_path).startswith("trainspeed tune --out")
 
 
+def run_verify(won):
+    """verify.verify on a tuner with --verify-repeats 0: no trial may run."""
+    from types import SimpleNamespace
+
+    from trainspeed.tune.verify import verify
+
+    def no_trial(*args, **kwargs):
+        raise AssertionError("a verification round ran with --verify-repeats 0")
+
+    tuner = SimpleNamespace(say=lambda s: None, verify_as=lambda best: best, cost_factor={}, _key=str,
+                            opt=SimpleNamespace(repeats=2, verify_repeats=0), next_repeat={}, _round=no_trial,
+                            row=no_trial, describe=lambda best: won.setting)
+    return verify(tuner, {"precision.mode": "bf16-mixed"})
+
+
 def test_no_winner_line_when_a_winner_was_not_verified():
     # transformers' run_clm.py, tune --budget 6m: bf16 1.15x alone (CI 1.13-1.17), then "budget
     # ran out before this trial" for the verification; the line said the script's settings were
     # "already the fastest measured here".
     from trainspeed.cli.tune import no_winner_line
     from trainspeed.tune.result import Row, TuneResult
+    from trainspeed.tune.verify import VERIFY_OFF
 
     bf16 = Row(knob="precision", setting="bf16", verdict="faster", speedup=1.15, ci=(1.13, 1.17))
     lost = Row(knob="threads", setting="1", verdict="slower", speedup=0.69)
@@ -164,6 +180,13 @@ def test_no_winner_line_when_a_winner_was_not_verified():
     assert line.startswith("nothing is kept: precision=bf16 (1.15x) won alone")
     assert "(budget ran out before this trial)" in line and "larger --budget" in line
     assert "already the fastest" not in line
+    # --verify-repeats 0: no verification was asked for, and the rerun that runs it says so (a
+    # DeepSpeed script's tune said "budget ran out" with 9 of its 10 minutes left)
+    off = run_verify(bf16)
+    assert off.verdict == "skipped" and off.note == VERIFY_OFF
+    line = no_winner_line(TuneResult(ablation=[bf16, lost], final=off, **common))
+    assert line.endswith(f"but {VERIFY_OFF}; rerun with the same --out and --verify-repeats 3 to verify it "
+                         "from these trials") and "budget" not in line
     verified_lost = Row(knob="combined", setting="bf16", verdict="no measurable change", speedup=1.01)
     assert no_winner_line(TuneResult(ablation=[bf16, lost], final=verified_lost, **common)).startswith(
         "nothing won over the baseline")

@@ -331,6 +331,37 @@ def test_a_preload_that_starts_a_thread_gets_a_server_without_it(tmp_path, monke
         runner.close()
 
 
+@pytest.mark.skipif(not forkserver.available(), reason="fork servers need Linux")
+def test_modules_known_after_a_trial_are_imported_by_the_running_server(tmp_path, monkeypatch):
+    """A script's libraries, known from its baseline trial (ScriptRunner), go to the server that
+    is running, between trials: no second server start. One that starts a thread at import
+    ends that server; the next trial gets one with the earlier list, and says why."""
+    marker = tmp_path / "imported_by.txt"
+    _module(tmp_path, "ts_late_mod", f"import os\nopen({str(marker)!r}, 'a').write(f'{{os.getpid()}}\\n')\n",
+            monkeypatch)
+    _module(tmp_path, "ts_late_thread", "import threading, time\n"
+            "threading.Thread(target=time.sleep, args=(60,), daemon=True).start()\n", monkeypatch)
+    base = tmp_path / "base.yaml"
+    base.write_text(TINY_GPT)
+    said = []
+    runner = SubprocessRunner(base_config=base, out_dir=tmp_path / "trials", timeout_s=120, say=said.append)
+    try:
+        assert runner(TrialRequest(key="b", label="baseline", overrides=(), repeat=0)).ok
+        server = runner._server
+        runner.preload_more(["ts_late_mod", "torch", "ts_late_mod"])  # torch: the server's own already
+        assert runner._server is server and runner.preload == ("ts_late_mod",)
+        assert marker.read_text().split() == [str(server._proc.pid)]
+        assert runner(TrialRequest(key="b", label="baseline", overrides=(), repeat=1)).ok
+        assert marker.read_text().split() == [str(server._proc.pid)]  # the trial did not import it again
+        runner.preload_more(["ts_late_thread"])
+        assert runner._server is None and runner.preload == ("ts_late_mod",) and runner.fork_server
+        assert len(said) == 1 and "without the script's libraries" in said[0] and "threads" in said[0]
+        assert runner(TrialRequest(key="b", label="baseline", overrides=(), repeat=2)).ok
+        assert runner._server is not None and runner._server is not server
+    finally:
+        runner.close()
+
+
 def test_probing_the_recipe_lists_the_modules_its_build_imported(tmp_path, monkeypatch):
     import torch  # noqa: F401 - loaded before the probe, so not one of its modules
 

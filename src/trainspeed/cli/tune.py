@@ -245,6 +245,7 @@ def no_winner_line(result) -> str:
                 "and the baseline's: not measurable while the machine is busy. Rerun when it is quiet, or give "
                 "the tune cores of its own (taskset -c)")
     from trainspeed.patches.whatif_code import CODE_PREFIX
+    from trainspeed.tune.verify import VERIFY_OFF
 
     if won and final is not None and final.verdict not in ("faster", "skipped") \
             and any(str(k).startswith(CODE_PREFIX) for k in final.settings):
@@ -262,6 +263,9 @@ def no_winner_line(result) -> str:
         # and the line said the script was "already the fastest measured here".
         why = (final.note if final is not None and final.note else "it was not run")
         wins = ", ".join(f"{row.knob}={row.setting} ({row.speedup:.2f}x)" for row in won)
+        if why == VERIFY_OFF:
+            return (f"nothing is kept: {wins} won alone, but {why}; rerun with the same --out and "
+                    "--verify-repeats 3 to verify it from these trials")
         return (f"nothing is kept: {wins} won alone, but the verification against the baseline was skipped "
                 f"({why}); rerun with the same --out and a larger --budget to verify it from these trials")
     if measured:

@@ -225,6 +225,7 @@ def run_doctor(config: DoctorConfig) -> DoctorResult:
     from trainspeed.doctor.instrument.files import snapshot
     from trainspeed.doctor.instrument.flags import observe_argv_flags
     from trainspeed.doctor.instrument.import_path import needed_pythonpath
+    from trainspeed.doctor.instrument.imported import library_imports
     from trainspeed.doctor.spawned import adopt_spawned, drop_idle_spawned, follow_spawned
     from trainspeed.doctor.started_ranks import end_started_ranks
     from trainspeed.doctor.instrument.observations import emit_observations
@@ -271,6 +272,7 @@ def run_doctor(config: DoctorConfig) -> DoctorResult:
                                "plan": config.plan})
     restore_term = _stop_on_sigterm()
     script_seen: dict[str, Any] = {}
+    modules_before = set(sys.modules)
     try:
         execute(target, script_seen)
     except StopDoctor:
@@ -306,6 +308,7 @@ def run_doctor(config: DoctorConfig) -> DoctorResult:
                       stopped=stopped, exit_code=code, max_steps=steps, error=summary_line,
                       pythonpath=needed_pythonpath(script_dir), ended_ranks=ended_ranks)
     record_peak(monitor, session.observations.values(), device)
+    monitor.event("observation", kind="imports", library=library_imports(modules_before))
     if rank > 0:  # rank 0 reads this rank's records and reports
         summary = monitor.close(error=error)
         return DoctorResult(exit_code=code, run_dir=run_dir, summary=summary, findings=[],

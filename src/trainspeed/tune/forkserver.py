@@ -16,7 +16,8 @@ platforms without fork and when a trial needs its own environment variables.
 Protocol (JSON lines): the client first writes {"preload": [module, ...]}, the server answers
 {"ready", "pid", "skipped"} (or {"error"}); then per trial the client writes {"argv", "stdout",
 "stderr", "cwd"} and the server answers {"pid"} when the child starts and {"pid", "returncode"}
-when it ends.
+when it ends. Between trials {"preload": [...]} again imports more (answered {"ready",
+"skipped"}, or {"error"} and the server exits: an import made it unsafe to fork).
 """
 
 from __future__ import annotations
@@ -60,19 +61,11 @@ def serve() -> None:
     exits) is skipped and named in the ready answer; the trial imports it itself. A thread or
     a CUDA context started by any import is caught by the checks below: the server then
     refuses to fork."""
-    import importlib
-
-    from trainspeed.startup import gc_paused, preload
+    from trainspeed.startup import preload
 
     extra = json.loads(sys.stdin.readline() or "{}").get("preload") or []
     preload(PRELOAD)
-    skipped = []
-    with gc_paused():  # imports only (trainspeed/startup.py); the trials run with it on
-        for name in extra:
-            try:
-                importlib.import_module(name)
-            except (Exception, SystemExit) as exc:  # noqa: BLE001 - the trial imports it again and reports it
-                skipped.append(f"{name}: {type(exc).__name__}: {exc}")
+    skipped = _import_all(extra)
     # Answers go to a private copy of stdout; fd 1 itself is pointed at stderr, so that nothing
     # else printed in this process (a library's warning) can break the protocol.
     out = os.fdopen(os.dup(1), "w", buffering=1)
@@ -80,23 +73,54 @@ def serve() -> None:
     # Ctrl-C reaches the whole process group: the trial's child reports its exit (130) and
     # the tuner stops; the server must outlive it to send that report.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    if threading.active_count() > 1:
-        out.write(json.dumps({"error": f"{threading.active_count()} threads after imports; not fork-safe"}) + "\n")
-        return
-    if sys.modules["torch"].cuda.is_initialized():  # a CUDA context does not survive a fork
-        out.write(json.dumps({"error": "an import initialized CUDA; forked trials could not use it"}) + "\n")
+    problem = _fork_unsafe()
+    if problem:
+        out.write(json.dumps({"error": problem}) + "\n")
         return
     out.write(json.dumps({"ready": True, "pid": os.getpid(), "skipped": skipped}) + "\n")
     for line in sys.stdin:
         if not line.strip():
             continue
         request = json.loads(line)
+        if "preload" in request:  # more modules, between trials (a script's libraries): import, check again
+            skipped = _import_all(request["preload"])
+            problem = _fork_unsafe()
+            out.write(json.dumps({"error": problem} if problem else {"ready": True, "skipped": skipped}) + "\n")
+            if problem:
+                return
+            continue
         pid = os.fork()
         if pid == 0:
             _child(request)  # never returns
         out.write(json.dumps({"pid": pid}) + "\n")
         _, status = os.waitpid(pid, 0)
         out.write(json.dumps({"pid": pid, "returncode": os.waitstatus_to_exitcode(status)}) + "\n")
+
+
+def _import_all(names: list[str]) -> list[str]:
+    """Import each module (the collector paused: trainspeed/startup.py); 'name: error' of each
+    that failed or exited (the trial imports it itself and meets the error there)."""
+    import importlib
+
+    from trainspeed.startup import gc_paused
+
+    skipped = []
+    with gc_paused():
+        for name in names:
+            try:
+                importlib.import_module(name)
+            except (Exception, SystemExit) as exc:  # noqa: BLE001 - the trial imports it again and reports it
+                skipped.append(f"{name}: {type(exc).__name__}: {exc}")
+    return skipped
+
+
+def _fork_unsafe() -> str | None:
+    """Why forking this process is unsafe now (a thread or a CUDA context an import started)."""
+    if threading.active_count() > 1:
+        return f"{threading.active_count()} threads after imports; not fork-safe"
+    if sys.modules["torch"].cuda.is_initialized():  # a CUDA context does not survive a fork
+        return "an import initialized CUDA; forked trials could not use it"
+    return None
 
 
 def _child(request: dict[str, Any]) -> NoReturn:
@@ -161,6 +185,21 @@ class ForkServer:
             raise ForkServerError(f"fork server did not start: {hello.get('error') if hello else 'no answer'}")
         self.skipped: list[str] = list(hello.get("skipped") or [])
         """Preload modules that failed to import in the server (trials import them themselves)."""
+
+    def preload(self, modules: list[str] | tuple[str, ...], timeout_s: float = START_TIMEOUT_S) -> list[str]:
+        """Import more modules in the server, between trials; the ones it skipped. Raises
+        ForkServerError when the server is not fork-safe afterwards (it then exits)."""
+        try:
+            self._proc.stdin.write((json.dumps({"preload": list(modules)}) + "\n").encode())  # type: ignore[union-attr]
+            self._proc.stdin.flush()  # type: ignore[union-attr]
+        except OSError as exc:
+            raise ForkServerError(f"fork server gone: {exc}") from exc
+        answer = self._read(timeout_s)
+        if answer is None or not answer.get("ready"):
+            raise ForkServerError(f"fork server could not import them: {answer.get('error') if answer else 'no answer'}")
+        skipped = list(answer.get("skipped") or [])
+        self.skipped += skipped
+        return skipped
 
     def run(self, argv: list[str], stdout: Path, stderr: Path, timeout_s: float | None) -> int:
         """Run `trainspeed ARGV` in a forked child; its exit code. Raises

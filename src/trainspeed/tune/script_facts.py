@@ -100,6 +100,9 @@ class ScriptFacts:
     lookup_checks: list[str] = field(default_factory=list)
     """`module.function` of the library package checks the doctor saw asked at every step
     (doctor/checks/lookups.py): what the package_lookups knob caches."""
+    modules: tuple[str, ...] = ()
+    """The installed libraries' modules the script imported (doctor/instrument/imported.py):
+    what the tune's fork server imports once instead of every trial."""
 
     def flag_for(self, topic: str) -> dict[str, Any] | None:
         """The script's flag that holds knob `topic` (num_workers, compile, ...), if it has one."""
@@ -193,6 +196,7 @@ def read_facts(run_dir: str | Path) -> ScriptFacts:
         steps=ctx.steps, findings=findings, deepspeed=ctx.first("deepspeed"),
         deepspeed_config=deepspeed_config_file(list(flags_obs.get("flags") or [])),
         flops_per_step=flops_per_step(run), peak=peak_of(run), lookup_checks=per_step_checks(ctx),
+        modules=tuple((ctx.first("imports") or {}).get("library") or ()),
     )
 
 

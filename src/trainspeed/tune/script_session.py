@@ -155,6 +155,7 @@ def run_script_tune(command: list[str], out_dir: str | Path, options: TuneOption
             if isinstance(runner, ScriptRunner):
                 runner.targets, runner.flag_styles = facts.targets, flag_styles(facts)
                 runner.deepspeed_config = facts.deepspeed_config
+                runner.preload_more(facts.modules)  # the script's libraries, imported once from now on
             _describe(facts, say)
         facts = state["facts"]
         if facts is None:

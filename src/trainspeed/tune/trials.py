@@ -17,7 +17,7 @@ import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -313,6 +313,26 @@ class SubprocessRunner:
                     self._give_up_forking(exc)
                 elif self.say is not None:
                     self.say(f"fork server without the recipe's modules: {exc}")
+
+    def preload_more(self, modules: Sequence[str]) -> None:
+        """Modules every trial imports, known only after a trial ran (a script's libraries,
+        tune/script_facts.py's `modules`): the running server imports them between trials
+        (one not yet started, when it starts). One that leaves the server unsafe to fork (a
+        thread or CUDA at import) ends it: the next trial starts one with the earlier list."""
+        from trainspeed.tune import forkserver
+
+        new = tuple(m for m in dict.fromkeys(modules) if m not in self.preload and m not in forkserver.PRELOAD)
+        if not new or not self.fork_server:
+            return
+        if self._server is not None:
+            try:
+                self._server.preload(new)
+            except forkserver.ForkServerError as exc:
+                self.close()
+                if self.say is not None:
+                    self.say(f"fork server without the script's libraries: {exc}")
+                return
+        self.preload = (*self.preload, *new)
 
     def _give_up_forking(self, why: BaseException) -> None:
         self.fork_server = False  # the rest of the tune starts fresh interpreters
