@@ -215,9 +215,12 @@ def test_other_processes_load_is_contention_not_growth(tmp_path, on, off):
     if growth is not None:
         # only "cannot tell", at info level with nothing at stake, and only when the load also
         # changed where the test planted none (a neighbour's job, 1.3-1.5 cores, beside a busy
-        # loop before step 100): never a growth the script is told to fix
+        # loop before step 100), or other processes filled every core beside the step ("saturated":
+        # a busy loop beside make test, then the burners, 1.8-1.9 cores): never a growth the
+        # script is told to fix
         assert growth["severity"] == "info" and growth["impact"] == 0.0, _evidence(result)
-        assert "cannot tell" in growth["title"] and result.summary["trend"]["basis"] == "changing", _evidence(result)
+        assert "cannot tell" in growth["title"], _evidence(result)
+        assert result.summary["trend"]["basis"] in ("changing", "saturated"), _evidence(result)
         assert _neighbour(result, on), _evidence(result)  # not on a machine quiet but for the test
     if _full_before(result) and "machine_contention" not in ids:
         # the machine was full from the first step: the doctor says so for the whole run (the
