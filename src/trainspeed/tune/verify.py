@@ -41,8 +41,7 @@ def verify(tuner: Tuner, best: dict[str, Any]) -> Row:
         tuner._round([({}, "baseline", n_base + v), (best, "best", n_best + v)], reverse=bool(v % 2))
     verified = lambda n: _verified(tuner, best, [((n_base + i,), n_best + i) for i in range(n)])  # noqa: E731
     if not V:  # not "the budget ran out": the user asked for no verification
-        row = Row(knob="combined", setting=tuner.describe(best), settings=best, verdict=stats.SKIPPED, note=VERIFY_OFF)
-        return row
+        return Row(knob="combined", setting=tuner.describe(best), settings=best, verdict=stats.SKIPPED, note=VERIFY_OFF)
     row = verified(V)
     # Undecided, reading faster, and a round still fits: more rounds, up to --max-rounds.
     # timm's bf16, faster alone at 1.33x (CI 1.16-1.40), verified at 1.28x with a CI of
