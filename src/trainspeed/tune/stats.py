@@ -269,14 +269,13 @@ def _replicate_costs(times: np.ndarray, samples: np.ndarray, marks: np.ndarray,
     bad = ~(np.isfinite(times) & np.isfinite(samples) & (samples > 0)).all(axis=1)
     amortize = bool(steps_per_epoch) and bool(marks.any())
     regular = ~marks if amortize else np.ones(len(marks), bool)
-    if regular.any():
-        costs = _trimmed_rows(times[:, regular]) / np.mean(samples[:, regular], axis=1)
-    else:
+    if not regular.any():  # every step an epoch's first
         costs = np.full(len(times), math.nan)
-    if amortize and regular.any():
-        step = costs * np.mean(samples[:, regular], axis=1)
-        extra = np.mean(times[:, marks], axis=1) - step
-        costs = (step + extra / steps_per_epoch) / np.mean(samples[:, regular], axis=1)
+    else:
+        step = _trimmed_rows(times[:, regular])
+        if amortize:  # the epoch starts' extra time, once per epoch
+            step = step + (np.mean(times[:, marks], axis=1) - step) / steps_per_epoch
+        costs = step / np.mean(samples[:, regular], axis=1)
     for r in np.flatnonzero(bad):
         costs[r] = cost_per_sample(times[r], samples[r], marks, steps_per_epoch)
     return costs
