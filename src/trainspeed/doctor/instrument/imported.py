@@ -24,7 +24,7 @@ __all__ = ["MAX_MODULES", "library_imports"]
 MAX_MODULES = 4000
 """At most this many names are recorded (transformers with one model family is ~1,500)."""
 
-_OWN = ("trainspeed", "trainspeed.")
+_OWN = "trainspeed"
 
 
 def library_imports(before: Iterable[str]) -> list[str]:
@@ -33,7 +33,7 @@ def library_imports(before: Iterable[str]) -> list[str]:
     seen = set(before)
     names = []
     for name, module in list(sys.modules.items()):
-        if name in seen or name.startswith(_OWN) or name in ("__main__", "__mp_main__"):
+        if name in seen or name.partition(".")[0] == _OWN or name in ("__main__", "__mp_main__"):
             continue
         path = getattr(module, "__file__", None)
         if not isinstance(path, str) or not is_installed(path):
