@@ -157,10 +157,13 @@ def run_verify(won):
     def no_trial(*args, **kwargs):
         raise AssertionError("a verification round ran with --verify-repeats 0")
 
-    tuner = SimpleNamespace(say=lambda s: None, verify_as=lambda best: best, cost_factor={}, _key=str,
+    said = []
+    tuner = SimpleNamespace(say=said.append, verify_as=lambda best: best, cost_factor={}, _key=str,
                             opt=SimpleNamespace(repeats=2, verify_repeats=0), next_repeat={}, _round=no_trial,
                             row=no_trial, describe=lambda best: won.setting)
-    return verify(tuner, {"precision.mode": "bf16-mixed"})
+    row = verify(tuner, {"precision.mode": "bf16-mixed"})
+    assert not any("verifying" in line for line in said), said  # it verifies nothing
+    return row
 
 
 def test_no_winner_line_when_a_winner_was_not_verified():

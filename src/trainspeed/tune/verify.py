@@ -26,7 +26,8 @@ Tuner = Any
 def verify(tuner: Tuner, best: dict[str, Any]) -> Row:
     """Fresh interleaved repeats of the baseline and the best config as `verify_as` runs it (a
     script's what-if: best.patch's edit), compared with each other only: what the user gets."""
-    tuner.say("verifying the combination against the baseline")
+    if tuner.opt.verify_repeats:
+        tuner.say("verifying the combination against the baseline")
     ran, best = best, tuner.verify_as(best)  # its own key: a resumed tune never reads the what-if's as the edit's
     tuner.cost_factor.setdefault(tuner._key(best), tuner.cost_factor.get(tuner._key(ran), 1.0))
     R = tuner.opt.repeats
