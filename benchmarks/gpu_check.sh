@@ -7,15 +7,15 @@
 # Stages, in this order, each under its own `timeout` (seconds; measured on an H100 on
 # 2026-11-27 where given), all of them when none is named:
 #   tests     the GPU tests (pytest -m gpu over the files below)                100 (52 there)
-#   mfu       benchmarks/gpu_mfu.py: gpt at GPT-2 124M, bf16 + compile + fused
-#             AdamW, batch 64 x 1024                                            110 (56 there)
 #   truth     benchmarks/gpu_truth.py: the doctor names each planted GPU cause
 #             first, then the tune verifies its fix (the doctor runs all come
 #             first; rerun what a cut left out with --only NAME)                420 (320 did not reach the last fix)
+#   mfu       benchmarks/gpu_mfu.py: gpt at GPT-2 124M, bf16 + compile + fused
+#             AdamW, batch 64 x 1024, beside two inductor settings ($MFU_VARIANTS) 300 (56 there for fast alone)
 #   recipes   benchmarks/gpu_recipes.py: the other recipes' fast variants' MFU  150
 #   overhead  benchmarks/gpu_overhead.py: Trainer, Monitor and doctor over a
 #             hand-written GPT-2 124M loop                                      200
-# All five take about 16 minutes at most, more than a lent session's 15 of device time: name
+# All five take about 20 minutes at most, more than a lent session's 15 of device time: name
 # the stages a session needs. One that fails or times out does not stop the others, and this
 # run's results files are copied to $OUT after each stage, so a run cut short still brings
 # back what it measured. No virtual environment and no package index are needed:
@@ -38,7 +38,7 @@ GPU_TESTS="tests/test_gpu_paths.py tests/test_gpu_doctor.py tests/telemetry/test
   tests/telemetry/test_env.py tests/telemetry/test_peaks.py tests/engine/test_precision.py
   tests/engine/data/test_data_prefetch.py tests/engine/checkpoint/test_ckpt_async.py
   tests/recipes/test_gpt_attention_order.py"
-ALL_STAGES="tests mfu truth recipes overhead"
+ALL_STAGES="tests truth mfu recipes overhead"
 
 # The GPU tests, for --tests-only and the tests stage. -v: each result on its own line as it
 # comes, so a run cut by the timeout still shows them.
@@ -84,8 +84,8 @@ stage() {
   [ "$cuda" = 1 ] || echo "no CUDA here: the GPU tests skip, gpu_truth runs --dry-run on two scripts, gpu_overhead --small; the rest is skipped"
   stage tests 100 "${PYTEST_GPU[@]}"
   if [ "$cuda" = 1 ]; then
-    stage mfu 110 "$PY" benchmarks/gpu_mfu.py --variants fast --steps 60
     stage truth 420 "$PY" benchmarks/gpu_truth.py --timeout 100
+    stage mfu 300 "$PY" benchmarks/gpu_mfu.py --variants "${MFU_VARIANTS:-fast,fast-coordinate-descent,fast-autotune-gemm}" --steps 60
     stage recipes 150 "$PY" benchmarks/gpu_recipes.py --recipes convnext,seqvae,hf --steps 60
     stage overhead 200 "$PY" benchmarks/gpu_overhead.py --batch 32 --blocks 8 --block 10
   else

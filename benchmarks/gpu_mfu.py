@@ -28,9 +28,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -42,6 +44,16 @@ SWITCHES = {
              "data.device_prefetch=true", "logging.every=50", "nan_policy=stop", "batch.auto_microbatch=true"],
 }
 SWITCHES["fast-torch-sdpa"] = [*SWITCHES["fast"], "recipe.options.attention=torch"]
+# Inductor settings tried beside the shipped fast variant, each read by inductor from the
+# environment of its own run: coordinate descent tunes each generated kernel's launch
+# configuration; max_autotune_gemm benchmarks Triton matmul templates against cuBLAS and can
+# fuse the elementwise ops after a matmul into it (longer compile).
+VARIANT_ENV = {
+    "fast-coordinate-descent": {"TORCHINDUCTOR_COORDINATE_DESCENT_TUNING": "1"},
+    "fast-autotune-gemm": {"TORCHINDUCTOR_MAX_AUTOTUNE_GEMM": "1"},
+}
+for _name in VARIANT_ENV:
+    SWITCHES[_name] = SWITCHES["fast"]
 
 
 def run(variant: str, args: argparse.Namespace, out: Path) -> dict:
@@ -53,11 +65,14 @@ def run(variant: str, args: argparse.Namespace, out: Path) -> dict:
            f"run.out_dir={out}", f"run.name={name}", "logging.progress=false", "eval.at_end=false",
            "logging.warmup_steps=20", *SWITCHES[variant],
            *([f"compile.mode={args.compile_mode}"] if variant.startswith("fast") else [])]
-    print("$", " ".join(cmd[2:]), flush=True)
-    subprocess.run(cmd, check=True)
+    env = VARIANT_ENV.get(variant, {})
+    print("$", *(f"{k}={v}" for k, v in env.items()), " ".join(cmd[2:]), flush=True)
+    t0 = time.perf_counter()
+    subprocess.run(cmd, check=True, env={**os.environ, **env})
+    wall = time.perf_counter() - t0
     summary = json.loads((out / name / "report.json").read_text())["summary"]
     return {**figures(summary), "loss_last": (summary.get("loss") or {}).get("last"),
-            "micro_batches": summary.get("micro_batches")}
+            "micro_batches": summary.get("micro_batches"), "env": env, "wall_s": round(wall, 1)}
 
 
 def figures(summary: dict) -> dict:
@@ -76,15 +91,31 @@ def main() -> int:
     ap.add_argument("--vocab", type=int, default=50304, help="GPT-2's 50257 padded to a multiple of 64")
     ap.add_argument("--compile-mode", default="default", choices=("default", "reduce-overhead", "max-autotune"))
     ap.add_argument("--variants", default="naive,fast", help="comma list of naive (the fp32 baseline), fast, "
-                                                            "fast-torch-sdpa (fast with torch's SDPA order)")
+                                                            "fast-torch-sdpa (fast with torch's SDPA order), "
+                                                            + ", ".join(VARIANT_ENV) + " (fast with that "
+                                                            "inductor setting)")
     args = ap.parse_args()
+    for variant in args.variants.split(","):
+        if variant not in SWITCHES:
+            ap.error(f"unknown variant {variant!r}; variants: {', '.join(SWITCHES)}")
     import torch
 
     if not torch.cuda.is_available():
         print("gpu_mfu: no CUDA device on this machine; run it where a GPU is present", file=sys.stderr)
         return 2
     out = Path(tempfile.mkdtemp(prefix="ts-gpu-mfu-"))
-    results: dict = {variant: run(variant, args, out) for variant in args.variants.split(",")}
+    results: dict = {}
+    for variant in args.variants.split(","):
+        try:
+            results[variant] = run(variant, args, out)
+        except subprocess.CalledProcessError as exc:  # an experiment that fails is reported, not fatal
+            results[variant] = {"error": f"exit {exc.returncode}"}
+            print(f"gpu_mfu: {variant} failed (exit {exc.returncode})", flush=True)
+        if variant != "fast" and (results.get("fast") or {}).get("tokens_per_s") \
+                and results[variant].get("tokens_per_s"):
+            ratio = results[variant]["tokens_per_s"] / results["fast"]["tokens_per_s"]
+            results[variant]["vs_fast"] = ratio
+            print(f"{variant}: {ratio:.3f}x the fast variant, MFU {results[variant].get('mfu') or 0:.1%}", flush=True)
     results["settings"] = {"batch": args.batch, "block": args.block, "vocab": args.vocab,
                            "compile_mode": args.compile_mode, "steps": args.steps}
     results["device"] = torch.cuda.get_device_name(0)
