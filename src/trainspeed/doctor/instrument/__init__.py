@@ -20,9 +20,14 @@ class Installed:
         self.imports = PostImportHooks()
 
     def uninstall(self) -> None:
+        """Undo every patch; the script's run is over when this is called, so its DataLoader
+        workers are stopped too (dataloader.stop_workers)."""
+        from trainspeed.doctor.instrument.dataloader import stop_workers
+
         self.session.close()
         self.imports.uninstall()
         self.patches.undo()
+        stop_workers(self.session)
 
 
 def install(session: Session) -> Installed:

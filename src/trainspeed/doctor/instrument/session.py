@@ -134,6 +134,9 @@ class Session(StepInputs):
         self.closure_evaluations: Counter[int] = Counter()
         self.sites = SiteCounter()
         self.observations: dict[str, dict[str, Any]] = {}
+        # the script's DataLoader iterators: their workers are stopped when the script is over
+        # (dataloader.stop_workers)
+        self.loader_iterators: weakref.WeakSet[Any] = weakref.WeakSet()
         self.loaders: dict[int, dict[str, Any]] = {}
         self.checkpoint_paths: set[str] = set()
         self.accelerator: str | None = None  # device type of the trained parameters
