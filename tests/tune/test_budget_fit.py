@@ -266,3 +266,45 @@ def test_max_rounds_keeps_a_tune_to_its_ablation_rounds(base_config, cpu, tmp_pa
 
     with pytest.raises(ConfigError, match="max_rounds must be >= 1"):
         TuneOptions(max_rounds=0)
+
+
+class CostlyTrials(FakeRunner):
+    """The baseline's trials take 5 s; a setting in `walls` takes its own (DataLoader workers to
+    start, a compile), more than the plan's price of one baseline trial."""
+
+    def __init__(self, effects, walls: dict[str, float], **kw):
+        super().__init__(effects, wall_s=5.0, **kw)
+        self.walls = walls
+
+    def __call__(self, req):
+        res = super().__call__(req)
+        for o in req.overrides:
+            res.wall_s = self.walls.get(o, res.wall_s)
+        return res
+
+
+@pytest.mark.parametrize("budget_s", [40, 50, 60, 70])
+def test_a_winner_is_answered_when_costlier_settings_take_the_verifications_budget(base_config, cpu, tmp_path,
+                                                                                    budget_s):
+    """On an H100 a data-bound script's tune measured 10x with 8 DataLoader workers; the
+    16-worker trial took the rest of the 25 s, the verification was skipped, and the tune kept
+    the baseline. Here bf16 wins 2x and the fused/foreach trials take 20 s each, priced 5 s:
+    every budget ends with an answer, verified afresh where a round was left, else the
+    ablation's, saying so. (Before: 'skipped' at 40, 50, 60 and 70 s.)"""
+    runner = CostlyTrials({BF16: 0.5}, {FUSED: 20.0, FOREACH: 20.0})
+    tuner, result = _tune(runner, tmp_path, budget_s, ["precision", "fused_optimizer"], base_config, cpu,
+                          repeats=1, verify_repeats=1)
+    assert result.final is not None and result.final.verdict == stats.FASTER, result.final
+    assert result.best_settings == {"precision.mode": "bf16-mixed"}
+    assert result.final.speedup == pytest.approx(2.0, rel=0.1)
+    fresh = any(c.label == "best" for c in runner.calls)
+    assert fresh or "as measured against the baseline in the ablation" in result.final.note
+    if budget_s in (50, 60):  # the 20 s trial of fused taught the price of foreach: not started
+        assert not any(c.label == "fused_optimizer=foreach" for c in runner.calls) and fresh
+
+
+def test_verification_off_is_not_answered_from_the_ablation(base_config, cpu, tmp_path):
+    """--verify-repeats 0 is the user's choice: no ablation winner is crowned for it."""
+    runner = FakeRunner({BF16: 0.5}, wall_s=5.0)
+    _, result = _tune(runner, tmp_path, 60, ["precision"], base_config, cpu, repeats=1, verify_repeats=0)
+    assert result.final is not None and result.final.verdict == stats.SKIPPED and result.best_settings == {}

@@ -34,7 +34,7 @@ from trainspeed.tune.order import ablation_round, bracket_repeats, n_brackets
 from trainspeed.tune.result import Row, TuneResult, load_note, utilization_note
 from trainspeed.tune.spend import confirm, halve, offered, planned_trials, spend_rest
 from trainspeed.tune.store import TrialStore
-from trainspeed.tune.verify import verify
+from trainspeed.tune.verify import final_answer
 from trainspeed.tune.trials import BUDGET_END, FAR_SLOWER, SLOW_CUTOFF, Runner, TrialRequest, TrialResult, overrides_of
 
 MIN_CUTOFF_S = 30.0
@@ -105,6 +105,8 @@ class Tuner(LoadProof):
         self.dropped: set[str] = set()  # config keys not repeated after an ablation round
         self.drop_why: dict[str, str] = {}  # and why (spend.halve)
         self.knob_of: dict[str, str] = {}  # setting key -> the knob that offered it (parity.math_free)
+        self.knob_of_config: dict[str, str] = {}  # an ablation candidate's config key -> its knob
+        self.knob_wall: dict[str, float] = {}  # knob -> the longest trial of its settings so far
         self.unadmitted: list[Candidate] = []  # settings the budget plan did not admit (spend.py)
         self.chosen_after: dict[str, int] = {}  # config key -> rounds before more were added for it
         # Budget held back for the final verification while the greedy steps run: without it
@@ -121,11 +123,18 @@ class Tuner(LoadProof):
         return self.spent + self._price(key or "") + self.reserve_s > self.opt.budget_s
 
     def _price(self, key: str) -> float:
-        """Expected wall seconds of one trial of `key`: the baseline's, times its cost factor."""
-        return self.base_wall * self.cost_factor.get(key, 1.0)
+        """Expected wall seconds of one trial of `key`: the baseline's, times its cost factor, and
+        at least the longest trial of its knob's other settings so far (starting 16 DataLoader
+        workers costs more than the baseline's wall says, as 8 did)."""
+        knob = self.knob_of_config.get(key)
+        return max(self.base_wall * self.cost_factor.get(key, 1.0), self.knob_wall.get(knob, 0.0) if knob else 0.0)
 
     def _startup(self, settings: dict[str, Any]) -> float:
         return max((self.startup_s.get((k, repr(v)), 0.0) for k, v in settings.items()), default=0.0)
+
+    def _one_verify_round(self) -> float:
+        """One verification round (baseline + best), or nothing when it is off."""
+        return 2 * self.base_wall if self.opt.verify_repeats else 0.0
 
     def _verify_reserve(self) -> float:
         """Budget the final verification needs: baseline + best, verify_repeats rounds each."""
@@ -161,6 +170,9 @@ class Tuner(LoadProof):
         result = fill_samples(self.runner(request), settings, self.results({}))  # arms.py
         self.spent += result.wall_s
         self.run_count += 1
+        knob = self.knob_of_config.get(key)
+        if knob is not None:
+            self.knob_wall[knob] = max(self.knob_wall.get(knob, 0.0), result.wall_s)
         self.store.add(result)
         self.ran.add((key, repeat))
         if result.ok:
@@ -276,6 +288,9 @@ class Tuner(LoadProof):
         self.base_wall = self.fit_trials(base, planned_trials(sum(c.cost_factor for c in offer), len(offer), R,
                                                               every, self.opt.verify_repeats))
         candidates, skipped, deferred = self._candidates(ctx, self.base_wall)
+        # Every ablation round leaves the verification a round (halve, for the later ones): a
+        # setting's trials can cost more than the plan's price (16 DataLoader workers, an H100).
+        self.reserve_s = self._one_verify_round()
         for r in range(R if candidates else 0):  # nothing to compare: no more baselines
             self.say(f"ablation round {r + 1}/{R}")
             idle = frozenset(i for i, c in enumerate(candidates) if self.key(c.settings) in self.dropped
@@ -297,7 +312,7 @@ class Tuner(LoadProof):
         self.reserve_s = self._verify_reserve()  # the greedy steps leave the verification its trials
         combination, best = self._greedy(ablation, deferred)
         self.reserve_s = 0.0
-        final = self._verify(best) if best else None
+        final, best = final_answer(self, best, ablation)
         notes: list[str] = []
         if final is not None and final.verdict != stats.FASTER:
             notes.append(f"the combination verified as '{final.verdict}' against the baseline; "
@@ -349,6 +364,7 @@ class Tuner(LoadProof):
                 settings = item.settings
                 self.knob_of.update(dict.fromkeys(settings, name))
                 self.cost_factor[config_key(self.base_hash, settings)] = item.cost_factor
+                self.knob_of_config[config_key(self.base_hash, settings)] = name
                 for k, v in settings.items():
                     self.startup_s[(k, repr(v))] = max(item.startup_s, self.startup_s.get((k, repr(v)), 0.0))
                 why = plan.admit(item.cost_factor, len(self.results(settings)))
@@ -476,10 +492,6 @@ class Tuner(LoadProof):
             if best_row is not None:
                 current = dict(best_row.settings)
         return current, still
-
-    def _verify(self, best: dict[str, Any]) -> Row:
-        """Fresh interleaved repeats of the baseline and the best config (verify.py)."""
-        return verify(self, best)
 
 
 # ---------------------------------------------------------------------- helpers

@@ -74,8 +74,7 @@ def _left(tuner: Tuner, may_win: bool = True) -> float:
     """Budget left for more rounds: less the verification's reserve where a setting may win,
     else one verification round's (the demo on a busy machine measured its last settings at
     3.5x in a round that took the rest of the budget, and nothing was verified)."""
-    one_round = 2 * tuner.base_wall if tuner.opt.verify_repeats else 0.0
-    return tuner.opt.budget_s - tuner.spent - (tuner._verify_reserve() if may_win else one_round)
+    return tuner.opt.budget_s - tuner.spent - (tuner._verify_reserve() if may_win else tuner._one_verify_round())
 
 
 def _round_qs(tuner: Tuner, c: Candidate, pair: Pair) -> list[float]:
@@ -125,7 +124,7 @@ def halve(tuner: Tuner, candidates: list[Candidate], r: int) -> None:
                         f"{n} fastest only")
     # the later rounds leave the verification one round at least (a 3.8x winner of a busy
     # machine's demo went unverified: its second ablation round took the verification's budget)
-    tuner.reserve_s = 2 * tuner.base_wall if tuner.opt.verify_repeats else 0.0
+    tuner.reserve_s = tuner._one_verify_round()
 
 
 def _trial_sd(tuner: Tuner) -> float:

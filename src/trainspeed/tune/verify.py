@@ -84,4 +84,39 @@ def _verified(tuner: Tuner, best: dict[str, Any], pairs: list[tuple[tuple[int, .
     return row
 
 
-__all__ = ["verify"]
+def budget_cut(final: Row | None) -> bool:
+    """Did the budget, not the user (--verify-repeats 0) or a measurement, leave the
+    verification unrun?"""
+    return final is not None and final.verdict == stats.SKIPPED and final.note != VERIFY_OFF
+
+
+def ablation_answer(tuner: Tuner, ablation: list[Row]) -> tuple[Row, dict[str, Any]] | None:
+    """When the budget ran out before the verification: the fastest setting that won its
+    ablation comparison against the baseline, as the answer (its row, its settings), said to
+    be measured there and not afresh. None when no setting won. A tune that measured a 10x
+    winner (16 DataLoader workers' trial took the verification's time on an H100) reported
+    no answer at all and kept the baseline."""
+    winners = [r for r in ablation if r.verdict == stats.FASTER and r.speedup and not tuner.is_whatif(r.settings)]
+    if not winners:
+        return None
+    won = max(winners, key=lambda r: r.speedup or 0.0)
+    left = tuner.opt.budget_s - tuner.spent
+    row = Row(knob="combined", setting=won.setting, settings=dict(won.settings), verdict=stats.FASTER,
+              speedup=won.speedup, ci=won.ci, noise=won.noise, noise_from=won.noise_from,
+              memory_ratio=won.memory_ratio, loss_delta=won.loss_delta, cost_factor=won.cost_factor,
+              one_time=won.one_time, stake=won.stake,
+              note=(f"{won.knob}={won.setting} as measured against the baseline in the ablation: the budget "
+                    f"ran out before a fresh verification ({max(left, 0.0):.0f} s left); rerun with the same "
+                    "--out and a larger --budget to verify it"))
+    return row, dict(won.settings)
+
+
+def final_answer(tuner: Tuner, best: dict[str, Any], ablation: list[Row]) -> tuple[Row | None, dict[str, Any]]:
+    """The tune's answer: the best settings verified afresh against the baseline; where the
+    budget left that unrun, the ablation's fastest winner, said so (ablation_answer)."""
+    final = verify(tuner, best) if best else None
+    answer = ablation_answer(tuner, ablation) if budget_cut(final) else None
+    return answer if answer is not None else (final, best)
+
+
+__all__ = ["ablation_answer", "budget_cut", "final_answer", "verify"]
