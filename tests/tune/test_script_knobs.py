@@ -11,6 +11,7 @@ from trainspeed.patches.targets import Targets
 from trainspeed.tune.knobs import Candidate, DeviceInfo, Skip
 from trainspeed.tune.script_facts import ScriptFacts
 from trainspeed.tune.script_session import flag_styles
+from trainspeed.tune.knob_types import steps_for_periods
 from trainspeed.tune.script_knobs import (SCRIPT_KNOBS, ScriptContext, knobs_from_findings,
                                           parse_script_knobs)
 
@@ -84,6 +85,10 @@ def test_compile_on_cuda_also_tries_cuda_graphs():
 def test_what_ifs_only_where_the_doctor_saw_the_calls():
     assert isinstance(SCRIPT_KNOBS["log_every"](ctx(log_calls=3, steps=30))[0], Skip)
     assert settings(SCRIPT_KNOBS["log_every"](ctx(log_calls=60, steps=30))) == [{"whatif.log_every": 10}]
+    # every 10th of 2 calls a step: one call every 5 steps; of 1 call every 2 steps: every 20
+    assert [c.period_steps for c in SCRIPT_KNOBS["log_every"](ctx(log_calls=60, steps=30))] == [5]
+    assert [c.period_steps for c in SCRIPT_KNOBS["log_every"](ctx(log_calls=15, steps=30))] == [20]
+    assert steps_for_periods([*SCRIPT_KNOBS["log_every"](ctx(log_calls=15, steps=30)), *SCRIPT_KNOBS["compile"](ctx())]) == 60
     assert settings(SCRIPT_KNOBS["checkpoint_every"](ctx(save_calls=6))) == [{"whatif.save_every": 4}]
     assert isinstance(SCRIPT_KNOBS["channels_last"](ctx())[0], Skip)
     assert settings(SCRIPT_KNOBS["channels_last"](ctx(targets=Targets(convolutional=True)))) == [{"channels_last": True}]
@@ -104,9 +109,10 @@ def test_interval_flags_are_labelled_as_the_script_takes_them():
     nano = {"option": "--log_interval", "dest": "log_interval", "value": 1, "type": "int", "kind": "equals"}
     [c] = SCRIPT_KNOBS["log_every"](ctx(flags=[nano]))
     assert (c.label, c.settings) == ("--log_interval=10", {"args.--log_interval": 10})
+    assert c.period_steps == 10  # a trial measures 3 of its reads (knob_types.PERIODS_PER_TRIAL)
     spaced = {"option": "--save-every", "dest": "save_every", "value": 5, "type": "int", "kind": "store"}
     [c] = SCRIPT_KNOBS["checkpoint_every"](ctx(flags=[spaced], save_calls=6))
-    assert (c.label, c.settings) == ("--save-every 20", {"args.--save-every": 20})
+    assert (c.label, c.settings) == ("--save-every 20", {"args.--save-every": 20}) and c.period_steps == 0
     # the verified combination's label too: llama2.c's "combined --compile True" (its trials ran
     # --compile=True, but the label did not, and "--compile True" crashes its configurator)
     from trainspeed.tune.script_session import describe_settings

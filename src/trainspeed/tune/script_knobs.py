@@ -13,6 +13,8 @@ flag (script_trials.write_ds_config); the user's file is only read.
 
 from __future__ import annotations
 
+import math
+
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -291,7 +293,8 @@ def _interval_flag(ctx: ScriptContext, topic: str, factor: int) -> Candidate | N
     from trainspeed.doctor.checks.script_flags import set_flag
 
     # labelled as the script takes it (nanoGPT's configurator reads --log_interval=10 only)
-    return Candidate(topic, set_flag(flag, value * factor), {f"args.{flag['option']}": value * factor})
+    return Candidate(topic, set_flag(flag, value * factor), {f"args.{flag['option']}": value * factor},
+                     period_steps=value * factor if topic == "log_every" else 0)
 
 
 def log_every(ctx: ScriptContext) -> list:
@@ -303,7 +306,8 @@ def log_every(ctx: ScriptContext) -> list:
     if ctx.facts.log_calls < ctx.facts.steps // 2 or not ctx.facts.log_calls:
         return [Skip("log_every", "10", f"{ctx.facts.log_calls} logging calls in {ctx.facts.steps} steps: "
                                         "nothing per step to thin")]
-    return [Candidate("log_every", "every 10th call (what-if)", {"whatif.log_every": 10})]
+    return [Candidate("log_every", "every 10th call (what-if)", {"whatif.log_every": 10},
+                      period_steps=math.ceil(10 * ctx.facts.steps / ctx.facts.log_calls))]
 
 
 def checkpoint_every(ctx: ScriptContext) -> list:

@@ -30,6 +30,7 @@ from trainspeed.errors import ConfigError
 from trainspeed.patches.plan import FLAG_PREFIX
 from trainspeed.patches.targets import Targets
 from trainspeed.patches.whatif_code import CODE_PREFIX, whatif_of
+from trainspeed.tune.knob_types import PERIODS_PER_TRIAL
 from trainspeed.tune.knobs import DeviceInfo
 from trainspeed.tune.options import TuneOptions
 from trainspeed.tune.result import TuneResult
@@ -176,6 +177,10 @@ def run_script_tune(command: list[str], out_dir: str | Path, options: TuneOption
         if not base.step_times:
             return base.wall_s
         longest = measure_steps or trial_steps(quiet_step_time(base.step_times))
+        if tuner.min_measure_steps > longest:  # several periods of a log interval (knob_types.py)
+            say(f"trials measure {tuner.min_measure_steps} steps, not {longest}: {PERIODS_PER_TRIAL} periods "
+                "of the longest interval a setting makes")
+            longest = tuner.min_measure_steps
         sized = fit_trial(base, warmup_steps, trials, options.budget_s - tuner.spent, longest,
                           first_warmup=first_warmup)
         runner.warmup_steps, runner.measure_steps = sized.warmup_steps, sized.measure_steps

@@ -1,9 +1,8 @@
 """The search: every knob alone from the baseline (the ablation table), then the winners
 combined greedily, then the combination verified against the baseline.
 
-    tuner = Tuner(base_config=cfg_dict, device=DeviceInfo.detect(), runner=runner,
-                  store=TrialStore(out), options=TuneOptions(knobs=["precision", ...]))
-    result = tuner.run()
+    result = Tuner(base_config=cfg_dict, device=DeviceInfo.detect(), runner=runner,
+                   store=TrialStore(out), options=TuneOptions(knobs=["precision", ...])).run()
 
 Trials are interleaved, the baseline between the candidates (B C1 C2 B C3 C4 B, odd rounds
 reversed; order.py), so each candidate is compared with the two baseline trials around it: a
@@ -26,6 +25,7 @@ from trainspeed.errors import TuneError  # noqa: F401  (imported from here by ca
 from trainspeed.tune import parity, stats
 from trainspeed.tune.arms import arm_of, fill_samples, fmt_loss, max_memory
 from trainspeed.tune.budget_plan import BaselineOutOfBudget, BudgetPlan, budget_note
+from trainspeed.tune.knob_types import steps_for_periods
 from trainspeed.tune.knobs import KNOBS, Candidate, DeviceInfo, KnobContext, Skip
 from trainspeed.tune.load_proof import LoadProof, load_matched
 from trainspeed.tune.one_time import kept_one_time_notes, note_one_time
@@ -109,9 +109,9 @@ class Tuner(LoadProof):
         self.knob_wall: dict[str, float] = {}  # knob -> the longest trial of its settings so far
         self.unadmitted: list[Candidate] = []  # settings the budget plan did not admit (spend.py)
         self.chosen_after: dict[str, int] = {}  # config key -> rounds before more were added for it
-        # Budget held back for the final verification while the greedy steps run: without it
-        # the steps spent it, the verification was cut, and best.yaml fell back to the baseline.
+        # held back for the verification (the greedy steps once spent it: best.yaml was the baseline)
         self.reserve_s = 0.0
+        self.min_measure_steps = 0
 
     # ------------------------------------------------------------------ trials
     def key(self, settings: dict[str, Any]) -> str:
@@ -285,6 +285,7 @@ class Tuner(LoadProof):
         ctx = self.make_context({}, base)
         R, every = self.opt.repeats, self.opt.baseline_every
         offer = offered(self, ctx)
+        self.min_measure_steps = steps_for_periods(offer)  # a script's fit_trials reads it
         self.base_wall = self.fit_trials(base, planned_trials(sum(c.cost_factor for c in offer), len(offer), R,
                                                               every, self.opt.verify_repeats))
         candidates, skipped, deferred = self._candidates(ctx, self.base_wall)
