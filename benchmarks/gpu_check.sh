@@ -11,11 +11,11 @@
 #             first, then the tune verifies its fix (the doctor runs all come
 #             first; rerun what a cut left out with --only NAME)                420 (320 did not reach the last fix)
 #   mfu       benchmarks/gpu_mfu.py: gpt at GPT-2 124M, bf16 + compile + fused
-#             AdamW, batch 64 x 1024, beside two inductor settings ($MFU_VARIANTS) 300 (56 there for fast alone)
+#             AdamW, batch 64 x 1024 ($MFU_VARIANTS adds experiments)            110 (56 there)
 #   recipes   benchmarks/gpu_recipes.py: the other recipes' fast variants' MFU  150
 #   overhead  benchmarks/gpu_overhead.py: Trainer, Monitor and doctor over a
 #             hand-written GPT-2 124M loop                                      200
-# All five take about 20 minutes at most, more than a lent session's 15 of device time: name
+# All five take about 16 minutes at most, more than a lent session's 15 of device time: name
 # the stages a session needs. One that fails or times out does not stop the others, and this
 # run's results files are copied to $OUT after each stage, so a run cut short still brings
 # back what it measured. No virtual environment and no package index are needed:
@@ -85,7 +85,7 @@ stage() {
   stage tests 100 "${PYTEST_GPU[@]}"
   if [ "$cuda" = 1 ]; then
     stage truth 420 "$PY" benchmarks/gpu_truth.py --timeout 100
-    stage mfu 300 "$PY" benchmarks/gpu_mfu.py --variants "${MFU_VARIANTS:-fast,fast-coordinate-descent,fast-autotune-gemm}" --steps 60
+    stage mfu 110 "$PY" benchmarks/gpu_mfu.py --variants "${MFU_VARIANTS:-fast}" --steps 60
     stage recipes 150 "$PY" benchmarks/gpu_recipes.py --recipes convnext,seqvae,hf --steps 60
     stage overhead 200 "$PY" benchmarks/gpu_overhead.py --batch 32 --blocks 8 --block 10
   else

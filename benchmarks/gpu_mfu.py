@@ -21,6 +21,13 @@ What holds MFU back, read against nanoGPT/torchtitan practice, and set here:
   CUDA-event phase timing resolved lazily; SDPA's flash path (causal, no mask tensor) in the
   model; torch.compile mode default (reduce-overhead: --compile-mode).
 
+Tried on the H100 on 2026-11-28 (benchmarks/results/gpu_check-gpu-h100-80gb-hbm3.log), against
+the same fast run: inductor's coordinate descent tuning 1.008x (MFU 44.2 %), inside a run's
+noise; max_autotune_gemm found cuBLAS faster than every Triton template on every matmul it
+tuned (the QKV projection 0.325 ms, 713 TFLOP/s, against 0.414 ms) and was still compiling
+after 200 s. The matmuls run at 63-73 % of the peak: what keeps the step at 44 % is the rest
+(attention, the 50304-way cross entropy, layer norms and the elementwise work between).
+
     python benchmarks/gpu_mfu.py [--steps 120] [--batch 64] [--block 1024] [--vocab 50304] [--variants fast,fast-torch-sdpa]
 """
 
@@ -83,6 +90,24 @@ def figures(summary: dict) -> dict:
             "memory": summary.get("memory"), "phases": summary.get("phases"), "gpu_busy": summary.get("gpu_busy")}
 
 
+def save(results: dict, args: argparse.Namespace) -> None:
+    """The ratios between the variants measured so far, and the results file (headline: the
+    shipped fast variant's MFU)."""
+    fast, naive = results.get("fast") or {}, results.get("naive") or {}
+    for variant, mine in results.items():
+        if variant in SWITCHES and variant not in ("fast", "naive") and fast.get("tokens_per_s") \
+                and mine.get("tokens_per_s"):
+            mine["vs_fast"] = mine["tokens_per_s"] / fast["tokens_per_s"]
+    if fast.get("tokens_per_s") and naive.get("tokens_per_s"):
+        results["speedup"] = fast["tokens_per_s"] / naive["tokens_per_s"]
+    if fast.get("tokens_per_s") and (results.get("fast-torch-sdpa") or {}).get("tokens_per_s"):
+        results["attention_order_speedup"] = fast["tokens_per_s"] / results["fast-torch-sdpa"]["tokens_per_s"]
+    mfu = fast.get("mfu") or 0.0
+    write_result("gpu_mfu", results, headline={
+        "label": f"gpt 124M (vocab {args.vocab}, {args.batch}x{args.block}) bf16+compile+fused MFU ({results['device']})",
+        "value": round(mfu, 3), "goal": ">= 0.45", "passed": mfu >= 0.45})
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--steps", type=int, default=120)
@@ -104,36 +129,25 @@ def main() -> int:
         print("gpu_mfu: no CUDA device on this machine; run it where a GPU is present", file=sys.stderr)
         return 2
     out = Path(tempfile.mkdtemp(prefix="ts-gpu-mfu-"))
-    results: dict = {}
+    results: dict = {"settings": {"batch": args.batch, "block": args.block, "vocab": args.vocab,
+                                  "compile_mode": args.compile_mode, "steps": args.steps},
+                     "device": torch.cuda.get_device_name(0)}
     for variant in args.variants.split(","):
         try:
             results[variant] = run(variant, args, out)
         except subprocess.CalledProcessError as exc:  # an experiment that fails is reported, not fatal
             results[variant] = {"error": f"exit {exc.returncode}"}
             print(f"gpu_mfu: {variant} failed (exit {exc.returncode})", flush=True)
-        if variant != "fast" and (results.get("fast") or {}).get("tokens_per_s") \
-                and results[variant].get("tokens_per_s"):
-            ratio = results[variant]["tokens_per_s"] / results["fast"]["tokens_per_s"]
-            results[variant]["vs_fast"] = ratio
-            print(f"{variant}: {ratio:.3f}x the fast variant, MFU {results[variant].get('mfu') or 0:.1%}", flush=True)
-    results["settings"] = {"batch": args.batch, "block": args.block, "vocab": args.vocab,
-                           "compile_mode": args.compile_mode, "steps": args.steps}
-    results["device"] = torch.cuda.get_device_name(0)
+        mine = results[variant]
+        print(f"{variant}: {mine.get('tokens_per_s') or 0:,.0f} tokens/s, MFU {mine.get('mfu') or 0:.1%}", flush=True)
+        save(results, args)  # after every variant: a run cut by its timeout keeps what it measured
     fast, naive = results.get("fast") or {}, results.get("naive") or {}
-    if fast.get("tokens_per_s") and naive.get("tokens_per_s"):
-        results["speedup"] = fast["tokens_per_s"] / naive["tokens_per_s"]
-    torch_sdpa = results.get("fast-torch-sdpa") or {}
-    if fast.get("tokens_per_s") and torch_sdpa.get("tokens_per_s"):
-        results["attention_order_speedup"] = fast["tokens_per_s"] / torch_sdpa["tokens_per_s"]
-        print(f"attention order auto vs torch's: {results['attention_order_speedup']:.3f}x "
-              f"(MFU {torch_sdpa.get('mfu') or 0:.1%} with torch's order)")
-    mfu = fast.get("mfu") or 0.0
+    if results.get("attention_order_speedup"):
+        print(f"attention order auto vs torch's: {results['attention_order_speedup']:.3f}x")
     against = (f"; naive {naive['tokens_per_s']:,.0f} tokens/s ({results['speedup']:.2f}x)"
                if results.get("speedup") else "")
-    print(f"{results['device']}: fast {fast.get('tokens_per_s') or 0:,.0f} tokens/s, MFU {mfu:.1%}{against}")
-    write_result("gpu_mfu", results, headline={
-        "label": f"gpt 124M (vocab {args.vocab}, {args.batch}x{args.block}) bf16+compile+fused MFU ({results['device']})",
-        "value": round(mfu, 3), "goal": ">= 0.45", "passed": mfu >= 0.45})
+    print(f"{results['device']}: fast {fast.get('tokens_per_s') or 0:,.0f} tokens/s, "
+          f"MFU {fast.get('mfu') or 0:.1%}{against}")
     return 0
 
 
