@@ -42,9 +42,9 @@ its steps bootstrapped as if independent, the read's step fell in 0-3 times per 
 an H100's 1.58x (1.60x in the ablation) read as no measurable change."""
 
 
-def steps_for_periods(offer: list[Any]) -> int:
+def steps_for_periods(offer: list[Candidate]) -> int:
     """The measured steps a trial needs for the longest period any offered setting makes."""
-    return PERIODS_PER_TRIAL * max((getattr(c, "period_steps", 0) for c in offer), default=0)
+    return PERIODS_PER_TRIAL * max((c.period_steps for c in offer), default=0)
 
 
 @dataclass(frozen=True, slots=True)

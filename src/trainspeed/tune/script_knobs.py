@@ -14,7 +14,6 @@ flag (script_trials.write_ds_config); the user's file is only read.
 from __future__ import annotations
 
 import math
-
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -283,9 +282,10 @@ def attention(ctx: ScriptContext) -> list:
     return [Candidate("attention", impl, {"hf.attn_implementation": impl}) for impl in ("sdpa", "eager")]
 
 
-def _interval_flag(ctx: ScriptContext, topic: str, factor: int) -> Candidate | None:
+def _interval_flag(ctx: ScriptContext, topic: str, factor: int, periodic: bool = False) -> Candidate | None:
     """The script's own interval flag (--log-interval 1), set `factor` times larger: a real
-    setting the user keeps by passing the flag, not a what-if."""
+    setting the user keeps by passing the flag, not a what-if. `periodic`: its new interval is
+    the candidate's period_steps (a log interval; a save interval x4 would make trials long)."""
     flag = ctx.facts.flag_for(topic)
     value = flag.get("value") if flag else None
     if flag is None or isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -294,13 +294,13 @@ def _interval_flag(ctx: ScriptContext, topic: str, factor: int) -> Candidate | N
 
     # labelled as the script takes it (nanoGPT's configurator reads --log_interval=10 only)
     return Candidate(topic, set_flag(flag, value * factor), {f"args.{flag['option']}": value * factor},
-                     period_steps=value * factor if topic == "log_every" else 0)
+                     period_steps=value * factor if periodic else 0)
 
 
 def log_every(ctx: ScriptContext) -> list:
     """Log less often: the script's own interval flag x10, else a what-if in which only every
     10th logging call (print, SummaryWriter, wandb) runs."""
-    own = _interval_flag(ctx, "log_every", 10)
+    own = _interval_flag(ctx, "log_every", 10, periodic=True)
     if own is not None:
         return [own]
     if ctx.facts.log_calls < ctx.facts.steps // 2 or not ctx.facts.log_calls:

@@ -138,7 +138,7 @@ class Tuner(LoadProof):
 
     def _verify_reserve(self) -> float:
         """Budget the final verification needs: baseline + best, verify_repeats rounds each."""
-        return self.base_wall * 2 * self.opt.verify_repeats
+        return self._one_verify_round() * self.opt.verify_repeats
 
     def _unpaid(self, trials: list[tuple[dict[str, Any], int]]) -> float:
         """Expected seconds of the trials (settings, repeat) not already in the store."""

@@ -8,6 +8,7 @@ it is also verified when the mean of its rounds clears spend.CONFIRM_Z standard 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import statistics
 from typing import Any
@@ -101,13 +102,11 @@ def ablation_answer(tuner: Tuner, ablation: list[Row]) -> tuple[Row, dict[str, A
         return None
     won = max(winners, key=lambda r: r.speedup or 0.0)
     left = tuner.opt.budget_s - tuner.spent
-    row = Row(knob="combined", setting=won.setting, settings=dict(won.settings), verdict=stats.FASTER,
-              speedup=won.speedup, ci=won.ci, noise=won.noise, noise_from=won.noise_from,
-              memory_ratio=won.memory_ratio, loss_delta=won.loss_delta, cost_factor=won.cost_factor,
-              one_time=won.one_time, stake=won.stake,
-              note=(f"{won.knob}={won.setting} as measured against the baseline in the ablation: the budget "
-                    f"ran out before a fresh verification ({max(left, 0.0):.0f} s left); rerun with the same "
-                    "--out and a larger --budget to verify it"))
+    row = dataclasses.replace(
+        won, knob="combined", settings=dict(won.settings),
+        note=(f"{won.knob}={won.setting} as measured against the baseline in the ablation: the budget "
+              f"ran out before a fresh verification ({max(left, 0.0):.0f} s left); rerun with the same "
+              "--out and a larger --budget to verify it"))
     return row, dict(won.settings)
 
 
