@@ -19,6 +19,7 @@ ALL = {
     "loader.num_workers": 2, "loader.pin_memory": True, "loader.persistent_workers": True,
     "loader.prefetch_factor": 4, "precision": "fp16", "compile": "default", "channels_last": True,
     "optimizer.impl": "fused", "threads": 1, "cuda.tf32": True, "cuda.cudnn_benchmark": True,
+    "cuda.expandable_segments": True,
     "hf.attn_implementation": "sdpa", "whatif.log_every": 5, "whatif.save_every": 5, "whatif.no_gc": True,
     "whatif.gc_every": 5, "code.log_every": 5, "code.save_every": 5, "code.gc_every": 5,
     "runtime.cache_checks": ["platform.python_version"],

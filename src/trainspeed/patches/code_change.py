@@ -28,7 +28,7 @@ from trainspeed.patches.framework_precision import VALUES, constructor_site
 from trainspeed.patches.insert_lines import insert_snippets, overlapping, patchable, shifted
 from trainspeed.patches.installed import is_installed
 from trainspeed.patches.models_autocast import models_autocast_snippet
-from trainspeed.patches.snippets import RUNTIME_CODE, Snippet, Source, autocast_snippet, model_snippets, \
+from trainspeed.patches.snippets import BEFORE_IMPORTS, RUNTIME_CODE, Snippet, Source, autocast_snippet, model_snippets, \
     runtime_snippet
 from trainspeed.patches.targets import Targets
 from trainspeed.patches.whatif_code import WHATIF_SITES, IntervalEdit, realize
@@ -427,8 +427,9 @@ def _place_snippet(key: str, value: Any, t: Targets, root: Path, device: str, ch
             return
         script = t.script or next((s[0] for s in (t.model_call_site, t.optimizer_site, t.loader_site) if s), None)
         if script is None:
+            where = "above your imports" if key in BEFORE_IMPORTS else "after your imports"
             change.notes.append(f"{key}={value}: the script was not recorded; add `{RUNTIME_CODE[key](value)}` "
-                                "after your imports")
+                                + where)
             return
         why = _where_not(key, script, f"the script {_shown(script, root)}", root)
         src = None if why else source(script)

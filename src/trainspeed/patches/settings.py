@@ -69,6 +69,8 @@ def _registry() -> dict[str, SettingSpec]:
         "cuda.tf32": SettingSpec(_bool, "true or false", runtime.install_tf32, "TF32 matmuls and convolutions"),
         "cuda.cudnn_benchmark": SettingSpec(_bool, "true or false", runtime.install_cudnn_benchmark,
                                             "cuDNN autotuning"),
+        "cuda.expandable_segments": SettingSpec(_bool, "true or false", runtime.install_expandable_segments,
+                                                "the CUDA caching allocator's expandable segments"),
         "runtime.cache_checks": SettingSpec(cache_checks.valid_names, "a list of module.function names",
                                             cache_checks.install_cache_checks,
                                             "functools.cache around a library's package check asked at every step"),

@@ -86,6 +86,19 @@ class Source:
                  and isinstance(n.targets[0], (ast.Name, ast.Attribute))] if self.tree else []
         return min(found, key=lambda n: n.lineno) if found else None
 
+    def first_statement(self) -> int:
+        """Line of the first statement after the module docstring and `from __future__`
+        imports (0 when there is none): where code that must run before any import goes."""
+        body = self.tree.body if self.tree else []
+        for i, node in enumerate(body):
+            if i == 0 and isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant):
+                continue
+            if isinstance(node, ast.ImportFrom) and node.module == "__future__":
+                continue
+            decorators = getattr(node, "decorator_list", None) or []
+            return min([node.lineno, *(d.lineno for d in decorators)])
+        return 0
+
     def after_imports(self) -> tuple[int, bool]:
         """(last line of the leading imports, 0 when none; whether `torch` is imported as such)."""
         last = 0
@@ -286,7 +299,12 @@ RUNTIME_CODE = {
     "threads": lambda v: f"torch.set_num_threads({v})",
     "cuda.tf32": lambda v: "torch.backends.cuda.matmul.allow_tf32 = True\ntorch.backends.cudnn.allow_tf32 = True",
     "cuda.cudnn_benchmark": lambda v: "torch.backends.cudnn.benchmark = True",
+    "cuda.expandable_segments": lambda v: ("import os\n"
+                                           f'os.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:{bool(v)}")'),
 }
+BEFORE_IMPORTS = frozenset({"cuda.expandable_segments"})
+"""Settings read from the environment when torch starts its allocator: their code goes above the
+script's imports, where no library has touched CUDA yet."""
 _RUNTIME_WHY = {
     "runtime.cache_checks": "Once, after the imports: the library's package check, asked at every step, "
                             "answers from its first look (no package is installed during the run).",
@@ -294,10 +312,20 @@ _RUNTIME_WHY = {
     "cuda.tf32": "Once, after the imports: float32 matmuls and convolutions on TF32 tensor cores.",
     "cuda.cudnn_benchmark": "Once, after the imports: cuDNN times its algorithms for each input shape "
                             "(fixed shapes gain; shapes that change every step pay each time).",
+    "cuda.expandable_segments": "Before the imports, as CUDA's allocator reads it at its start: segments grow in "
+                                "place, so batches whose sizes change stop fragmenting the cache (no more "
+                                "free-everything-and-retry). If your environment already sets "
+                                "PYTORCH_CUDA_ALLOC_CONF, add expandable_segments:True there instead.",
 }
 
 
 def runtime_snippet(setting: str, value: Any, source: Source, shown: str) -> Snippet:
+    if setting in BEFORE_IMPORTS:
+        first = source.first_statement()
+        code = RUNTIME_CODE[setting](value)
+        if first:
+            return Snippet(setting, shown, first, "before", code, _RUNTIME_WHY[setting])
+        return Snippet(setting, shown, max(1, len(source.lines)), "after", code, _RUNTIME_WHY[setting])
     last, has_torch = source.after_imports()
     code = RUNTIME_CODE[setting](value)
     if not has_torch and "torch." in code:

@@ -15,7 +15,30 @@ from typing import Any
 # The CPU facts live in cpu_facts (a leaf the peak code reads); re-exported here.
 from trainspeed.telemetry.cpu_facts import CPU_FLAGS, bf16_units, cpu_flags, cpu_model, cpu_quota
 
-__all__ = ["collect_env", "cpu_flags", "cpu_model", "cpu_quota", "CPU_FLAGS", "bf16_units"]
+__all__ = ["ALLOC_CONF_VARS", "alloc_conf", "collect_env", "cpu_flags", "cpu_model", "cpu_quota", "CPU_FLAGS",
+           "bf16_units", "expandable_segments_on"]
+
+ALLOC_CONF_VARS = ("PYTORCH_ALLOC_CONF", "PYTORCH_CUDA_ALLOC_CONF")
+"""The caching allocator's settings, in the order torch reads them (PYTORCH_ALLOC_CONF from
+torch 2.9 on; PYTORCH_CUDA_ALLOC_CONF before, and still read when the first is unset)."""
+
+
+def alloc_conf(environ: Any = None) -> str | None:
+    """The allocator settings the process starts with (`expandable_segments:True,...`), or None."""
+    env = os.environ if environ is None else environ
+    for name in ALLOC_CONF_VARS:
+        if env.get(name):
+            return str(env[name])
+    return None
+
+
+def expandable_segments_on(conf: str | None) -> bool:
+    """Whether allocator settings turn expandable segments on (`expandable_segments:True`)."""
+    for item in (conf or "").split(","):
+        key, _, value = item.partition(":")
+        if key.strip() == "expandable_segments":
+            return value.strip().lower() == "true"
+    return False
 
 
 def _available_cores() -> int | None:
@@ -103,6 +126,7 @@ def collect_env(*, device: Any = None, precision: str | None = None, measure_pea
         },
         "host_memory": int(psutil.virtual_memory().total),
         "nvml": _nvml_available(),
+        "alloc_conf": alloc_conf(),
         "trainspeed": trainspeed.__version__,
         "hostname": socket.gethostname(),
     }

@@ -17,6 +17,7 @@ from trainspeed.doctor.checks.context import CheckContext
 from trainspeed.doctor.checks.lookups import per_step_checks
 from trainspeed.doctor.checks.script_flags import find_flag
 from trainspeed.patches.targets import Targets
+from trainspeed.telemetry.env import expandable_segments_on
 from trainspeed.telemetry.rundir import read_run
 from trainspeed.telemetry.summary import flops_per_step, peak_of
 
@@ -100,6 +101,8 @@ class ScriptFacts:
     lookup_checks: list[str] = field(default_factory=list)
     """`module.function` of the library package checks the doctor saw asked at every step
     (doctor/checks/lookups.py): what the package_lookups knob caches."""
+    expandable_segments: bool = False
+    """Whether the run's PYTORCH_CUDA_ALLOC_CONF already turned expandable segments on."""
     modules: tuple[str, ...] = ()
     """The installed libraries' modules the script imported (doctor/instrument/imported.py):
     what the tune's fork server imports once instead of every trial."""
@@ -197,6 +200,8 @@ def read_facts(run_dir: str | Path) -> ScriptFacts:
         deepspeed_config=deepspeed_config_file(list(flags_obs.get("flags") or [])),
         flops_per_step=flops_per_step(run), peak=peak_of(run), lookup_checks=per_step_checks(ctx),
         modules=tuple((ctx.first("imports") or {}).get("library") or ()),
+        expandable_segments=expandable_segments_on((run.env or {}).get("alloc_conf")
+                                                   if isinstance(run.env, dict) else None),
     )
 
 

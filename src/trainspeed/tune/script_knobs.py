@@ -267,6 +267,20 @@ def cudnn_benchmark(ctx: ScriptContext) -> list:
     return [Candidate("cudnn_benchmark", "on", {"cuda.cudnn_benchmark": True})]
 
 
+def expandable_segments(ctx: ScriptContext) -> list:
+    """The CUDA caching allocator's expandable segments, where the baseline ran near the memory
+    limit (the doctor's memory_near_oom: allocator retries or a nearly full cache)."""
+    if ctx.device.type != "cuda":
+        return [Skip("expandable_segments", "on", "the caching allocator's segments exist on CUDA only")]
+    if ctx.facts.expandable_segments:
+        return [Skip("expandable_segments", "on", "the run already has expandable_segments:True in "
+                                                  "PYTORCH_CUDA_ALLOC_CONF")]
+    if not any(f.get("id") == "memory_near_oom" for f in ctx.facts.findings):
+        return [Skip("expandable_segments", "on", "the baseline had no allocator retries and its GPU memory "
+                                                  "was not nearly full: nothing for the allocator to win")]
+    return [Candidate("expandable_segments", "on", {"cuda.expandable_segments": True})]
+
+
 def channels_last(ctx: ScriptContext) -> list:
     """channels_last memory format for a convolutional model and its inputs."""
     if not ctx.facts.targets.convolutional:
@@ -425,6 +439,7 @@ SCRIPT_KNOBS: dict[str, Any] = {
     "pin_memory": pin_memory,
     "tf32": tf32,
     "cudnn_benchmark": cudnn_benchmark,
+    "expandable_segments": expandable_segments,
     "persistent_workers": persistent_workers,
     "prefetch_factor": prefetch_factor,
     "padding": padding,

@@ -53,6 +53,7 @@ SCRIPT_TUNE_KNOBS = {
     "threads": "threads",
     "tf32": "tf32",
     "cudnn_benchmark": "cudnn_benchmark",
+    "expandable_segments": "expandable_segments",
     "channels_last": "channels_last",
     "attention": "attention",
     "logging": "log_every",

@@ -8,6 +8,7 @@ from typing import Any
 from trainspeed.doctor.checks.context import CheckContext, pct
 from trainspeed.doctor.checks.script_flags import flag_note, script_flag, set_flag, show_flag
 from trainspeed.doctor.findings import Finding
+from trainspeed.telemetry.env import expandable_segments_on
 from trainspeed.telemetry.throughput import COMPUTE_BOUND_MFU
 
 TENSOR_CORE_CAPABILITY = 7.0
@@ -297,6 +298,10 @@ def memory_pressure(ctx: CheckContext) -> Finding | None:
     alloc, reserved, retries = _memory_fraction(ctx)
     if isinstance(retries, (int, float)) and retries > 0 or (reserved is not None and reserved >= NEAR_OOM):
         impact, basis = _retry_stake(ctx, retries)
+        expandable = expandable_segments_on(ctx.run.env.get("alloc_conf") if isinstance(ctx.run.env, dict) else None)
+        allocator = ("expandable segments are already on (PYTORCH_CUDA_ALLOC_CONF)" if expandable else
+                     "set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, so that batches whose sizes change "
+                     "grow one segment instead of fragmenting the cache")
         return Finding(
             id="memory_near_oom",
             severity="warning",
@@ -304,7 +309,8 @@ def memory_pressure(ctx: CheckContext) -> Finding | None:
             evidence=(f"peak reserved {pct(reserved)} of device memory, peak allocated {pct(alloc)}, "
                       f"allocator retries {retries}"),
             recommendation=("lower the batch size or activation memory (engine: activation_checkpointing=[Block], "
-                            "precision.mode=bf16-mixed, batch.auto_microbatch=true) and set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"),
+                            f"precision.mode=bf16-mixed, batch.auto_microbatch=true); {allocator}"),
+            verify_with=None if expandable else ctx.tune_command("expandable_segments"),
             impact=impact,
             basis=basis,
         )
