@@ -191,6 +191,10 @@ def test_trials_are_sized_to_the_budget_from_what_the_first_trial_took():
     line = trial_length_line(base, tight, 20)
     assert "took 30 s" in line and "570 ms-4.98 s" in line and "cut to fit ~20 trials" in line
     assert f"{tight.measure_steps} measured steps (~{tight.price_s:.0f} s)" in line
+    assert line.endswith("(--steps sets the measured steps)")
+    # trials lengthened to several periods of an interval say that, not --steps (it was below them)
+    assert trial_length_line(base, roomy, 10, "3 periods of a setting's interval").endswith(
+        "(3 periods of a setting's interval)")
     # never below the fewest steps for such steps, whatever the budget: 6, or ~3 s of slow ones
     assert fit_trial(base, 5, trials=20, budget_left=10, max_steps=25).measure_steps == min_fit_steps(0.615) == 5
     assert min_fit_steps(0.1) == MIN_FIT_STEPS and min_fit_steps(8.0) == 3

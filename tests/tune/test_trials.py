@@ -326,7 +326,7 @@ def test_a_preload_that_starts_a_thread_gets_a_server_without_it(tmp_path, monke
     try:
         res = runner(TrialRequest(key="b", label="baseline", overrides=(), repeat=0))
         assert res.ok and runner._server is not None and runner.fork_server  # still forking
-        assert len(said) == 1 and "without the recipe's modules" in said[0] and "threads" in said[0]
+        assert len(said) == 1 and "without the modules it preloads (ts_thread_mod)" in said[0] and "threads" in said[0]
     finally:
         runner.close()
 

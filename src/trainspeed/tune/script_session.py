@@ -177,14 +177,16 @@ def run_script_tune(command: list[str], out_dir: str | Path, options: TuneOption
         if not base.step_times:
             return base.wall_s
         longest = measure_steps or trial_steps(quiet_step_time(base.step_times))
+        length_from = "--steps sets the measured steps"
         if tuner.min_measure_steps > longest:  # several periods of a log interval (knob_types.py)
             say(f"trials measure {tuner.min_measure_steps} steps, not {longest}: {PERIODS_PER_TRIAL} periods "
                 "of the longest interval a setting makes")
             longest = tuner.min_measure_steps
+            length_from = f"{PERIODS_PER_TRIAL} periods of a setting's interval; a larger --steps measures more"
         sized = fit_trial(base, warmup_steps, trials, options.budget_s - tuner.spent, longest,
                           first_warmup=first_warmup)
         runner.warmup_steps, runner.measure_steps = sized.warmup_steps, sized.measure_steps
-        say(trial_length_line(base, sized, trials))
+        say(trial_length_line(base, sized, trials, length_from))
         return sized.price_s
 
     def verify_as(best: dict[str, Any]) -> dict[str, Any]:

@@ -94,8 +94,10 @@ def min_fit_steps(step_s: float) -> int:
     return max(SLOW_MIN_FIT_STEPS, min(MIN_FIT_STEPS, math.ceil(MIN_FIT_S / step_s)))
 
 
-def trial_length_line(base: TrialResult, fit: TrialFit, trials: float) -> str:
-    """What the first trial took and how long every trial will be, in the user's terms."""
+def trial_length_line(base: TrialResult, fit: TrialFit, trials: float,
+                      length_from: str = "--steps sets the measured steps") -> str:
+    """What the first trial took and how long every trial will be, in the user's terms;
+    `length_from` says where the measured steps' number came from."""
     steps = [t for t in base.step_times if t > 0]
     spread = (f"{len(steps)} steps of {_s(min(steps))}-{_s(max(steps))} (median {_s(fit.step_s)})"
               if steps else "no measured steps")
@@ -103,7 +105,7 @@ def trial_length_line(base: TrialResult, fit: TrialFit, trials: float) -> str:
             f"each trial runs {fit.warmup_steps} warm-up + {fit.measure_steps} measured steps (~{fit.price_s:.0f} s)")
     if fit.cut:
         line += f", cut to fit ~{trials:.0f} trials in the budget"
-    return line + " (--steps sets the measured steps)"
+    return line + f" ({length_from})"
 
 
 def _s(seconds: float) -> str:

@@ -312,7 +312,8 @@ class SubprocessRunner:
                 if i == len(attempts) - 1:
                     self._give_up_forking(exc)
                 elif self.say is not None:
-                    self.say(f"fork server without the recipe's modules: {exc}")
+                    shown = ", ".join(preload[:3]) + (f" and {len(preload) - 3} more" if len(preload) > 3 else "")
+                    self.say(f"fork server without the modules it preloads ({shown}): {exc}")
 
     def preload_more(self, modules: Sequence[str]) -> None:
         """Modules every trial imports, known only after a trial ran (a script's libraries,
