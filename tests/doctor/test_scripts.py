@@ -139,8 +139,14 @@ def test_a_crash_before_any_step_is_the_first_finding(doctor):
     report's first finding is the crash and what gets past it, not 'no training step found'."""
     result = doctor("crash.py", "--crash-at", "0", steps=100)
     assert (result.exit_code, result.stopped, result.steps) == (1, "crash", 0)
-    first = json.loads((result.run_dir / "report.json").read_text())["findings"][0]
+    report = json.loads((result.run_dir / "report.json").read_text())
+    first = report["findings"][0]
     assert first["id"] == "crashed_before_training" and "planted crash at step 0" in first["evidence"]
+    # the message's terminal escapes are dropped (they showed as "[1m" in the report), and its
+    # first line is the one shown
+    line = "RuntimeError: planted crash at step 0. do this only if you trust it."
+    assert report["doctor"]["error"] == line and first["evidence"].startswith(line + ";")
+    assert "\x1b" not in report["traceback"] and "do this only if you trust it" in report["traceback"]
 
 
 def test_sys_exit_code_is_preserved(doctor):

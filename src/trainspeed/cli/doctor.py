@@ -27,6 +27,9 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument("--steps", type=int, default=DEFAULT_STEPS,
                         help=f"stop after N optimizer steps (default {DEFAULT_STEPS}; 0 = run the script to the end)")
+    parser.add_argument("--warmup-steps", type=int, default=None, metavar="N",
+                        help="first steps left out of the figures, as they pay one-time costs (default: a tenth "
+                             "of --steps, 1 to 5); 1 for a script of few, slow steps")
     parser.add_argument("--out", default=None, help="run directory (default runs/doctor-<script>-<time>)")
     parser.add_argument("--log-every", type=int, default=20, help="steps between flushes of step records")
     parser.add_argument("--json", action="store_true", help="print report.json instead of the text report")
@@ -68,8 +71,9 @@ def _own_args(args: argparse.Namespace, command: list[str]) -> list[str]:
     own = ["doctor", "--steps", str(args.steps), "--log-every", str(args.log_every), "--out", out]
     own += [flag for flag, on in (("--json", args.json), ("--no-html", args.no_html), ("--no-flops", not args.flops))
             if on]
-    own += [w for opt, value in (("--device", args.device), ("--profile-steps", args.profile_steps))
-            if value for w in (opt, value)]
+    own += [w for opt, value in (("--device", args.device), ("--profile-steps", args.profile_steps),
+                                 ("--warmup-steps", args.warmup_steps))
+            if value is not None for w in (opt, str(value))]
     return own
 
 
@@ -103,7 +107,7 @@ def run(args: argparse.Namespace) -> int:
         return _under_rank_launcher(args, command)
     config = DoctorConfig(command=command, steps=args.steps or None, out=args.out,
                           log_every=args.log_every, device=args.device, profile_steps=args.profile_steps,
-                          count_flops=args.flops)
+                          count_flops=args.flops, warmup_steps=args.warmup_steps)
     result = run_doctor(config)
     if int(os.environ.get("RANK", 0)) > 0:  # under torchrun rank 0 prints the report for all ranks
         return result.exit_code

@@ -6,4 +6,12 @@ DEFAULT_STEPS = 200
 """`trainspeed doctor`'s run length when --steps is not given (a command that carries the run's own
 length leaves it out at this value)."""
 
-__all__ = ["DEFAULT_STEPS"]
+
+
+def default_warmup(steps: int | None) -> int:
+    """Warm-up steps without --warmup-steps: a tenth of the run, 1 to 5 (a run to the script's
+    end, steps None, as one of 50)."""
+    return max(1, min(5, (steps or 50) // 10))
+
+
+__all__ = ["DEFAULT_STEPS", "default_warmup"]

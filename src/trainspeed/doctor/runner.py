@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from trainspeed.doctor.command_words import is_interpreter, script_words
-from trainspeed.doctor.defaults import DEFAULT_STEPS
+from trainspeed.doctor.defaults import DEFAULT_STEPS, default_warmup
 from trainspeed.doctor.run_facts import (engine_precision_of, exit_code_of, matmul_dtype,  # noqa: F401 - re-exported
                                          record_peak, script_precision_of)
 from trainspeed.errors import ConfigError, RunDirError
@@ -247,9 +247,7 @@ def run_doctor(config: DoctorConfig) -> DoctorResult:
     run_dir = Path(config.out) if config.out is not None else default_run_dir(target)
     device = config.device or ("cuda" if torch.cuda.is_available() else "cpu")
     steps = config.steps
-    warmup = config.warmup_steps
-    if warmup is None:
-        warmup = max(1, min(5, (steps or 50) // 10))
+    warmup = default_warmup(steps) if config.warmup_steps is None else config.warmup_steps
     flops_at = None
     if config.count_flops and (steps is None or steps >= warmup + 3):
         flops_at = max(1, warmup - 1)  # the counted step is the last warm-up step
@@ -299,8 +297,8 @@ def run_doctor(config: DoctorConfig) -> DoctorResult:
     trace = None
     summary_line = None
     if error is not None and not isinstance(error, KeyboardInterrupt):  # Ctrl-C is a stop, not a crash
-        trace = "".join(traceback.format_exception(type(error), error, error.__traceback__))
-        summary_line = f"{type(error).__name__}: {(str(error).strip().splitlines() or [''])[0]}"
+        trace = schema.plain_text("".join(traceback.format_exception(type(error), error, error.__traceback__)))
+        summary_line = schema.error_line(error)
     observe_argv_flags(session, target.args, target.name if target.kind == "path" else None,
                        script_seen.pop("globals", None), script_seen.pop("hydra", None))
     script_dir = os.path.dirname(os.path.abspath(target.name)) if target.kind == "path" else os.getcwd()

@@ -133,9 +133,10 @@ def _finish(monitor: Any, session: Any, spec: dict[str, Any], out: Path, stopped
     from trainspeed.doctor.instrument.flags import observe_argv_flags
     from trainspeed.doctor.instrument.observations import emit_observations
     from trainspeed.doctor.run_facts import record_peak, script_precision_of
+    from trainspeed.telemetry.schema import error_line
 
     observe_argv_flags(session, spec["args"], spec["script"], None, None)
-    summary_line = f"{type(error).__name__}: {str(error).strip()[:200]}" if error is not None else None
+    summary_line = error_line(error) if error is not None else None
     emit_observations(monitor, session, files_before=None, run_dir=out, stopped=stopped, exit_code=code,
                       max_steps=spec["steps"], error=summary_line)
     record_peak(monitor, session.observations.values(), spec["device"])

@@ -86,6 +86,28 @@ EVENT_TYPES: tuple[str, ...] = (
 )
 
 
+_ANSI = None
+
+
+def plain_text(text: str) -> str:
+    """`text` without terminal escape sequences: torch's own messages embed bold on/off
+    (torch.load's weights_only error), which a report, a file or a log shows as `[1m`."""
+    global _ANSI
+    if "\x1b" not in text:
+        return text
+    if _ANSI is None:
+        import re
+
+        _ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b[@-Z\\-_]")
+    return _ANSI.sub("", text)
+
+
+def error_line(error: BaseException) -> str:
+    """`Type: the message's first line`, as a finding or a summary shows what a script raised
+    (a multi-line message's later lines are in the traceback)."""
+    return f"{type(error).__name__}: {(plain_text(str(error)).strip().splitlines() or [''])[0]}"
+
+
 def ending_event(error: BaseException) -> tuple[str, dict[str, Any]]:
     """The event a run that ended on `error` records: ("interrupt", {signal, exit_code}) for
     Ctrl-C or a SystemExit of 128 + a signal (the engine's signal save leaves with those), else
@@ -104,7 +126,7 @@ def ending_event(error: BaseException) -> tuple[str, dict[str, Any]]:
     import traceback
 
     trace = "".join(traceback.format_exception(type(error), error, error.__traceback__))
-    return "crash", {"error": f"{type(error).__name__}: {error}", "traceback": trace}
+    return "crash", {"error": plain_text(f"{type(error).__name__}: {error}"), "traceback": plain_text(trace)}
 
 
 def check_schema(record: dict[str, Any], *, where: str) -> None:

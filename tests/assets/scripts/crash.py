@@ -14,7 +14,8 @@ def main() -> None:
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     x, y = torch.randn(32, 16), torch.randn(32, 1)
     if args.crash_at == 0:  # before the first step (a setup error, an import that fails)
-        raise RuntimeError("planted crash at step 0")
+        # with terminal bold inside, as torch.load's weights_only error writes its advice
+        raise RuntimeError("planted crash at step 0. \x1b[1mdo this only if you trust it\x1b[0m.\nsecond line")
     for step in range(1, 1000):
         loss = nn.functional.mse_loss(model(x), y)
         opt.zero_grad()

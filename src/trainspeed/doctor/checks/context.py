@@ -11,7 +11,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from trainspeed.doctor.defaults import DEFAULT_STEPS
+from trainspeed.doctor.defaults import DEFAULT_STEPS, default_warmup
 from trainspeed.telemetry.rundir import RunData
 
 TUNE_KNOBS = {
@@ -160,7 +160,8 @@ class CheckContext:
 
         return prefixed(command, first, self.pythonpath)
 
-    def doctor_command(self, steps: int | None = None, flags: Sequence[str] = (), path: str | None = None) -> str:
+    def doctor_command(self, steps: int | None = None, flags: Sequence[str] = (), path: str | None = None,
+                       warmup: int | None = None, no_flops: bool = False) -> str:
         """`trainspeed doctor -- <the recorded command>`: runnable as written (with the
         PYTHONPATH entries the script needed, `path` before them). An engine run (a config.yaml,
         no command) is re-run with `trainspeed train` under a new run name, which writes the same
@@ -174,7 +175,7 @@ class CheckContext:
         ranks = len(self.summary.get("ranks") or [])  # a data-parallel run: launched again alike
         if self.first("spawned_trainers"):
             ranks = 0  # the script starts its training processes itself (doctor/spawned.py)
-        length = self._steps_option(steps)
+        length = self._steps_option(steps) + self._warmup_option(warmup) + (" --no-flops" if no_flops else "")
         if self.launcher and self.command:  # `accelerate launch ...` as typed: the doctor goes in under it
             fixed = command_with_flags(list(self.command), list(flags))
             return self.with_pythonpath(f"trainspeed doctor{length} -- {shlex.join(self.launcher + fixed[1:])}", path)
@@ -187,6 +188,20 @@ class CheckContext:
         # beside this run's, so the comparison keeps both.
         out = f" --out {shlex.quote(str(self.run.path) + '-after')}" if ranks > 1 else ""
         return self.with_pythonpath(f"{launch} doctor{length}{out} -- {cmd}", path)
+
+    def _warmup_option(self, warmup: int | None) -> str:
+        """` --warmup-steps N`: `warmup` when a check asks for one, else the run's own when it was
+        chosen (--warmup-steps, not the default for the run's length), so the rerun measures alike."""
+        if warmup is None:
+            doctor = self.first("doctor") or {}
+            if "max_steps" not in doctor:
+                return ""
+            start = next(iter(self.run.events_of("run_start")), {}).get("data") or {}
+            given = start.get("warmup_steps")
+            if not isinstance(given, int) or given == default_warmup(doctor["max_steps"]):
+                return ""
+            warmup = given
+        return f" --warmup-steps {warmup}"
 
     def _steps_option(self, steps: int | None) -> str:
         """` --steps N`: `steps` when a check asks for a length, else the length this run was

@@ -52,6 +52,20 @@ def _install_hint() -> str:
     return "`pip install trainspeed`"
 
 
+WEIGHTS_ONLY_FAILED = "Weights only load failed"
+"""torch.load's error from torch 2.6 on, whose default became weights_only=True, for a file that
+holds more than tensors (a pickled numpy array: pytorch/examples' time_sequence_prediction)."""
+
+
+def _weights_only_advice(ctx: CheckContext) -> tuple[str, str]:
+    """Get past torch.load's weights-only default without editing the script: torch's own switch
+    for it, set on the command (the user decides whether the file is trusted)."""
+    return ("the script's torch.load reads a file that holds more than tensors, and torch >= 2.6 loads "
+            "weights only by default. If you trust the file, run with TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1 "
+            "(torch's switch back to the old default), or pass weights_only=False to that torch.load",
+            f"TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1 {ctx.doctor_command()}")
+
+
 def _crashed_before_a_step(ctx: CheckContext, error: str | None) -> Finding:
     """The script raised before its first training step: that, not 'no step was found' (which
     reads as a script with no training loop), is what the user must fix. A missing module is the
@@ -62,6 +76,8 @@ def _crashed_before_a_step(ctx: CheckContext, error: str | None) -> Finding:
     on_cpu = cpu_advice(ctx, error)
     if on_cpu is not None:
         fix, verify = on_cpu
+    elif WEIGHTS_ONLY_FAILED in error:
+        fix, verify = _weights_only_advice(ctx)
     elif error.startswith(("ModuleNotFoundError", "ImportError")):
         start = next(iter(ctx.run.events_of("run_start")), {}).get("data") or {}
         fix, verify = missing_module_advice(error, ctx.command, start.get("cwd"),
@@ -77,4 +93,56 @@ def _crashed_before_a_step(ctx: CheckContext, error: str | None) -> Finding:
     )
 
 
-CHECKS = (no_step_found,)
+MEASURED_AT_LEAST = 3
+"""Measured steps the advice asks for when a script ended inside the warm-up: enough for a
+median step time."""
+
+
+def ended_in_warmup(ctx: CheckContext) -> Finding | None:
+    """The script finished (or exited) before the doctor's warm-up was over: every figure of the
+    step (throughput, step time, MFU) is empty. Say so first, and how to get measured steps: the
+    script's own run-length flag, scaled, or fewer warm-up steps for a script of few, slow steps
+    (pytorch/examples' time_sequence_prediction: 2 LBFGS steps of 30 s, the warm-up is 5)."""
+    import math
+
+    from trainspeed.doctor.checks.script_flags import script_flag, set_flag, show_flag
+
+    doctor = ctx.first("doctor") or {}
+    if not ctx.steps or ctx.summary.get("measured_steps") or doctor.get("stopped") not in ("end", "exit"):
+        return None
+    steps = ctx.steps
+    start = next(iter(ctx.run.events_of("run_start")), {}).get("data") or {}
+    warm = start.get("warmup_steps")
+    if not isinstance(warm, int) or warm < steps:  # the steps marked warm-up (also: a slow first measured one)
+        warm = sum(1 for step in ctx.run.steps if step.get("warmup"))
+    flag = script_flag(ctx, "run_length")
+    value = flag.get("value") if flag else None
+    # the FLOP count takes the step after the first one and leaves it out too: of 2 steps only
+    # a run without it measures one; of 1, only a run without warm-up (its one-time costs in)
+    fewer_warmup = ctx.doctor_command(warmup=1 if steps > 1 else 0, no_flops=steps < 3)
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0:
+        wanted = math.ceil(value * (warm + MEASURED_AT_LEAST) / steps)
+        longer = set_flag(flag, wanted)
+        fix = (f"run the script longer, {longer} in place of {show_flag(flag)} ({warm + MEASURED_AT_LEAST} steps: "
+               f"{warm} of warm-up, {MEASURED_AT_LEAST} measured), or, where only its first step pays the one-time "
+               f"costs, let the doctor warm up for {'one step' if steps > 1 else 'none'}: {fewer_warmup}")
+        verify = ctx.doctor_command(flags=[longer])
+    else:
+        fix = (f"run the script for at least {warm + MEASURED_AT_LEAST} steps, or, where only its first step pays "
+               f"the one-time costs, let the doctor warm up for {'one step' if steps > 1 else 'none'}: {fewer_warmup}")
+        verify = fewer_warmup
+    return Finding(
+        id="ended_in_warmup",
+        severity="warning",
+        title="The script ended inside the doctor's warm-up, so no step was measured",
+        evidence=(f"the script {'finished' if doctor.get('stopped') == 'end' else 'exited'} after {steps} "
+                  f"step{'s' if steps != 1 else ''}, inside the doctor's {warm} warm-up steps (they pay the "
+                  "one-time costs: allocation, autotuning, compilation), which throughput, step time and MFU "
+                  "leave out"),
+        recommendation=fix,
+        verify_with=verify,
+        impact=1.0,
+    )
+
+
+CHECKS = (no_step_found, ended_in_warmup)

@@ -45,6 +45,10 @@ TOPIC_FLAGS: dict[str, tuple[str, ...]] = {
     # each batch to its own longest sample. TrainingArguments' --group_by_length buckets lengths.
     "pad_to_max_length": ("pad_to_max_length", "pad_to_max_len", "pad_to_max", "pad_max_length"),
     "group_by_length": ("group_by_length", "group_by_len", "bucket_by_length"),
+    # how long the script runs: steps first (they scale exactly), then epochs
+    "run_length": ("max_steps", "steps", "num_steps", "train_steps", "total_steps", "max_train_steps",
+                   "max_iters", "iters", "iterations", "num_iterations", "n_iter", "epochs", "num_epochs",
+                   "n_epochs", "max_epochs", "num_train_epochs"),
 }
 """Setting -> flag names (argparse dests, lower case, '-' as '_') that hold it in scripts."""
 
