@@ -112,7 +112,7 @@ def test_devices_with_fake_cuda(monkeypatch):
             "memory_total": 80 * 2**30,
             "capability": "9.0",
             "multiprocessors": 132,
-            "peak_flops": {"fp32": 67e12, "tf32": 494.7e12, "bf16": 989.4e12, "fp16": 989.4e12},
+            "peak_flops": {"fp32": 67e12, "tf32": 494.7e12, "bf16": 989.4e12, "fp16": 989.4e12, "fp64": 67e12},
         }
     ]
 

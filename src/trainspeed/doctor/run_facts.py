@@ -34,6 +34,8 @@ def script_precision_of(observations: Iterable[dict[str, Any]]) -> tuple[str, st
     for obs in observations:
         if obs.get("kind") != "model":
             continue
+        if obs.get("param_dtype") == "float64":  # autocast leaves float64 ops as they are
+            return "fp64", "the model's parameters"
         if obs.get("autocast") in names:
             return f"{names[obs['autocast']]}-mixed", "autocast around the model's forward"
         if obs.get("param_dtype") in names:
@@ -74,7 +76,7 @@ def record_peak(monitor: Any, observations: Iterable[dict[str, Any]], device: st
     """Record the peak FLOP/s the summary's MFU is computed against.
 
     A GPU gets its datasheet row (no measurement: a 4096^2 matmul after the script could need
-    memory the script left in use). A CPU running fp32 gets a measured matmul peak: six
+    memory the script left in use). A CPU running fp32 (or fp64) gets a measured matmul peak: six
     1024^3 matmuls, ~0.1 s on 2 cores; bf16 too where the CPU has bf16 units (avx512_bf16,
     amx_bf16: six 2048^3 matmuls, ~0.2 s on 2 EPYC cores). fp16, and bf16 without the units,
     are not measured here: emulated, they can take seconds per matmul."""
@@ -82,7 +84,7 @@ def record_peak(monitor: Any, observations: Iterable[dict[str, Any]], device: st
     from trainspeed.telemetry.peaks import record_peak as record
 
     dtype = matmul_dtype(observations, device)
-    measure = device == "cpu" and (dtype == "fp32" or (dtype == "bf16" and bf16_units()))
+    measure = device == "cpu" and (dtype in ("fp32", "fp64") or (dtype == "bf16" and bf16_units()))
     record(monitor, device, dtype, measure_if_unknown=measure)
 
 

@@ -22,7 +22,7 @@ if TYPE_CHECKING:  # torch is imported lazily: `trainspeed env --help` must stay
 
 __all__ = ["PeakFlops", "PEAK_TABLE", "DTYPES", "lookup_peak", "measure_matmul_peak", "peak_for", "dtype_for_precision"]
 
-DTYPES: tuple[str, ...] = ("fp32", "tf32", "bf16", "fp16")
+DTYPES: tuple[str, ...] = ("fp32", "tf32", "bf16", "fp16", "fp64")
 T = 1e12
 
 
@@ -69,6 +69,7 @@ class _Row:
     tf32: float
     bf16: float | None  # None: no native bf16 units, MFU against an emulated path is meaningless
     fp16: float
+    fp64: float | None = None  # None: the datasheet gives no FP64 figure (consumer and inference parts)
 
 
 # Rows are tried in order; the first whose pattern matches wins, so specific variants
@@ -76,20 +77,22 @@ class _Row:
 # and "L4" from matching "L40S".
 # On pre-Ampere parts TF32 does not exist: allow_tf32 is ignored and matmuls run in fp32,
 # so their tf32 entry is the fp32 peak.
+# FP64 (the last column, where given): the same datasheets' FP64 Tensor Core figure on A100/H100/
+# H200 (cuBLAS runs float64 matmuls on those units), FP64 on V100.
 PEAK_TABLE: tuple[_Row, ...] = (
     # NVIDIA H100 NVL datasheet (per GPU, 94 GB): FP32 60 TF; TF32 835*, BF16/FP16 1,671* (*sparse, halved).
-    _Row(r"\bH100\b.*\bNVL\b", "NVIDIA H100 NVL", 60 * T, 417.5 * T, 835.5 * T, 835.5 * T),
+    _Row(r"\bH100\b.*\bNVL\b", "NVIDIA H100 NVL", 60 * T, 417.5 * T, 835.5 * T, 835.5 * T, fp64=60 * T),
     # NVIDIA H100 datasheet, PCIe column: FP32 51 TF; TF32 756*, BF16/FP16 1,513* (*sparse, halved).
-    _Row(r"\bH100\b.*\bPCIe\b", "NVIDIA H100 PCIe", 51 * T, 378 * T, 756.5 * T, 756.5 * T),
+    _Row(r"\bH100\b.*\bPCIe\b", "NVIDIA H100 PCIe", 51 * T, 378 * T, 756.5 * T, 756.5 * T, fp64=51 * T),
     # NVIDIA H100 datasheet, SXM column ("NVIDIA H100 80GB HBM3"): FP32 67 TF; TF32 989*, BF16/FP16 1,979*.
-    _Row(r"\bH100\b", "NVIDIA H100 SXM", 67 * T, 494.7 * T, 989.4 * T, 989.4 * T),
+    _Row(r"\bH100\b", "NVIDIA H100 SXM", 67 * T, 494.7 * T, 989.4 * T, 989.4 * T, fp64=67 * T),
     # NVIDIA H200 datasheet, NVL column: FP32 60 TF; TF32 835*, BF16/FP16 1,671* (*sparse, halved).
-    _Row(r"\bH200\b.*\bNVL\b", "NVIDIA H200 NVL", 60 * T, 417.5 * T, 835.5 * T, 835.5 * T),
+    _Row(r"\bH200\b.*\bNVL\b", "NVIDIA H200 NVL", 60 * T, 417.5 * T, 835.5 * T, 835.5 * T, fp64=60 * T),
     # NVIDIA H200 datasheet, SXM column: FP32 67 TF; TF32 989*, BF16/FP16 1,979* (same die as H100 SXM).
-    _Row(r"\bH200\b", "NVIDIA H200 SXM", 67 * T, 494.7 * T, 989.4 * T, 989.4 * T),
+    _Row(r"\bH200\b", "NVIDIA H200 SXM", 67 * T, 494.7 * T, 989.4 * T, 989.4 * T, fp64=67 * T),
     # NVIDIA A100 datasheet (40/80 GB): PCIe and SXM list the same peaks: FP32 19.5; TF32 156; BF16/FP16 312.
-    _Row(r"\bA100\b.*\bPCIe\b", "NVIDIA A100 PCIe", 19.5 * T, 156 * T, 312 * T, 312 * T),
-    _Row(r"\bA100\b", "NVIDIA A100 SXM", 19.5 * T, 156 * T, 312 * T, 312 * T),
+    _Row(r"\bA100\b.*\bPCIe\b", "NVIDIA A100 PCIe", 19.5 * T, 156 * T, 312 * T, 312 * T, fp64=19.5 * T),
+    _Row(r"\bA100\b", "NVIDIA A100 SXM", 19.5 * T, 156 * T, 312 * T, 312 * T, fp64=19.5 * T),
     # NVIDIA L40S datasheet: FP32 91.6; TF32 183; BF16/FP16 362.05 (dense columns).
     _Row(r"\bL40S\b", "NVIDIA L40S", 91.6 * T, 183 * T, 362.05 * T, 362.05 * T),
     # NVIDIA L4 datasheet: FP32 30.3; TF32 120*, BF16/FP16 242* (*sparse, halved).
@@ -106,9 +109,9 @@ PEAK_TABLE: tuple[_Row, ...] = (
     # FP16/BF16 tensor with FP32 accumulate 71.
     _Row(r"\bRTX 3090\b(?!\s*Ti\b)", "NVIDIA GeForce RTX 3090", 35.6 * T, 35.6 * T, 71 * T, 71 * T),
     # NVIDIA V100 datasheet: V100S PCIe FP32 16.4 / tensor 130; SXM2 15.7 / 125; PCIe 14 / 112. No bf16/tf32.
-    _Row(r"\bV100S\b", "NVIDIA V100S PCIe", 16.4 * T, 16.4 * T, None, 130 * T),
-    _Row(r"\bV100\b.*\bPCIe\b", "NVIDIA V100 PCIe", 14 * T, 14 * T, None, 112 * T),
-    _Row(r"\bV100\b", "NVIDIA V100 SXM2", 15.7 * T, 15.7 * T, None, 125 * T),
+    _Row(r"\bV100S\b", "NVIDIA V100S PCIe", 16.4 * T, 16.4 * T, None, 130 * T, fp64=8.2 * T),
+    _Row(r"\bV100\b.*\bPCIe\b", "NVIDIA V100 PCIe", 14 * T, 14 * T, None, 112 * T, fp64=7 * T),
+    _Row(r"\bV100\b", "NVIDIA V100 SXM2", 15.7 * T, 15.7 * T, None, 125 * T, fp64=7.8 * T),
     # NVIDIA T4 datasheet: FP32 8.1; mixed FP16/FP32 tensor 65. No bf16/tf32.
     _Row(r"\bT4\b", "NVIDIA T4", 8.1 * T, 8.1 * T, None, 65 * T),
 )
@@ -123,6 +126,9 @@ _PRECISION_TO_DTYPE = {
     "fp16-mixed": "fp16",
     "fp16": "fp16",
     "16-mixed": "fp16",
+    "fp64": "fp64",
+    "64": "fp64",
+    "64-true": "fp64",
 }
 
 
@@ -155,7 +161,7 @@ def lookup_peak(device_name: str, dtype: str) -> PeakFlops | None:
     return None
 
 
-_TORCH_DTYPE_NAMES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
+_TORCH_DTYPE_NAMES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16", "float64": "fp64"}
 
 
 def measure_matmul_peak(
@@ -261,7 +267,8 @@ def _time_matmul(dev: "torch.device", dtype: str) -> tuple[float, bool]:
     """(FLOP/s of the timed matmul for `dtype`, whether it was timed on a quiet machine)."""
     import torch
 
-    tdt = {"fp32": torch.float32, "tf32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[dtype]
+    tdt = {"fp32": torch.float32, "tf32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16,
+           "fp64": torch.float64}[dtype]
     if dev.type == "cuda" and dtype in ("fp32", "tf32"):
         # TF32 is a mode of fp32 matmuls; set it only for the measurement and restore it.
         old = torch.backends.cuda.matmul.allow_tf32

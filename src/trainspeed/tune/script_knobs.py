@@ -160,6 +160,9 @@ def precision(ctx: ScriptContext) -> list:
         return [Skip("precision", "bf16", f"the script already autocasts its forward ({t.autocast})")]
     if ctx.facts.model is None:
         return [Skip("precision", "bf16", "no trained module was seen")]
+    if ctx.facts.model.get("param_dtype") == "float64":
+        return [Skip("precision", "bf16", "the model is float64, which autocast leaves as it is: make it float32 "
+                                          "first (the doctor's fp64_model finding)")]
     cap = ctx.device.cuda_capability or (0, 0)
     out: list = []
     if ctx.device.type == "cuda" and cap < (8, 0):

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from trainspeed.doctor.checks import (data, deepspeed, distributed, hardware, lookups, loop, machine, no_step, syncs,
-                                      threads)
+from trainspeed.doctor.checks import (data, deepspeed, distributed, fp64, hardware, lookups, loop, machine, no_step,
+                                      syncs, threads)
 from trainspeed.doctor.checks.context import CheckContext
 from trainspeed.doctor.findings import Finding, rank
 from trainspeed.telemetry.rundir import RunData
@@ -15,7 +15,7 @@ Check = Callable[[CheckContext], "Finding | None"]
 
 CHECKS: tuple[Check, ...] = (*data.CHECKS, *loop.CHECKS, *syncs.CHECKS, *lookups.CHECKS, *hardware.CHECKS,
                               *distributed.CHECKS, *deepspeed.CHECKS, *machine.CHECKS, *threads.CHECKS,
-                              *no_step.CHECKS)
+                              *no_step.CHECKS, *fp64.CHECKS)
 """Every registered check, in no particular order (findings are ranked afterwards)."""
 
 

@@ -64,7 +64,9 @@ def _helps(ctx: CheckContext, bound: str, launch: bool) -> list[str]:
         # line offered bf16 and compile only; less padding removes that share of the arithmetic
         helps.append(f"less padding ({pct(pad)} of the token positions are padding: the padding finding "
                      "below names the change)")
-    if precision == "fp32" and not any(m.get("autocast") for m in ctx.models()):
+    if precision == "fp64":
+        helps.append("float32 in place of float64 (the fp64 finding below; autocast leaves float64 as it is)")
+    elif precision == "fp32" and not any(m.get("autocast") for m in ctx.models()):
         helps.append("bf16 autocast (this CPU has no bf16 units: it would be emulated, slower)" if no_bf16
                      else "lower precision where the device has units for it (bf16 autocast)")
     if not any(m.get("compiled") for m in ctx.models()):

@@ -259,7 +259,8 @@ def compute_bound(ctx: CheckContext) -> Finding | None:
     cpu = ctx.run.env.get("cpu") if isinstance(ctx.run.env, dict) else None
     no_bf16 = ctx.device_type == "cpu" and isinstance(cpu, dict) and cpu.get("bf16_fast") is False
     suggest_bf16 = not _autocast_used(ctx)  # already in bf16/fp16: nothing to add
-    helps = []
+    fp64 = str(ctx.summary.get("precision") or "") == "fp64"  # autocast leaves float64 as it is
+    helps = ["float32 in place of float64 (the fp64 finding)"] if fp64 else []
     if suggest_bf16 and not no_bf16:
         helps.append("lower precision where the device has units for it (engine: precision.mode=bf16-mixed)")
     if not any(m.get("compiled") for m in ctx.models()):
@@ -274,7 +275,7 @@ def compute_bound(ctx: CheckContext) -> Finding | None:
                   f"optimizer take {pct(compute)} of the step"),
         recommendation=("overhead fixes (data loading, logging, host syncs) have little left to win here. "
                         f"What can still help: {', or '.join(helps)}{tail}"),
-        verify_with=ctx.tune_command("compile") if no_bf16 else ctx.tune_command("precision", "compile"),
+        verify_with=ctx.tune_command("compile") if no_bf16 or fp64 else ctx.tune_command("precision", "compile"),
         impact=0.0,
     )
 
