@@ -61,7 +61,11 @@ def test_a_float64_script_is_reported_as_fp64_with_its_own_peak(tmp_path, monkey
     assert f["verify_with"].startswith("trainspeed doctor --steps 20 -- python train.py")
     compute = summary["phases"]["forward"]["share"] + summary["phases"]["backward"]["share"]
     assert f["impact"] == pytest.approx(compute * fp64.SIMD_FP64_SHARE, abs=0.01) and f["impact_estimated"]
-    # nothing advises bf16 autocast on it
+    # nothing advises bf16 autocast on it, or measures it
+    import json
+
+    goes = json.loads((result.run_dir / "report.json").read_text())["time_goes"]
+    assert "float32 in place of float64" in goes["helps"][0] and "precision" not in (goes["verify_with"] or "")
     for other in result.findings:
         assert "bf16 autocast" not in other["recommendation"] or other["id"] == "fp64_model", other
 

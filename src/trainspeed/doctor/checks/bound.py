@@ -147,6 +147,8 @@ def where_time_goes(ctx: CheckContext) -> dict[str, Any] | None:
         topics = ("padding_flag", *topics)
     if bound != "data" and _data_wait(ctx) is not None:
         topics = ("num_workers", *topics)
+    if str(ctx.summary.get("precision") or "") == "fp64":  # autocast leaves float64 as it is: nothing to try
+        topics = tuple(t for t in topics if t != "precision")
     over = oversubscribed(ctx)
     if over is not None and over[1] > 1:  # the script's processes' threads exceed the cores (threads.py)
         topics = ("threads", *topics)
