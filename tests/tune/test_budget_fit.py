@@ -308,3 +308,26 @@ def test_verification_off_is_not_answered_from_the_ablation(base_config, cpu, tm
     runner = FakeRunner({BF16: 0.5}, wall_s=5.0)
     _, result = _tune(runner, tmp_path, 60, ["precision"], base_config, cpu, repeats=1, verify_repeats=0)
     assert result.final is not None and result.final.verdict == stats.SKIPPED and result.best_settings == {}
+
+
+def test_a_budget_for_one_round_measures_one_setting_once_and_answers(base_config, cpu, tmp_path):
+    """pytorch/examples' time_sequence_prediction: a 158 s baseline trial in an 8m tune. Two
+    rounds and a verification did not fit, nothing was admitted, and 322 s went unspent. One
+    round (the setting and its closing baseline beside the first baseline trial) fits: measured,
+    and the answer is the ablation's, said so."""
+    said = []
+    runner = FakeRunner({BF16: 0.5}, wall_s=100.0)
+    options = TuneOptions(budget_s=320, knobs=["precision"])
+    tuner = Tuner(base_config=base_config, base_hash="h", device=cpu, runner=runner, store=TrialStore(tmp_path),
+                  options=options, say=said.append)
+    result = tuner.run()
+    assert [(c.label, c.repeat) for c in runner.calls] == [("baseline", 0), ("precision=bf16-mixed", 0),
+                                                           ("baseline", 1)]
+    assert any(s.startswith("the budget pays for one round of precision=bf16-mixed, not 2") for s in said), said
+    bf16 = next(r for r in result.ablation if r.setting == "bf16-mixed")
+    assert bf16.verdict == stats.FASTER and bf16.speedup == pytest.approx(2.0, rel=0.05)
+    assert result.best_settings == {"precision.mode": "bf16-mixed"}
+    assert "ablation" in result.final.note and tuner.spent <= 320
+    # fp16 did not fit even one round beside it: skipped for the budget, its note names one
+    fp16 = next(r for r in result.ablation if r.setting == "fp16-mixed")
+    assert fp16.speedup is None and "does not fit the budget" in fp16.note

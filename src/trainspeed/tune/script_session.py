@@ -132,9 +132,9 @@ def run_script_tune(command: list[str], out_dir: str | Path, options: TuneOption
     out.mkdir(parents=True, exist_ok=True)
     prior = read_facts(from_run) if from_run is not None else None
     if prior is not None:
+        said = order_line(options.knobs, prior.findings, f"{from_run}'s findings")
         options.knobs = order_knobs(options.knobs, prior)
-        say(f"from {from_run}: its findings name {', '.join(knobs_from_findings(prior.findings)) or 'no knob'}; "
-            f"knobs in this order: {', '.join(options.knobs)}")
+        say(f"{said}; knobs in this order: {', '.join(options.knobs)}")
     if runner is None:
         runner = ScriptRunner(base_config=out / "best.yaml", out_dir=out / "trials", command=list(command),
                               measure_steps=measure_steps or MIN_MEASURED_STEPS,

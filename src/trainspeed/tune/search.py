@@ -23,10 +23,11 @@ from typing import Any, Callable
 from trainspeed.config_io import apply_overrides
 from trainspeed.errors import TuneError  # noqa: F401  (imported from here by callers)
 from trainspeed.tune import parity, stats
+from trainspeed.tune.admit import candidates_for
 from trainspeed.tune.arms import arm_of, fill_samples, fmt_loss, max_memory
-from trainspeed.tune.budget_plan import BaselineOutOfBudget, BudgetPlan, budget_note
+from trainspeed.tune.budget_plan import BaselineOutOfBudget, budget_note
 from trainspeed.tune.knob_types import steps_for_periods
-from trainspeed.tune.knobs import KNOBS, Candidate, DeviceInfo, KnobContext, Skip
+from trainspeed.tune.knobs import KNOBS, Candidate, DeviceInfo, KnobContext
 from trainspeed.tune.load_proof import LoadProof, load_matched
 from trainspeed.tune.one_time import kept_one_time_notes, note_one_time
 from trainspeed.tune.options import TuneOptions
@@ -283,15 +284,16 @@ class Tuner(LoadProof):
             raise TuneError("the baseline trial failed, so there is nothing to compare against: "
                             f"{base.error if base else 'no budget'}. {self.baseline_hint}")
         ctx = self.make_context({}, base)
-        R, every = self.opt.repeats, self.opt.baseline_every
         offer = offered(self, ctx)
         self.min_measure_steps = steps_for_periods(offer)  # a script's fit_trials reads it
-        self.base_wall = self.fit_trials(base, planned_trials(sum(c.cost_factor for c in offer), len(offer), R,
-                                                              every, self.opt.verify_repeats))
-        candidates, skipped, deferred = self._candidates(ctx, self.base_wall)
+        self.base_wall = self.fit_trials(base, planned_trials(sum(c.cost_factor for c in offer), len(offer),
+                                                              self.opt.repeats, self.opt.baseline_every,
+                                                              self.opt.verify_repeats))
+        candidates, skipped, deferred, one_round = candidates_for(self, ctx, self.base_wall)  # admit.py
+        R, every = self.opt.repeats, self.opt.baseline_every
         # Every ablation round leaves the verification a round (halve, for the later ones): a
         # setting's trials can cost more than the plan's price (16 DataLoader workers, an H100).
-        self.reserve_s = self._one_verify_round()
+        self.reserve_s = 0.0 if one_round else self._one_verify_round()
         for r in range(R if candidates else 0):  # nothing to compare: no more baselines
             self.say(f"ablation round {r + 1}/{R}")
             idle = frozenset(i for i, c in enumerate(candidates) if self.key(c.settings) in self.dropped
@@ -345,36 +347,6 @@ class Tuner(LoadProof):
         return KnobContext(config=apply_settings(self.base_config, settings) if settings else self.base_config,
                            device=self.device, baseline_memory=base.memory_peak if base else None,
                            block_classes=self.block_classes)
-
-    def _candidates(self, ctx: KnobContext, base_wall: float) -> tuple[list[Candidate], list[Skip], list[str]]:
-        """Knob settings that fit the budget (budget_plan.py), in knob priority order, and the
-        rest with why. Greedy steps use what the ablation leaves and start no comparison that
-        would eat into the verification's reserve."""
-        candidates: list[Candidate] = []
-        skipped: list[Skip] = []
-        deferred: list[str] = []
-        plan = BudgetPlan(base_wall=base_wall, repeats=self.opt.repeats, baseline_every=self.opt.baseline_every,
-                          budget_s=self.opt.budget_s, reserve_s=self._verify_reserve())
-        for name in self.opt.knobs:
-            for item in self.knobs[name](ctx):
-                if isinstance(item, Skip):
-                    skipped.append(item)
-                    if item.deferred and name not in deferred:
-                        deferred.append(name)
-                    continue
-                settings = item.settings
-                self.knob_of.update(dict.fromkeys(settings, name))
-                self.cost_factor[config_key(self.base_hash, settings)] = item.cost_factor
-                self.knob_of_config[config_key(self.base_hash, settings)] = name
-                for k, v in settings.items():
-                    self.startup_s[(k, repr(v))] = max(item.startup_s, self.startup_s.get((k, repr(v)), 0.0))
-                why = plan.admit(item.cost_factor, len(self.results(settings)))
-                if why is not None:
-                    skipped.append(Skip(name, item.label, why))
-                    self.unadmitted.append(item)
-                    continue
-                candidates.append(item)
-        return candidates, skipped, deferred
 
     def _compare_on_top(self, knob: str, label: str, current: dict[str, Any], new: dict[str, Any],
                         cost_factor: float) -> Row:
