@@ -196,7 +196,11 @@ def test_trials_are_sized_to_the_budget_from_what_the_first_trial_took():
     assert trial_length_line(base, roomy, 10, "3 periods of a setting's interval").endswith(
         "(3 periods of a setting's interval)")
     # never below the fewest steps for such steps, whatever the budget: 6, or ~3 s of slow ones
-    assert fit_trial(base, 5, trials=20, budget_left=10, max_steps=25).measure_steps == min_fit_steps(0.615) == 5
+    floor = fit_trial(base, 5, trials=20, budget_left=10, max_steps=25)
+    assert floor.measure_steps == min_fit_steps(0.615) == 5
+    # and then the line does not claim the 20 trials fit (time_sequence_prediction: "cut to fit ~27
+    # trials" of 158 s in 480 s)
+    assert "the budget left pays for ~0 such trials, not the ~20 planned" in trial_length_line(base, floor, 20)
     assert min_fit_steps(0.1) == MIN_FIT_STEPS and min_fit_steps(8.0) == 3
 
 def test_the_trial_length_follows_the_quiet_steps_of_a_baseline_hit_by_a_burst():

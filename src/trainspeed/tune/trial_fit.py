@@ -55,6 +55,9 @@ class TrialFit:
     """Median measured step time of the first trial."""
     cut: bool
     """True when the budget made the trials shorter than `max_steps`."""
+    fits: float = math.inf
+    """Trials of this length the budget left pays for (fewer than planned where even the
+    fewest steps do not fit them all)."""
 
 
 def fit_trial(base: TrialResult, warmup_steps: int, trials: float, budget_left: float, max_steps: int,
@@ -83,8 +86,9 @@ def fit_trial(base: TrialResult, warmup_steps: int, trials: float, budget_left: 
     n = max(min_fit_steps(step_s), min(max_steps, n))
     if w < warmup_steps and n >= max_steps:
         w = warmup_steps
-    return TrialFit(warmup_steps=w, measure_steps=n, price_s=fixed + warm_cost(w) + n * step_s,
-                    fixed_s=fixed, step_s=step_s, cut=n < max_steps)
+    price = fixed + warm_cost(w) + n * step_s
+    return TrialFit(warmup_steps=w, measure_steps=n, price_s=price, fixed_s=fixed, step_s=step_s, cut=n < max_steps,
+                    fits=budget_left / price if price > 0 else math.inf)
 
 
 def min_fit_steps(step_s: float) -> int:
@@ -103,7 +107,10 @@ def trial_length_line(base: TrialResult, fit: TrialFit, trials: float,
               if steps else "no measured steps")
     line = (f"the first baseline trial took {base.wall_s:.0f} s: {fit.fixed_s:.1f} s to start, {spread}; "
             f"each trial runs {fit.warmup_steps} warm-up + {fit.measure_steps} measured steps (~{fit.price_s:.0f} s)")
-    if fit.cut:
+    if fit.cut and fit.fits < trials:
+        line += (f", the fewest for steps this long: the budget left pays for ~{fit.fits:.0f} such trials, not the "
+                 f"~{trials:.0f} planned")
+    elif fit.cut:
         line += f", cut to fit ~{trials:.0f} trials in the budget"
     return line + f" ({length_from})"
 
