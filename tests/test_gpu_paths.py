@@ -77,3 +77,30 @@ def test_forked_tune_trials_can_use_cuda(tmp_path):
         runner.close()
     assert res.ok, res.error
     assert res.memory_peak and res.memory_peak > 0  # CUDA allocated peak, read in the child
+
+
+def test_the_expandable_segments_setting_reaches_cudas_allocator(tmp_path):
+    """The tune's expandable_segments trial sets the allocator at run time (patches/runtime.py):
+    in a fresh process, the segments made after the install are expandable, and those after the
+    uninstall are not."""
+    import subprocess
+    import sys
+
+    code = (
+        "import torch\n"
+        "from trainspeed.patches.settings import install_settings\n"
+        "def expandable():\n"
+        "    segs = torch.cuda.memory._snapshot()['segments']\n"
+        "    return sorted({bool(s.get('is_expandable')) for s in segs})\n"
+        "applied = install_settings({'cuda.expandable_segments': True}, say=lambda _: None)\n"
+        "a = torch.empty(64 << 20, dtype=torch.uint8, device='cuda')\n"
+        "print('on', expandable())\n"
+        "applied.uninstall()\n"
+        "del a; torch.cuda.empty_cache()\n"
+        "b = torch.empty(64 << 20, dtype=torch.uint8, device='cuda')\n"
+        "print('off', expandable())\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    on, off = (line for line in out.stdout.splitlines() if line.startswith(("on ", "off ")))
+    # after the uninstall a new segment is a plain one (an emptied expandable one may still be listed)
+    assert on == "on [True]" and "False" in off, out.stdout
