@@ -26,11 +26,13 @@ torch.manual_seed(0)
 model = nn.Linear(8, 1)
 opt = torch.optim.LBFGS(model.parameters(), lr=0.5, max_iter=3)
 x, y = torch.randn(64, 8), torch.randn(64, 1)
+seen = []
 for i in range(args.steps):
     def closure():
         opt.zero_grad()
         loss = nn.functional.mse_loss(model(x), y)
         loss.backward()
+        seen.append(loss.item())  # a host read every evaluation, as the original prints one
         return loss
     opt.step(closure)
 '''
@@ -51,6 +53,8 @@ def test_a_script_that_ends_in_the_warmup_is_told_how_to_get_measured_steps(tmp_
     assert "after 2 steps, inside the doctor's 5 warm-up steps" in first["evidence"]
     # the script's --steps, scaled to 5 warm-up (the default for 200 steps) + 3 measured
     assert first["verify_with"] == "trainspeed doctor -- python train.py --steps 8"
+    # its reads are counted over all its steps, none of which is steady-state
+    assert "(all steps, warm-up included;" in _finding(result, "host_syncs")["evidence"]
     # of 2 steps, one is measured with one warm-up step and no FLOP count (which takes the second)
     assert "trainspeed doctor --warmup-steps 1 --no-flops -- python train.py --steps 2" in first["recommendation"]
 

@@ -205,7 +205,9 @@ def host_syncs(ctx: CheckContext) -> Finding | None:
     share = ctx.time_share(seconds)
     when = "every step" if steps_with >= 0.9 else f"on {pct(steps_with)} of the steps"
     once = f", plus {one_off} one-off reads outside the steady-state steps (warm-up, after the last step)" if one_off else ""
-    evidence = (f"{per_step:.2g} host syncs per step, {when} (steady-state steps{once}; {count} in all, "
+    # every step in the warm-up (a script that ended there): the rate is over all of them
+    over = "all steps, warm-up included" if not ctx.summary.get("measured_steps") else f"steady-state steps{once}"
+    evidence = (f"{per_step:.2g} host syncs per step, {when} ({over}; {count} in all, "
                 f"{ms(seconds)} inside them = {pct(share)} of the time); top: {top}.")
     if cuda:
         impact, basis = gpu_time(ctx).sync_stake()
