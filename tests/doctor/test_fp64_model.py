@@ -61,6 +61,11 @@ def test_a_float64_script_is_reported_as_fp64_with_its_own_peak(tmp_path, monkey
     assert f["verify_with"].startswith("trainspeed doctor --steps 20 -- python train.py")
     compute = summary["phases"]["forward"]["share"] + summary["phases"]["backward"]["share"]
     assert f["impact"] == pytest.approx(compute * fp64.SIMD_FP64_SHARE, abs=0.01) and f["impact_estimated"]
+    # the tune reads the run's phase shares (what a what-if could win at most) from its report
+    from trainspeed.tune.script_facts import read_facts
+
+    shares = read_facts(result.run_dir).phase_shares
+    assert shares["forward"] == pytest.approx(summary["phases"]["forward"]["share"]) and "log" in shares
     # nothing advises bf16 autocast on it, or measures it
     import json
 

@@ -255,3 +255,21 @@ def test_padding_goes_through_the_scripts_pad_to_max_length_or_group_by_length()
         "python", "run_glue.py", "--no_pad_to_max_length"] and c.settings == {"args.--no_pad_to_max_length": False}
     [skip] = SCRIPT_KNOBS["padding"](ctx(flags=[{**pad, "value": False}]))
     assert isinstance(skip, Skip) and "collate_fn" in skip.reason
+
+
+def test_a_what_if_cannot_win_what_its_calls_never_cost():
+    """time_sequence_prediction: its prints took 0.004 % of 35 s steps, and the one round an 8m
+    budget paid for went to thinning them. A what-if whose calls took under the smallest change a
+    tune calls a speedup is skipped, saying so; a script's own interval flag is still tried (on a
+    GPU its branch holds the reads that wait: item_sync.py's --log-every)."""
+    c = ctx(log_calls=60, save_calls=30, steps=30)
+    c.facts.phase_shares = {"log": 0.00004, "ckpt": 0.2}
+    [skip] = SCRIPT_KNOBS["log_every"](c)
+    assert isinstance(skip, Skip) and "took 0.0% of the baseline's steps" in skip.reason and "3%" in skip.reason
+    assert settings(SCRIPT_KNOBS["checkpoint_every"](c)) == [{"whatif.save_every": 4}]
+    c.facts.phase_shares = {}  # unknown: tried
+    assert settings(SCRIPT_KNOBS["log_every"](c)) == [{"whatif.log_every": 10}]
+    flagged = ctx(log_calls=60, steps=30, flags=[{"option": "--log-every", "dest": "log_every", "value": 1,
+                                                  "default": 1, "type": "int", "kind": "store"}])
+    flagged.facts.phase_shares = {"log": 0.00004}
+    assert settings(SCRIPT_KNOBS["log_every"](flagged)) == [{"args.--log-every": 10}]

@@ -36,6 +36,9 @@ class Candidate:
     read every 10 steps), 0 for none: a trial measures PERIODS_PER_TRIAL of them at least."""
 
 
+MIN_EFFECT = 0.03
+"""Smallest relative change a tune ever calls a speedup (TuneOptions.min_effect's default): a
+what-if that thins calls taking less of the step than this cannot be told from the noise."""
 PERIODS_PER_TRIAL = 3
 """Periods a trial measures at least. A trial of 10 steps held one of `--log-every 10`'s reads:
 its steps bootstrapped as if independent, the read's step fell in 0-3 times per replicate, and

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from trainspeed.tune.knob_types import MIN_EFFECT
 from trainspeed.tune.knobs import KNOBS
 
 
@@ -35,7 +36,7 @@ class TuneOptions:
     refused a combination each step of which had been faster)."""
     loss_tolerance: float = 0.05
     """A setting whose parity loss is worse than the baseline's by more than this share fails."""
-    min_effect: float = 0.03
+    min_effect: float = MIN_EFFECT
     """Smallest relative change ever called a speedup, whatever the measured noise."""
     fork_server: bool = True
     """Fork each trial from a process that imported torch and the engine once (Linux), instead

@@ -101,6 +101,9 @@ class ScriptFacts:
     lookup_checks: list[str] = field(default_factory=list)
     """`module.function` of the library package checks the doctor saw asked at every step
     (doctor/checks/lookups.py): what the package_lookups knob caches."""
+    phase_shares: dict[str, float] = field(default_factory=dict)
+    """The baseline's phases as shares of its measured steps (logging, checkpointing, ...; empty
+    when its report had none): what thinning a phase's calls can win at most."""
     expandable_segments: bool = False
     """Whether the run's PYTORCH_CUDA_ALLOC_CONF already turned expandable segments on."""
     modules: tuple[str, ...] = ()
@@ -200,6 +203,8 @@ def read_facts(run_dir: str | Path) -> ScriptFacts:
         deepspeed_config=deepspeed_config_file(list(flags_obs.get("flags") or [])),
         flops_per_step=flops_per_step(run), peak=peak_of(run), lookup_checks=per_step_checks(ctx),
         modules=tuple((ctx.first("imports") or {}).get("library") or ()),
+        phase_shares={name: float(p["share"]) for name, p in (summary.get("phases") or {}).items()
+                      if isinstance(p, dict) and isinstance(p.get("share"), (int, float))},
         expandable_segments=expandable_segments_on((run.env or {}).get("alloc_conf")
                                                    if isinstance(run.env, dict) else None),
     )

@@ -6,40 +6,19 @@ script flag (`args.--workers`) where the script's own argparse holds the setting
 result is stated as the flag to pass. What-ifs (`log_every`, `checkpoint_every`, `no_gc`)
 measure what a finding costs by thinning or removing it; they are reported, never combined.
 Knob names match the ones the doctor's findings print (`trainspeed tune --knobs K -- CMD`).
-A DeepSpeed script's ZeRO settings are edits of its config JSON (`ds_config.zero_optimization.
-stage`): a trial runs a copy with the edits, passed through the script's own --deepspeed_config
-flag (script_trials.write_ds_config); the user's file is only read.
+A DeepSpeed script's ZeRO settings are edits of its config JSON (script_zero_knobs.py).
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
 from typing import Any
 
 from trainspeed.doctor.checks.script_flags import BOOL_TYPES, padding_flag
-from trainspeed.tune.knobs import COMPILE_STARTUP_S, Candidate, DeviceInfo, Skip, _powers_up_to
-from trainspeed.tune.script_facts import ScriptFacts
-
-
-@dataclass(kw_only=True)
-class ScriptContext:
-    facts: ScriptFacts
-    device: DeviceInfo
-    settings: dict[str, Any] = field(default_factory=dict)
-    """Settings already applied (a greedy winner): deferred knobs look at them."""
-    baseline_memory: float | None = None
-    """Peak memory of the baseline trial (bytes): whether ZeRO-3 is worth a trial."""
-
-    def loader_value(self, key: str, default: Any = None) -> Any:
-        """Effective DataLoader setting: a tried setting (patch or flag) over the script's own."""
-        if f"loader.{key}" in self.settings:
-            return self.settings[f"loader.{key}"]
-        if key == "num_workers":
-            flag = self.facts.flag_for("num_workers")
-            if flag and f"args.{flag['option']}" in self.settings:
-                return self.settings[f"args.{flag['option']}"]
-        return (self.facts.loader or {}).get(key, default)
+from trainspeed.tune.knob_types import MIN_EFFECT
+from trainspeed.tune.knobs import COMPILE_STARTUP_S, Candidate, Skip, _powers_up_to
+from trainspeed.tune.script_context import ScriptContext
+from trainspeed.tune.script_zero_knobs import DS_CONFIG_PREFIX, bucket_size, edited_ds_config, overlap_comm, zero_stage
 
 
 def _flag_setting(ctx: ScriptContext, topic: str, value: Any) -> dict[str, Any] | None:
@@ -314,6 +293,18 @@ def _interval_flag(ctx: ScriptContext, topic: str, factor: int, periodic: bool =
                      period_steps=value * factor if periodic else 0)
 
 
+def _too_small_to_thin(ctx: ScriptContext, phase: str, calls: str) -> str | None:
+    """Why a what-if that thins a phase's calls cannot win: they took less of the baseline's
+    steps than the smallest change a tune tells from noise (time_sequence_prediction's prints,
+    0.004 % of its 35 s steps, took the one round an 8m budget paid for). None: worth a trial,
+    or the share is unknown."""
+    share = ctx.facts.phase_shares.get(phase)
+    if share is None or share >= MIN_EFFECT:
+        return None
+    return (f"the {calls} took {share:.1%} of the baseline's steps: thinning them cannot win the "
+            f"{MIN_EFFECT:.0%} a tune tells from the noise")
+
+
 def log_every(ctx: ScriptContext) -> list:
     """Log less often: the script's own interval flag x10, else a what-if in which only every
     10th logging call (print, SummaryWriter, wandb) runs."""
@@ -323,6 +314,9 @@ def log_every(ctx: ScriptContext) -> list:
     if ctx.facts.log_calls < ctx.facts.steps // 2 or not ctx.facts.log_calls:
         return [Skip("log_every", "10", f"{ctx.facts.log_calls} logging calls in {ctx.facts.steps} steps: "
                                         "nothing per step to thin")]
+    too_small = _too_small_to_thin(ctx, "log", "logging calls")
+    if too_small:
+        return [Skip("log_every", "every 10th call (what-if)", too_small)]
     return [Candidate("log_every", "every 10th call (what-if)", {"whatif.log_every": 10},
                       period_steps=math.ceil(10 * ctx.facts.steps / ctx.facts.log_calls))]
 
@@ -335,6 +329,9 @@ def checkpoint_every(ctx: ScriptContext) -> list:
         return [own]
     if not ctx.facts.save_calls:
         return [Skip("checkpoint_every", "4x", "no torch.save calls during the steps")]
+    too_small = _too_small_to_thin(ctx, "ckpt", "torch.save calls")
+    if too_small:
+        return [Skip("checkpoint_every", "every 4th save (what-if)", too_small)]
     return [Candidate("checkpoint_every", "every 4th save (what-if)", {"whatif.save_every": 4})]
 
 
@@ -354,72 +351,6 @@ def no_gc(ctx: ScriptContext) -> list:
     if not ctx.facts.gc_calls:
         return [Skip("no_gc", "on", "no gc.collect / empty_cache calls during the steps")]
     return [Candidate("no_gc", f"every {GC_EVERY}th gc.collect/empty_cache (what-if)", {"whatif.gc_every": GC_EVERY})]
-
-
-DS_CONFIG_PREFIX = "ds_config."
-"""A setting `ds_config.<key>.<key>` edits that key of the script's DeepSpeed config JSON."""
-
-
-def edited_ds_config(config: dict[str, Any], settings: dict[str, Any]) -> dict[str, Any]:
-    """A copy of a DeepSpeed config with the settings' ds_config.* edits (other keys ignored)."""
-    import copy
-
-    out = copy.deepcopy(config)
-    for key, value in settings.items():
-        if not key.startswith(DS_CONFIG_PREFIX):
-            continue
-        *parents, leaf = key[len(DS_CONFIG_PREFIX):].split(".")
-        node = out
-        for part in parents:
-            if not isinstance(node.get(part), dict):
-                node[part] = {}
-            node = node[part]
-        node[leaf] = value
-    return out
-
-
-def _zero_of(ctx: ScriptContext, knob: str) -> Any:
-    """The ZeRO settings a trial runs (zero.ZeroState: the script's JSON with the settings'
-    edits, DeepSpeed's defaults filled in), or a Skip saying why the knob cannot apply."""
-    from trainspeed.tune.zero import zero_state
-
-    if ctx.facts.deepspeed is None:
-        return Skip(knob, "-", "the script runs no DeepSpeed engine (no engine.step was seen)")
-    f = ctx.facts.deepspeed_config
-    if f is None:
-        return Skip(knob, "-", "no flag of the script names its DeepSpeed config JSON (--deepspeed_config "
-                               "ds.json): the tune changes ZeRO settings in a copy of that file only; a "
-                               "config built in the code is yours to edit")
-    if f.error:
-        return Skip(knob, "-", f.error)
-    return zero_state(edited_ds_config(f.config, ctx.settings).get("zero_optimization"))
-
-
-def _zero_key(key: str) -> str:
-    return f"{DS_CONFIG_PREFIX}zero_optimization.{key}"
-
-
-def zero_stage(ctx: ScriptContext) -> list:
-    """DeepSpeed ZeRO stage (0-2; 3 under memory pressure), in a copy of the script's config JSON."""
-    from trainspeed.tune.zero import memory_share, stage_items
-
-    return stage_items(_zero_of(ctx, "zero_stage"), lambda stage: {_zero_key("stage"): stage},
-                       memory_share(ctx.baseline_memory, ctx.device.memory_bytes))
-
-
-def overlap_comm(ctx: ScriptContext) -> list:
-    """DeepSpeed's overlap_comm flipped (ZeRO >= 1), in a copy of the script's config JSON."""
-    from trainspeed.tune.zero import overlap_items
-
-    return overlap_items(_zero_of(ctx, "overlap_comm"), lambda on: {_zero_key("overlap_comm"): on})
-
-
-def bucket_size(ctx: ScriptContext) -> list:
-    """ZeRO's reduce/allgather bucket size, 5e7-5e8 elements (ZeRO >= 1), in a copy of the config JSON."""
-    from trainspeed.tune.zero import bucket_items
-
-    return bucket_items(_zero_of(ctx, "bucket_size"),
-                        lambda n: {_zero_key("reduce_bucket_size"): n, _zero_key("allgather_bucket_size"): n})
 
 
 SCRIPT_KNOBS: dict[str, Any] = {

@@ -19,7 +19,7 @@ from trainspeed.errors import ConfigError
 from trainspeed.patches.plan import FLAG_PREFIX, Plan, save_plan
 from trainspeed.patches.targets import Targets
 from trainspeed.tune.script_facts import DeepSpeedConfigFile
-from trainspeed.tune.script_knobs import DS_CONFIG_PREFIX, edited_ds_config
+from trainspeed.tune.script_zero_knobs import DS_CONFIG_PREFIX, edited_ds_config
 from trainspeed.tune.trials import SubprocessRunner, TrialRequest, TrialResult
 
 FAILED_NOTE = "failed"
