@@ -273,3 +273,19 @@ def test_a_what_if_cannot_win_what_its_calls_never_cost():
                                                   "default": 1, "type": "int", "kind": "store"}])
     flagged.facts.phase_shares = {"log": 0.00004}
     assert settings(SCRIPT_KNOBS["log_every"](flagged)) == [{"args.--log-every": 10}]
+
+
+def test_fused_and_foreach_are_offered_only_to_an_optimizer_that_has_them():
+    import torch
+
+    from trainspeed.doctor.instrument.optimizer import describe_optimizer
+
+    w = [torch.nn.Parameter(torch.zeros(2))]
+    lbfgs, adamw = describe_optimizer(torch.optim.LBFGS(w)), describe_optimizer(torch.optim.AdamW(w))
+    assert lbfgs["implementations"] == [] and adamw["implementations"] == ["fused", "foreach"]
+    skips = SCRIPT_KNOBS["fused_optimizer"](ctx(optimizer=lbfgs))
+    assert all(isinstance(s, Skip) and "LBFGS has no" in s.reason for s in skips) and len(skips) == 2
+    assert settings(SCRIPT_KNOBS["fused_optimizer"](ctx(optimizer=adamw))) == [{"optimizer.impl": "fused"},
+                                                                             {"optimizer.impl": "foreach"}]
+    # a run recorded before the implementations were: offered, as before
+    assert len(settings(SCRIPT_KNOBS["fused_optimizer"](ctx(optimizer={"class": "AdamW", "fused": None})))) == 2

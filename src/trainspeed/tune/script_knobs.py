@@ -206,9 +206,14 @@ def fused_optimizer(ctx: ScriptContext) -> list:
     if opt is None:
         return [Skip("fused_optimizer", "fused", "no torch.optim optimizer steps in this loop")]
     out: list = []
+    takes = opt.get("implementations")  # None: a run recorded before it was
     for impl in ("fused", "foreach"):
         if opt.get(impl) is True:
             out.append(Skip("fused_optimizer", impl, "already on"))
+        elif takes is not None and impl not in takes:
+            # LBFGS: its one round of an 8m tune went to a trial that could only fail
+            out.append(Skip("fused_optimizer", impl, f"{opt.get('class') or 'the optimizer'} has no {impl} "
+                                                     "implementation"))
         else:
             out.append(Candidate("fused_optimizer", impl, {"optimizer.impl": impl}))
     return out

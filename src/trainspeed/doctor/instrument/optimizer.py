@@ -59,6 +59,9 @@ def describe_optimizer(opt: torch.optim.Optimizer) -> dict[str, Any]:
         "module": type(opt).__module__,
         "fused": defaults.get("fused"),
         "foreach": defaults.get("foreach"),
+        # the implementations its constructor takes (torch.optim's keep them in defaults, set or
+        # not; LBFGS and most optimizers outside torch have neither)
+        "implementations": [impl for impl in ("fused", "foreach") if impl in defaults],
         "param_dtypes": sorted(dtypes),
         "devices": sorted(devices),
         "params": n_params,
