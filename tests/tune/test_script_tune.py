@@ -210,3 +210,26 @@ def test_the_trial_length_follows_the_quiet_steps_of_a_baseline_hit_by_a_burst()
     assert quiet_step_time(burst) == 0.022
     assert trial_steps(quiet_step_time(burst)) >= 4 / 0.022 - 1
     assert quiet_step_time([]) == 0.0
+
+
+def test_a_script_that_ends_inside_the_trials_warmup_is_told_how_to_run_longer(tmp_path, monkeypatch):
+    """time_sequence_prediction at --steps 2: the tune's baseline failed with 'raise the trial's
+    step count' and a hint to check the script reaches optimizer steps (it did). The error now
+    names the script's own flag, scaled for the later trials' warm-up, and that command tunes."""
+    monkeypatch.chdir(tmp_path)
+    from tests.doctor.test_ended_in_warmup import SCRIPT
+
+    (tmp_path / "lb.py").write_text(SCRIPT)
+    from trainspeed.tune.options import TuneOptions
+    from trainspeed.tune.script_session import run_script_tune
+
+    opts = TuneOptions(knobs=["threads"], budget_s=60, repeats=1, verify_repeats=0)
+    with pytest.raises(TuneError) as err:
+        run_script_tune(["python", "lb.py", "--steps", "2"], tmp_path / "t1", opts, say=lambda _: None)
+    text = str(err.value)
+    assert "the script ended after 2 steps, inside the trial's warm-up" in text
+    assert "--steps 8 in place of --steps 2" in text and "reach optimizer steps" not in text
+    # as told: the baseline and the threads trial measure
+    opts = TuneOptions(knobs=["threads"], budget_s=60, repeats=1, verify_repeats=0)
+    result = run_script_tune(["python", "lb.py", "--steps", "8"], tmp_path / "t2", opts, say=lambda _: None)
+    assert any(r.knob == "threads" and r.speedup is not None for r in result.ablation), result.ablation

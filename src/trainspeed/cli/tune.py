@@ -9,6 +9,7 @@ from trainspeed.cli._args import duration
 from trainspeed.cli._launchers import is_accelerate, one_process
 from trainspeed.tune.budget_plan import NOTHING_MEASURED  # exit status 3: a tune that measured nothing
 from trainspeed.tune.options import TuneOptions
+from trainspeed.tune.trial_fit import DEFAULT_WARMUP
 
 HELP = """Measure every speed switch on your own script (or a config) and machine, and write the fastest settings.
 Each setting runs as short isolated trials (fresh processes, warm-up excluded, interleaved
@@ -48,7 +49,7 @@ def _add_options(p: argparse.ArgumentParser) -> None:
                         "undecided included (default 12; 1: the --repeats rounds only)")
     p.add_argument("--verify-repeats", type=int, default=None,
                    help="interleaved rounds of the final check, baseline vs best (default 3)")
-    p.add_argument("--warmup-steps", type=int, default=5, help="untimed steps per trial")
+    p.add_argument("--warmup-steps", type=int, default=DEFAULT_WARMUP, help="untimed steps per trial")
     p.add_argument("--steps", type=int, default=None,
                    help="measured steps per trial (default 25; for a script, enough for ~4 s, at least 25)")
     p.add_argument("--loss-tolerance", type=float, default=0.05,

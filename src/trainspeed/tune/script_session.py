@@ -41,7 +41,7 @@ from trainspeed.tune.search import Tuner
 from trainspeed.tune.session import run_then_close
 from trainspeed.tune.stakes import mark_stakes, order_by_stake, order_line
 from trainspeed.tune.store import TrialStore
-from trainspeed.tune.trial_fit import PRICING_WARMUP, fit_trial, pricing_seconds, trial_length_line
+from trainspeed.tune.trial_fit import DEFAULT_WARMUP, PRICING_WARMUP, fit_trial, pricing_seconds, trial_length_line
 from trainspeed.tune.trials import Runner, TrialResult
 
 
@@ -119,7 +119,7 @@ def order_knobs(knobs: list[str], facts: ScriptFacts | None) -> list[str]:
 
 
 def run_script_tune(command: list[str], out_dir: str | Path, options: TuneOptions, *,
-                    warmup_steps: int = 5, measure_steps: int | None = None, from_run: str | Path | None = None,
+                    warmup_steps: int = DEFAULT_WARMUP, measure_steps: int | None = None, from_run: str | Path | None = None,
                     runner: Runner | None = None, say: Callable[[str], None] | None = None,
                     trial_timeout_s: float = 600.0) -> TuneResult:
     from trainspeed.doctor.runner import parse_command

@@ -33,6 +33,7 @@ from trainspeed.tune.one_time import kept_one_time_notes, note_one_time
 from trainspeed.tune.options import TuneOptions
 from trainspeed.tune.order import ablation_round, bracket_repeats, n_brackets
 from trainspeed.tune.result import Row, TuneResult, load_note, utilization_note
+from trainspeed.tune.short_run import ENDED_IN_WARMUP
 from trainspeed.tune.spend import confirm, halve, offered, planned_trials, spend_rest
 from trainspeed.tune.store import TrialStore
 from trainspeed.tune.verify import final_answer
@@ -281,8 +282,9 @@ class Tuner(LoadProof):
         if base is None or not base.ok:
             if base is not None and base.error.startswith(BUDGET_END):
                 raise BaselineOutOfBudget(base.wall_s)
+            hint = "" if base is not None and base.error.startswith(ENDED_IN_WARMUP) else f" {self.baseline_hint}"
             raise TuneError("the baseline trial failed, so there is nothing to compare against: "
-                            f"{base.error if base else 'no budget'}. {self.baseline_hint}")
+                            f"{base.error if base else 'no budget'}.{hint}")
         ctx = self.make_context({}, base)
         offer = offered(self, ctx)
         self.min_measure_steps = steps_for_periods(offer)  # a script's fit_trials reads it

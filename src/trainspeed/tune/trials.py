@@ -133,8 +133,9 @@ def result_from_run_dir(request: TrialRequest, run_dir: Path, wall_s: float) -> 
     warm[unsettled] = True  # slow first steps after the declared warm-up are warm-up too (settle.py)
     keep[unsettled] = False
     if not keep.any():
-        return TrialResult(ok=False, error=f"no measured steps in {run_dir} (all {len(t)} were "
-                           "warm-up); raise the trial's step count", **base)
+        from trainspeed.tune.short_run import no_measured_steps
+
+        return TrialResult(ok=False, error=no_measured_steps(run, run_dir, len(t)), **base)
     samples = np.nan_to_num(run.array("samples"), nan=1.0)
     loss = _parity_loss(run)
     mem = _finite(run.array("mem.cuda_alloc_peak"))
