@@ -9,7 +9,7 @@ from trainspeed.cli._args import duration
 from trainspeed.cli._launchers import is_accelerate, one_process
 from trainspeed.tune.budget_plan import NOTHING_MEASURED  # exit status 3: a tune that measured nothing
 from trainspeed.tune.options import TuneOptions
-from trainspeed.tune.trial_fit import DEFAULT_WARMUP
+from trainspeed.tune.knob_types import DEFAULT_WARMUP
 
 HELP = """Measure every speed switch on your own script (or a config) and machine, and write the fastest settings.
 Each setting runs as short isolated trials (fresh processes, warm-up excluded, interleaved

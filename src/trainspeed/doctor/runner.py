@@ -297,7 +297,7 @@ def run_doctor(config: DoctorConfig) -> DoctorResult:
     trace = None
     summary_line = None
     if error is not None and not isinstance(error, KeyboardInterrupt):  # Ctrl-C is a stop, not a crash
-        trace = schema.plain_text("".join(traceback.format_exception(type(error), error, error.__traceback__)))
+        trace = schema.traceback_text(error)
         summary_line = schema.error_line(error)
     observe_argv_flags(session, target.args, target.name if target.kind == "path" else None,
                        script_seen.pop("globals", None), script_seen.pop("hydra", None))

@@ -53,9 +53,9 @@ def install_expandable_segments(value: bool, ctx: InstallContext) -> None:
     if not torch.cuda.is_available():
         ctx.note("expandable_segments: no CUDA device, nothing set")
         return
-    setter = _allocator_setter()
-    before = expandable_segments_on(alloc_conf())
+    setter, conf = _allocator_setter(), alloc_conf()
+    before = expandable_segments_on(conf)
     setter(f"expandable_segments:{bool(value)}")
     ctx.patches.call_on_undo(lambda: setter(f"expandable_segments:{before}"))
     ctx.note(f"expandable_segments: the CUDA caching allocator's expandable_segments={bool(value)}"
-             + (f" (over PYTORCH_CUDA_ALLOC_CONF={alloc_conf()})" if alloc_conf() else ""))
+             + (f" (over PYTORCH_CUDA_ALLOC_CONF={conf})" if conf else ""))

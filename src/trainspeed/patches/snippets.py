@@ -320,14 +320,13 @@ _RUNTIME_WHY = {
 
 
 def runtime_snippet(setting: str, value: Any, source: Source, shown: str) -> Snippet:
+    code = RUNTIME_CODE[setting](value)
     if setting in BEFORE_IMPORTS:
         first = source.first_statement()
-        code = RUNTIME_CODE[setting](value)
         if first:
             return Snippet(setting, shown, first, "before", code, _RUNTIME_WHY[setting])
         return Snippet(setting, shown, max(1, len(source.lines)), "after", code, _RUNTIME_WHY[setting])
     last, has_torch = source.after_imports()
-    code = RUNTIME_CODE[setting](value)
     if not has_torch and "torch." in code:
         code = "import torch\n" + code
     if last:

@@ -125,6 +125,11 @@ class RunData:
     def events_of(self, type_: str) -> list[dict[str, Any]]:
         return [e for e in self.events if e.get("type") == type_]
 
+    def start_data(self) -> dict[str, Any]:
+        """The first run_start event's data (device, precision, warm-up, command ...); {} without one."""
+        starts = self.events_of("run_start")
+        return (starts[0].get("data") or {}) if starts else {}
+
 
 def _read_jsonl(path: Path, skipped: list[str], *, required: tuple[str, ...]) -> list[dict]:
     records: list[dict] = []

@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from typing import Any
 
 from trainspeed.errors import SchemaError
@@ -86,20 +87,21 @@ EVENT_TYPES: tuple[str, ...] = (
 )
 
 
-_ANSI = None
+_ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b[@-Z\\-_]")
+"""A terminal escape sequence (CSI, or a two-character one)."""
 
 
 def plain_text(text: str) -> str:
     """`text` without terminal escape sequences: torch's own messages embed bold on/off
     (torch.load's weights_only error), which a report, a file or a log shows as `[1m`."""
-    global _ANSI
-    if "\x1b" not in text:
-        return text
-    if _ANSI is None:
-        import re
+    return _ANSI.sub("", text) if "\x1b" in text else text
 
-        _ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b[@-Z\\-_]")
-    return _ANSI.sub("", text)
+
+def traceback_text(error: BaseException) -> str:
+    """The error's traceback as Python prints it, without terminal escapes."""
+    import traceback
+
+    return plain_text("".join(traceback.format_exception(type(error), error, error.__traceback__)))
 
 
 def error_line(error: BaseException) -> str:
@@ -123,10 +125,7 @@ def ending_event(error: BaseException) -> tuple[str, dict[str, Any]]:
             name = None
     if name is not None:
         return "interrupt", {"signal": name, "exit_code": code}
-    import traceback
-
-    trace = "".join(traceback.format_exception(type(error), error, error.__traceback__))
-    return "crash", {"error": plain_text(f"{type(error).__name__}: {error}"), "traceback": plain_text(trace)}
+    return "crash", {"error": plain_text(f"{type(error).__name__}: {error}"), "traceback": traceback_text(error)}
 
 
 def check_schema(record: dict[str, Any], *, where: str) -> None:

@@ -16,11 +16,6 @@ from trainspeed.telemetry.schema import PHASES
 from trainspeed.telemetry.throughput import mfu, throughput
 
 
-def _run_start(run: RunData) -> dict[str, Any]:
-    starts = run.events_of("run_start")
-    return (starts[0].get("data") or {}) if starts else {}
-
-
 def _precision(run: RunData, start: dict[str, Any]) -> str:
     """The precision the run trained in: the last "precision" event's (one written once the
     run's engine is known, as a DeepSpeed config's bf16 section, after run_start said fp32),
@@ -45,7 +40,7 @@ def flops_per_step(run: RunData, keep: np.ndarray | None = None) -> float | None
     records; all when None) of that count times each step's real tokens: batches of varying
     length do varying work, and the first batch's count stands for no other. Otherwise the
     last per-step measurement."""
-    value = _run_start(run).get("flops_per_step")
+    value = run.start_data().get("flops_per_step")
     per_token = None
     for event in run.events_of("flops"):  # a later measurement wins
         data = event.get("data") or {}
@@ -90,7 +85,7 @@ def _thinned(run: RunData) -> int:
 
 def summarize(run: RunData) -> dict[str, Any]:
     """The summary dict described in the shared contract (see report.json)."""
-    start = _run_start(run)
+    start = run.start_data()
     n = len(run.steps)
     t_step = run.array("t_step")
     warm = run.array("warmup") > 0.5

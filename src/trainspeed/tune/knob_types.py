@@ -36,6 +36,8 @@ class Candidate:
     read every 10 steps), 0 for none: a trial measures PERIODS_PER_TRIAL of them at least."""
 
 
+DEFAULT_WARMUP = 5
+"""Warm-up steps of a script trial without --warmup-steps (the tune's command line)."""
 MIN_EFFECT = 0.03
 """Smallest relative change a tune ever calls a speedup (TuneOptions.min_effect's default): a
 what-if that thins calls taking less of the step than this cannot be told from the noise."""

@@ -30,7 +30,7 @@ from trainspeed.errors import ConfigError
 from trainspeed.patches.plan import FLAG_PREFIX
 from trainspeed.patches.targets import Targets
 from trainspeed.patches.whatif_code import CODE_PREFIX, whatif_of
-from trainspeed.tune.knob_types import PERIODS_PER_TRIAL
+from trainspeed.tune.knob_types import DEFAULT_WARMUP, PERIODS_PER_TRIAL
 from trainspeed.tune.knobs import DeviceInfo
 from trainspeed.tune.options import TuneOptions
 from trainspeed.tune.result import TuneResult
@@ -41,7 +41,7 @@ from trainspeed.tune.search import Tuner
 from trainspeed.tune.session import run_then_close
 from trainspeed.tune.stakes import mark_stakes, order_by_stake, order_line
 from trainspeed.tune.store import TrialStore
-from trainspeed.tune.trial_fit import DEFAULT_WARMUP, PRICING_WARMUP, fit_trial, pricing_seconds, trial_length_line
+from trainspeed.tune.trial_fit import PRICING_WARMUP, fit_trial, pricing_seconds, trial_length_line
 from trainspeed.tune.trials import Runner, TrialResult
 
 

@@ -33,8 +33,6 @@ PRICING_SHARE = 0.08
 """The first baseline trial stops once it is this share of the budget old (after its warm-up and
 3 steps), within PRICING_S: it only has to find the step time."""
 PRICING_S = (10.0, 60.0)
-DEFAULT_WARMUP = 5
-"""Warm-up steps of a script trial without --warmup-steps (the tune's command line)."""
 PRICING_WARMUP = 2
 """Warm-up steps of that first trial (its slow first measured steps are warm-up too:
 settle.py): nanoGPT's 8 s steps made a 5-step warm-up 40 s of a 6m budget."""
@@ -121,5 +119,5 @@ def _s(seconds: float) -> str:
     return f"{1e3 * seconds:.0f} ms" if seconds < 1 else f"{seconds:.2f} s"
 
 
-__all__ = ["DEFAULT_WARMUP", "MIN_FIT_STEPS", "MIN_FIT_WARMUP", "PRICING_WARMUP", "TrialFit", "fit_trial", "min_fit_steps",
+__all__ = ["MIN_FIT_STEPS", "MIN_FIT_WARMUP", "PRICING_WARMUP", "TrialFit", "fit_trial", "min_fit_steps",
            "pricing_seconds", "trial_length_line"]

@@ -57,7 +57,7 @@ def _helps(ctx: CheckContext, bound: str, launch: bool) -> list[str]:
         return helps
     cpu = (ctx.run.env or {}).get("cpu") if isinstance(ctx.run.env, dict) else None
     no_bf16 = ctx.device_type == "cpu" and isinstance(cpu, dict) and cpu.get("bf16_fast") is False
-    precision = str(ctx.summary.get("precision") or "fp32")
+    precision = ctx.precision
     pad = padding_share(ctx)
     if pad is not None:
         # run_glue_no_trainer.py --pad_to_max_length: 69 % of the positions were padding and this
@@ -147,7 +147,7 @@ def where_time_goes(ctx: CheckContext) -> dict[str, Any] | None:
         topics = ("padding_flag", *topics)
     if bound != "data" and _data_wait(ctx) is not None:
         topics = ("num_workers", *topics)
-    if str(ctx.summary.get("precision") or "") == "fp64":  # autocast leaves float64 as it is: nothing to try
+    if ctx.precision == "fp64":  # autocast leaves float64 as it is: nothing to try
         topics = tuple(t for t in topics if t != "precision")
     over = oversubscribed(ctx)
     if over is not None and over[1] > 1:  # the script's processes' threads exceed the cores (threads.py)

@@ -196,8 +196,7 @@ class CheckContext:
             doctor = self.first("doctor") or {}
             if "max_steps" not in doctor:
                 return ""
-            start = next(iter(self.run.events_of("run_start")), {}).get("data") or {}
-            given = start.get("warmup_steps")
+            given = self.run.start_data().get("warmup_steps")
             if not isinstance(given, int) or given == default_warmup(doctor["max_steps"]):
                 return ""
             warmup = given
@@ -269,6 +268,11 @@ class CheckContext:
         cls, name, updates = opt.get("class") or "optimizer", opt.get("name"), opt.get("updates") or []
         over = f" over {', '.join(updates)}" if updates else ""
         return f"{name} ({cls}{over})" if name and name != cls else f"{cls}{over}"
+
+    @property
+    def precision(self) -> str:
+        """The precision the run trained in (the summary's: fp32, bf16-mixed, fp64 ...)."""
+        return str(self.summary.get("precision") or "fp32")
 
     @property
     def device_type(self) -> str:

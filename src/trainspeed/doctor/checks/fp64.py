@@ -41,8 +41,8 @@ def fp64_model(ctx: CheckContext) -> Finding | None:
 
 
 def _stake(ctx: CheckContext) -> tuple[float, bool, str]:
-    """(share at stake, estimated, basis): forward + backward x (1 - float64 / float32 peak), the
-    peaks from the datasheet table on a GPU; on a CPU the SIMD lanes' 2:1 (an upper bound)."""
+    """(share at stake, estimated, basis): forward + backward x (1 - fp64 / tf32 peak), the peaks
+    from the datasheet table on a GPU; on a CPU the SIMD lanes' 2:1 (an upper bound)."""
     from trainspeed.telemetry.peaks import lookup_peak
 
     compute = ctx.share("forward") + ctx.share("backward")
@@ -54,15 +54,14 @@ def _stake(ctx: CheckContext) -> tuple[float, bool, str]:
     name = str(device.get("name") or "")
     # float32 opens TF32 (one line: set_float32_matmul_precision('high')): on an H100 FP64's
     # tensor cores match plain FP32's 67 TFLOP/s, and the gain is TF32's (pre-Ampere rows: = fp32)
-    fp32_kind = "tf32"
-    slow, fast = lookup_peak(name, "fp64"), lookup_peak(name, fp32_kind)
+    slow, fast = lookup_peak(name, "fp64"), lookup_peak(name, "tf32")
     if slow is None or fast is None or fast.flops <= 0:
-        return 0.0, False, (f"the fp64/{fp32_kind} peak ratio of {name or 'this GPU'} is not in the peak table: "
+        return 0.0, False, (f"the fp64/tf32 peak ratio of {name or 'this GPU'} is not in the peak table: "
                             "nothing derived; the doctor's step time after the change measures it")
     ratio = slow.flops / fast.flops
     return compute * (1.0 - ratio), True, (
         f"forward + backward, {pct(compute)} of the step, an upper bound on the matmuls' share, x (1 - fp64/"
-        f"{fp32_kind} peak {ratio:.2f} on {slow.name})")
+        f"tf32 peak {ratio:.2f} on {slow.name})")
 
 
 CHECKS = (fp64_model,)

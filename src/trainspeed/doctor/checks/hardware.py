@@ -49,8 +49,7 @@ def _capability(ctx: CheckContext) -> float | None:
 
 
 def _autocast_used(ctx: CheckContext) -> bool:
-    precision = str(ctx.summary.get("precision") or "fp32")
-    return precision != "fp32" or any(m.get("autocast") for m in ctx.models())
+    return ctx.precision != "fp32" or any(m.get("autocast") for m in ctx.models())
 
 
 def fp32_on_tensor_cores(ctx: CheckContext) -> Finding | None:
@@ -259,7 +258,7 @@ def compute_bound(ctx: CheckContext) -> Finding | None:
     cpu = ctx.run.env.get("cpu") if isinstance(ctx.run.env, dict) else None
     no_bf16 = ctx.device_type == "cpu" and isinstance(cpu, dict) and cpu.get("bf16_fast") is False
     suggest_bf16 = not _autocast_used(ctx)  # already in bf16/fp16: nothing to add
-    fp64 = str(ctx.summary.get("precision") or "") == "fp64"  # autocast leaves float64 as it is
+    fp64 = ctx.precision == "fp64"  # autocast leaves float64 as it is
     helps = ["float32 in place of float64 (the fp64 finding)"] if fp64 else []
     if suggest_bf16 and not no_bf16:
         helps.append("lower precision where the device has units for it (engine: precision.mode=bf16-mixed)")

@@ -79,8 +79,7 @@ def _crashed_before_a_step(ctx: CheckContext, error: str | None) -> Finding:
     elif WEIGHTS_ONLY_FAILED in error:
         fix, verify = _weights_only_advice(ctx)
     elif error.startswith(("ModuleNotFoundError", "ImportError")):
-        start = next(iter(ctx.run.events_of("run_start")), {}).get("data") or {}
-        fix, verify = missing_module_advice(error, ctx.command, start.get("cwd"),
+        fix, verify = missing_module_advice(error, ctx.command, ctx.run.start_data().get("cwd"),
                                             lambda path: ctx.doctor_command(path=path), _install_hint())
     return Finding(
         id="crashed_before_training",
@@ -93,44 +92,32 @@ def _crashed_before_a_step(ctx: CheckContext, error: str | None) -> Finding:
     )
 
 
-MEASURED_AT_LEAST = 3
-"""Measured steps the advice asks for when a script ended inside the warm-up: enough for a
-median step time."""
-
-
 def ended_in_warmup(ctx: CheckContext) -> Finding | None:
     """The script finished (or exited) before the doctor's warm-up was over: every figure of the
     step (throughput, step time, MFU) is empty. Say so first, and how to get measured steps: the
     script's own run-length flag, scaled, or fewer warm-up steps for a script of few, slow steps
     (pytorch/examples' time_sequence_prediction: 2 LBFGS steps of 30 s, the warm-up is 5)."""
-    import math
-
-    from trainspeed.doctor.checks.script_flags import script_flag, set_flag, show_flag
+    from trainspeed.doctor.checks.script_flags import longer_run, script_flag, show_flag
+    from trainspeed.doctor.defaults import MEASURED_AT_LEAST
 
     doctor = ctx.first("doctor") or {}
     if not ctx.steps or ctx.summary.get("measured_steps") or doctor.get("stopped") not in ("end", "exit"):
         return None
     steps = ctx.steps
-    start = next(iter(ctx.run.events_of("run_start")), {}).get("data") or {}
-    warm = start.get("warmup_steps")
+    warm = ctx.run.start_data().get("warmup_steps")
     if not isinstance(warm, int) or warm < steps:  # the steps marked warm-up (also: a slow first measured one)
         warm = sum(1 for step in ctx.run.steps if step.get("warmup"))
     flag = script_flag(ctx, "run_length")
-    value = flag.get("value") if flag else None
     # the FLOP count takes the step after the first one and leaves it out too: of 2 steps only
     # a run without it measures one; of 1, only a run without warm-up (its one-time costs in)
     fewer_warmup = ctx.doctor_command(warmup=1 if steps > 1 else 0, no_flops=steps < 3)
-    if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0:
-        wanted = math.ceil(value * (warm + MEASURED_AT_LEAST) / steps)
-        longer = set_flag(flag, wanted)
-        fix = (f"run the script longer, {longer} in place of {show_flag(flag)} ({warm + MEASURED_AT_LEAST} steps: "
-               f"{warm} of warm-up, {MEASURED_AT_LEAST} measured), or, where only its first step pays the one-time "
-               f"costs, let the doctor warm up for {'one step' if steps > 1 else 'none'}: {fewer_warmup}")
-        verify = ctx.doctor_command(flags=[longer])
-    else:
-        fix = (f"run the script for at least {warm + MEASURED_AT_LEAST} steps, or, where only its first step pays "
-               f"the one-time costs, let the doctor warm up for {'one step' if steps > 1 else 'none'}: {fewer_warmup}")
-        verify = fewer_warmup
+    need = warm + MEASURED_AT_LEAST
+    longer = longer_run(flag, steps, need)
+    run_longer = (f"run the script longer, {longer} in place of {show_flag(flag)} ({need} steps: {warm} of warm-up, "
+                  f"{MEASURED_AT_LEAST} measured)" if longer is not None else f"run the script for at least {need} steps")
+    fix = (f"{run_longer}, or, where only its first step pays the one-time costs, let the doctor warm up for "
+           f"{'one step' if steps > 1 else 'none'}: {fewer_warmup}")
+    verify = ctx.doctor_command(flags=[longer]) if longer is not None else fewer_warmup
     return Finding(
         id="ended_in_warmup",
         severity="warning",

@@ -9,6 +9,7 @@ evaluating every 10 steps): pass --eval_interval=250`.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -93,6 +94,15 @@ def show_flag(flag: dict[str, Any]) -> str:
     if flag.get("kind") in ("storetrue", "storefalse") or (flag.get("bare_value") is not None and value is None):
         return f"{option} ({'on' if value else 'off'})"
     return f"{option}{'=' if _equals_style(flag) else ' '}{value}"
+
+
+def longer_run(flag: dict[str, Any] | None, steps: int, need: int) -> str | None:
+    """The argument that makes a script which ran `steps` steps run `need`: its run-length flag
+    (steps, iterations, epochs) scaled, in its own style; None without a numeric one."""
+    value = flag.get("value") if flag else None
+    if flag is None or not isinstance(value, (int, float)) or isinstance(value, bool) or value <= 0 or steps <= 0:
+        return None
+    return set_flag(flag, math.ceil(value * need / steps))
 
 
 def set_flag(flag: dict[str, Any], value: Any) -> str:
