@@ -19,6 +19,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from trainspeed.sinks.step_lines import step_lines
 from trainspeed.telemetry import schema
 
 
@@ -95,7 +96,7 @@ class JsonlSink:
     def write_steps(self, records: list[dict[str, Any]]) -> None:
         if not records or self._steps_fd is None:
             return
-        write_all(self._steps_fd, encode_lines(records))
+        write_all(self._steps_fd, step_lines(records).encode("utf-8"))
 
     def write_event(self, event: dict[str, Any]) -> None:
         if self._steps_fd is None:  # closed
