@@ -54,13 +54,21 @@ class Mirror:
         self._thread.start()
         self.copied = 0
         self.failed = 0
+        # Names pruned here after their copy was queued: keep_last removes a checkpoint from the
+        # run's directory before a slow mirror reached it, and its copy is then skipped, not
+        # reported as a failure (the mirror would delete it again right after).
+        self._pruned: set[str] = set()
 
     # -- public ------------------------------------------------------------------------------
     def submit(self, path: str | Path) -> None:
-        self._queue.put(("copy", Path(path)))
+        path = Path(path)
+        self._pruned.discard(path.name)  # written again (a resumed run re-saving a step)
+        self._queue.put(("copy", path))
 
     def delete(self, name: str) -> None:
-        """Remove a pruned checkpoint from the mirror too (best effort)."""
+        """Remove a pruned checkpoint from the mirror too (best effort); a copy of it still
+        queued is skipped."""
+        self._pruned.add(name)
         self._queue.put(("delete", Path(name)))
 
     def wait(self) -> None:
@@ -81,6 +89,8 @@ class Mirror:
                 op, path = item
                 start = time.perf_counter()
                 try:
+                    if op == "copy" and path.name in self._pruned:
+                        continue  # pruned before the mirror reached it: nothing to keep
                     if op == "copy":
                         self._copy(path)
                         self.copied += 1
@@ -88,12 +98,19 @@ class Mirror:
                                     "dest": self._dest(path.name), "write_s": time.perf_counter() - start})
                     else:
                         self._delete(path.name)
+                except FileNotFoundError as exc:
+                    if op != "copy" or path.name not in self._pruned:
+                        self._failed(op, path, exc)
+                    # else pruned while being copied: the queued delete removes the part copied
                 except Exception as exc:  # never crash training over a mirror
-                    self.failed += 1
-                    self._emit({"type": "warning", "kind": "mirror_failed", "op": op,
-                                "path": str(path), "dest": self.url, "error": repr(exc)})
+                    self._failed(op, path, exc)
             finally:
                 self._queue.task_done()
+
+    def _failed(self, op: str, path: Path, exc: BaseException) -> None:
+        self.failed += 1
+        self._emit({"type": "warning", "kind": "mirror_failed", "op": op,
+                    "path": str(path), "dest": self.url, "error": repr(exc)})
 
     def _dest(self, name: str) -> str:
         if self._local is not None:
