@@ -86,6 +86,6 @@ def test_an_interrupted_tune_prints_the_command_that_resumes_it(tmp_path, monkey
     code, _, err = _run(["tune", "--knobs", "threads", "--budget", "2m", "--", "python", "train.py", "--lr", "1"],
                         capsys)
     assert code == 130
-    assert ("Resume with: trainspeed tune --out runs/tune-train --knobs threads --budget 2m -- python train.py "
+    assert ("Resume with: trainspeed tune --out runs/tune-train-threads --knobs threads --budget 2m -- python train.py "
             "--lr 1") in err
     assert "Traceback" not in err

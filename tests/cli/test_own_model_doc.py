@@ -80,7 +80,7 @@ def test_own_model_example_trains_helps_prints_and_tunes(example, capsys):
         assert main(tune[1:] + SHORT_TRIALS + ONE_THREAD) == 0
     finally:
         torch.set_num_threads(threads)
-    out = example / "runs" / "tune-mymodel-build"
+    out = example / "runs" / "tune-mymodel-build-fused_optimizer"  # --knobs names the folder
     result = json.loads((out / "tune.json").read_text())
     why = (result["ablation"], result["notes"])
     assert result["baseline_cost_s_per_sample"], why  # the model's trials ran in fresh processes

@@ -37,7 +37,7 @@ def _add_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--knobs", default=None, help=f"comma list (default: all). Config knobs: {','.join(KNOBS)}. "
                                                  "Script knobs: see `trainspeed tune --help-knobs`")
     p.add_argument("--help-knobs", action="store_true", help="list the knobs for a script and what each tries")
-    p.add_argument("--out", default=None, help="output directory (default: runs/tune-<recipe>)")
+    p.add_argument("--out", default=None, help="output directory (default: runs/tune-<script or recipe>, then -<knobs> when --knobs chose some)")
     p.add_argument("--variant", default="fast", choices=("naive", "fast"),
                    help="which config of a recipe to start from")
     p.add_argument("--repeats", type=int, default=2, help="interleaved repeats per setting")
@@ -135,7 +135,7 @@ def run_script(args, command: list[str]) -> int:
                           repeats=args.repeats, loss_tolerance=args.loss_tolerance,
                           min_effect=args.min_effect, fork_server=args.fork_server, **optional)
     stem = Path(target.name).stem if target.kind == "path" else target.name.rsplit(".", 1)[-1]
-    out = Path(args.out or f"runs/tune-{stem}")
+    out = Path(args.out or default_out(stem, args.knobs))
     print(f"trainspeed: tuning `{shlex.join(typed)}` -> {out} (budget {options.budget_s:.0f} s, "
           f"knobs: {', '.join(options.knobs)})", flush=True)
     with resume_hint(args, out):
@@ -146,6 +146,16 @@ def run_script(args, command: list[str]) -> int:
     for line in outcome_lines(result, out, typed):
         print(line)
     return unmeasured_exit(result)
+
+
+def default_out(stem: str, knobs: str | None) -> str:
+    """runs/tune-<script or recipe>, and -<knobs> after it when --knobs chose some: the doctor's
+    findings print one `--knobs` tune each, and run one after another into one folder, the
+    second (precision, compile: nothing won) replaced the first's best.yaml and removed its
+    best.patch (nanoGPT's threads=1), and reused its trials, measured at another length."""
+    chosen = [k.strip() for k in (knobs or "").split(",") if k.strip()]
+    suffix = "-" + "-".join(chosen) if chosen else ""
+    return f"runs/tune-{stem}{suffix}"
 
 
 def unmeasured_exit(result) -> int:
@@ -325,7 +335,8 @@ def run(args) -> int:
     options = TuneOptions(knobs=parse_knobs(args.knobs), budget_s=parse_budget(args.budget),
                           repeats=args.repeats, loss_tolerance=args.loss_tolerance,
                           min_effect=args.min_effect, fork_server=args.fork_server, **optional)
-    out = Path(args.out or f"runs/tune-{recipe_label(cfg.recipe.name) if cfg.recipe.name else Path(args.target).stem}")
+    out = Path(args.out or default_out(recipe_label(cfg.recipe.name) if cfg.recipe.name else Path(args.target).stem,
+                                       args.knobs))
     print(f"trainspeed: tuning {cfg.recipe.name or args.target} -> {out} "
           f"(budget {options.budget_s:.0f} s, knobs: {', '.join(options.knobs)})")
     with resume_hint(args, out):
