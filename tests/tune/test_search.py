@@ -126,6 +126,35 @@ def test_rerun_with_the_same_store_resumes_without_new_trials(base_config, cpu, 
     assert r2.best_settings == r1.best_settings
 
 
+class ShapedRunner(FakeRunner):
+    """A runner whose trials have a length (ScriptRunner.shape) recorded in each result."""
+
+    def __init__(self, effects, shape, **kw):
+        super().__init__(effects, **kw)
+        self.shape = shape
+
+    def __call__(self, req):
+        result = super().__call__(req)
+        result.shape = self.shape
+        return result
+
+
+def test_a_tune_of_another_trial_length_into_the_same_store_measures_afresh(base_config, cpu, tmp_path):
+    """nanoGPT: a tune into an --out an earlier tune had filled reused its 5+25-step trials
+    beside its own 1+8-step ones; a bundle of 1.01x settings read 1.32x from the mix."""
+    effects = {BF16: 0.5}
+    first = ShapedRunner(effects, "5+25 steps")
+    r1 = tuner(base_config, cpu, first, tmp_path, knobs=["precision"]).run()
+    other = ShapedRunner(effects, "1+8 steps")
+    t2 = tuner(base_config, cpu, other, tmp_path, knobs=["precision"])
+    r2 = t2.run()
+    assert r2.trials_reused == 0 and len(other.calls) == r1.trials_run
+    assert {r.shape for r in t2.results({})} == {"1+8 steps"}  # the earlier ones are not read
+    same = ShapedRunner(effects, "1+8 steps")
+    r3 = tuner(base_config, cpu, same, tmp_path, knobs=["precision"]).run()
+    assert same.calls == [] and r3.trials_reused == r2.trials_run  # the same length: resumed
+
+
 def test_interrupted_tune_continues_from_finished_trials(base_config, cpu, tmp_path):
     class Interrupt(FakeRunner):
         def __call__(self, req):

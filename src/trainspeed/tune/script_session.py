@@ -183,7 +183,9 @@ def run_script_tune(command: list[str], out_dir: str | Path, options: TuneOption
                 "of the longest interval a setting makes")
             longest = tuner.min_measure_steps
             length_from = f"{PERIODS_PER_TRIAL} periods of a setting's interval; a larger --steps measures more"
-        sized = fit_trial(base, warmup_steps, trials, options.budget_s - tuner.spent, longest,
+        # The first baseline trial's cost counts even where a resumed tune reused it (spent 0):
+        # the same tune resumed sizes its trials as it did, so their stored repeats are reused.
+        sized = fit_trial(base, warmup_steps, trials, options.budget_s - max(tuner.spent, base.wall_s), longest,
                           first_warmup=first_warmup)
         runner.warmup_steps, runner.measure_steps = sized.warmup_steps, sized.measure_steps
         say(trial_length_line(base, sized, trials, length_from))

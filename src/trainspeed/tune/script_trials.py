@@ -70,6 +70,13 @@ class ScriptRunner(SubprocessRunner):
     """The script's DeepSpeed config JSON (set from the baseline's run): ds_config.* settings
     run as an edited copy of it beside the trial's plan."""
 
+    @property
+    def shape(self) -> str:
+        """What a trial is asked to run now ("5+25 steps", "1+8 steps, cut at 12 s"): a tune
+        reuses a stored trial only of the shape its own trials have (Tuner.trial)."""
+        cut = f", cut at {self.max_seconds:g} s" if self.max_seconds else ""
+        return f"{self.warmup_steps}+{self.measure_steps} steps{cut}"
+
     def plan_path(self, request: TrialRequest) -> Path:
         return self.out_dir / ".plans" / f"{request.key}.yaml"
 
@@ -86,7 +93,9 @@ class ScriptRunner(SubprocessRunner):
                 "--out", str(self.out_dir / request.name), "--", *self.command]
 
     def __call__(self, request: TrialRequest) -> TrialResult:
+        shape = self.shape
         result = super().__call__(request)
+        result.shape = shape
         notes = _patch_notes(Path(result.run_dir)) if result.run_dir else []
         failed = [n for n in notes if n.lower().startswith(FAILED_NOTE)]
         if result.ok and failed:

@@ -102,6 +102,9 @@ class Tuner(LoadProof):
         # in the search's own order, so a resumed tune finds the same numbers in its store.
         self.next_repeat: dict[str, int] = {}
         self.ran: set[tuple[str, int]] = set()  # (key, repeat) run or reused in this tune
+        # The trial shapes this tune has asked for (a script's first baseline is cut by time,
+        # its later trials sized to the budget): a stored trial of another shape is not reused.
+        self.shapes: set[str] = set()
         # Per comparison, its rounds' log speedups: together, the machine's noise per round.
         self.round_logs: dict[tuple, list[float]] = {}
         self.dropped: set[str] = set()  # config keys not repeated after an ablation round
@@ -151,7 +154,10 @@ class Tuner(LoadProof):
     def trial(self, settings: dict[str, Any], label: str, repeat: int) -> TrialResult | None:
         """Run (or reuse) one repeat of base+settings; None when the budget is spent."""
         key = config_key(self.base_hash, settings)
+        self._note_shape()
         done = self.store.get(key, repeat)
+        if done is not None and not self._same_shape(done):
+            done = None  # measured at another length by an earlier tune into this --out: run afresh
         if done is not None:
             if (key, repeat) not in self.ran:
                 self.ran.add((key, repeat))  # count each earlier trial once, not per lookup
@@ -185,8 +191,19 @@ class Tuner(LoadProof):
         return result
 
     def results(self, settings: dict[str, Any]) -> list[TrialResult]:
-        """Every stored repeat of base+settings, in repeat order."""
-        return self.store.of_key(config_key(self.base_hash, settings))
+        """Every stored repeat of base+settings of a shape this tune runs, in repeat order.
+        nanoGPT: a tune of other knobs into the same --out reused an earlier tune's trials of
+        5+25 steps beside its own of 1+8, and a combination of three 1.01x settings read 1.32x."""
+        return [r for r in self.store.of_key(config_key(self.base_hash, settings)) if self._same_shape(r)]
+
+    def _note_shape(self) -> None:
+        shape = getattr(self.runner, "shape", None)
+        if shape is not None:
+            self.shapes.add(shape)
+
+    def _same_shape(self, result: TrialResult) -> bool:
+        """Whether a stored trial ran as this tune's trials do (unknown on either side: yes)."""
+        return result.shape is None or not self.shapes or result.shape in self.shapes
 
     def _round(self, arms: list[tuple[dict[str, Any], str, int]], reverse: bool) -> None:
         """One interleaved round: each arm's given repeat, in order (or reversed)."""
@@ -291,6 +308,7 @@ class Tuner(LoadProof):
         self.base_wall = self.fit_trials(base, planned_trials(sum(c.cost_factor for c in offer), len(offer),
                                                               self.opt.repeats, self.opt.baseline_every,
                                                               self.opt.verify_repeats))
+        self._note_shape()  # the sized trials' shape: a resumed tune's stored ones count from here
         candidates, skipped, deferred, one_round = candidates_for(self, ctx, self.base_wall)  # admit.py
         R, every = self.opt.repeats, self.opt.baseline_every
         # Every ablation round leaves the verification a round (halve, for the later ones): a

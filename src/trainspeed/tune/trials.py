@@ -99,6 +99,9 @@ class TrialResult:
     warmup_s: float | None = None
     """Wall seconds of the warm-up steps (compilation happens there): a one-time cost the
     measured steps leave out (one_time.py)."""
+    shape: str | None = None
+    """The steps the trial was asked to run (ScriptRunner.shape); None where its key holds
+    them (a config tune's trial length is in its config)."""
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
