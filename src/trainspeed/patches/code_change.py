@@ -383,8 +383,13 @@ def _outcome(o: Any, shown: str, user_files: list[str], command: list[str], styl
         return (f"{e.setting}: {e.keyword}={o.detail} is computed at {at}; set it to {e.value!r} {where} "
                 "(not changed in the patch)")
     if o.status == "kwargs":
+        from trainspeed.patches.keyword_edit import EXCLUSIVE  # LibCST made this outcome: it is there
+
+        other = EXCLUSIVE.get(e.keyword)
+        where = (f"{o.detail} where it holds no {other}=True (torch refuses both)" if other and e.value is True
+                 else o.detail)
         return (f"{e.setting}: the {name} call at {at} takes its keywords from **{o.detail}; "
-                f"add {e.keyword}={e.value!r} to {o.detail} (not changed in the patch)")
+                f"add {e.keyword}={e.value!r} to {where} (not changed in the patch)")
     if o.status == "positional":
         return (f"{e.setting}: {at} passes {e.keyword} by position ({o.detail}); set it to {e.value!r} there "
                 "(not changed in the patch)")

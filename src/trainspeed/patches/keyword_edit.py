@@ -50,6 +50,10 @@ class Outcome:
 _POSITIONAL = {"DataLoader": {"num_workers": 5, "pin_memory": 7}}
 _LOADER = "DataLoader"
 _NEEDS_WORKERS = ("persistent_workers", "prefetch_factor")
+# An optimizer's implementations exclude each other (torch refuses fused and foreach both True),
+# and a **dict in the call may hold the other on some devices only: nanoGPT passes
+# **extra_args, dict(fused=True) on CUDA, so a foreach=True tuned on a CPU crashed it there.
+EXCLUSIVE = {"fused": "foreach", "foreach": "fused"}
 
 
 def _callee(call: cst.Call) -> str:
@@ -225,7 +229,7 @@ class _Setter(cst.CSTTransformer):
                 if edit.keyword == "num_workers":
                     workers = edit.value
                 continue
-            if spread is not None and not keywords:
+            if spread is not None and (not keywords or edit.keyword in EXCLUSIVE):
                 done("kwargs", _code(spread.value))
                 continue
             slot = _POSITIONAL.get(callee, {}).get(edit.keyword)
