@@ -103,6 +103,24 @@ def test_knob_names_and_findings_order():
     assert knobs_from_findings(findings) == ["num_workers", "log_every", "precision"]
 
 
+def test_an_eval_or_save_interval_stays_inside_the_scripts_own_run():
+    """nanoGPT at --max_iters=60 --eval_interval=30: x4 (120) left the run one evaluation, at
+    iteration 0, and no checkpoint; x2 keeps the last. Its trials must hold one interval."""
+    evals = {"option": "--eval_interval", "dest": "eval_interval", "value": 30, "type": "int", "kind": "equals"}
+    iters = {"option": "--max_iters", "dest": "max_iters", "value": 60, "type": "int", "kind": "equals"}
+    [c] = SCRIPT_KNOBS["eval_every"](ctx(flags=[evals, iters]))
+    assert (c.label, c.min_steps, c.period_steps) == ("--eval_interval=60", 30, 0)
+    [c] = SCRIPT_KNOBS["eval_every"](ctx(flags=[evals]))  # no run length known: x4
+    assert c.label == "--eval_interval=120"
+    [skip] = SCRIPT_KNOBS["eval_every"](ctx(flags=[evals, {**iters, "value": 50}]))
+    assert isinstance(skip, Skip) and skip.reason == (
+        "at --max_iters=50, --eval_interval=60 would leave the run none of this work after its first step "
+        "(no evaluation or checkpoint the script makes at that interval)")
+    epochs = {"option": "--epochs", "dest": "epochs", "value": 2, "type": "int", "kind": "store"}
+    [c] = SCRIPT_KNOBS["eval_every"](ctx(flags=[evals, epochs]))  # epochs are not steps
+    assert c.label == "--eval_interval=120"
+
+
 def test_interval_flags_are_labelled_as_the_script_takes_them():
     # nanoGPT's configurator reads --log_interval=10 only ("--log_interval 10" is a config file
     # named --log_interval to it): the table's label is what the user would type

@@ -622,3 +622,31 @@ def test_a_real_gain_on_a_noisy_machine_gets_the_budget_s_rounds_and_is_crowned(
                            options=options, say=lambda s: None).run()
             crowned += next(r for r in result.ablation if r.setting == "fused").verdict == stats.FASTER
     assert crowned >= 5, crowned
+
+
+def test_a_setting_whose_work_the_sized_trials_cannot_hold_is_skipped_with_why(base_config, cpu, tmp_path):
+    """nanoGPT's --eval_interval=30 -> 60 tried in trials of 8 measured steps: neither side
+    evaluated, so the trial measured noise (and a bundle with it reached best.patch)."""
+    from trainspeed.tune.knob_types import Candidate
+
+    def evals(ctx):
+        return [Candidate("eval_every", "--eval_interval=60", {"data.eval_every": 60}, min_steps=30)]
+
+    def precision(ctx):
+        return [Candidate("precision", "bf16-mixed", {"precision.mode": "bf16-mixed"})]
+
+    def fit(base, trials):
+        t.measure_steps = 8  # as the script tune's fit sizes its trials
+        return base.wall_s
+
+    runner = FakeRunner({BF16: 0.5})
+    t = Tuner(base_config=base_config, base_hash="h", device=cpu, runner=runner, store=TrialStore(tmp_path),
+              options=TuneOptions(budget_s=10_000, knobs=["eval_every", "precision"]), say=lambda s: None,
+              knob_table={"eval_every": evals, "precision": precision}, fit_trials=fit)
+    result = t.run()
+    row = next(r for r in result.ablation if r.knob == "eval_every")
+    assert row.verdict == stats.SKIPPED and row.note == (
+        "what it thins comes every 30 steps, and the trials this budget pays for measure 8: neither side "
+        "would hold any; a larger --budget measures it"), row.note
+    assert not any("data.eval_every=60" in c.overrides for c in runner.calls)
+    assert result.best_settings == {"precision.mode": "bf16-mixed"}

@@ -44,6 +44,14 @@ def admit(tuner: Any, ctx: KnobContext, base_wall: float, *, repeats: int, reser
             tuner.knob_of_config[key] = name
             for k, v in settings.items():
                 tuner.startup_s[(k, repr(v))] = max(item.startup_s, tuner.startup_s.get((k, repr(v)), 0.0))
+            measured = getattr(tuner, "measure_steps", None)
+            if item.min_steps and measured and item.min_steps > measured:
+                # nanoGPT's --eval_interval=120 in place of 30, tried in trials of 8 steps: neither
+                # side evaluated, and a bundle with it went into best.patch
+                skipped.append(Skip(name, item.label, f"what it thins comes every {item.min_steps} steps, and the "
+                                                      f"trials this budget pays for measure {measured}: neither "
+                                                      "side would hold any; a larger --budget measures it"))
+                continue
             why = plan.admit(item.cost_factor, len(tuner.results(settings)))
             if why is not None:
                 skipped.append(Skip(name, item.label, why))

@@ -34,6 +34,10 @@ class Candidate:
     period_steps: int = 0
     """Steps between the runs of what the setting makes periodic (a log interval of 10: one
     read every 10 steps), 0 for none: a trial measures PERIODS_PER_TRIAL of them at least."""
+    min_steps: int = 0
+    """Measured steps a trial needs to hold the work the setting thins at all (the script's
+    eval interval now): with fewer, both sides measure none of it, and the setting is skipped
+    (admit.py) rather than read from noise."""
 
 
 DEFAULT_WARMUP = 5

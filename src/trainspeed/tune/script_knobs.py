@@ -283,7 +283,7 @@ def attention(ctx: ScriptContext) -> list:
     return [Candidate("attention", impl, {"hf.attn_implementation": impl}) for impl in ("sdpa", "eager")]
 
 
-def _interval_flag(ctx: ScriptContext, topic: str, factor: int, periodic: bool = False) -> Candidate | None:
+def _interval_flag(ctx: ScriptContext, topic: str, factor: int, periodic: bool = False) -> Candidate | Skip | None:
     """The script's own interval flag (--log-interval 1), set `factor` times larger: a real
     setting the user keeps by passing the flag, not a what-if. `periodic`: its new interval is
     the candidate's period_steps (a log interval; a save interval x4 would make trials long)."""
@@ -293,9 +293,40 @@ def _interval_flag(ctx: ScriptContext, topic: str, factor: int, periodic: bool =
         return None
     from trainspeed.doctor.checks.script_flags import set_flag
 
+    if not periodic:
+        factor = _within_run(ctx, value, factor)
+        if factor < 2:
+            return Skip(topic, f"{factor}x", _no_room(ctx, flag, value))
     # labelled as the script takes it (nanoGPT's configurator reads --log_interval=10 only)
     return Candidate(topic, set_flag(flag, value * factor), {f"args.{flag['option']}": value * factor},
-                     period_steps=value * factor if periodic else 0)
+                     period_steps=value * factor if periodic else 0, min_steps=0 if periodic else value)
+
+
+def _run_steps(ctx: ScriptContext) -> tuple[dict | None, int | None]:
+    """The script's run-length flag and its value in steps (None: epochs, or no such flag)."""
+    run = ctx.facts.flag_for("run_length")
+    value = run.get("value") if run else None
+    if run is None or isinstance(value, bool) or not isinstance(value, int) or "epoch" in str(run.get("option")):
+        return run, None
+    return run, value
+
+
+def _within_run(ctx: ScriptContext, value: int, factor: int) -> int:
+    """The largest factor up to `factor` whose interval still falls inside the script's own run
+    (its steps flag): nanoGPT at --max_iters=60 with --eval_interval=30 x4 evaluated once, at
+    iteration 0, and saved no checkpoint at all; x2 keeps the last."""
+    _, steps = _run_steps(ctx)
+    if steps is None:
+        return factor
+    return max(1, min(factor, steps // value))
+
+
+def _no_room(ctx: ScriptContext, flag: dict, value: int) -> str:
+    from trainspeed.doctor.checks.script_flags import set_flag
+
+    run, _ = _run_steps(ctx)
+    return (f"at {set_flag(run, run.get('value'))}, {set_flag(flag, 2 * value)} would leave the run none of "
+            "this work after its first step (no evaluation or checkpoint the script makes at that interval)")
 
 
 def _too_small_to_thin(ctx: ScriptContext, phase: str, calls: str) -> str | None:
@@ -331,7 +362,7 @@ def checkpoint_every(ctx: ScriptContext) -> list:
     4th torch.save writes."""
     own = _interval_flag(ctx, "checkpoint_every", 4)
     if own is not None:
-        return [own]
+        return [own]  # a Candidate, or a Skip: no room in the script's run
     if not ctx.facts.save_calls:
         return [Skip("checkpoint_every", "4x", "no torch.save calls during the steps")]
     too_small = _too_small_to_thin(ctx, "ckpt", "torch.save calls")

@@ -178,16 +178,23 @@ def run_script_tune(command: list[str], out_dir: str | Path, options: TuneOption
             return base.wall_s
         longest = measure_steps or trial_steps(quiet_step_time(base.step_times))
         length_from = "--steps sets the measured steps"
-        if tuner.min_measure_steps > longest:  # several periods of a log interval (knob_types.py)
-            say(f"trials measure {tuner.min_measure_steps} steps, not {longest}: {PERIODS_PER_TRIAL} periods "
-                "of the longest interval a setting makes")
-            longest = tuner.min_measure_steps
+        periods = tuner.min_measure_steps > longest  # several periods of a log interval (knob_types.py)
+        if periods:
             length_from = f"{PERIODS_PER_TRIAL} periods of a setting's interval; a larger --steps measures more"
         # The first baseline trial's cost counts even where a resumed tune reused it (spent 0):
         # the same tune resumed sizes its trials as it did, so their stored repeats are reused.
-        sized = fit_trial(base, warmup_steps, trials, options.budget_s - max(tuner.spent, base.wall_s), longest,
-                          first_warmup=first_warmup)
+        sized = fit_trial(base, warmup_steps, trials, options.budget_s - max(tuner.spent, base.wall_s),
+                          max(longest, tuner.min_measure_steps), first_warmup=first_warmup)
+        if periods and sized.measure_steps >= tuner.min_measure_steps:
+            say(f"trials measure {tuner.min_measure_steps} steps, not {longest}: {PERIODS_PER_TRIAL} periods "
+                "of the longest interval a setting makes")
+        elif periods:  # nanoGPT: "trials measure 30 steps", then each trial ran 8
+            say(f"a setting's interval asks for trials of {tuner.min_measure_steps} measured steps "
+                f"({PERIODS_PER_TRIAL} periods); the budget pays for {sized.measure_steps}: a larger --budget "
+                "measures them whole")
+            length_from = "the budget sets the measured steps"
         runner.warmup_steps, runner.measure_steps = sized.warmup_steps, sized.measure_steps
+        tuner.measure_steps = sized.measure_steps
         say(trial_length_line(base, sized, trials, length_from))
         return sized.price_s
 

@@ -105,6 +105,7 @@ class Tuner(LoadProof):
         # The trial shapes this tune has asked for (a script's first baseline is cut by time,
         # its later trials sized to the budget): a stored trial of another shape is not reused.
         self.shapes: set[str] = set()
+        self.measure_steps: int | None = None  # a script trial's measured steps, once sized (admit.py)
         # Per comparison, its rounds' log speedups: together, the machine's noise per round.
         self.round_logs: dict[tuple, list[float]] = {}
         self.dropped: set[str] = set()  # config keys not repeated after an ablation round
