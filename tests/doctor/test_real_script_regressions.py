@@ -99,6 +99,32 @@ def test_measured_steps_shorter_than_the_sampler_are_judged_on_the_whole_runs_re
 
 
 @pytest.mark.timeout(30)
+def test_others_are_never_read_as_more_than_the_cores_the_process_left(tmp_path):
+    """nanoGPT's 55 steps of 9.5 ms held no sampler reading; the whole run's median (a neighbour
+    that left before the steps) read 'others used 1.0 of 2 cores' beside 'this process got 1.70
+    cores', and called the run's figures the busy machine's."""
+    steps = [{"schema": 1, "step": i, "t_wall": 100.0 + 0.0095 * i, "t_step": 0.0095, "cpu": 0.016,
+              "phases": {"forward": 0.004, "backward": 0.004}, "warmup": i <= 5} for i in range(1, 61)]
+    t = [98.5 + 0.5 * k for k in range(6)]  # one reading inside the measured steps
+    others = [98.0, 100.0, 98.0, 4.0, 4.0, 4.0]
+    events = [{"schema": 1, "type": "system", "step": 60, "t_wall": t[-1],
+               "data": {"samples": len(t), "series": {"t": t, "cpu_others": others}}}]
+    env = {"cpu": {"available_cores": 2, "logical_cores": 2, "torch_threads": 2}}
+    run = RunData(path=tmp_path, env=env, config={"command": COMMAND}, steps=steps, events=events)
+    summary = _summary(steps=60, measured_steps=55, cpu_per_step=0.016, step_time={"p50": 0.0095, "mean": 0.0095})
+    assert "machine_busy" not in [f["id"] for f in diagnose(run, summary)]
+    # a process that left a core free while the whole run read 1.6: at most that core, said so
+    busy_run = RunData(path=tmp_path, env=env, config={"command": COMMAND}, steps=steps,
+                       events=[{**events[0], "data": {**events[0]["data"], "series": {
+                           "t": t, "cpu_others": [160.0] * 6}}}])
+    slow = _summary(steps=60, measured_steps=55, cpu_per_step=0.0095, step_time={"p50": 0.0095, "mean": 0.0095})
+    busy = next(f for f in diagnose(busy_run, slow) if f["id"] == "machine_busy")
+    assert ("a median 1.0 of the machine's 2 cores at most, while the measured steps ran (this process used the "
+            "rest; the sampler's median while the run ran was 1.6) (system sampler); this process got 1.00 cores"
+            ) in busy["evidence"], busy["evidence"]
+
+
+@pytest.mark.timeout(30)
 def test_contention_whose_quiet_steps_were_loaded_too_says_so(tmp_path):
     # word_language_model: steps 17-59 69 % slower at 1.6 cores of others "vs 1.4" in the quiet
     # steps: the finding read as if the quiet steps were the script's own speed
