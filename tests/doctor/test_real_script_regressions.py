@@ -68,6 +68,22 @@ def test_a_run_loaded_from_start_to_end_is_said_to_be_the_machines(tmp_path):
 
 
 @pytest.mark.timeout(30)
+def test_the_where_time_goes_line_of_a_loaded_run_says_whose_time_it_is(tmp_path):
+    # nanoGPT beside a neighbour: "compute-bound: 90 % of the step is the model's forward,
+    # backward and update at 0.3 % of cpu", at 55x its quiet step time, and nothing said why
+    from trainspeed.doctor.checks.bound import time_goes
+
+    found = time_goes(_run(tmp_path, others=160.0), _summary())
+    assert found["bound"] == "compute"
+    assert found["statement"].endswith("; other processes held 1.6 of the 2 cores meanwhile: these are the busy "
+                                       "machine's times, not the script's (machine_busy below)"), found["statement"]
+    assert found["helps"][0] == "measuring on a quiet machine (or cores of the run's own)"
+    assert found["verify_with"].startswith("trainspeed tune --knobs threads,precision,compile -- ")
+    quiet = time_goes(_run(tmp_path, others=10.0), _summary())
+    assert "other processes" not in quiet["statement"] and "threads" not in quiet["verify_with"]
+
+
+@pytest.mark.timeout(30)
 def test_no_busy_machine_alarm_on_a_quiet_or_lightly_shared_machine(tmp_path):
     assert "machine_busy" not in [f["id"] for f in diagnose(_run(tmp_path, others=30.0), _summary())]
     # half a core taken on 16 cores is not worth a word either

@@ -22,6 +22,7 @@ from typing import Any
 from trainspeed.doctor.checks.context import CheckContext, pct
 from trainspeed.doctor.checks.data import DATA_WAIT_WARNING, padded_per_batch, padding_share
 from trainspeed.doctor.checks.lookups import SHARE_INFO, lookup_time
+from trainspeed.doctor.checks.machine import busy_machine
 from trainspeed.doctor.checks.script_flags import script_padding_flag
 from trainspeed.doctor.checks.threads import oversubscribed
 
@@ -141,6 +142,12 @@ def where_time_goes(ctx: CheckContext) -> dict[str, Any] | None:
                      if kind != ("compute" if launch else bound) and parts[kind])
     statement = (f"{bound}-bound: {pct(shares['compute'] if launch else shares[bound])} of the step is {what}"
                  f"{at_peak} ({parts['compute' if launch else bound]})" + (f"; {rest}" if rest else ""))
+    busy = busy_machine(ctx) if ctx.device_type == "cpu" and not ctx.summary.get("contention") else None
+    if busy is not None:
+        # nanoGPT beside a neighbour on 2 cores: "compute-bound: 90 % of the step is the model's
+        # forward, backward and update at 0.3 % of cpu" (55x its quiet step), with no word of why
+        statement += (f"; other processes held {busy['others']:.1f} of the {busy['cores']} cores meanwhile: these "
+                      "are the busy machine's times, not the script's (machine_busy below)")
     topics = {"data": ("num_workers",), "overhead": ("compile", "batch_size") if launch else ("logging", "eval"),
               "compute": ("precision", "compile")}[bound]
     if bound == "compute" and padding_share(ctx) is not None and script_padding_flag(ctx, padded_per_batch(ctx)):
@@ -150,9 +157,11 @@ def where_time_goes(ctx: CheckContext) -> dict[str, Any] | None:
     if ctx.precision == "fp64":  # autocast leaves float64 as it is: nothing to try
         topics = tuple(t for t in topics if t != "precision")
     over = oversubscribed(ctx)
-    if over is not None and over[1] > 1:  # the script's processes' threads exceed the cores (threads.py)
-        topics = ("threads", *topics)
+    if (over is not None and over[1] > 1) or (busy is not None and (busy.get("threads") or 0) > 1):
+        topics = ("threads", *topics)  # threads beyond the free cores spin (threads.py, machine.py)
     helps = _helps(ctx, bound, launch)
+    if busy is not None:
+        helps.insert(0, "measuring on a quiet machine (or cores of the run's own)")
     if _forwards_unseen(ctx) and not any(m.get("trained_by") for m in ctx.models()):
         # the tune's precision and compile settings apply at module calls: with none to see
         # (mnist_forward_forward), its trials skip them ("no trained module was seen")
