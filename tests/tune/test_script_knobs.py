@@ -307,3 +307,28 @@ def test_fused_and_foreach_are_offered_only_to_an_optimizer_that_has_them():
                                                                              {"optimizer.impl": "foreach"}]
     # a run recorded before the implementations were: offered, as before
     assert len(settings(SCRIPT_KNOBS["fused_optimizer"](ctx(optimizer={"class": "AdamW", "fused": None})))) == 2
+
+
+def test_trials_of_a_script_that_stops_too_soon_run_it_longer_through_its_own_flag(tmp_path):
+    """nanoGPT at --max_iters=60: every trial ended after 55 of its 400 measured steps, and
+    0.5 s of steps a trial read 1.0-1.9 ms/sample for one config: nothing could win."""
+    from trainspeed.tune.script_session import run_longer
+    from trainspeed.tune.script_trials import ScriptRunner
+    from trainspeed.tune.trials import TrialRequest
+
+    iters = {"option": "--max_iters", "dest": "max_iters", "value": 60, "type": "int", "kind": "equals"}
+    runner = ScriptRunner(base_config=tmp_path / "x.yaml", out_dir=tmp_path / "trials",
+                          command=["python", "train.py", "--max_iters=60"], warmup_steps=5, measure_steps=400)
+    lines = []
+    run_longer(runner, ctx(flags=[iters]).facts, 405, lines.append)
+    assert runner.longer == {"args.--max_iters": 406}
+    assert lines == ["the script stops after --max_iters=60: its trials run --max_iters=406 to measure the steps "
+                     "above (your command keeps --max_iters=60; best.yaml and best.patch leave it as it is)"]
+    assert runner.shape == "5+400 steps, --max_iters=406"  # a stored trial of the script's own length is not reused
+    args = runner.arguments(TrialRequest(key="k", label="x", overrides=("args.--log_interval=10",), repeat=0))
+    assert load_plan(args[args.index("--with") + 1]).settings == {"args.--max_iters": 406, "args.--log_interval": 10}
+    # long enough already, or a length in epochs: as the script runs
+    for flags in ([{**iters, "value": 5000}], [{**iters, "option": "--epochs", "dest": "epochs", "value": 1}], []):
+        runner.longer = {}
+        run_longer(runner, ctx(flags=flags).facts, 405, lines.append)
+        assert runner.longer == {}

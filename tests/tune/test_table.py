@@ -127,3 +127,18 @@ def test_a_script_tune_from_a_doctor_run_reads_the_baseline_mfu_from_its_flop_co
     assert doctor_mfu(facts, []) == (None, None)
     impossible = ScriptFacts(targets=Targets(), flops_per_step=1e12, peak=(4e10, "x"))
     assert doctor_mfu(impossible, base) == (None, None)  # over 100 %: a wrong count, never shown
+
+
+def test_a_table_printed_to_a_log_keeps_every_column_whole(capsys):
+    """nanoGPT's tune log (stdout not a terminal): at 160 columns the note was left 10
+    characters and its right border cut off."""
+    from trainspeed.tune.table import print_tables
+
+    res = result()
+    res.ablation.append(Row(knob="expandable_segments", setting="--eval_interval=120", verdict=stats.NO_CHANGE,
+                            speedup=1.01, ci=(0.99, 1.03), noise=0.12, memory_ratio=1.0,
+                            loss_delta=0.0, note="the caching allocator's segments expand on CUDA only " * 2))
+    print_tables(res)
+    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith(("│", "┃"))]
+    assert rows and all(line.rstrip().endswith(("│", "┃")) for line in rows), [r for r in rows if r[-1] not in "│┃"]
+    assert any("segments expand on CUDA only" in line for line in rows)  # the note, in its column

@@ -114,6 +114,15 @@ class ScriptFacts:
         """The script's flag that holds knob `topic` (num_workers, compile, ...), if it has one."""
         return find_flag(self.flags, KNOB_TOPICS.get(topic, topic))
 
+    def run_steps(self) -> tuple[dict[str, Any] | None, int | None]:
+        """The script's run-length flag and its value when it counts steps (--max_iters=60);
+        the value is None for epochs, or without such a flag."""
+        run = self.flag_for("run_length")
+        value = run.get("value") if run else None
+        if run is None or isinstance(value, bool) or not isinstance(value, int) or "epoch" in str(run.get("option")):
+            return run, None
+        return run, value
+
 
 def _site(path: Any) -> tuple[str, int] | None:
     if isinstance(path, (list, tuple)) and len(path) == 2 and path[0]:

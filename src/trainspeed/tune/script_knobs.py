@@ -302,20 +302,11 @@ def _interval_flag(ctx: ScriptContext, topic: str, factor: int, periodic: bool =
                      period_steps=value * factor if periodic else 0, min_steps=0 if periodic else value)
 
 
-def _run_steps(ctx: ScriptContext) -> tuple[dict | None, int | None]:
-    """The script's run-length flag and its value in steps (None: epochs, or no such flag)."""
-    run = ctx.facts.flag_for("run_length")
-    value = run.get("value") if run else None
-    if run is None or isinstance(value, bool) or not isinstance(value, int) or "epoch" in str(run.get("option")):
-        return run, None
-    return run, value
-
-
 def _within_run(ctx: ScriptContext, value: int, factor: int) -> int:
     """The largest factor up to `factor` whose interval still falls inside the script's own run
     (its steps flag): nanoGPT at --max_iters=60 with --eval_interval=30 x4 evaluated once, at
     iteration 0, and saved no checkpoint at all; x2 keeps the last."""
-    _, steps = _run_steps(ctx)
+    _, steps = ctx.facts.run_steps()
     if steps is None:
         return factor
     return max(1, min(factor, steps // value))
@@ -324,7 +315,7 @@ def _within_run(ctx: ScriptContext, value: int, factor: int) -> int:
 def _no_room(ctx: ScriptContext, flag: dict, value: int) -> str:
     from trainspeed.doctor.checks.script_flags import set_flag
 
-    run, _ = _run_steps(ctx)
+    run, _ = ctx.facts.run_steps()
     return (f"at {set_flag(run, run.get('value'))}, {set_flag(flag, 2 * value)} would leave the run none of "
             "this work after its first step (no evaluation or checkpoint the script makes at that interval)")
 

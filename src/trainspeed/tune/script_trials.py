@@ -63,6 +63,9 @@ class ScriptRunner(SubprocessRunner):
     max_seconds: float | None = None
     """Stop a trial once it is this old (after its warm-up and 3 steps): the first baseline
     trial's, which only has to find the step time (trial_fit.pricing_seconds)."""
+    longer: dict[str, Any] = field(default_factory=dict)
+    """Every trial's run-length flag, set longer than the script's own (args.--max_iters: 406)
+    where the script ends before a trial's steps; never part of a setting or best.yaml."""
     targets: Targets = field(default_factory=Targets)
     """Where the patches apply; set from the baseline trial's run (or --from RUN_DIR)."""
     flag_styles: dict[str, str] = field(default_factory=dict)
@@ -75,7 +78,8 @@ class ScriptRunner(SubprocessRunner):
         """What a trial is asked to run now ("5+25 steps", "1+8 steps, cut at 12 s"): a tune
         reuses a stored trial only of the shape its own trials have (Tuner.trial)."""
         cut = f", cut at {self.max_seconds:g} s" if self.max_seconds else ""
-        return f"{self.warmup_steps}+{self.measure_steps} steps{cut}"
+        run = "".join(f", {k.removeprefix('args.')}={v}" for k, v in self.longer.items())
+        return f"{self.warmup_steps}+{self.measure_steps} steps{cut}{run}"
 
     def plan_path(self, request: TrialRequest) -> Path:
         return self.out_dir / ".plans" / f"{request.key}.yaml"
@@ -83,7 +87,8 @@ class ScriptRunner(SubprocessRunner):
     def arguments(self, request: TrialRequest) -> list[str]:
         path = self.plan_path(request)
         path.parent.mkdir(parents=True, exist_ok=True)
-        settings = write_ds_config(settings_of(request), self.deepspeed_config, path.with_suffix(".deepspeed.json"))
+        settings = write_ds_config({**self.longer, **settings_of(request)}, self.deepspeed_config,
+                                   path.with_suffix(".deepspeed.json"))
         save_plan(Plan(command=self.command, settings=settings, targets=self.targets,
                        flag_styles=self.flag_styles), path)
         return ["run", "--with", str(path), "--doctor", "--quiet", "--no-flops",

@@ -95,7 +95,9 @@ def print_tables(result: TuneResult, console: Any = None) -> None:
     if con is None:
         con = Console()
         if not con.is_terminal:
-            con.width = 160  # a pipe or CI log: rich would wrap at 80 columns
+            # a pipe or CI log: rich would wrap at 80 columns, and at 160 the ten columns before the
+            # note left it 10 characters, its right edge cut off (nanoGPT's tune log)
+            con.width = 240
 
     def table(title: str, rows: list[Row]) -> None:
         t = Table(title=title, title_justify="left")
