@@ -67,7 +67,7 @@ def test_precision_and_compile_respect_what_the_script_already_does():
     assert isinstance(SCRIPT_KNOBS["compile"](ctx(targets=Targets(compiled=True)))[0], Skip)
     nano = {"option": "--compile", "dest": "compile", "value": False, "type": "bool", "kind": "equals"}
     [c] = SCRIPT_KNOBS["compile"](ctx(flags=[nano]))
-    assert c.settings == {"args.--compile": True} and c.cost_factor == 3.0
+    assert c.settings == {"args.--compile": True} and c.cost_factor == 3.0 and c.label == "--compile=True"
     hf = {"option": "--torch_compile", "dest": "torch_compile", "value": False, "type": "string_to_bool",
           "kind": "store"}
     [c] = SCRIPT_KNOBS["compile"](ctx(flags=[hf]))

@@ -174,7 +174,10 @@ def compile(ctx: ScriptContext) -> list:  # noqa: A001 - the knob's name
     if flag is not None and flag.get("kind") in ("storetrue", "equals", "store", "booleanoptional"):
         value = True if (flag.get("kind") != "store" or flag.get("type") in (None, *BOOL_TYPES)
                          or flag.get("bare_value") is not None) else 1
-        return [Candidate("compile", "default", {f"args.{flag['option']}": value}, cost_factor=3.0,
+        from trainspeed.doctor.checks.script_flags import set_flag
+
+        # labelled as the user passes it (nanoGPT's row read "compile default" for --compile=True)
+        return [Candidate("compile", set_flag(flag, value), {f"args.{flag['option']}": value}, cost_factor=3.0,
                           startup_s=COMPILE_STARTUP_S)]
     # Compilation happens in the warm-up steps, which a trial excludes.
     out = [Candidate("compile", "default", {"compile": "default"}, cost_factor=3.0, startup_s=COMPILE_STARTUP_S)]
