@@ -33,6 +33,18 @@ def _run(tmp_path, others: float, *, threads: int = 2, cores: int = 2) -> RunDat
     return RunData(path=tmp_path, env=env, config={"command": COMMAND}, steps=steps, events=events)
 
 
+def _short_steps_run(tmp_path, n: int, warmup: int, step_s: float, cpu_s: float, t: list, others: list) -> RunData:
+    """A run of `n` short steps (`warmup` of them warm-up) from t_wall 100.0 on, whose system
+    sampler read `others` % of one core at times `t`."""
+    steps = [{"schema": 1, "step": i, "t_wall": 100.0 + step_s * i, "t_step": step_s, "cpu": cpu_s,
+              "phases": {"forward": step_s * 0.43, "backward": step_s * 0.43}, "warmup": i <= warmup}
+             for i in range(1, n + 1)]
+    events = [{"schema": 1, "type": "system", "step": n, "t_wall": t[-1],
+               "data": {"samples": len(t), "series": {"t": t, "cpu_others": others}}}]
+    env = {"cpu": {"available_cores": 2, "logical_cores": 2, "torch_threads": 2}}
+    return RunData(path=tmp_path, env=env, config={"command": COMMAND}, steps=steps, events=events)
+
+
 def _summary(**kw):
     return {"steps": 30, "measured_steps": 25, "cpu_per_step": 0.25, "contention": None,
             "step_time": {"p50": 1.12, "mean": 1.12}, "device": "cpu",
@@ -97,14 +109,10 @@ def test_no_busy_machine_alarm_on_a_quiet_or_lightly_shared_machine(tmp_path):
 def test_measured_steps_shorter_than_the_sampler_are_judged_on_the_whole_runs_readings(tmp_path):
     # chargpt on the 2-core CI machine beside 4 burners: 100 steps of ~7 ms, so its measured
     # steps held 2 of the sampler's 0.25 s readings and the doctor said nothing of the load
-    steps = [{"schema": 1, "step": i, "t_wall": 100.0 + 0.007 * i, "t_step": 0.007, "cpu": 0.002,
-              "phases": {"forward": 0.003, "backward": 0.003}, "warmup": i <= 10} for i in range(1, 101)]
     t = [99.5 + 0.25 * k for k in range(6)]  # 99.5 .. 100.75: two readings inside steps 11-100
     others = [150.0, 150.0, 170.0, 160.0, 160.0, 150.0]
-    events = [{"schema": 1, "type": "system", "step": 100, "t_wall": t[-1],
-               "data": {"samples": len(t), "series": {"t": t, "cpu_others": others}}}]
-    env = {"cpu": {"available_cores": 2, "logical_cores": 2, "torch_threads": 2}}
-    run = RunData(path=tmp_path, env=env, config={"command": COMMAND}, steps=steps, events=events)
+    run = _short_steps_run(tmp_path, 100, 10, 0.007, 0.002, t, others)
+    steps, events, env = run.steps, run.events, run.env
     summary = _summary(steps=100, measured_steps=90, cpu_per_step=0.002, step_time={"p50": 0.007, "mean": 0.007})
     busy = next(f for f in diagnose(run, summary) if f["id"] == "machine_busy")
     assert "a median 1.6 of the machine's 2 cores while the run ran (system sampler)" in busy["evidence"]
@@ -119,20 +127,12 @@ def test_others_are_never_read_as_more_than_the_cores_the_process_left(tmp_path)
     """nanoGPT's 55 steps of 9.5 ms held no sampler reading; the whole run's median (a neighbour
     that left before the steps) read 'others used 1.0 of 2 cores' beside 'this process got 1.70
     cores', and called the run's figures the busy machine's."""
-    steps = [{"schema": 1, "step": i, "t_wall": 100.0 + 0.0095 * i, "t_step": 0.0095, "cpu": 0.016,
-              "phases": {"forward": 0.004, "backward": 0.004}, "warmup": i <= 5} for i in range(1, 61)]
     t = [98.5 + 0.5 * k for k in range(6)]  # one reading inside the measured steps
-    others = [98.0, 100.0, 98.0, 4.0, 4.0, 4.0]
-    events = [{"schema": 1, "type": "system", "step": 60, "t_wall": t[-1],
-               "data": {"samples": len(t), "series": {"t": t, "cpu_others": others}}}]
-    env = {"cpu": {"available_cores": 2, "logical_cores": 2, "torch_threads": 2}}
-    run = RunData(path=tmp_path, env=env, config={"command": COMMAND}, steps=steps, events=events)
+    run = _short_steps_run(tmp_path, 60, 5, 0.0095, 0.016, t, [98.0, 100.0, 98.0, 4.0, 4.0, 4.0])
     summary = _summary(steps=60, measured_steps=55, cpu_per_step=0.016, step_time={"p50": 0.0095, "mean": 0.0095})
     assert "machine_busy" not in [f["id"] for f in diagnose(run, summary)]
     # a process that left a core free while the whole run read 1.6: at most that core, said so
-    busy_run = RunData(path=tmp_path, env=env, config={"command": COMMAND}, steps=steps,
-                       events=[{**events[0], "data": {**events[0]["data"], "series": {
-                           "t": t, "cpu_others": [160.0] * 6}}}])
+    busy_run = _short_steps_run(tmp_path, 60, 5, 0.0095, 0.016, t, [160.0] * 6)
     slow = _summary(steps=60, measured_steps=55, cpu_per_step=0.0095, step_time={"p50": 0.0095, "mean": 0.0095})
     busy = next(f for f in diagnose(busy_run, slow) if f["id"] == "machine_busy")
     assert ("a median 1.0 of the machine's 2 cores at most, while the measured steps ran (this process used the "
