@@ -96,6 +96,28 @@ def test_no_winner_line_tells_unmeasured_from_measured_and_slower():
     assert no_winner_line(TuneResult(ablation=[killed, lost], **common)).startswith("nothing won over the baseline")
 
 
+def test_no_winner_line_names_what_read_faster_inside_the_noise():
+    """dcgan on a noisy VM: channels_last 1.16x (CI 1.14-1.19) and fused 1.12x in the table,
+    each 'no measurable change' against a 13 % noise band, and the closing line said the
+    script's settings were 'already the fastest measured here'."""
+    from trainspeed.cli.tune import no_winner_line
+    from trainspeed.tune.result import Row, TuneResult
+
+    common = dict(combination=[], best_settings={}, final=None, baseline_cost_s=1e-3, trials_run=9,
+                  trials_reused=0, elapsed_s=200.0)
+    rows = [Row(knob="fused_optimizer", setting="fused", verdict="no measurable change", speedup=1.12,
+                ci=(1.08, 1.15), noise=0.1),
+            Row(knob="channels_last", setting="true", verdict="no measurable change", speedup=1.16,
+                ci=(1.14, 1.19), noise=0.2),
+            Row(knob="num_workers", setting="1", verdict="no measurable change", speedup=1.05, ci=(0.9, 1.2),
+                noise=0.3),
+            Row(knob="threads", setting="1", verdict="slower", speedup=0.8, ci=(0.7, 0.85), noise=0.1)]
+    assert no_winner_line(TuneResult(ablation=rows, **common)) == (
+        "nothing is kept: channels_last=true 1.16x, fused_optimizer=fused 1.12x read faster, but not beyond this "
+        "machine's run-to-run noise (±20%); rerun on a quieter machine, or with the same "
+        "--out and a larger --budget for more rounds")
+
+
 def test_nothing_won_says_no_patch_and_leaves_no_stale_patch(tmp_path, monkeypatch):
     monkeypatch.delenv("PYTHONPATH", raising=False)
     # A second tune in the same --out where nothing won: best.patch of the first stayed, and
