@@ -142,3 +142,16 @@ def test_a_table_printed_to_a_log_keeps_every_column_whole(capsys):
     rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith(("│", "┃"))]
     assert rows and all(line.rstrip().endswith(("│", "┃")) for line in rows), [r for r in rows if r[-1] not in "│┃"]
     assert any("segments expand on CUDA only" in line for line in rows)  # the note, in its column
+
+
+def test_no_change_by_another_rule_does_not_claim_the_ci_reaches_into_the_band():
+    """dcgan's channels_last: CI 1.14-1.19 against a band up to 1.125, read no change by the
+    hopeful's confirmation rounds; the note said 'CI 1.14-1.19 reaches into the noise band'."""
+    from trainspeed.tune.table import why_no_change
+
+    cleared = Row(knob="channels_last", setting="true", verdict=stats.NO_CHANGE, speedup=1.16,
+                  ci=(1.1376, 1.19), noise=0.125)
+    assert why_no_change(cleared) == ""
+    inside = Row(knob="channels_last", setting="true", verdict=stats.NO_CHANGE, speedup=1.16,
+                 ci=(1.10, 1.19), noise=0.125)
+    assert why_no_change(inside) == "CI 1.10–1.19 reaches into the noise band 0.89–1.12x"
