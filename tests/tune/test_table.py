@@ -62,6 +62,10 @@ def test_the_doctors_stake_and_a_one_time_cost_have_their_own_columns():
               stake=0.4, one_time=(31.6, 1500))
     assert cells(row)[2:7] == ["40%", "1.30x", "1.20–1.40", "—", "+32 s, pays off after 1,500 steps"]
     assert cells(Row(knob="compile", setting="default", one_time=(31.6, None)))[6] == "+32 s, never pays off"
+    # dcgan's compile at 1.00x (CI 0.95-1.05) read "+4 s, pays off after 17,821 steps"
+    flat = Row(knob="compile", setting="default", verdict=stats.NO_CHANGE, speedup=1.0002, ci=(0.95, 1.05),
+               noise=0.1, one_time=(4.2, 17821))
+    assert cells(flat)[6] == "+4 s, no measured gain pays it back"
 
 
 def test_markdown_and_html_hold_every_table(tmp_path):

@@ -40,8 +40,11 @@ def cells(row: Row) -> list[str]:
         note = f"{why}; {note}" if note else why
     # the doctor's prediction beside the measured gain; a one-time cost apart (one_time.py)
     stake = "—" if row.stake is None else f"{100 * row.stake:.0f}%"
+    # a break-even only for a measured gain: dcgan's compile at 1.00x (CI 0.95-1.05) read
+    # "+4 s, pays off after 17,821 steps"
     once = "—" if not row.one_time else (f"+{row.one_time[0]:.0f} s" + (
-        f", pays off after {row.one_time[1]:,} steps" if row.one_time[1] else ", never pays off"))
+        f", pays off after {row.one_time[1]:,} steps" if row.one_time[1] and row.verdict == stats.FASTER
+        else ", no measured gain pays it back" if row.one_time[1] else ", never pays off"))
     return [row.knob, row.setting, stake, x(row.speedup), ci, noise, once, mem, loss, row.verdict, note]
 
 
