@@ -70,7 +70,7 @@ def test_a_data_wait_on_a_cpu_whose_cores_the_step_fills_is_at_stake_only_up_to_
     assert busy.impact == pytest.approx(0.09, abs=0.005) and busy.impact_estimated and busy.severity == "info"
     assert busy.basis.startswith("the wait, up to what 2 cores can do: the step's 182.0 ms of CPU time runs in no "
                                  "less than 91.0 ms")
-    assert "at most about 9% of the step comes back" in busy.recommendation
+    assert "about 9% of the step can come back" in busy.recommendation
     free = data.data_bound(ctx_of(run(0.84, 1.05)))
     assert free.impact == pytest.approx(0.475, abs=0.005) and free.severity == "critical"
     idle = data.data_bound(ctx_of(run(0.3, 0.5)))  # cores to spare: the wait, measured
