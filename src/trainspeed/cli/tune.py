@@ -37,7 +37,8 @@ def _add_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--knobs", default=None, help=f"comma list (default: all). Config knobs: {','.join(KNOBS)}. "
                                                  "Script knobs: see `trainspeed tune --help-knobs`")
     p.add_argument("--help-knobs", action="store_true", help="list the knobs for a script and what each tries")
-    p.add_argument("--out", default=None, help="output directory (default: runs/tune-<script or recipe>, then -<knobs> when --knobs chose some)")
+    p.add_argument("--out", default=None,
+                   help="output directory (default: runs/tune-<script or recipe>, then -<knobs> when --knobs chose some)")
     p.add_argument("--variant", default="fast", choices=("naive", "fast"),
                    help="which config of a recipe to start from")
     p.add_argument("--repeats", type=int, default=2, help="interleaved repeats per setting")
@@ -279,10 +280,7 @@ def no_winner_line(result) -> str:
                     "--verify-repeats 3 to verify it from these trials")
         return (f"nothing is kept: {wins} won alone, but the verification against the baseline was skipped "
                 f"({why}); rerun with the same --out and a larger --budget to verify it from these trials")
-    from trainspeed.tune.stats import NO_CHANGE
-
-    hopeful = sorted((row for row in measured if row.verdict == NO_CHANGE and row.speedup > 1.0
-                      and row.ci is not None and row.ci[0] > 1.0), key=lambda row: -row.speedup)
+    hopeful = sorted((row for row in measured if row.faster_inside_noise), key=lambda row: -row.speedup)
     if hopeful:
         # dcgan on a noisy VM: channels_last 1.16x (CI 1.14-1.19) and fused 1.12x in the table, and
         # this line said the script was "already the fastest measured here"

@@ -35,6 +35,21 @@ class Row:
     stake: float | None = None
     """The share of the step time the doctor's finding put at stake for this knob (stakes.py)."""
 
+    @property
+    def faster_inside_noise(self) -> bool:
+        """No measurable change, yet its whole CI lies above 1: faster within its own trials,
+        not beyond the run-to-run noise (the greedy's hopefuls; the closing line names them)."""
+        return self.verdict == stats.NO_CHANGE and self.ci is not None and self.ci[0] > 1.0
+
+    @property
+    def ci_clears_band(self) -> bool:
+        """Whether the CI lies wholly outside the noise band, as a faster/slower verdict reads it
+        (stats.speed_verdict): a no-change row for which this holds was judged by another rule."""
+        if self.ci is None or self.noise is None:
+            return False
+        low, high = stats.noise_band(self.noise)
+        return self.ci[0] > high or self.ci[1] < low
+
     def as_dict(self) -> dict[str, Any]:
         return {"knob": self.knob, "setting": self.setting, "settings": self.settings,
                 "verdict": self.verdict, "speedup": self.speedup,

@@ -296,31 +296,18 @@ def _interval_flag(ctx: ScriptContext, topic: str, factor: int, periodic: bool =
         return None
     from trainspeed.doctor.checks.script_flags import set_flag
 
-    if not periodic:
-        factor = _within_run(ctx, value, factor)
+    run, steps = ctx.facts.run_steps()
+    if not periodic and steps is not None:
+        # nanoGPT at --max_iters=60 with --eval_interval=30 x4 evaluated once, at iteration 0,
+        # and saved no checkpoint at all: the largest factor whose interval falls inside the run
+        factor = min(factor, steps // value)
         if factor < 2:
-            return Skip(topic, f"{factor}x", _no_room(ctx, flag, value))
+            return Skip(topic, f"{max(factor, 1)}x", f"at {set_flag(run, steps)}, {set_flag(flag, 2 * value)} would "
+                        "leave the run none of this work after its first step (no evaluation or checkpoint the "
+                        "script makes at that interval)")
     # labelled as the script takes it (nanoGPT's configurator reads --log_interval=10 only)
     return Candidate(topic, set_flag(flag, value * factor), {f"args.{flag['option']}": value * factor},
                      period_steps=value * factor if periodic else 0, min_steps=0 if periodic else value)
-
-
-def _within_run(ctx: ScriptContext, value: int, factor: int) -> int:
-    """The largest factor up to `factor` whose interval still falls inside the script's own run
-    (its steps flag): nanoGPT at --max_iters=60 with --eval_interval=30 x4 evaluated once, at
-    iteration 0, and saved no checkpoint at all; x2 keeps the last."""
-    _, steps = ctx.facts.run_steps()
-    if steps is None:
-        return factor
-    return max(1, min(factor, steps // value))
-
-
-def _no_room(ctx: ScriptContext, flag: dict, value: int) -> str:
-    from trainspeed.doctor.checks.script_flags import set_flag
-
-    run, _ = ctx.facts.run_steps()
-    return (f"at {set_flag(run, run.get('value'))}, {set_flag(flag, 2 * value)} would leave the run none of "
-            "this work after its first step (no evaluation or checkpoint the script makes at that interval)")
 
 
 def _too_small_to_thin(ctx: ScriptContext, phase: str, calls: str) -> str | None:

@@ -436,8 +436,8 @@ class Tuner(LoadProof):
         hopefuls: dict[str, tuple[Row, dict[str, Any]]] = {}
         for row in rows:
             own = {k: v for k, v in row.settings.items() if current.get(k, _UNSET) != v}
-            if (row.verdict == stats.NO_CHANGE and row.knob not in winners and not self.is_whatif(row.settings) and own
-                    and row.ci is not None and row.ci[0] > 1.0 and not set(own) & set(current)
+            if (row.faster_inside_noise and row.knob not in winners and not self.is_whatif(row.settings) and own
+                    and not set(own) & set(current)
                     and (row.knob not in hopefuls or (row.speedup or 0) > (hopefuls[row.knob][0].speedup or 0))):
                 hopefuls[row.knob] = (row, own)
         bundle: dict[str, Any] = {}

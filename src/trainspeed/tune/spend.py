@@ -287,7 +287,7 @@ def confirm(tuner: Tuner, row: Any, pairs: list[Pair]) -> None:
         seen = "not measured" if fresh is None else f"{fresh:.2f}x"
         rounds = f"the {n} round{'s' if n != 1 else ''} after its first {start}"
         said = f"{rounds} read {seen}, not beyond the noise ({need:.0%})"
-        if row.ci and row.noise is not None and row.ci[0] > 1 + row.noise:
+        if row.ci_clears_band:
             # dcgan's channels_last: CI 1.14-1.19 over all rounds, noise 13 %: why it is not a win
             said += ", though the CI over every round clears the band: the rounds that chose it are no proof"
         row.note = (row.note + "; " if row.note else "") + said

@@ -55,12 +55,12 @@ def why_no_change(row: Row) -> str:
         return ""
     if not all(math.isfinite(v) for v in row.ci):
         return "no finite interval"
-    low, high = stats.noise_band(row.noise)  # wholly above or below it would read faster/slower
-    if row.ci[0] > high or row.ci[1] < low:
+    if row.ci_clears_band:
         # the CI clears the band, and another rule (spend.confirm: the rounds after a hopeful
         # was chosen) read no change: its note says which; this one would be false (dcgan's
         # channels_last: "CI 1.14-1.19 reaches into the noise band 0.89-1.13x")
         return ""
+    low, high = stats.noise_band(row.noise)
     return (f"CI {row.ci[0]:.2f}–{row.ci[1]:.2f} reaches into the noise band {low:.2f}–{high:.2f}x"
             + (f" ({row.noise_from})" if row.noise_from else ""))
 

@@ -151,12 +151,12 @@ def data_bound(ctx: CheckContext) -> Finding | None:
         impact = bound
         # an estimate, not a bound: workers may spend less CPU than the process did (the demo's
         # 47 % read 2.04x in its compare, 51 % of the step won)
-        basis = (f"the wait, up to what {cores} cores can do: the step's {ms(ctx.summary.get('cpu_per_step'))} "
-                 f"of CPU time runs in no less than {ms(ctx.step_mean * (1 - bound))} on them, spent as now")
-        recommendation += (f". The step's CPU work ({ms(ctx.summary.get('cpu_per_step'))}, building the batch "
-                           f"included) takes at least {ms(ctx.step_mean * (1 - bound))} on {cores} cores however "
-                           f"many workers share it: about {pct(impact)} of the step can come back; the tune "
-                           "measures it")
+        cpu, shortest = ms(ctx.summary.get("cpu_per_step")), ms(ctx.step_mean * (1 - bound))
+        basis = (f"the wait, up to what {cores} cores can do: the step's {cpu} of CPU time runs in no less than "
+                 f"{shortest} on them, spent as now")
+        recommendation += (f". The step's CPU work ({cpu}, building the batch included) takes at least {shortest} "
+                           f"on {cores} cores however many workers share it: about {pct(impact)} of the step can "
+                           "come back; the tune measures it")
     return Finding(
         id="data_bound",
         severity="critical" if impact >= DATA_WAIT_CRITICAL else "warning" if impact >= DATA_WAIT_WARNING else "info",
@@ -172,9 +172,10 @@ def data_bound(ctx: CheckContext) -> Finding | None:
 
 
 def cpu_bound_share(ctx: CheckContext, workers: int) -> float | None:
-    """The share of a CPU step that moving its data work into workers can win at most: the
+    """The share of a CPU step that moving its data work into workers can win, estimated: the
     step's CPU time (data work included) still has to run on the machine's cores, so the step
-    takes at least max(its compute phases, CPU time / cores). None on a GPU, for a loader that
+    takes at least max(its compute phases, CPU time / cores), if workers spend that CPU as the
+    process did (they may spend less: the demo won a little more). None on a GPU, for a loader that
     already has workers, or without a CPU reading. dcgan on 2 cores, torch's 2 threads:
     'data-bound, ~26 % at stake, pass --workers 1', and the tune measured --workers 1 at
     0.89-1.01x; the demo's decode-bound script (1.05 of 2 cores used) keeps most of its wait."""

@@ -101,7 +101,8 @@ def busy_machine(ctx: CheckContext, others: float | None = None) -> dict[str, An
         # nanoGPT's 55 steps of 9.5 ms held no sampler reading, the whole run's (a neighbour
         # that left before them) read 1.0 core beside this process's measured 1.70 of 2.
         taken = max(0.0, cores - got)
-        window = f"at most, while the measured steps ran (this process used the rest; the sampler's median {window} was {others / 100:.1f})"
+        window = (f"at most, while the measured steps ran (this process used the rest; the sampler's median "
+                  f"{window} was {others / 100:.1f})")
     if taken < BUSY_MIN_CORES or taken < BUSY_MIN_SHARE * cores:
         return None
     return {"others": taken, "cores": cores, "share": taken / cores, "got": got, "threads": torch_threads(ctx),

@@ -98,6 +98,7 @@ class Mirror:
                                     "dest": self._dest(path.name), "write_s": time.perf_counter() - start})
                     else:
                         self._delete(path.name)
+                        self._pruned.discard(path.name)  # no copy of it is queued behind its delete
                 except FileNotFoundError as exc:
                     if op != "copy" or path.name not in self._pruned:
                         self._failed(op, path, exc)
