@@ -181,7 +181,6 @@ def _run(argv: list[str], cwd: Path, timeout: int = 240) -> subprocess.Completed
                           text=True, timeout=timeout)
 
 
-@pytest.mark.slow  # 10-40 s: started first under xdist (tests/conftest.py)
 @pytest.mark.timeout(600)  # a few subprocesses of seconds each; minutes on a busy 2-core machine
 def test_the_first_commands_run(tmp_path):
     """README's "On your own script" and "Read a run" commands, run as printed on tiny stand-ins."""

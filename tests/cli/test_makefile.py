@@ -15,10 +15,10 @@ pytestmark = [pytest.mark.timeout(60),
               pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")]
 
 
-def planned(target: str, tmp_path: Path) -> str:
+def planned(target: str, tmp_path: Path, *variables: str) -> str:
     """The commands `make TARGET` would run for a fresh venv (make -n: nothing is run)."""
-    res = subprocess.run(["make", "-n", target, f"VENV={tmp_path / 'venv'}"], cwd=ROOT, capture_output=True,
-                         text=True, timeout=30)
+    res = subprocess.run(["make", "-n", target, f"VENV={tmp_path / 'venv'}", *variables], cwd=ROOT,
+                         capture_output=True, text=True, timeout=30)
     assert res.returncode == 0, res.stderr
     return res.stdout
 
@@ -39,3 +39,20 @@ def test_make_test_installs_everything_and_numpy_comes_before_torch(tmp_path):
     numpy = next(i for i, line in enumerate(lines) if "numpy" in line and "pip install" in line)
     torch = next(i for i, line in enumerate(lines) if "import torch" in line)
     assert numpy < torch
+
+
+def _pytest_runs(plan: str) -> list[str]:
+    return [line for line in plan.splitlines() if "-m pytest" in line]
+
+
+@pytest.mark.parametrize("variables,leaves_out_slow", [((), True), (("CI=true",), False), (("CI=false",), True)])
+def test_make_test_leaves_out_the_slow_tests_except_in_ci(tmp_path, variables, leaves_out_slow):
+    """`make test` is the quick gate (the suite took 8-10 minutes on 2 cores, 549 of its 916
+    test-seconds in `slow` end-to-end runs); CI, which runs `make test` with CI=true, runs all."""
+    runs = _pytest_runs(planned("test", tmp_path, *variables))
+    assert len(runs) == 2 and all(("and not slow" in run) is leaves_out_slow for run in runs), runs
+
+
+def test_make_test_all_runs_every_test(tmp_path):
+    runs = _pytest_runs(planned("test-all", tmp_path))
+    assert len(runs) == 2 and not any("slow" in run for run in runs), runs

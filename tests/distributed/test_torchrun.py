@@ -18,7 +18,9 @@ from pathlib import Path
 import pytest
 from launch_helpers import TINY, assert_close, cmd, env, free_port, losses, train
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(150)]
+# The two-rank DDP run and its tests stay in `make test` (one multi-rank launch, ~15 s); the
+# rest of the module (FSDP, resumes, kills) is `slow`: `make test-all` and CI run it.
+pytestmark = [pytest.mark.timeout(150)]
 
 @pytest.fixture(scope="module")
 def ws(shared_dir, built_once):
@@ -59,11 +61,13 @@ def test_ddp_two_ranks_match_one_process_with_double_batch(single, ddp):
     assert losses(ddp, rank=1) == losses(ddp)
 
 
+@pytest.mark.slow
 def test_fsdp_two_ranks_match_one_process_with_double_batch(single, fsdp):
     # fast.yaml clips gradients at 1.0: clipping on sharded gradients must see the global norm
     assert_close(losses(fsdp), losses(single))
 
 
+@pytest.mark.slow
 def test_ddp_with_accumulation_matches_too(ws, single):
     """2 ranks x 2 micro-batches of 2 = the same 8 samples per step; all-reduce only on the
     last micro-batch (no_sync on the others) still averages the full gradient."""
@@ -88,6 +92,7 @@ def test_ddp_run_dir_has_per_rank_files_and_report_table(ddp):
     assert sorted(p.name for p in (ddp / "checkpoints").glob("*.pt")) == ["step-00000003.pt", "step-00000006.pt"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
 def test_resume_continues_the_same_curve(ws, single, ddp, fsdp, strategy):
     source = {"ddp": ddp / "checkpoints" / "step-00000003.pt",
@@ -97,6 +102,7 @@ def test_resume_continues_the_same_curve(ws, single, ddp, fsdp, strategy):
     assert_close(losses(resumed), {s: v for s, v in losses(single).items() if s > 3})
 
 
+@pytest.mark.slow
 def test_fsdp_checkpoint_is_one_sharded_directory_per_save(fsdp):
     from trainspeed.engine.checkpoint import find_resumable, list_checkpoints
     from trainspeed.engine.checkpoint.sharded import verify_dir
@@ -118,6 +124,7 @@ def test_fsdp_checkpoint_is_one_sharded_directory_per_save(fsdp):
     assert ops["loss all-reduce"]["calls"] == 6 and ops["loss all-reduce"]["seconds"] > 0
 
 
+@pytest.mark.slow
 def test_fsdp_checkpoint_resumes_on_one_process(ws, single, fsdp):
     """Another world size (2 -> 1): DCP reshards the saved shards into the unsharded model and
     optimizer, and the sampler maps 2 ranks x 12 samples to 24 samples of one process."""
@@ -126,6 +133,7 @@ def test_fsdp_checkpoint_resumes_on_one_process(ws, single, fsdp):
     assert_close(losses(resumed), {s: v for s, v in losses(single).items() if s > 3})
 
 
+@pytest.mark.slow
 def test_one_process_checkpoint_resumes_on_two_fsdp_ranks(ws, single):
     """1 -> 2: a single-file checkpoint loads into the sharded model (each rank keeps its shard)."""
     resumed = train(ws, "one-to-fsdp", "distributed.strategy=fsdp", "data.batch_size=4", "--resume",
@@ -143,6 +151,7 @@ def _dcp_model(directory: Path, tmp: Path) -> dict:
     return torch.load(out, weights_only=True)["model"]
 
 
+@pytest.mark.slow
 def test_fsdp_accumulation_without_sync_matches_the_synced_run(ws, single, fsdp, tmp_path):
     """2 ranks x 2 micro-batches of 2, reduce-scatter skipped on the first micro-batch
     (set_requires_gradient_sync(False)): the same losses as one process with batch 8, and the
@@ -171,6 +180,7 @@ def _wait_for(path: Path, proc: subprocess.Popen, limit: float = 90.0) -> None:
         time.sleep(0.2)
 
 
+@pytest.mark.slow
 def test_killed_rank_under_torchrun_ends_the_job_quickly(ws):
     import psutil
 
@@ -202,6 +212,7 @@ def test_killed_rank_under_torchrun_ends_the_job_quickly(ws):
     assert "rank      : 1" in root and "SIGKILL" in root, out[-3000:]
 
 
+@pytest.mark.slow
 def test_killed_peer_without_an_agent_is_a_clear_error_within_the_timeout(ws):
     """srun-style launch (no torchrun agent to tear the job down): rank 0 finds out from the
     failing collective and says so, instead of hanging."""

@@ -20,14 +20,16 @@ from tests.doctor.test_checks import CUDA_DEVICE, ctx_of, make_run
 
 pytestmark = pytest.mark.timeout(120)
 
+# Steps of ~1 ms of float64 matmuls: at 64x64 (0.1 ms) the Python between the steps held as much
+# of the step as the compute, and beside a busy loop the where-time-goes line read it as overhead.
 SCRIPT = '''
 import torch
 from torch import nn
 
 torch.manual_seed(0)
-model = nn.Sequential(nn.Linear(64, 64), nn.Tanh(), nn.Linear(64, 1)).double()
+model = nn.Sequential(nn.Linear(256, 256), nn.Tanh(), nn.Linear(256, 1)).double()
 opt = torch.optim.SGD(model.parameters(), lr=0.01)
-x, y = torch.randn(256, 64, dtype=torch.double), torch.randn(256, 1, dtype=torch.double)
+x, y = torch.randn(512, 256, dtype=torch.double), torch.randn(512, 1, dtype=torch.double)
 for step in range(30):
     loss = nn.functional.mse_loss(model(x), y)
     opt.zero_grad()
