@@ -63,7 +63,7 @@ demo: $(VENV)/.demo
 TEST_ENV := PYTHONDONTWRITEBYTECODE=
 
 # `make test` leaves out the tests marked `slow`: the end-to-end runs of several processes
-# (torchrun and DeepSpeed ranks, whole tunes, the demo) held 549 of the suite's 916 test-seconds
+# (torchrun and DeepSpeed ranks, whole tunes, the demo) held 518 of the suite's 916 test-seconds
 # on 2 cores, each process importing torch (2.3 s of CPU here) for a few steps. Every capability
 # keeps a test in it. `make test-all` runs every test; CI (CI=true, as .ci/run sets) always does.
 TEST_SCOPE ?= $(if $(filter true 1 yes,$(CI)),,and not slow)
