@@ -47,7 +47,7 @@ def _pytest_runs(plan: str) -> list[str]:
 
 @pytest.mark.parametrize("variables,leaves_out_slow", [((), True), (("CI=true",), False), (("CI=false",), True)])
 def test_make_test_leaves_out_the_slow_tests_except_in_ci(tmp_path, variables, leaves_out_slow):
-    """`make test` is the quick gate (the suite took 8-10 minutes on 2 cores, 549 of its 916
+    """`make test` is the quick gate (the suite took 8-10 minutes on 2 cores, 518 of its 916
     test-seconds in `slow` end-to-end runs); CI, which runs `make test` with CI=true, runs all."""
     runs = _pytest_runs(planned("test", tmp_path, *variables))
     assert len(runs) == 2 and all(("and not slow" in run) is leaves_out_slow for run in runs), runs
