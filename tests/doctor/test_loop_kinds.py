@@ -73,8 +73,15 @@ def test_a_gans_models_are_both_targets_of_mixed_precision(doctor_code):
     named = ("class Generator(nn.Sequential):\n    pass\n\n\nclass Discriminator(nn.Sequential):\n    pass\n\n\n"
              + GAN.replace("netG = nn.Sequential(nn.Linear(4, 16)", "netG = Generator(nn.Linear(4, 32)")
              .replace("nn.Linear(16, 8))", "nn.Linear(32, 8))").replace("netD = nn.Sequential(", "netD = Discriminator("))
-    targets = read_facts(doctor_code(named).run_dir).targets
+    result = doctor_code(named)
+    targets = read_facts(result.run_dir).targets
     assert targets.model_class == "Generator" and targets.trained_classes == ("Generator", "Discriminator")
+    compile_ = next(f for f in result.findings if f["id"] == "not_compiled")  # both, as the tune compiles them
+    assert compile_["recommendation"].startswith("compile each trained model in place where it is built "
+                                                 "(Discriminator, Generator)"), compile_
+    # fused/foreach goes to both optimizers, the primary's (the first to step) first
+    built = [open(path).read().splitlines()[line - 1].split("=")[0].strip() for path, line in targets.optimizer_sites]
+    assert built == ["optimizerD", "optimizerG"] and targets.optimizer_sites[0] == targets.optimizer_site
 
 
 def test_a_generator_of_transposed_convolutions_is_convolutional(doctor_code):

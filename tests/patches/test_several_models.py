@@ -88,13 +88,84 @@ def test_bf16_covers_every_trained_model_and_hands_back_fp32(script, classes):
     assert "forward" not in g["netD"].__dict__ and "forward" not in g["netG"].__dict__  # uninstalled
 
 
-def test_compile_stays_on_the_trained_model_the_code_change_names(script, monkeypatch):
-    """compile and channels_last act on one model, the one best.patch writes them for."""
+@pytest.mark.parametrize("classes", [("Generator", "Discriminator"), ("Generator",)], ids=["both", "one"])
+def test_compile_acts_on_the_models_the_code_change_names(script, monkeypatch, classes):
+    """compile and channels_last act on each model the doctor saw trained, as best.patch writes
+    them: dcgan's trials compiled its discriminator only (the first trained module called), and
+    best.patch named one model, so half of what a compile of the loop does went unmeasured."""
     compiled = []
     monkeypatch.setattr(torch, "compile", lambda fn, **kw: compiled.append(fn.__self__) or fn)
-    g, notes = script(GAN).run({"compile": "default"}, Targets(model_class="Generator",
-                                                                trained_classes=("Generator", "Discriminator")))
-    assert compiled == [g["netG"]], notes
+    g, notes = script(GAN).run({"compile": "default"}, Targets(model_class="Generator", trained_classes=classes))
+    expected = [g["netD"], g["netG"]] if len(classes) == 2 else [g["netG"]]  # netD is called first
+    assert compiled == expected, notes
+
+
+def test_channels_last_converts_each_trained_model_and_its_inputs(script):
+    s = script(GAN)
+    g, notes = s.run({"channels_last": True}, Targets(model_class="Generator",
+                                                      trained_classes=("Generator", "Discriminator")))
+    assert sorted(n for n in notes if n.startswith("channels_last")) == [
+        "channels_last: Discriminator and its 4-D inputs use torch.channels_last",
+        "channels_last: Generator and its 4-D inputs use torch.channels_last"], notes
+    assert g["netD"]._forward_pre_hooks == {} and g["netG"]._forward_pre_hooks == {}  # uninstalled
+
+
+def _patched_and_run(s, settings: dict, tmp_path, expect: str) -> str:
+    root = s.path.parent
+    targets = Targets(script=str(s.path), model_class="Generator", model_call_site=s.site("# GCALL"),
+                      optimizer_site=s.site("optimizerD = "), optimizer_class="Adam",
+                      optimizer_sites=(s.site("optimizerD = "), s.site("optimizerG = ")),
+                      trained_classes=("Generator", "Discriminator"))
+    change = code_change(settings, targets, root=root, command=["python", "train.py"])
+    change.write(tmp_path / "out")
+    subprocess.run(["git", "init", "-q"], cwd=root, check=True)
+    subprocess.run(["git", "apply", str(tmp_path / "out" / "best.patch")], cwd=root, check=True)
+    ran = subprocess.run([sys.executable, "-c", f"import runpy; g = runpy.run_path('train.py'); print({expect})"],
+                         cwd=root, capture_output=True, text=True, timeout=60)
+    assert ran.returncode == 0, ran.stderr
+    return change.patch, ran.stdout
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="git apply checks the patch")
+def test_the_code_change_compiles_every_trained_model_before_the_optimizers(script, tmp_path):
+    s = script(GAN)
+    patch, out = _patched_and_run(s, {"compile": "default"}, tmp_path,
+                                  "[type(m).__name__ for m in (g['netG'], g['netD']) if m._compiled_call_impl]")
+    assert "+netG.compile()  # Generator\n" in patch and "+netD.compile()  # Discriminator\n" in patch
+    assert patch.index("netD.compile()") < patch.index(" optimizerD = ")
+    assert "['Generator', 'Discriminator']" in out
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="git apply checks the patch")
+def test_the_code_change_puts_every_trained_model_and_its_inputs_in_channels_last(script, tmp_path):
+    s = script(GAN)
+    patch, out = _patched_and_run(s, {"channels_last": True}, tmp_path,
+                                  "[len(m._forward_pre_hooks) for m in (g['netG'], g['netD'])]")
+    assert "+netG = netG.to(memory_format=torch.channels_last)  # Generator\n" in patch
+    assert "+netD.register_forward_pre_hook(channels_last_inputs)\n" in patch
+    assert "[1, 1]" in out
+
+
+def test_fused_goes_to_every_optimizer_the_doctor_saw_step(script):
+    """dcgan's fused trial built optimizerD fused and optimizerG as written (the primary's site
+    alone), and best.patch changed one line: half the optimizer time went unmeasured."""
+    s = script(GAN)
+    sites = (s.site("optimizerD = "), s.site("optimizerG = "))
+    g, notes = s.run({"optimizer.impl": "fused"}, Targets(optimizer_site=sites[0], optimizer_class="Adam",
+                                                          optimizer_sites=sites))
+    assert g["optimizerD"].defaults["fused"] is True and g["optimizerG"].defaults["fused"] is True, notes
+    g, _ = s.run({"optimizer.impl": "fused"}, Targets(optimizer_site=sites[0], optimizer_class="Adam"))
+    assert g["optimizerD"].defaults["fused"] is True and not g["optimizerG"].defaults["fused"]  # one recorded
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="git apply checks the patch")
+def test_the_code_change_makes_every_optimizer_fused(script, tmp_path):
+    patch, out = _patched_and_run(script(GAN), {"optimizer.impl": "fused"}, tmp_path,
+                                  "[g[n].defaults['fused'] for n in ('optimizerD', 'optimizerG')]")
+    added = [line for line in patch.splitlines() if line.startswith("+optimizer")]
+    assert added == ["+optimizerD = torch.optim.Adam(netD.parameters(), lr=2e-4, fused=True)",
+                     "+optimizerG = torch.optim.Adam(netG.parameters(), lr=2e-4, fused=True)"], patch
+    assert "[True, True]" in out
 
 
 @pytest.mark.skipif(shutil.which("git") is None, reason="git apply checks the patch")

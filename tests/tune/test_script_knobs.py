@@ -332,3 +332,16 @@ def test_trials_of_a_script_that_stops_too_soon_run_it_longer_through_its_own_fl
         runner.longer = {}
         run_longer(runner, ctx(flags=flags).facts, 405, lines.append)
         assert runner.longer == {}
+
+
+def test_the_baseline_line_names_every_trained_model_and_optimizer():
+    """A tune of a GAN acts on both models and both optimizers: its first line says so."""
+    from trainspeed.tune.script_session import _describe
+
+    said: list[str] = []
+    _describe(ScriptFacts(targets=Targets(
+        model_class="Generator", model_call_site=("/w/main.py", 230), trained_classes=("Generator", "Discriminator"),
+        optimizer_class="Adam", optimizer_site=("/w/main.py", 215),
+        optimizer_sites=(("/w/main.py", 215), ("/w/main.py", 216)))), said.append)
+    assert said == ["the baseline saw: model Generator called at /w/main.py:230 (also trained: Discriminator); "
+                    "Adam built at /w/main.py:215 (and 1 more optimizer at /w/main.py:216)"]

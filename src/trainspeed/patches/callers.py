@@ -113,6 +113,13 @@ def chosen_site(target: tuple[str, int] | None, start: int = 3) -> tuple[str, in
     return next((site for site in sites if same_site(site, target)), None)
 
 
+def chosen_among(targets: tuple[tuple[str, int], ...], start: int = 3) -> tuple[str, int] | None:
+    """chosen_site for several recorded targets (a GAN's two optimizers): the frame at any of
+    them. Called where chosen_site would be, so `start` counts the same frames."""
+    sites = user_sites(start)
+    return next((site for site in sites if any(same_site(site, t) for t in targets)), None)
+
+
 def in_user_files(site: tuple[str, int] | None) -> bool:
     """A call made from the user's own files (not an installed package: `patches.installed`)."""
     return site is not None and not is_installed(site[0])
@@ -122,5 +129,5 @@ def same_site(a: tuple[str, int] | None, b: tuple[str, int] | None) -> bool:
     return a is not None and b is not None and a[1] == b[1] and os.path.realpath(a[0]) == os.path.realpath(b[0])
 
 
-__all__ = ["DELEGATING", "chosen_site", "delegated_caller", "in_delegating", "in_user_files", "same_site",
+__all__ = ["DELEGATING", "chosen_among", "chosen_site", "delegated_caller", "in_delegating", "in_user_files", "same_site",
            "user_caller", "user_sites"]

@@ -27,7 +27,7 @@ from trainspeed.patches.plan import (FLAG_PREFIX, apply_flags, command_with_flag
 from trainspeed.patches.framework_precision import VALUES, constructor_site
 from trainspeed.patches.insert_lines import insert_snippets, overlapping, patchable, shifted
 from trainspeed.patches.installed import is_installed
-from trainspeed.patches.models_autocast import models_autocast_snippet
+from trainspeed.patches.several_models import several_models_snippet
 from trainspeed.patches.snippets import BEFORE_IMPORTS, RUNTIME_CODE, Snippet, Source, autocast_snippet, model_snippets, \
     runtime_snippet
 from trainspeed.patches.targets import Targets
@@ -198,7 +198,8 @@ def code_change(settings: dict[str, Any], targets: Targets, *, root: Path, comma
     intervals: dict[str, list[IntervalEdit]] = {}  # real path -> what-if edits (whatif_code.py)
     sources: dict[str, Source] = {}
     user_files = [p for p in {targets.script, *(s[0] for s in (targets.loader_site, targets.optimizer_site,
-                                                              targets.model_call_site, targets.from_pretrained_site)
+                                                              targets.model_call_site, targets.from_pretrained_site,
+                                                              *targets.optimizer_sites)
                                                 if s)} if p and os.path.isfile(p)]
 
     def source(path: str) -> Source | None:
@@ -211,8 +212,9 @@ def code_change(settings: dict[str, Any], targets: Targets, *, root: Path, comma
                 return None
         return sources[real]
 
-    def want(setting: str, attr: str, callees: tuple[str, ...], keyword: str, value: Any, suffix: bool) -> None:
-        site = getattr(targets, attr)
+    def want(setting: str, attr: str, callees: tuple[str, ...], keyword: str, value: Any, suffix: bool,
+             site: tuple[str, int] | None = None) -> None:
+        site = site or getattr(targets, attr)
         what = _WHAT[attr]
         if site is None:
             change.notes.append(f"{setting}: the {what} call was not recorded; set {keyword}={value!r} "
@@ -242,6 +244,9 @@ def code_change(settings: dict[str, Any], targets: Targets, *, root: Path, comma
                 continue
             named = (targets.optimizer_class,) if targets.optimizer_class else OPTIMIZERS
             want(key, "optimizer_site", named, str(value), True, not targets.optimizer_class)
+            for other in targets.optimizer_sites:  # the loop's other optimizers, as the trials set them
+                if other != targets.optimizer_site:
+                    want(key, "optimizer_site", OPTIMIZERS, str(value), True, True, site=other)
         elif key == "precision" and value in VALUES and (site := constructor_site(targets, source)):
             path, line, callees = site
             why = _where_not(key, path, f"the {callees[0]} call at {_shown(path, root)}:{line}", root)
@@ -420,8 +425,10 @@ def _place_snippet(key: str, value: Any, t: Targets, root: Path, device: str, ch
         elif src.statement(site[1]) is None or site[1] > len(src.lines):
             change.notes.append(f"{key}={value}: the model call at {shown}:{site[1]} was not found "
                                 "(file changed since the run?)")
+        elif (several := _several_models_snippet(key, value, t, src, shown, device)) is not None:
+            change.snippets.append(several)
         elif key == "precision":
-            change.snippets.append(_precision_snippet(str(value), t, src, site[1], shown, device))
+            change.snippets.append(autocast_snippet("precision", str(value), src, site[1], shown, device, t.autocast))
         else:
             opt = (_real(t.optimizer_site[0]), t.optimizer_site[1]) if t.optimizer_site else None
             change.snippets += model_snippets(key, value, src, site[1], shown, opt, t.model_class, t.compiled)
@@ -448,15 +455,15 @@ def _place_snippet(key: str, value: Any, t: Targets, root: Path, device: str, ch
                         "nothing placed")
 
 
-def _precision_snippet(value: str, t: Targets, src: Any, line: int, shown: str, device: str) -> Snippet:
-    """Autocast around the model's forward and loss; with several trained models (and no
-    autocast of the script's own), around each model's forward as the trials ran it."""
-    if len(t.trained_classes) > 1 and not t.autocast:
-        opt_line = t.optimizer_site[1] if t.optimizer_site and _real(t.optimizer_site[0]) == _real(src.path) else None
-        several = models_autocast_snippet("precision", value, src, t.trained_classes, shown, device, opt_line)
-        if several is not None:
-            return several
-    return autocast_snippet("precision", value, src, line, shown, device, t.autocast)
+def _several_models_snippet(key: str, value: Any, t: Targets, src: Any, shown: str, device: str) -> Snippet | None:
+    """A loop that trains several models gets the setting on each, as the trials ran it
+    (several_models.py): precision unless the script autocasts already, compile unless it
+    compiles already. None for one model, or when no model's construction is in this file."""
+    if len(t.trained_classes) < 2 or (key == "precision" and t.autocast) or (key == "compile" and t.compiled):
+        return None
+    opt_line = t.optimizer_site[1] if t.optimizer_site and _real(t.optimizer_site[0]) == _real(src.path) else None
+    return several_models_snippet(key, str(value) if key == "precision" else value, src, t.trained_classes,
+                                  shown, device, opt_line)
 
 
 def unified_diff(old: str, new: str, name: str) -> str:

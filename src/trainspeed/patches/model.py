@@ -4,10 +4,11 @@ The trained module is found at run time, once: the first outermost module call w
 enabled, in train mode, with parameters that require grad (and of the class the doctor saw,
 when it is known). A global forward pre-hook looks for it and removes itself, so later steps
 pay nothing. compile and channels_last then act on that instance only: the loss module, a
-frozen teacher or an evaluation model are left alone. Mixed precision covers what autocast
-around "the forward and the loss" would: every trained module of the first step (a GAN's two)
-and the frozen networks its gradients flow through (a perceptual loss's VGG), each forward
-handing back fp32.
+frozen teacher or an evaluation model are left alone; in a loop the doctor saw train several
+models (a GAN's two), on each trained one, as best.patch writes them (several_models.py).
+Mixed precision covers what autocast around "the forward and the loss" would: every trained
+module of the first step and the frozen networks its gradients flow through (a perceptual
+loss's VGG), each forward handing back fp32.
 """
 
 from __future__ import annotations
@@ -108,6 +109,21 @@ def on_trained_module(ctx: InstallContext, action: Callable[[nn.Module], None], 
             ctx.patches.handle(optim_mod.register_optimizer_step_post_hook(step_ended))
     finder["actions"].append((setting, action))
     ctx.shared["model_settings"].append((setting, finder))
+
+
+def on_trained_models(ctx: InstallContext, action: Callable[[nn.Module], None], setting: str) -> None:
+    """`action` on the trained model, or on each one when the doctor saw the loop train several
+    (a GAN's generator and discriminator): never on a frozen loss network, which `every` also
+    finds for autocast."""
+    if len(ctx.targets.trained_classes) < 2:
+        on_trained_module(ctx, action, setting)
+        return
+
+    def on_trained(module: nn.Module) -> None:
+        if any(p.requires_grad for p in module.parameters()):
+            action(module)
+
+    on_trained_module(ctx, on_trained, setting, every=True)
 
 
 def _report_unfound(ctx: InstallContext) -> None:
@@ -245,7 +261,7 @@ def install_compile(value: str, ctx: InstallContext) -> None:
         ctx.note(f"compile: {type(module).__name__} compiled in place (mode {value})")
         _watch_fallbacks(ctx)
 
-    on_trained_module(ctx, compile_module, f"compile={value}")
+    on_trained_models(ctx, compile_module, f"compile={value}")
 
 
 def _traceable_forward(module: nn.Module, ctx: InstallContext) -> None:
@@ -357,4 +373,4 @@ def install_channels_last(value: bool, ctx: InstallContext) -> None:
         ctx.patches.handle(module.register_forward_pre_hook(to_channels_last))
         ctx.note(f"channels_last: {type(module).__name__} and its 4-D inputs use torch.channels_last")
 
-    on_trained_module(ctx, convert, "channels_last")
+    on_trained_models(ctx, convert, "channels_last")

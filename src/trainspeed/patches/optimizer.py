@@ -1,6 +1,6 @@
-"""`optimizer.impl`: the primary optimizer's fused or foreach implementation, passed as the
-keyword at its construction (the doctor recorded where it is built; without that site, every
-optimizer built in the user's own files). An optimizer class that takes no such keyword, or
+"""`optimizer.impl`: the loop's optimizers' fused or foreach implementation, passed as the
+keyword at their construction (the doctor recorded where each optimizer that steps is built, a
+GAN's two; without those sites, every optimizer built in the user's own files). An optimizer class that takes no such keyword, or
 whose parameters fused cannot run on (fused needs floating-point parameters on a supported
 device), is built as the script wrote it, and a note says why.
 """
@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from trainspeed.patches.callers import chosen_site
+from trainspeed.patches.callers import chosen_among, chosen_site
 from trainspeed.patches.context import InstallContext
 
 
@@ -42,7 +42,8 @@ def _fused_problem(opt: torch.optim.Optimizer) -> str | None:
 
 
 def install_impl(value: str, ctx: InstallContext) -> None:
-    target = ctx.targets.optimizer_site
+    t = ctx.targets
+    targets = t.optimizer_sites or ((t.optimizer_site,) if t.optimizer_site else ())
     other = "foreach" if value == "fused" else "fused"
     state = {"depth": 0}  # AdamW.__init__ calls Adam.__init__: only the outermost one decides
     noted: set[tuple[str, int]] = set()
@@ -52,7 +53,7 @@ def install_impl(value: str, ctx: InstallContext) -> None:
         params = inspect.signature(cls_init).parameters
 
         def init(opt: Any, *args: Any, **kwargs: Any) -> None:
-            site = chosen_site(target) if state["depth"] == 0 else None
+            site = (chosen_among(targets) if targets else chosen_site(None)) if state["depth"] == 0 else None
             if site is None or kwargs.get(value) is True:
                 return _nested(cls_init, opt, args, kwargs)
             # A generator of parameters is consumed by the first try: keep it for a second.
@@ -91,7 +92,7 @@ def install_impl(value: str, ctx: InstallContext) -> None:
     def base(opt: Any, *args: Any, **kwargs: Any) -> None:
         # An optimizer without the keyword reaches the base class with depth 0: say so once.
         if state["depth"] == 0 and not _takes(type(opt), value):
-            site = chosen_site(target)
+            site = chosen_among(targets) if targets else chosen_site(None)
             if site is not None and site not in noted:
                 noted.add(site)
                 ctx.note(f"failed: optimizer.impl={value}: {type(opt).__name__} at {_where(site)} "

@@ -27,6 +27,9 @@ class Targets:
     """Where the primary optimizer (the one whose step closes a training step) is constructed."""
     optimizer_class: str | None = None
     """Its class name (AdamW, SGD, ...)."""
+    optimizer_sites: tuple[Site, ...] = ()
+    """Where every optimizer that steps in the loop is built, the primary's first (a GAN's
+    discriminator's and generator's): fused/foreach goes to each, as the trials measured it."""
     model_class: str | None = None
     """Class name of the trained module (the outermost module called with grad in train mode)."""
     model_call_site: Site | None = None

@@ -155,6 +155,14 @@ def _trained_classes(ctx: CheckContext, model: dict[str, Any] | None) -> tuple[s
     return tuple(dict.fromkeys(first + [m["class"] for m in trained]))
 
 
+def _optimizer_sites(ctx: CheckContext, primary: dict[str, Any] | None) -> tuple[tuple[str, int], ...]:
+    """Where each optimizer that stepped is built (the doctor observes one at its first step),
+    the primary's first; one optimizer's alone is the primary's site."""
+    opts = sorted(ctx.obs("optimizer"), key=lambda o: o is not primary)
+    sites = [site for o in opts if (site := _site(o.get("site_path"))) is not None]
+    return tuple(dict.fromkeys(sites)) if len(sites) > 1 else ()
+
+
 def read_facts(run_dir: str | Path) -> ScriptFacts:
     """ScriptFacts of a doctor run directory (raises RunDirError if it is not one)."""
     import json
@@ -191,6 +199,7 @@ def read_facts(run_dir: str | Path) -> ScriptFacts:
         loader_site=_site((loader or {}).get("site_path")),
         optimizer_site=_site((opt or {}).get("site_path")),
         optimizer_class=(opt or {}).get("class"),
+        optimizer_sites=_optimizer_sites(ctx, opt),
         model_class=(model or {}).get("class"),
         model_call_site=_site((model or {}).get("call_site_path")),
         trained_classes=_trained_classes(ctx, model),

@@ -310,9 +310,14 @@ def _describe(facts: ScriptFacts, say: Callable[[str], None]) -> None:
         parts.append(f"training DataLoader at {format_site(*t.loader_site)} "
                      f"(num_workers={(facts.loader or {}).get('num_workers')})")
     if t.model_class:
-        parts.append(f"model {t.model_class}" + (f" called at {format_site(*t.model_call_site)}" if t.model_call_site else ""))
+        others = [c for c in t.trained_classes if c != t.model_class]
+        parts.append(f"model {t.model_class}" + (f" called at {format_site(*t.model_call_site)}" if t.model_call_site else "")
+                     + (f" (also trained: {', '.join(others)})" if others else ""))
     if t.optimizer_site:
-        parts.append(f"{t.optimizer_class} built at {format_site(*t.optimizer_site)}")
+        more = [site for site in t.optimizer_sites if site != t.optimizer_site]
+        parts.append(f"{t.optimizer_class} built at {format_site(*t.optimizer_site)}"
+                     + (f" (and {len(more)} more optimizer{'s' if len(more) > 1 else ''} at "
+                        f"{', '.join(format_site(*site) for site in more)})" if more else ""))
     if facts.flags:
         parts.append(f"{len(facts.flags)} flags ({', '.join(str(f['option']) for f in facts.flags[:6])})")
     say("the baseline saw: " + ("; ".join(parts) or "no DataLoader, model or optimizer"))

@@ -161,10 +161,13 @@ def not_compiled(ctx: CheckContext) -> Finding | None:
         return None
     framework = (ctx.first("framework") or {}).get("name", "plain")
     flag = script_flag(ctx, "compile")
+    trained = [str(m.get("class")) for m in models if m.get("trained_by")]
     how = (f"{set_flag(flag, True)} (the script's flag, now {show_flag(flag)})" if flag
            else "compile.mode=default in the run's config" if ctx.engine_run
            else "engine.compile() after deepspeed.initialize" if ctx.first("deepspeed")
-           else "model = torch.compile(model)")
+           # a GAN's two: compiling one leaves the other's steps eager (the tune compiles each)
+           else f"compile each trained model in place where it is built ({', '.join(trained)}): `net.compile()`"
+           if len(trained) > 1 else "model = torch.compile(model)")
     return Finding(
         id="not_compiled",
         severity="info",
