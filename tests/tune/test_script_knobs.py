@@ -205,6 +205,8 @@ def test_a_trial_whose_setting_failed_at_run_time_is_a_failed_trial(tmp_path, mo
     assert plan.settings == {"args.--workers": 4, "threads": 1} and args[-2:] == ["python", "t.py"]
     assert args[args.index("--steps") + 1] == "30"  # 5 warm-up + 25 measured
     assert "--no-flops" in args  # a trial compares step times; counting FLOPs would cost one of its steps
+    runner.count_flops = True  # the first baseline trial of a tune without --from: the baseline's MFU
+    assert "--no-flops" not in runner.arguments(TrialRequest(key="k", label="baseline", overrides=(), repeat=0))
 
 
 def test_precision_goes_through_a_trainer_scripts_bf16_flag():

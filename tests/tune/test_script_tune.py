@@ -233,3 +233,7 @@ def test_a_script_that_ends_inside_the_trials_warmup_is_told_how_to_run_longer(t
     opts = TuneOptions(knobs=["threads"], budget_s=60, repeats=1, verify_repeats=0)
     result = run_script_tune(["python", "lb.py", "--steps", "8"], tmp_path / "t2", opts, say=lambda _: None)
     assert any(r.knob == "threads" and r.speedup is not None for r in result.ablation), result.ablation
+    # without --from the first baseline trial counts a step's FLOPs: the MFU is known (it read
+    # "MFU unknown" for every tune a doctor finding printed)
+    assert result.baseline_mfu is not None and 0 < result.baseline_mfu <= 1, result.baseline_mfu
+    assert result.peak_name and "fp32 (measured)" in result.peak_name, result.peak_name

@@ -141,12 +141,15 @@ def run_script_tune(command: list[str], out_dir: str | Path, options: TuneOption
                               timeout_s=trial_timeout_s, fork_server=options.fork_server, say=say,
                               targets=prior.targets if prior else Targets(),
                               max_seconds=pricing_seconds(options.budget_s),
-                              warmup_steps=min(warmup_steps, PRICING_WARMUP))
+                              warmup_steps=min(warmup_steps, PRICING_WARMUP), count_flops=prior is None)
     state: dict[str, Any] = {"facts": prior, "baseline_memory": None}
 
     def make_context(settings: dict[str, Any], base: TrialResult | None) -> ScriptContext:
         if base is not None and base.run_dir:
             facts = read_facts(base.run_dir)  # the baseline saw the script as it is now
+            counted = prior or state["facts"]  # the FLOP count of --from's run, or of the first baseline trial
+            if facts.flops_per_step is None and counted is not None and counted.flops_per_step is not None:
+                facts.flops_per_step, facts.peak = counted.flops_per_step, counted.peak
             if prior is not None:
                 facts.findings = prior.findings
             elif facts.findings:  # no --from: the baseline trial is the doctor's pass
@@ -173,6 +176,7 @@ def run_script_tune(command: list[str], out_dir: str | Path, options: TuneOption
     def fit(base: TrialResult, trials: float) -> float:
         """Trials sized to the budget from what the first baseline trial took (trial_fit.py)."""
         runner.max_seconds = None  # only the first baseline trial is cut by time
+        runner.count_flops = False  # and counts a step's FLOPs
         first_warmup, runner.warmup_steps = runner.warmup_steps, warmup_steps
         if not base.step_times:
             return base.wall_s
@@ -229,8 +233,9 @@ def run_script_tune(command: list[str], out_dir: str | Path, options: TuneOption
         return realized.get(key, False)
 
     result = run_then_close(tuner, runner)
-    if result.baseline_mfu is None and prior is not None:
-        result.baseline_mfu, result.peak_name = doctor_mfu(prior, tuner.results({}))
+    counted = prior or state["facts"]
+    if result.baseline_mfu is None and counted is not None:
+        result.baseline_mfu, result.peak_name = doctor_mfu(counted, tuner.results({}))
     for row in result.ablation:
         if is_whatif(row.settings) and row.speedup is not None:
             said = ("what-if: an edit of your code does this (best.patch, if it wins)" if code_whatif(row.settings)
@@ -291,8 +296,9 @@ def say_patched_code(row: Any, patched: list[str]) -> None:
 
 
 def doctor_mfu(facts: ScriptFacts, baseline: list[TrialResult]) -> tuple[float | None, str | None]:
-    """The baseline's MFU from the doctor run's FLOP count and peak (`--from RUN`) at the
-    baseline trials' median measured step, as the doctor computes it (trials count no FLOPs).
+    """The baseline's MFU from the doctor run's FLOP count and peak (`--from RUN`, else the first
+    baseline trial's) at the baseline trials' median measured step, as the doctor computes it
+    (the other trials count no FLOPs).
     (None, None) when either is unknown or the reading is impossible."""
     from trainspeed.telemetry.throughput import mfu
 

@@ -63,6 +63,10 @@ class ScriptRunner(SubprocessRunner):
     max_seconds: float | None = None
     """Stop a trial once it is this old (after its warm-up and 3 steps): the first baseline
     trial's, which only has to find the step time (trial_fit.pricing_seconds)."""
+    count_flops: bool = False
+    """Count the FLOPs of one step (the first baseline trial of a tune without --from RUN: the
+    baseline's MFU, which a tune reported as "unknown" when its command came from a doctor
+    finding, as they all do). Other trials compare step times only: a counted step is one less."""
     longer: dict[str, Any] = field(default_factory=dict)
     """Every trial's run-length flag, set longer than the script's own (args.--max_iters: 406)
     where the script ends before a trial's steps; never part of a setting or best.yaml."""
@@ -91,7 +95,7 @@ class ScriptRunner(SubprocessRunner):
                                    path.with_suffix(".deepspeed.json"))
         save_plan(Plan(command=self.command, settings=settings, targets=self.targets,
                        flag_styles=self.flag_styles), path)
-        return ["run", "--with", str(path), "--doctor", "--quiet", "--no-flops",
+        return ["run", "--with", str(path), "--doctor", "--quiet", *([] if self.count_flops else ["--no-flops"]),
                 "--steps", str(self.warmup_steps + self.measure_steps),
                 "--warmup-steps", str(self.warmup_steps),
                 *(["--max-seconds", f"{self.max_seconds:g}"] if self.max_seconds else []),

@@ -77,8 +77,8 @@ def baseline_line(result: TuneResult) -> str:
     if result.baseline_mfu is not None:
         line += f", {mfu_text(result.baseline_mfu)} of {result.peak_name or 'the device peak'}"
     else:
-        line += (", MFU unknown (no FLOP count of its step, or no peak for this device; a script tune takes "
-                 "both from the doctor run it is given with --from)")
+        line += (", MFU unknown (no FLOP count of its step, or no peak for this device; a script tune counts "
+                 "them in its first baseline trial, or takes them from the doctor run given with --from)")
     return line
 
 
