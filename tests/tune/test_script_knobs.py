@@ -347,3 +347,24 @@ def test_the_baseline_line_names_every_trained_model_and_optimizer():
         optimizer_sites=(("/w/main.py", 215), ("/w/main.py", 216)))), said.append)
     assert said == ["the baseline saw: model Generator called at /w/main.py:230 (also trained: Discriminator); "
                     "Adam built at /w/main.py:215 (and 1 more optimizer at /w/main.py:216)"]
+
+
+@pytest.mark.parametrize("load,said", [(1.0, True), (0.2, False), (None, False)])
+def test_a_threads_winner_on_a_busy_machine_says_whose_answer_it_is(tmp_path, monkeypatch, load, said):
+    """A GAN example's threads=1 won beside a busy loop (steady: the loads matched) and went into
+    best.patch with nothing said: fewer threads win there by leaving the busy cores alone."""
+    from trainspeed.tune.result import Row, TuneResult
+    from trainspeed.tune.script_session import write_script_outputs
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "train.py").write_text("import torch\nprint('hi')\n")
+    best = {"threads": 1}
+    result = TuneResult(ablation=[Row(knob="threads", setting="1", settings=best, verdict="faster", speedup=1.3)],
+                        combination=[], best_settings=best, final=None, baseline_cost_s=1e-3, trials_run=3,
+                        trials_reused=0, elapsed_s=10.0, others_load=load)
+    facts = ScriptFacts(targets=Targets(script=str(tmp_path / "train.py")), cores=2)
+    write_script_outputs(["python", "train.py"], result, tmp_path / "out", facts, runner=None)
+    text = (tmp_path / "out" / "code_change.md").read_text()
+    assert ("threads=1: measured while other processes used 1.0 of the machine's 2 cores" in text) is said, text
+    assert any("measure it again" in n for n in result.notes) is said
+    assert (tmp_path / "out" / "best.patch").is_file()  # the change is still there to apply

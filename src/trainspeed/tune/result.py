@@ -77,6 +77,8 @@ class TuneResult:
     baseline_mfu: float | None = None
     """The baseline trials' median MFU: how much of the device's peak is left to win."""
     peak_name: str | None = None
+    others_load: float | None = None
+    """Other processes' CPU (cores) during the median trial (load_note), None where unsampled."""
 
     def as_dict(self) -> dict[str, Any]:
         return {"schema": 1, "ablation": [r.as_dict() for r in self.ablation],
@@ -86,12 +88,28 @@ class TuneResult:
                 "baseline_cost_s_per_sample": self.baseline_cost_s,
                 "trials_run": self.trials_run, "trials_reused": self.trials_reused,
                 "elapsed_s": self.elapsed_s, "notes": self.notes,
-                "baseline_mfu": self.baseline_mfu, "peak_name": self.peak_name}
+                "baseline_mfu": self.baseline_mfu, "peak_name": self.peak_name, "others_load": self.others_load}
 
 
 LOAD_NOTE_CORES = 0.5
 """Median CPU of other processes (cores) during a tune's trials from which its table says the
 verdicts were taken on a busy machine."""
+
+
+def median_load(loads: list[float]) -> float | None:
+    """The median trial's load (the upper median, as load_note reads it)."""
+    return sorted(loads)[len(loads) // 2] if loads else None
+
+
+def threads_under_load_note(settings: dict[str, Any], load: float | None, cores: int) -> str | None:
+    """Why a threads setting that won on a busy machine is the load's answer: fewer compute
+    threads leave the cores others hold to them (a GAN example's threads=1 won beside a busy
+    loop and went into best.patch). None when no threads setting won or the machine was quiet."""
+    if "threads" not in settings or load is None or load < LOAD_NOTE_CORES:
+        return None
+    return (f"threads={settings['threads']}: measured while other processes used {load:.1f} of the machine's "
+            f"{cores} cores; fewer compute threads win there by leaving those cores alone. On a machine of "
+            "your own, measure it again before keeping it (`trainspeed tune --knobs threads` with a new --out)")
 
 
 def load_note(loads: list[float], cores: int) -> str | None:
@@ -100,7 +118,7 @@ def load_note(loads: list[float], cores: int) -> str | None:
     if not loads:
         return None
     ordered = sorted(loads)
-    median = ordered[len(ordered) // 2]
+    median = median_load(loads)
     if median < LOAD_NOTE_CORES:
         return None
     return (f"other processes used {median:.1f} of the machine's {cores} cores during the median trial "

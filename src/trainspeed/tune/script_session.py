@@ -33,7 +33,7 @@ from trainspeed.patches.whatif_code import CODE_PREFIX, whatif_of
 from trainspeed.tune.knob_types import DEFAULT_WARMUP, PERIODS_PER_TRIAL
 from trainspeed.tune.knobs import DeviceInfo
 from trainspeed.tune.options import TuneOptions
-from trainspeed.tune.result import TuneResult
+from trainspeed.tune.result import TuneResult, threads_under_load_note
 from trainspeed.tune.script_facts import ScriptFacts, read_facts
 from trainspeed.tune.script_knobs import BOOL_TYPES, SCRIPT_KNOBS, ScriptContext, is_whatif, knobs_from_findings
 from trainspeed.tune.script_trials import ScriptRunner, write_ds_config
@@ -356,6 +356,10 @@ def write_script_outputs(command: list[str], result: TuneResult, out: Path, fact
             device = facts.device if facts else "cpu"
             change = code_change(settings, targets, root=Path.cwd(), command=list(command),
                                  device=device, flag_styles=styles)
+            loaded = threads_under_load_note(kept, result.others_load, facts.cores if facts else 0)
+            if loaded:  # in code_change.md beside best.patch, and in the tune's own notes
+                change.notes.append(loaded)
+                result.notes.append(loaded)
             change.write(out)
         except ImportError as exc:  # libcst is an extra: the settings still work through `run --with`
             atomic_write_text(out / "code_change.md", f"The code change needs LibCST ({exc}); install it with "

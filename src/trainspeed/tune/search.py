@@ -32,7 +32,7 @@ from trainspeed.tune.load_proof import LoadProof, load_matched
 from trainspeed.tune.one_time import kept_one_time_notes, note_one_time
 from trainspeed.tune.options import TuneOptions
 from trainspeed.tune.order import ablation_round, bracket_repeats, n_brackets
-from trainspeed.tune.result import Row, TuneResult, load_note, utilization_note
+from trainspeed.tune.result import Row, TuneResult, load_note, median_load, utilization_note
 from trainspeed.tune.short_run import ENDED_IN_WARMUP
 from trainspeed.tune.spend import confirm, halve, offered, planned_trials, spend_rest
 from trainspeed.tune.store import TrialStore
@@ -354,14 +354,15 @@ class Tuner(LoadProof):
         if note:
             notes.append(note)
         ran = [r for key, repeat in self.ran if (r := self.store.get(key, repeat)) is not None and r.ok]
-        note = load_note([r.others_load for r in ran if r.others_load is not None], self.device.cores)
+        loads = [r.others_load for r in ran if r.others_load is not None]
+        note = load_note(loads, self.device.cores)
         if note:
             notes.append(note)
         return TuneResult(ablation=ablation, combination=combination, best_settings=best,
                           final=final, baseline_cost_s=stats.arm_cost(arm_of(base_trials)),
                           trials_run=self.run_count, trials_reused=self.reused,
                           elapsed_s=self.clock() - self.t0, notes=notes,
-                          baseline_mfu=base_mfu, peak_name=peak_name)
+                          baseline_mfu=base_mfu, peak_name=peak_name, others_load=median_load(loads))
 
     def _config_context(self, settings: dict[str, Any], base: TrialResult | None) -> KnobContext:
         """A config tune's knobs see the base config with `settings` applied."""
