@@ -346,3 +346,15 @@ def test_the_rounds_leave_the_together_comparison_its_budget(base_config, cpu, t
     assert result.best_settings == {"optim.implementation": "fused", "channels_last": True}
     assert result.final.verdict == stats.FASTER and tuner.spent <= budget_s
     assert unused_share(tuner) < 0.2
+
+
+def test_a_tune_that_ends_early_says_why_the_budget_is_left(base_config, cpu, tmp_path):
+    """dcgan's 4m tune ended at 2:35 (every setting 0.92-1.02x) and said nothing of the 85 s
+    left; a tune stopped by its budget says nothing of the kind."""
+    for budget, said in ((1000, True), (100, False)):
+        runner = FakeRunner({FUSED: 1.0, FOREACH: 0.8}, wall_s=10.0)
+        tuner, result = _tune(runner, tmp_path / str(budget), budget, ["fused_optimizer"], base_config, cpu)
+        notes = [n for n in result.notes if n.startswith("the tune ended with")]
+        assert bool(notes) is said, (budget, tuner.spent, result.notes)
+        if said:
+            assert f"{budget - tuner.spent:.0f} s of its {budget} s budget left" in notes[0]

@@ -34,7 +34,7 @@ from trainspeed.tune.options import TuneOptions
 from trainspeed.tune.order import ablation_round, bracket_repeats, n_brackets
 from trainspeed.tune.result import Row, TuneResult, load_note, median_load, utilization_note
 from trainspeed.tune.short_run import ENDED_IN_WARMUP
-from trainspeed.tune.spend import confirm, halve, offered, planned_trials, spend_rest
+from trainspeed.tune.spend import confirm, early_end_note, halve, offered, planned_trials, spend_rest
 from trainspeed.tune.store import TrialStore
 from trainspeed.tune.verify import final_answer
 from trainspeed.tune.trials import BUDGET_END, FAR_SLOWER, SLOW_CUTOFF, Runner, TrialRequest, TrialResult, overrides_of
@@ -109,6 +109,7 @@ class Tuner(LoadProof):
         # Per comparison, its rounds' log speedups: together, the machine's noise per round.
         self.round_logs: dict[tuple, list[float]] = {}
         self.dropped: set[str] = set()  # config keys not repeated after an ablation round
+        self.all_decided = False  # spend_rest stopped with nothing left to learn, not for the budget
         self.drop_why: dict[str, str] = {}  # and why (spend.halve)
         self.knob_of: dict[str, str] = {}  # setting key -> the knob that offered it (parity.math_free)
         self.knob_of_config: dict[str, str] = {}  # an ablation candidate's config key -> its knob
@@ -344,6 +345,9 @@ class Tuner(LoadProof):
             best = {}
         notes += kept_one_time_notes(ablation, best)
         note = budget_note(self._over_budget(), [*ablation, *combination], self.opt.budget_s)
+        if note:
+            notes.append(note)
+        note = early_end_note(self)
         if note:
             notes.append(note)
         base_trials = [r for r in self.results({}) if r.ok]

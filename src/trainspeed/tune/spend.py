@@ -280,6 +280,7 @@ def spend_rest(tuner: Tuner, candidates: list[Candidate], pairs: list[list[Pair]
         if not chosen and not may_win and not hold:  # nothing to verify yet: measuring comes first
             chosen = _fitting(tuner, candidates, wanted, tuner.opt.budget_s - tuner.spent)
         if not chosen:
+            tuner.all_decided = not wanted  # nothing left to learn, rather than no budget for it
             break
         names = ", ".join(f"{candidates[i].knob}={candidates[i].label}" for i in chosen)
         tuner.say(f"another round ({names}): {tuner.opt.budget_s - tuner.spent:.0f} s of the budget left")
@@ -337,10 +338,26 @@ def _confirmed(tuner: Tuner, settings: dict[str, Any], pairs: list[Pair],
     return fresh is not None and fresh > 1.0 + need, fresh, need, len(logs)
 
 
+EARLY_END_SHARE = 0.2
+"""A tune that ends with more than this share of its budget left says why."""
+
+
+def early_end_note(tuner: Tuner) -> str | None:
+    """Why the tune ended with much of its budget left: its rounds stopped because every setting
+    was decided, not for the budget (dcgan's 4m tune ended at 2:35, every setting at 0.92-1.02x,
+    and nothing said why the rest was not spent)."""
+    left = tuner.opt.budget_s - tuner.spent
+    if not tuner.all_decided or left <= EARLY_END_SHARE * tuner.opt.budget_s:
+        return None
+    return (f"the tune ended with {left:.0f} s of its {tuner.opt.budget_s:.0f} s budget left: every setting read "
+            f"faster, slower, or no faster than the {tuner.opt.min_effect:.0%} floor (--min-effect), or had its "
+            f"{tuner.opt.max_rounds} rounds (--max-rounds); more rounds would not change these verdicts")
+
+
 def unused_share(tuner: Tuner) -> float:
     """The share of the budget not spent (0 when overspent)."""
     return max(0.0, 1.0 - tuner.spent / tuner.opt.budget_s) if math.isfinite(tuner.opt.budget_s) else 0.0
 
 
 __all__ = ["CLEAR_LOSER", "STOP_BELOW", "confirm", "fresh_round", "halve", "offered",
-           "planned_trials", "reprice", "spend_rest", "unused_share"]
+           "planned_trials", "reprice", "spend_rest", "unused_share", "early_end_note"]
