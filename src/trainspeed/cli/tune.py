@@ -242,19 +242,24 @@ def outcome_lines(result, out, command: list[str]) -> list[str]:
     return lines
 
 
+def _speedups(rows) -> str:
+    """`knob=setting (1.19x), ...` of the rows that were measured."""
+    return ", ".join(f"{row.knob}={row.setting} ({row.speedup:.2f}x)" for row in rows if row.speedup)
+
+
 def no_winner_line(result) -> str:
     """Why best.yaml keeps the script as it is: measured settings lost, or none could be measured
     (a crash, a far-slower stop, the budget): the latter is no verdict on the script."""
     measured = [row for row in result.ablation if row.speedup is not None]
     won = [row for row in result.ablation if row.verdict == "faster" and row.speedup is not None]
+    wins = _speedups(won)
     from trainspeed.tune.stats import BUSY
 
     final = getattr(result, "final", None)
     busy = [row for row in [*result.ablation, final] if row is not None and row.verdict == BUSY]
     if busy:  # load_proof.py: a winner on mismatched load is no winner, nor proof of none
-        wins = ", ".join(f"{row.knob}={row.setting} ({row.speedup:.2f}x)" for row in busy if row.speedup)
-        return (f"nothing is kept: {wins} read faster, but other processes' load differed between its trials "
-                "and the baseline's: not measurable while the machine is busy. Rerun when it is quiet, or give "
+        return (f"nothing is kept: {_speedups(busy)} read faster, but other processes' load differed between its "
+                "trials and the baseline's: not measurable while the machine is busy. Rerun when it is quiet, or give "
                 "the tune cores of its own (taskset -c)")
     from trainspeed.patches.whatif_code import CODE_PREFIX
     from trainspeed.tune.verify import VERIFY_OFF
@@ -264,7 +269,6 @@ def no_winner_line(result) -> str:
         # a what-if won; the verification ran best.patch's edit of the code (edited_source.py)
         from trainspeed.tune.table import why_no_change
 
-        wins = ", ".join(f"{row.knob}={row.setting} ({row.speedup:.2f}x)" for row in won)
         if final.verdict == "failed":  # script_session.say_patched_code wrote why
             return f"nothing is kept: {wins} won, but {final.note or 'its verification failed'}"
         why = why_no_change(final) or ((final.note or "").splitlines() or [final.verdict])[0]
@@ -274,7 +278,6 @@ def no_winner_line(result) -> str:
         # run_clm.py's 6m tune: bf16 1.15x alone, then the budget ran out before the verification,
         # and the line said the script was "already the fastest measured here".
         why = (final.note if final is not None and final.note else "it was not run")
-        wins = ", ".join(f"{row.knob}={row.setting} ({row.speedup:.2f}x)" for row in won)
         if why == VERIFY_OFF:
             return (f"nothing is kept: {wins} won alone, but {why}; rerun with the same --out and "
                     "--verify-repeats 3 to verify it from these trials")
@@ -284,7 +287,6 @@ def no_winner_line(result) -> str:
         # nanoGPT: fused 1.19x alone (CI 1.17-1.21), then the verification read 1.09x (CI
         # 1.08-1.10) against a ±20 % band, and this line said the script's settings were
         # "already the fastest measured here"
-        wins = ", ".join(f"{row.knob}={row.setting} ({row.speedup:.2f}x)" for row in won)
         band = f" (±{final.noise:.0%})" if final.noise is not None else ""
         return (f"nothing is kept: {wins} won alone, and verified against the baseline read {final.speedup:.2f}x "
                 f"(CI {final.ci[0]:.2f}–{final.ci[1]:.2f}), faster but not beyond this machine's run-to-run "

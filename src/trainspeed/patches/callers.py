@@ -104,19 +104,17 @@ def user_sites(start: int = 2, depth: int = 60) -> list[tuple[str, int]]:
 
 
 def chosen_site(target: tuple[str, int] | None, start: int = 3) -> tuple[str, int] | None:
-    """The site a patched constructor applies at, or None: with a recorded target, the frame
-    at that line (anywhere up the user's stack); without one, the innermost user frame when it
-    is in the user's own files (not an installed package)."""
-    sites = user_sites(start)
-    if target is None:
-        return sites[0] if sites and in_user_files(sites[0]) else None
-    return next((site for site in sites if same_site(site, target)), None)
+    """chosen_among for one recorded target, or none."""
+    return chosen_among((target,) if target is not None else (), start + 1)  # one frame more: this one
 
 
 def chosen_among(targets: tuple[tuple[str, int], ...], start: int = 3) -> tuple[str, int] | None:
-    """chosen_site for several recorded targets (a GAN's two optimizers): the frame at any of
-    them. Called where chosen_site would be, so `start` counts the same frames."""
+    """The site a patched constructor applies at, or None: with recorded targets (a GAN's two
+    optimizers), the frame at any of their lines (anywhere up the user's stack); without any,
+    the innermost user frame when it is in the user's own files (not an installed package)."""
     sites = user_sites(start)
+    if not targets:
+        return sites[0] if sites and in_user_files(sites[0]) else None
     return next((site for site in sites if any(same_site(site, t) for t in targets)), None)
 
 

@@ -120,7 +120,7 @@ def on_trained_models(ctx: InstallContext, action: Callable[[nn.Module], None], 
         return
 
     def on_trained(module: nn.Module) -> None:
-        if any(p.requires_grad for p in module.parameters()):
+        if not _is_loss_network(module):
             action(module)
 
     on_trained_module(ctx, on_trained, setting, every=True)

@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from trainspeed.patches.callers import chosen_among, chosen_site
+from trainspeed.patches.callers import chosen_among
 from trainspeed.patches.context import InstallContext
 
 
@@ -53,7 +53,7 @@ def install_impl(value: str, ctx: InstallContext) -> None:
         params = inspect.signature(cls_init).parameters
 
         def init(opt: Any, *args: Any, **kwargs: Any) -> None:
-            site = (chosen_among(targets) if targets else chosen_site(None)) if state["depth"] == 0 else None
+            site = chosen_among(targets) if state["depth"] == 0 else None
             if site is None or kwargs.get(value) is True:
                 return _nested(cls_init, opt, args, kwargs)
             # A generator of parameters is consumed by the first try: keep it for a second.
@@ -92,7 +92,7 @@ def install_impl(value: str, ctx: InstallContext) -> None:
     def base(opt: Any, *args: Any, **kwargs: Any) -> None:
         # An optimizer without the keyword reaches the base class with depth 0: say so once.
         if state["depth"] == 0 and not _takes(type(opt), value):
-            site = chosen_among(targets) if targets else chosen_site(None)
+            site = chosen_among(targets)
             if site is not None and site not in noted:
                 noted.add(site)
                 ctx.note(f"failed: optimizer.impl={value}: {type(opt).__name__} at {_where(site)} "

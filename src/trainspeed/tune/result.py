@@ -115,14 +115,11 @@ def threads_under_load_note(settings: dict[str, Any], load: float | None, cores:
 def load_note(loads: list[float], cores: int) -> str | None:
     """What the machine's load during the trials means for the verdicts (None: quiet enough).
     `loads`: each trial's median CPU of other processes, in cores (TrialResult.others_load)."""
-    if not loads:
-        return None
-    ordered = sorted(loads)
     median = median_load(loads)
-    if median < LOAD_NOTE_CORES:
+    if median is None or median < LOAD_NOTE_CORES:
         return None
     return (f"other processes used {median:.1f} of the machine's {cores} cores during the median trial "
-            f"(up to {ordered[-1]:.1f}): every setting was timed on a busy machine, so a verdict may be "
+            f"(up to {max(loads):.1f}): every setting was timed on a busy machine, so a verdict may be "
             "the load's, not the setting's. Rerun when the machine is quiet, or give the tune cores of "
             "its own (taskset -c), with a new --out (the same one reuses these trials)")
 

@@ -186,8 +186,9 @@ def _wanted(tuner: Tuner, candidates: list[Candidate], pairs: list[list[Pair]]
         rounds, failed = tuner._paired(c.settings, {}, p)
         comp = _tentative(tuner, c, p, round_sd) if rounds and not failed else None
         may_win = may_win or (comp is not None and comp.speedup > 1.0 + tuner.opt.min_effect)
-        if (comp is not None and key not in tuner.dropped and not tuner.is_whatif(c.settings)
-                and stats.speed_verdict(comp) == stats.NO_CHANGE and comp.ci_low > 1.0):
+        no_change = comp is not None and stats.speed_verdict(comp) == stats.NO_CHANGE
+        faster_inside_noise = no_change and comp.ci_low > 1.0
+        if faster_inside_noise and key not in tuner.dropped and not tuner.is_whatif(c.settings):
             inside.append(c)
         if key in tuner.dropped or len(p) >= max(R, tuner.opt.max_rounds) or failed:
             continue
@@ -200,8 +201,8 @@ def _wanted(tuner: Tuner, candidates: list[Candidate], pairs: list[list[Pair]]
             # faster over all its rounds, but the rounds since it was chosen do not confirm it
             # yet (confirm): its table row would read "no measurable change", so more rounds
             hopeful.append(i)
-        elif comp is not None and stats.speed_verdict(comp) == stats.NO_CHANGE:
-            if comp.ci_low > 1.0:  # faster within its trials, not yet beyond the noise
+        elif no_change:
+            if faster_inside_noise:  # faster within its trials, not yet beyond the noise
                 hopeful.append(i)
                 tuner.chosen_after.setdefault(key, len(p))
             elif comp.speedup > 1.0 + tuner.opt.min_effect:
