@@ -18,9 +18,10 @@ pytestmark = [pytest.mark.timeout(60),
 
 def planned(target: str, tmp_path: Path, *variables: str) -> str:
     """The commands `make TARGET` would run for a fresh venv (make -n: nothing is run)."""
-    # CI's own CI=true (.ci/run) must not reach the plan, nor `make test-all`'s TEST_SCOPE= (passed
-    # down in MAKEFLAGS to every make below it): a test asks for each as a variable
-    env = {k: v for k, v in os.environ.items() if k not in ("CI", "MAKEFLAGS", "MFLAGS", "MAKELEVEL")}
+    # CI's own CI=true (.ci/run) must not reach the plan, nor `make test-all`'s TEST_SCOPE= (make
+    # exports a command-line variable to its recipes' environment, and in MAKEFLAGS to the makes
+    # below them): a test asks for each as a variable
+    env = {k: v for k, v in os.environ.items() if k not in ("CI", "TEST_SCOPE", "MAKEFLAGS", "MFLAGS", "MAKELEVEL")}
     res = subprocess.run(["make", "-n", target, f"VENV={tmp_path / 'venv'}", *variables], cwd=ROOT,
                          capture_output=True, text=True, timeout=30, env=env)
     assert res.returncode == 0, res.stderr
