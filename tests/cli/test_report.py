@@ -40,6 +40,13 @@ def test_report_terminal_and_html(runs, capsys):
     assert (a / "report.html").stat().st_size > 10_000
 
 
+def test_report_of_the_current_directory_names_it(runs, capsys, monkeypatch):
+    a, _ = runs
+    monkeypatch.chdir(a)
+    assert main(["report", ".", "--no-html"]) == 0
+    assert "trainspeed report: a " in capsys.readouterr().out
+
+
 def test_report_no_html_and_custom_path(runs, tmp_path, capsys):
     _, b = runs
     assert main(["report", str(b), "--no-html"]) == 0

@@ -102,3 +102,35 @@ def test_a_compiled_model_without_room_says_why_it_has_no_mfu(tmp_path, monkeypa
     mfu = result.summary["mfu"]
     assert mfu["value"] is None and not mfu["valid"] and mfu["note"] == flop_window.NO_ROOM
     assert mfu_text(mfu).startswith("not measured (the model is compiled and one eager step")
+
+
+def test_a_time_limited_run_counts_no_step_it_cannot_afford():
+    from trainspeed.doctor.instrument.flop_window import affordable
+
+    # time_sequence_prediction in a 10-minute tune's first trial (limit 48 s): 46 s in after a first
+    # step of 44 s, a counted step of up to 3 such steps would end at 178 s
+    assert not affordable(46.0, 44.0, 48.0)
+    assert affordable(3.0, 0.5, 48.0)  # a 0.5 s step, 3 s in: counted
+    assert affordable(12.0, 12.0, 48.0) and not affordable(12.5, 12.5, 48.0)
+
+
+@pytest.mark.parametrize("sleep_s, counted", [(0.0, True), (0.6, False)])
+def test_a_tunes_first_trial_counts_flops_only_where_the_time_limit_allows(tmp_path, monkeypatch, sleep_s, counted):
+    from trainspeed.doctor.instrument import flop_window
+    from trainspeed.doctor.runner import DoctorConfig, run_doctor
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "train.py").write_text("import time\n" + SCRIPT.replace(
+        'torch.compile(MLP(), backend="aot_eager")', "MLP()").replace(
+        "    x = torch.randn(32, 64)\n", f"    x = torch.randn(32, 64)\n    time.sleep({sleep_s})\n"))
+    # the tune's first trial: 2 warm-up steps (the second counted), stopped once 1.5 s old
+    result = run_doctor(DoctorConfig(command=["python", "train.py"], steps=None, warmup_steps=2, max_seconds=1.5,
+                                     out=tmp_path / "run", system_sampler=False))
+    assert result.steps >= 5, result.traceback
+    flops = [e["data"] for e in map(json.loads, (tmp_path / "run" / "events.jsonl").read_text().splitlines())
+             if e["type"] == "flops"]
+    if counted:
+        assert len(flops) == 1 and flops[0]["flops_per_step"] > 0, flops
+    else:  # 0.6 s steps: 3 more of them would end past 1.5 s
+        assert flops == [{"flops_per_step": None, "skipped": flop_window.TOO_SLOW}], flops
+        assert result.summary["mfu"]["note"] == flop_window.TOO_SLOW

@@ -63,3 +63,37 @@ def test_script_findings_verify_with_the_script_tune_of_the_recorded_command(tmp
     assert '"site":"train.py:21"' in events and '"site":"train.py:23"' in events
     assert '"call_site":"train.py:25"' in events and '"option":"--lr"' in events
     assert sys.argv[0] != "train.py"  # the script's argv was restored
+
+
+def _ctx(step_s: float, start_s: float = 0.6):
+    from pathlib import Path
+
+    from trainspeed.doctor.checks.context import CheckContext
+    from trainspeed.telemetry.rundir import RunData
+
+    t0 = 1_000.0
+    steps = [{"step": i + 1, "t_step": step_s, "t_wall": t0 + start_s + (i + 1) * step_s} for i in range(8)]
+    run = RunData(path=Path("runs/doctor-train"), config={"command": ["python", "train.py", "--steps", "8"]},
+                  steps=steps, events=[{"type": "run_start", "step": 0, "t_wall": t0, "data": {}}])
+    return CheckContext.from_run(run, {"step_time": {"p50": step_s}})
+
+
+def test_a_tune_command_for_slow_steps_asks_for_the_budget_that_measures_its_knobs():
+    """time_sequence_prediction (LBFGS, 35 s steps) was told `trainspeed tune --knobs compile -- ...`:
+    the 10-minute default measured nothing and said so after 6.5 minutes. The command asks for
+    the budget its knobs need at the run's step time, and the same command for fast steps."""
+    from trainspeed.tune.trial_fit import budget_to_measure
+
+    assert _ctx(0.05).tune_command("compile") == "trainspeed tune --knobs compile -- python train.py --steps 8"
+    slow = _ctx(31.8)
+    assert slow._start_s() == pytest.approx(0.6)
+    # the first trial (2 warm-up + 3 steps), then trials of 1 warm-up + 3 steps: 2 rounds of 2 baselines
+    # and the compile setting at 3x, 3 verification rounds of 2: 16 trials
+    assert budget_to_measure(31.8, 0.6, [3.0]) == pytest.approx(0.6 + 5 * 31.8 + 16 * (0.6 + 4 * 31.8))
+    assert slow.tune_command("compile") == "trainspeed tune --knobs compile --budget 43m -- python train.py --steps 8"
+    assert slow.tune_command("precision", "compile") == ("trainspeed tune --knobs precision,compile --budget 48m "
+                                                         "-- python train.py --steps 8")
+    # steps of 2 s fit a compile tune in the default 10 minutes: nothing added
+    assert " --budget" not in _ctx(2.0).tune_command("compile")
+    assert " --budget" not in _ctx(7.0).tune_command("compile")  # 8.1 minutes
+    assert " --budget 14m -- " in _ctx(10.0).tune_command("compile")

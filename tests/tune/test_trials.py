@@ -77,6 +77,27 @@ def test_slow_first_steps_after_the_warm_up_are_warm_up_too(tmp_path):
     assert settled_from([5.0] * 7 + [0.1] * 5) == 6  # never more than half
 
 
+def test_the_step_that_counted_flops_is_priced_as_an_ordinary_warm_up_step(tmp_path):
+    """time_sequence_prediction's first trial: its FLOP-counted step took 216 s beside 38 s steps,
+    and every later trial (which counts none) was priced with that warm-up: 338 s, not ~155 s."""
+    path = tmp_path / "r"
+    times = [43.8, 216.2, 38.0, 34.8, 42.5]
+    path.mkdir()
+    (path / "events.jsonl").write_text(json.dumps({"schema": 1, "type": "flops", "step": 2,
+                                                   "data": {"flops_per_step": 3.65e11}}) + "\n")
+    with (path / "steps.jsonl").open("w") as f:
+        for i, t in enumerate(times):
+            f.write(json.dumps({"schema": 1, "step": i + 1, "t_step": t, "samples": 97, "loss": 1.0,
+                                "warmup": i < 2, "mem": {"rss": 1}}) + "\n")
+    res = result_from_run_dir(REQ, path, wall_s=377.0)
+    assert res.step_times == pytest.approx([38.0, 34.8, 42.5])
+    assert res.warmup_s == pytest.approx(43.8 + 38.0)  # the counted step as the median step
+    # a count of none (skipped: too slow for the time limit) leaves the warm-up as it ran
+    (path / "events.jsonl").write_text(json.dumps({"schema": 1, "type": "flops", "step": 2,
+                                                   "data": {"flops_per_step": None, "skipped": "why"}}) + "\n")
+    assert result_from_run_dir(REQ, path, wall_s=377.0).warmup_s == pytest.approx(43.8 + 216.2)
+
+
 def test_result_reads_mfu_at_the_median_measured_step(tmp_path):
     # measured steps 0.12..0.15 s: median 0.135 s; 2.7e9 FLOPs a step on a 4e10 FLOP/s peak
     run = write_run(tmp_path / "r", [5.0, 4.0, 3.0, 2.0, 1.0, 1.0], warm=2, flops=2.7e9, peak=4e10)

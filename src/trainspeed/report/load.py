@@ -32,7 +32,7 @@ class LoadedRun:
 
     @property
     def name(self) -> str:
-        return Path(self.run.path).name
+        return self.run.name
 
 
 def from_run(run: Any, summary: dict[str, Any] | None = None, findings: list[dict] | None = None) -> LoadedRun:

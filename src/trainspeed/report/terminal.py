@@ -212,7 +212,7 @@ def render_terminal(run: Any, summary: dict[str, Any], findings: list[dict[str, 
     from rich.text import Text
 
     con = _console(console)
-    con.print(Rule(Text(f"trainspeed report: {run.path.name}", style="bold"), align="left"))
+    con.print(Rule(Text(f"trainspeed report: {run.name}", style="bold"), align="left"))
     statement = time_goes_text(run, summary)
     if statement:
         con.print(Text(statement, style="bold"))

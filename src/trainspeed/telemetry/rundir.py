@@ -115,7 +115,8 @@ class RunData:
 
     @property
     def name(self) -> str:
-        return self.path.name
+        """The run directory's name; `trainspeed report .` names the directory, not ''."""
+        return self.path.name or self.path.resolve().name
 
     def array(self, key: str) -> np.ndarray:
         """A float array of one field over the steps; `phases.forward` reads nested keys.

@@ -11,8 +11,11 @@ import shutil
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-__all__ = ["COMPILE_STARTUP_S", "Candidate", "DeviceInfo", "KnobContext", "KnobFn", "Skip"]
+__all__ = ["COMPILE_COST_FACTOR", "COMPILE_STARTUP_S", "Candidate", "DeviceInfo", "KnobContext", "KnobFn", "Skip"]
 
+
+COMPILE_COST_FACTOR = 3.0
+"""A compile trial's expected wall time in baseline trials (its warm-up compiles)."""
 
 COMPILE_STARTUP_S = 90.0
 """Seconds a compile trial may spend compiling before the far-slower cutoff counts: a cold

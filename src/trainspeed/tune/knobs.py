@@ -15,6 +15,7 @@ from trainspeed.errors import ConfigError
 
 # The base types, re-exported: `from trainspeed.tune.knobs import Candidate` still works.
 from trainspeed.tune.knob_types import (  # noqa: F401
+    COMPILE_COST_FACTOR,
     COMPILE_STARTUP_S,
     Candidate,
     DeviceInfo,
@@ -72,7 +73,7 @@ def compile(ctx: KnobContext) -> list:  # noqa: A001 - the knob's name
             out.append(Skip("compile", mode, "torch.compile on CPU needs a C++ compiler (g++/clang++) on PATH"))
         else:
             # Compilation happens in the trial's warm-up steps, which the tuner excludes.
-            out.append(Candidate("compile", mode, {"compile.mode": mode}, cost_factor=3.0,
+            out.append(Candidate("compile", mode, {"compile.mode": mode}, cost_factor=COMPILE_COST_FACTOR,
                                  startup_s=COMPILE_STARTUP_S))
     return out
 

@@ -16,7 +16,7 @@ from typing import Any
 
 from trainspeed.doctor.checks.script_flags import BOOL_TYPES, padding_flag
 from trainspeed.tune.knob_types import MIN_EFFECT
-from trainspeed.tune.knobs import COMPILE_STARTUP_S, Candidate, Skip, _powers_up_to
+from trainspeed.tune.knobs import COMPILE_COST_FACTOR, COMPILE_STARTUP_S, Candidate, Skip, _powers_up_to
 from trainspeed.tune.script_context import ScriptContext
 from trainspeed.tune.script_zero_knobs import DS_CONFIG_PREFIX, bucket_size, edited_ds_config, overlap_comm, zero_stage
 
@@ -177,15 +177,15 @@ def compile(ctx: ScriptContext) -> list:  # noqa: A001 - the knob's name
         from trainspeed.doctor.checks.script_flags import set_flag
 
         # labelled as the user passes it (nanoGPT's row read "compile default" for --compile=True)
-        return [Candidate("compile", set_flag(flag, value), {f"args.{flag['option']}": value}, cost_factor=3.0,
+        return [Candidate("compile", set_flag(flag, value), {f"args.{flag['option']}": value}, cost_factor=COMPILE_COST_FACTOR,
                           startup_s=COMPILE_STARTUP_S)]
     # Compilation happens in the warm-up steps, which a trial excludes.
-    out = [Candidate("compile", "default", {"compile": "default"}, cost_factor=3.0, startup_s=COMPILE_STARTUP_S)]
+    out = [Candidate("compile", "default", {"compile": "default"}, cost_factor=COMPILE_COST_FACTOR, startup_s=COMPILE_STARTUP_S)]
     if ctx.device.type == "cuda":
         # CUDA graphs replay the compiled step with one launch: what a launch-bound loop needs
         # (on an H100, 'default' alone gave launch_bound.py 1.19-1.40x, its kernels still
         # launched one by one).
-        out.append(Candidate("compile", "reduce-overhead", {"compile": "reduce-overhead"}, cost_factor=3.0,
+        out.append(Candidate("compile", "reduce-overhead", {"compile": "reduce-overhead"}, cost_factor=COMPILE_COST_FACTOR,
                              startup_s=COMPILE_STARTUP_S))
     return out
 

@@ -17,7 +17,9 @@ from __future__ import annotations
 import math
 import statistics
 from dataclasses import dataclass
+from typing import Sequence
 
+from trainspeed.tune.settle import MIN_SETTLE_STEPS
 from trainspeed.tune.trials import TrialResult
 
 MIN_FIT_STEPS = 6
@@ -41,6 +43,23 @@ settle.py): nanoGPT's 8 s steps made a 5-step warm-up 40 s of a 6m budget."""
 def pricing_seconds(budget_s: float) -> float:
     """How old the first (pricing) baseline trial may grow before it stops."""
     return min(PRICING_S[1], max(PRICING_S[0], PRICING_SHARE * budget_s))
+
+
+def budget_to_measure(step_s: float, start_s: float, cost_factors: Sequence[float], *, repeats: int = 2,
+                      every: int = 2, verify: int = 3) -> float:
+    """Seconds a script tune needs to measure settings whose trials cost `cost_factors` baseline
+    trials each, at the shortest trials (1 warm-up + min_fit_steps measured steps of `step_s`,
+    `start_s` to start), and to verify a winner: its first trial (PRICING_WARMUP + 3 steps),
+    then what BudgetPlan admits against: every round's baseline brackets, the settings' repeats
+    and the verification's rounds. The doctor's tune commands ask for this (with a margin)
+    where the default budget cannot pay for it: time_sequence_prediction's 35 s LBFGS steps
+    left a 10-minute compile tune nothing to measure."""
+    from trainspeed.tune.order import n_brackets
+
+    trial = start_s + (MIN_FIT_WARMUP + min_fit_steps(step_s)) * step_s
+    first = start_s + (PRICING_WARMUP + MIN_SETTLE_STEPS) * step_s
+    units = repeats * (sum(cost_factors) + n_brackets(len(cost_factors), every)) + 2 * verify
+    return first + units * trial
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,5 +138,6 @@ def _s(seconds: float) -> str:
     return f"{1e3 * seconds:.0f} ms" if seconds < 1 else f"{seconds:.2f} s"
 
 
-__all__ = ["MIN_FIT_STEPS", "MIN_FIT_WARMUP", "PRICING_WARMUP", "TrialFit", "fit_trial", "min_fit_steps",
+__all__ = ["MIN_FIT_STEPS", "MIN_FIT_WARMUP", "PRICING_WARMUP", "TrialFit", "budget_to_measure", "fit_trial",
+           "min_fit_steps",
            "pricing_seconds", "trial_length_line"]

@@ -7,7 +7,7 @@ from the run directory, so they run on any run later, not only inside the doctor
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -77,6 +77,11 @@ code changes no run-time setting makes: a script run's finding re-runs the docto
 instead."""
 
 
+BUDGET_MARGIN = 1.15
+"""Room above budget_to_measure in a suggested --budget: trials start processes and run on a
+machine that varies."""
+
+
 def _knobs(topics: tuple[str, ...], table: dict[str, str]) -> str:
     out: list[str] = []
     for topic in topics:
@@ -86,15 +91,19 @@ def _knobs(topics: tuple[str, ...], table: dict[str, str]) -> str:
     return ",".join(out)
 
 
-def tune_command(*topics: str, command: list[str] | None = None, config: str | None = None) -> str | None:
+def tune_command(*topics: str, command: list[str] | None = None, config: str | None = None,
+                 budget: Callable[[list[str]], str] | None = None) -> str | None:
     """The command that measures the fix, or None when no knob covers the topics: for a script
     run, the script tune of the recorded command (`trainspeed tune --knobs K -- python train.py
-    ARGS`, shell-quoted); for an engine run, the tune of its config (CONFIG.yaml when unknown)."""
+    ARGS`, shell-quoted, with the ` --budget Nm` that `budget` gives for the knobs where the
+    default cannot measure them); for an engine run, the tune of its config (CONFIG.yaml when
+    unknown)."""
     import shlex
 
     if command:
         knobs = _knobs(topics, SCRIPT_TUNE_KNOBS)
-        return f"trainspeed tune --knobs {knobs} -- {shlex.join(command)}" if knobs else None
+        size = budget(knobs.split(",")) if budget and knobs else ""
+        return f"trainspeed tune --knobs {knobs}{size} -- {shlex.join(command)}" if knobs else None
     knobs = _knobs(topics, TUNE_KNOBS)
     return f"trainspeed tune {shlex.quote(config) if config else 'CONFIG.yaml'} --knobs {knobs}" if knobs else None
 
@@ -228,10 +237,40 @@ class CheckContext:
 
                 several = len(self.summary.get("ranks") or []) > 1
                 command = (one_process_launch(self.launcher) if several else self.launcher) + command[1:]
-            tune = tune_command(*topics, command=command)
+            tune = tune_command(*topics, command=command, budget=self._budget_option)
             return self.with_pythonpath(tune) if tune else f"{self.doctor_command()} (after the change)"
         config = self.run.path / "config.yaml"
         return tune_command(*topics, config=str(config) if config.is_file() else None)
+
+    def _budget_option(self, knobs: list[str]) -> str:
+        """` --budget Nm` where the tune's default budget cannot measure one setting of each of
+        `knobs` and verify a winner at this run's step time (trial_fit.budget_to_measure, plus
+        BUDGET_MARGIN), else "": a script of 35 s steps was told to run a 10-minute tune that
+        could measure nothing."""
+        import math
+
+        from trainspeed.tune.knob_types import COMPILE_COST_FACTOR
+        from trainspeed.tune.options import TuneOptions
+        from trainspeed.tune.trial_fit import budget_to_measure
+
+        step_s = (self.summary.get("step_time") or {}).get("p50")
+        if not isinstance(step_s, (int, float)) or not step_s > 0:
+            return ""
+        options = TuneOptions()
+        needed = BUDGET_MARGIN * budget_to_measure(
+            float(step_s), self._start_s(), [COMPILE_COST_FACTOR if k == "compile" else 1.0 for k in knobs],
+            repeats=options.repeats, every=options.baseline_every, verify=options.verify_repeats)
+        return f" --budget {math.ceil(needed / 60)}m" if needed > options.budget_s else ""
+
+    def _start_s(self) -> float:
+        """Seconds from the run's start to its first step's start (the script's own start-up)."""
+        starts = self.run.events_of("run_start")
+        start = starts[0].get("t_wall") if starts else None
+        first = self.run.steps[0] if self.run.steps else {}
+        wall, step = first.get("t_wall"), first.get("t_step")
+        if not all(isinstance(x, (int, float)) for x in (start, wall, step)):
+            return 0.0
+        return max(0.0, wall - step - start)
 
     # ---------------------------------------------------------------- observations
     def obs(self, kind: str) -> list[dict[str, Any]]:
