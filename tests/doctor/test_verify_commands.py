@@ -90,10 +90,16 @@ def test_a_tune_command_for_slow_steps_asks_for_the_budget_that_measures_its_kno
     # the first trial (2 warm-up + 3 steps), then trials of 1 warm-up + 3 steps: 2 rounds of 2 baselines
     # and the compile setting at 3x, 3 verification rounds of 2: 16 trials
     assert budget_to_measure(31.8, 0.6, [3.0]) == pytest.approx(0.6 + 5 * 31.8 + 16 * (0.6 + 4 * 31.8))
-    assert slow.tune_command("compile") == "trainspeed tune --knobs compile --budget 43m -- python train.py --steps 8"
-    assert slow.tune_command("precision", "compile") == ("trainspeed tune --knobs precision,compile --budget 48m "
-                                                         "-- python train.py --steps 8")
+    # every trial's warm-up step pays the one-time costs the run's first step paid (nanoGPT: 24 s
+    # beside 10 s steps)
+    assert budget_to_measure(31.8, 0.6, [3.0], first_step_s=44.0) == pytest.approx(
+        0.6 + 44.0 + 4 * 31.8 + 16 * (0.6 + 44.0 + 3 * 31.8))
+    # --from: the tune takes this run's FLOP count instead of counting a slow step again
+    assert slow.tune_command("compile") == ("trainspeed tune --knobs compile --budget 45m --from runs/doctor-train "
+                                            "-- python train.py --steps 8")
+    assert slow.tune_command("precision", "compile") == ("trainspeed tune --knobs precision,compile --budget 50m "
+                                                         "--from runs/doctor-train -- python train.py --steps 8")
     # steps of 2 s fit a compile tune in the default 10 minutes: nothing added
     assert " --budget" not in _ctx(2.0).tune_command("compile")
-    assert " --budget" not in _ctx(7.0).tune_command("compile")  # 8.1 minutes
-    assert " --budget 14m -- " in _ctx(10.0).tune_command("compile")
+    assert " --budget" not in _ctx(7.0).tune_command("compile")  # 9.9 minutes
+    assert " --budget 15m --from runs/doctor-train -- " in _ctx(10.0).tune_command("compile")

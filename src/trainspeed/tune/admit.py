@@ -78,6 +78,7 @@ def candidates_for(tuner: Any, ctx: KnobContext, base_wall: float) -> tuple[list
     names = ", ".join(f"{c.knob}={c.label}" for c in lean[0])
     tuner.say(f"the budget pays for one round of {names}, not {tuner.opt.repeats} with a verification: measuring "
               "that once against the baseline, so the tune answers what it can (a larger --budget measures more)")
+    tuner.asked_repeats = tuner.opt.repeats  # more rounds, while the budget allows: spend._wanted
     tuner.opt = dataclasses.replace(tuner.opt, repeats=1)
     return (*lean, True)
 

@@ -116,6 +116,7 @@ class Tuner(LoadProof):
         self.knob_wall: dict[str, float] = {}  # knob -> the longest trial of its settings so far
         self.unadmitted: list[Candidate] = []  # settings the budget plan did not admit (spend.py)
         self.chosen_after: dict[str, int] = {}  # config key -> rounds before more were added for it
+        self.asked_repeats: int | None = None  # --repeats, where a one-round plan lowered opt.repeats (admit.py)
         # held back for the verification (the greedy steps once spent it: best.yaml was the baseline)
         self.reserve_s = 0.0
         self.min_measure_steps = 0

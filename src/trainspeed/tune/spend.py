@@ -166,12 +166,15 @@ def _tentative(tuner: Tuner, c: Candidate, pairs: list[Pair], round_sd: float) -
 def _wanted(tuner: Tuner, candidates: list[Candidate], pairs: list[list[Pair]]
             ) -> tuple[list[int], bool, list[Candidate]]:
     """Indices of the candidates worth another round, most wanted first: never measured, then
-    measured in fewer rounds than planned, then faster within their trials (confidence interval
-    above 1) but not beyond the noise yet: the search's hopefuls. Whether any measured one
+    measured in fewer rounds than --repeats asked, then faster within their trials (confidence
+    interval above 1) but not beyond the noise yet: the search's hopefuls; then those whose
+    interval still reaches past the --min-effect floor, reading faster first. Whether any measured one
     reads faster so far (then the verification's reserve is held back; else a tune whose first
     trial was priced too high would keep it for a verification nothing can reach). And the
     hopefuls as they stand, more rounds due or not (the together comparison's members)."""
-    R = tuner.opt.repeats
+    # the rounds asked for (--repeats): a tune whose first trial priced one round only
+    # (admit.candidates_for) gives the second when its trials turn out cheaper
+    R = tuner.asked_repeats or tuner.opt.repeats
     logs = []
     for c, p in zip(candidates, pairs):
         rounds, _ = tuner._paired(c.settings, {}, p)
@@ -205,10 +208,11 @@ def _wanted(tuner: Tuner, candidates: list[Candidate], pairs: list[list[Pair]]
             if faster_inside_noise:  # faster within its trials, not yet beyond the noise
                 hopeful.append(i)
                 tuner.chosen_after.setdefault(key, len(p))
-            elif comp.speedup > 1.0 + tuner.opt.min_effect:
-                # reads faster, but its interval reaches below 1 (a Lightning script's 1.26x, CI
-                # 0.74-2.04, stopped there with half the budget left): more rounds decide it,
-                # held to a hopeful's rule (confirm)
+            elif comp.ci_high > 1.0 + tuner.opt.min_effect:
+                # its interval reaches both below 1 and past the floor: a Lightning script's 1.26x
+                # (CI 0.74-2.04) stopped there with half the budget left, nanoGPT's compile at
+                # 0.93x (CI 0.67-1.21, one round) with 518 s of 780 left. More rounds decide it,
+                # those reading faster first, held to a hopeful's rule (confirm)
                 undecided.append((-comp.speedup, i))
                 tuner.chosen_after.setdefault(key, len(p))
     return first + short + hopeful + [i for _, i in sorted(undecided)], may_win, inside

@@ -45,19 +45,21 @@ def pricing_seconds(budget_s: float) -> float:
     return min(PRICING_S[1], max(PRICING_S[0], PRICING_SHARE * budget_s))
 
 
-def budget_to_measure(step_s: float, start_s: float, cost_factors: Sequence[float], *, repeats: int = 2,
-                      every: int = 2, verify: int = 3) -> float:
+def budget_to_measure(step_s: float, start_s: float, cost_factors: Sequence[float], *, first_step_s: float = 0.0,
+                      repeats: int = 2, every: int = 2, verify: int = 3) -> float:
     """Seconds a script tune needs to measure settings whose trials cost `cost_factors` baseline
-    trials each, at the shortest trials (1 warm-up + min_fit_steps measured steps of `step_s`,
-    `start_s` to start), and to verify a winner: its first trial (PRICING_WARMUP + 3 steps),
+    trials each, at the shortest trials (1 warm-up step of `first_step_s`, the one-time costs,
+    at least a step, + min_fit_steps measured steps of `step_s`, `start_s` to start), and to
+    verify a winner: its first trial (PRICING_WARMUP + 3 steps),
     then what BudgetPlan admits against: every round's baseline brackets, the settings' repeats
     and the verification's rounds. The doctor's tune commands ask for this (with a margin)
     where the default budget cannot pay for it: time_sequence_prediction's 35 s LBFGS steps
     left a 10-minute compile tune nothing to measure."""
     from trainspeed.tune.order import n_brackets
 
-    trial = start_s + (MIN_FIT_WARMUP + min_fit_steps(step_s)) * step_s
-    first = start_s + (PRICING_WARMUP + MIN_SETTLE_STEPS) * step_s
+    warm = max(first_step_s, step_s) + (MIN_FIT_WARMUP - 1) * step_s
+    trial = start_s + warm + min_fit_steps(step_s) * step_s
+    first = start_s + warm + (PRICING_WARMUP - MIN_FIT_WARMUP + MIN_SETTLE_STEPS) * step_s
     units = repeats * (sum(cost_factors) + n_brackets(len(cost_factors), every)) + 2 * verify
     return first + units * trial
 
