@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import math
 import statistics
+from dataclasses import dataclass
 from typing import Any
 
 from trainspeed.tune import stats
@@ -163,15 +164,30 @@ def _tentative(tuner: Tuner, c: Candidate, pairs: list[Pair], round_sd: float) -
                          bracket=stats.bracket_spread([stats.repeat_costs(arm_of(refs)) for refs, _ in rounds]))
 
 
+@dataclass(frozen=True)
+class Wanted:
+    """What the rounds so far say beside the wanted candidates (see _wanted)."""
+
+    may_win: bool
+    """A measured setting reads faster than the --min-effect floor."""
+    winner: bool
+    """A measured setting reads faster beyond the noise: a verification will follow."""
+    inside: list[Candidate]
+    """The hopefuls: faster within their trials, not yet beyond the noise."""
+    faster_knobs: set[str]
+    """The knobs of the settings that read faster."""
+
+
 def _wanted(tuner: Tuner, candidates: list[Candidate], pairs: list[list[Pair]]
-            ) -> tuple[list[int], bool, list[Candidate]]:
+            ) -> tuple[list[int], "Wanted"]:
     """Indices of the candidates worth another round, most wanted first: never measured, then
     measured in fewer rounds than --repeats asked, then faster within their trials (confidence
     interval above 1) but not beyond the noise yet: the search's hopefuls; then those whose
     interval still reaches past the --min-effect floor, reading faster first. Whether any measured one
     reads faster so far (then the verification's reserve is held back; else a tune whose first
-    trial was priced too high would keep it for a verification nothing can reach). And the
-    hopefuls as they stand, more rounds due or not (the together comparison's members)."""
+    trial was priced too high would keep it for a verification nothing can reach), whether one
+    is faster beyond the noise, the hopefuls as they stand, more rounds due or not (the together
+    comparison's members), and the knobs of the settings that read faster: a Wanted."""
     # the rounds asked for (--repeats): a tune whose first trial priced one round only
     # (admit.candidates_for) gives the second when its trials turn out cheaper
     R = tuner.asked_repeats or tuner.opt.repeats
@@ -182,14 +198,18 @@ def _wanted(tuner: Tuner, candidates: list[Candidate], pairs: list[list[Pair]]
             logs.append(stats.round_log_ratios(arm_of([x for x, _ in rounds]), arm_of([[y] for _, y in rounds])))
     round_sd = stats.pooled_round_sd(logs)
     first, short, hopeful, undecided = [], [], [], []
-    may_win = False
+    may_win = winner = False
     inside: list[Candidate] = []
+    faster_knobs: set[str] = set()
     for i, (c, p) in enumerate(zip(candidates, pairs)):
         key = tuner.key(c.settings)
         rounds, failed = tuner._paired(c.settings, {}, p)
         comp = _tentative(tuner, c, p, round_sd) if rounds and not failed else None
-        may_win = may_win or (comp is not None and comp.speedup > 1.0 + tuner.opt.min_effect)
+        if comp is not None and comp.speedup > 1.0 + tuner.opt.min_effect:
+            may_win = True
+            faster_knobs.add(c.knob)
         no_change = comp is not None and stats.speed_verdict(comp) == stats.NO_CHANGE
+        winner = winner or (comp is not None and stats.speed_verdict(comp) == stats.FASTER)
         faster_inside_noise = no_change and comp.ci_low > 1.0
         if faster_inside_noise and key not in tuner.dropped and not tuner.is_whatif(c.settings):
             inside.append(c)
@@ -215,16 +235,19 @@ def _wanted(tuner: Tuner, candidates: list[Candidate], pairs: list[list[Pair]]
                 # those reading faster first, held to a hopeful's rule (confirm)
                 undecided.append((-comp.speedup, i))
                 tuner.chosen_after.setdefault(key, len(p))
-    return first + short + hopeful + [i for _, i in sorted(undecided)], may_win, inside
+    return first + short + hopeful + [i for _, i in sorted(undecided)], Wanted(may_win, winner, inside, faster_knobs)
 
 
-def _together_hold(tuner: Tuner, inside: list[Candidate], may_win: bool) -> float:
+def _together_hold(tuner: Tuner, inside: list[Candidate], faster_knobs: set[str]) -> float:
     """The budget the search's together comparison will need (R trials of the reference, R of
     the bundle: search.Tuner._compare_on_top), when it will be tried: two hopefuls or more, or
-    one beside a setting that reads faster (the bundle then goes on top of the winner). One
-    knob's settings are rivals, not a bundle: they count once."""
+    one beside a setting of another knob that reads faster (the bundle then goes on top of the
+    winner). One knob's settings are rivals, not a bundle: they count once. A lone hopeful that
+    reads faster is no bundle: nanoGPT's compile at 1.12x (CI 1.01-1.21, noise 5 %) held back a
+    together comparison with nothing to go with it, no round fitted beside that and the
+    verification's reserve, and the tune stopped at 371 s of its 20 minutes, nothing kept."""
     knobs = {c.knob for c in inside}
-    if len(knobs) < 2 and not (knobs and may_win):
+    if len(knobs) < 2 and not (knobs and faster_knobs - knobs):
         return 0.0
     return tuner.opt.repeats * tuner.base_wall * (1.0 + max(c.cost_factor for c in inside))
 
@@ -279,11 +302,16 @@ def spend_rest(tuner: Tuner, candidates: list[Candidate], pairs: list[list[Pair]
     parity = 0
     while True:
         reprice(tuner)
-        wanted, may_win, inside = _wanted(tuner, candidates, pairs)
-        hold = _together_hold(tuner, inside, may_win)
-        chosen = _fitting(tuner, candidates, wanted, _left(tuner, may_win or hold > 0) - hold)
-        if not chosen and not may_win and not hold:  # nothing to verify yet: measuring comes first
-            chosen = _fitting(tuner, candidates, wanted, tuner.opt.budget_s - tuner.spent)
+        wanted, state = _wanted(tuner, candidates, pairs)
+        hold = _together_hold(tuner, state.inside, state.faster_knobs)
+        chosen = _fitting(tuner, candidates, wanted, _left(tuner, state.may_win or hold > 0) - hold)
+        if not chosen and not state.winner and not hold:
+            # Nothing to verify yet, nor a together comparison to hold for: measuring comes
+            # first, with the verification's reserve too but one round of it while a setting
+            # reads faster. A hopeful at 1.12x (CI 1.03-1.21, noise 4 %) had four rounds and
+            # stopped with 485 s of 1200 left, held for the verification of a winner there was not.
+            keep = tuner._one_verify_round() if state.may_win else 0.0
+            chosen = _fitting(tuner, candidates, wanted, tuner.opt.budget_s - tuner.spent - keep)
         if not chosen:
             tuner.all_decided = not wanted  # nothing left to learn, rather than no budget for it
             break
