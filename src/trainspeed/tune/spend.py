@@ -11,10 +11,11 @@ with most of the budget unused ("~147 s for 2 repeats; --budget 8m ..."), exit 0
 - the trials are repriced from what the baseline trials of this tune really took;
 - settings not admitted are then measured one round at a time while a round fits, and settings
   still undecided (fewer rounds than planned, faster but not beyond the noise, or reading faster
-  with an interval that reaches below 1) get fresh rounds, each with fresh baseline trials around
-  them (B C1 C2 B), until the budget left is the verification's reserve, or a setting has had
-  TuneOptions.max_rounds (`--max-rounds`, default 12);
-- while two hopefuls (or one beside a setting that reads faster) stand, the rounds also leave
+  with an interval that reaches below 1, or reading slower with one that reaches past the
+  floor) get fresh rounds, each with fresh baseline trials around them (B C1 C2 B), until the
+  budget left is the verification's reserve (while no setting is faster beyond the noise, all
+  but one round of it), or a setting has had TuneOptions.max_rounds (`--max-rounds`, default 12);
+- while two hopefuls (or one beside another knob's setting that reads faster) stand, the rounds also leave
   the price of the search's comparison of them together (search.Tuner._try_together): without
   it the rounds took every second but the verification's, and dcgan's compile 1.04x and
   channels_last 1.07x (each inside the noise) were never tried together, "does not fit the
