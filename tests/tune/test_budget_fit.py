@@ -334,6 +334,29 @@ def test_a_lone_hopeful_gets_the_rounds_the_budget_has_and_holds_no_bundle_for_i
     assert "verifying the combination against the baseline" in said
 
 
+def test_the_plan_counts_the_first_trial_at_what_it_took(base_config, cpu, tmp_path):
+    """nanoGPT (10 s steps, 20m, compile): the trials were sized to fit the plan's 15 trials, at
+    75 s after a 65 s first trial, and the plan, pricing the first round's first baseline bracket
+    (that first trial, already paid) at 75 s, fell back to one round of compile. Both count alike:
+    two rounds and a verification."""
+    said: list[str] = []
+
+    class SizedTrials(FakeRunner):
+        def __call__(self, req):
+            res = super().__call__(req)
+            res.wall_s = 65.0 if len(self.calls) == 1 else 75.0
+            return res
+
+    options = TuneOptions(budget_s=1200, knobs=["compile"])
+    tuner = Tuner(base_config=base_config, base_hash="h", device=cpu, runner=SizedTrials({COMPILE: 0.8}),
+                  store=TrialStore(tmp_path), options=options, say=said.append,
+                  fit_trials=lambda base, trials: (options.budget_s - base.wall_s) / trials)
+    result = tuner.run()
+    assert not [s for s in said if s.startswith("the budget pays for one round")], said
+    assert "ablation round 2/2" in said and "verifying the combination against the baseline" in said
+    assert result.best_settings == {"compile.mode": "default"} and tuner.spent <= 1200
+
+
 def test_max_rounds_keeps_a_tune_to_its_ablation_rounds(base_config, cpu, tmp_path):
     runner = FakeRunner({FUSED: 0.85}, noisy={FUSED}, steps=6, wall_s=5.0)
     tuner, result = _tune(runner, tmp_path, 200, ["fused_optimizer"], base_config, cpu, max_rounds=1)

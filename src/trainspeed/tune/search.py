@@ -117,8 +117,8 @@ class Tuner(LoadProof):
         self.unadmitted: list[Candidate] = []  # settings the budget plan did not admit (spend.py)
         self.chosen_after: dict[str, int] = {}  # config key -> rounds before more were added for it
         self.asked_repeats: int | None = None  # --repeats, where a one-round plan lowered opt.repeats (admit.py)
-        # held back for the verification (the greedy steps once spent it: best.yaml was the baseline)
-        self.reserve_s = 0.0
+        self.first_wall = 0.0  # wall seconds of the first baseline trial (admit.py)
+        self.reserve_s = 0.0  # held back for the verification (the greedy steps once spent it)
         self.min_measure_steps = 0
 
     # ------------------------------------------------------------------ trials
@@ -305,6 +305,7 @@ class Tuner(LoadProof):
             hint = "" if base is not None and base.error.startswith(ENDED_IN_WARMUP) else f" {self.baseline_hint}"
             raise TuneError("the baseline trial failed, so there is nothing to compare against: "
                             f"{base.error if base else 'no budget'}.{hint}")
+        self.first_wall = base.wall_s
         ctx = self.make_context({}, base)
         offer = offered(self, ctx)
         self.min_measure_steps = steps_for_periods(offer)  # a script's fit_trials reads it
