@@ -332,6 +332,27 @@ def test_a_lone_hopeful_gets_the_rounds_the_budget_has_and_holds_no_bundle_for_i
     row = next(r for r in result.ablation if r.knob == "compile")
     assert row.verdict == stats.FASTER and row.speedup == pytest.approx(1.12, abs=0.03), (row.verdict, row.speedup)
     assert "verifying the combination against the baseline" in said
+    # the verification, cut to 2 of its 3 rounds by the budget, read faster inside their spread:
+    # the ablation's winner is the answer, said so (nanoGPT's 1.10x, CI 1.06-1.14, was not kept)
+    assert result.best_settings == {"compile.mode": "default"}, (result.final.verdict, result.final.note)
+    assert result.final.note.startswith("compile=default as measured against the baseline in the ablation: the "
+                                        "verification, cut short by the budget, read 1."), result.final.note
+
+
+def test_a_verification_cut_short_overrules_nothing_unless_it_read_faster():
+    from trainspeed.tune.result import Row
+    from trainspeed.tune.verify import VERIFY_OFF, budget_cut
+
+    def row(verdict, ci, note):
+        return Row(knob="combined", setting="s", settings={}, verdict=verdict, speedup=1.1, ci=ci, note=note)
+
+    cut = "CI 1.06-1.14 reaches into the noise band; 2 of 3 repeats (budget)"
+    assert budget_cut(row(stats.NO_CHANGE, (1.06, 1.14), cut))
+    assert not budget_cut(row(stats.NO_CHANGE, (0.98, 1.14), cut))  # its interval reaches below 1
+    assert not budget_cut(row(stats.NO_CHANGE, (1.06, 1.14), "CI 1.06-1.14 reaches into the noise band"))  # all ran
+    assert not budget_cut(row(stats.SLOWER, (0.8, 0.9), cut))
+    assert budget_cut(row(stats.SKIPPED, None, "budget ran out before this trial"))
+    assert not budget_cut(row(stats.SKIPPED, None, VERIFY_OFF)) and not budget_cut(None)
 
 
 def test_the_plan_counts_the_first_trial_at_what_it_took(base_config, cpu, tmp_path):
