@@ -96,6 +96,26 @@ def test_no_winner_line_tells_unmeasured_from_measured_and_slower():
     assert no_winner_line(TuneResult(ablation=[killed, lost], **common)).startswith("nothing won over the baseline")
 
 
+def test_no_winner_line_names_an_undecided_setting_as_undecided():
+    """nanoGPT's 20-minute compile tune on a busy machine: 1.08x over four rounds, CI 1.00-1.15, in
+    a ±10 % band; the closing line said the script was 'already the fastest measured here'."""
+    from trainspeed.cli.tune import no_winner_line
+    from trainspeed.tune.result import Row, TuneResult
+
+    common = dict(combination=[], best_settings={}, final=None, baseline_cost_s=1e-3, trials_run=9,
+                  trials_reused=0, elapsed_s=900.0)
+    row = Row(knob="compile", setting="--compile=True", verdict="no measurable change", speedup=1.08,
+              ci=(0.998, 1.15), noise=0.10)
+    assert no_winner_line(TuneResult(ablation=[row], **common)) == (
+        "nothing is kept, nor known to lose: compile=--compile=True read 1.08x (CI 1.00–1.15), undecided within "
+        "this machine's run-to-run noise (±10%); rerun on a quieter machine, or with the same --out and a larger "
+        "--budget for more rounds")
+    # one that reads no faster than the floor, or whose interval stops short of it, is measured and lost
+    for speedup, ci in ((1.01, (0.9, 1.12)), (1.04, (0.99, 1.02))):
+        flat = Row(knob="compile", setting="default", verdict="no measurable change", speedup=speedup, ci=ci, noise=0.1)
+        assert no_winner_line(TuneResult(ablation=[flat], **common)).startswith("nothing won over the baseline")
+
+
 def test_no_winner_line_names_what_read_faster_inside_the_noise():
     """dcgan on a noisy VM: channels_last 1.16x (CI 1.14-1.19) and fused 1.12x in the table,
     each 'no measurable change' against a 13 % noise band, and the closing line said the
