@@ -9,7 +9,7 @@ from trainspeed.cli._args import duration
 from trainspeed.cli._launchers import is_accelerate, one_process
 from trainspeed.tune.budget_plan import NOTHING_MEASURED  # exit status 3: a tune that measured nothing
 from trainspeed.tune.options import TuneOptions
-from trainspeed.tune.knob_types import DEFAULT_WARMUP
+from trainspeed.tune.knob_types import DEFAULT_WARMUP, MIN_EFFECT
 
 HELP = """Measure every speed switch on your own script (or a config) and machine, and write the fastest settings.
 Each setting runs as short isolated trials (fresh processes, warm-up excluded, interleaved
@@ -247,7 +247,7 @@ def _speedups(rows) -> str:
     return ", ".join(f"{row.knob}={row.setting} ({row.speedup:.2f}x)" for row in rows if row.speedup)
 
 
-UNDECIDED = 1.03
+UNDECIDED = 1.0 + MIN_EFFECT
 """A setting reading at least this fast (the default --min-effect floor), its interval reaching
 as far, with no measurable change is undecided, not "already the fastest": the closing line
 says so."""

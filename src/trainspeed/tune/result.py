@@ -3,6 +3,7 @@ and HTML tables, and best.yaml are written from."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -89,6 +90,19 @@ class TuneResult:
                 "trials_run": self.trials_run, "trials_reused": self.trials_reused,
                 "elapsed_s": self.elapsed_s, "notes": self.notes,
                 "baseline_mfu": self.baseline_mfu, "peak_name": self.peak_name, "others_load": self.others_load}
+
+
+def repeats_note(ran: int, planned: int, why: str) -> str:
+    """A row's note on a comparison with fewer rounds than planned (search.Tuner.row)."""
+    return f"{ran} of {planned} repeats ({why})"
+
+
+_BUDGET_CUT = re.compile(r"\b\d+ of \d+ repeats \(budget\)")
+
+
+def cut_by_budget(row: Row) -> bool:
+    """Whether the row's comparison had fewer rounds than planned for the budget (repeats_note)."""
+    return bool(_BUDGET_CUT.search(row.note or ""))
 
 
 LOAD_NOTE_CORES = 0.5

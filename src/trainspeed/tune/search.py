@@ -32,7 +32,7 @@ from trainspeed.tune.load_proof import LoadProof, load_matched
 from trainspeed.tune.one_time import kept_one_time_notes, note_one_time
 from trainspeed.tune.options import TuneOptions
 from trainspeed.tune.order import ablation_round, bracket_repeats, n_brackets
-from trainspeed.tune.result import Row, TuneResult, load_note, median_load, utilization_note
+from trainspeed.tune.result import Row, TuneResult, load_note, median_load, repeats_note, utilization_note
 from trainspeed.tune.short_run import ENDED_IN_WARMUP
 from trainspeed.tune.spend import confirm, early_end_note, halve, offered, planned_trials, spend_rest
 from trainspeed.tune.store import TrialStore
@@ -262,7 +262,7 @@ class Tuner(LoadProof):
         note_one_time(row, ref, cand)
         if len(rounds) < planned:
             why = self.drop_why.get(config_key(self.base_hash, settings), "budget")
-            row.note = (row.note + "; " if row.note else "") + f"{len(rounds)} of {planned} repeats ({why})"
+            row.note = (row.note + "; " if row.note else "") + repeats_note(len(rounds), planned, why)
         return self._load_proof(row, reference, pairs) if proof else row  # load_proof.py
 
     def _key(self, settings: dict[str, Any]) -> str:

@@ -169,14 +169,17 @@ def _tentative(tuner: Tuner, c: Candidate, pairs: list[Pair], round_sd: float) -
 class Wanted:
     """What the rounds so far say beside the wanted candidates (see _wanted)."""
 
-    may_win: bool
-    """A measured setting reads faster than the --min-effect floor."""
     winner: bool
     """A measured setting reads faster beyond the noise: a verification will follow."""
     inside: list[Candidate]
     """The hopefuls: faster within their trials, not yet beyond the noise."""
     faster_knobs: set[str]
-    """The knobs of the settings that read faster."""
+    """The knobs of the settings that read faster than the --min-effect floor."""
+
+    @property
+    def may_win(self) -> bool:
+        """A measured setting reads faster than the floor."""
+        return bool(self.faster_knobs)
 
 
 def _wanted(tuner: Tuner, candidates: list[Candidate], pairs: list[list[Pair]]
@@ -199,7 +202,7 @@ def _wanted(tuner: Tuner, candidates: list[Candidate], pairs: list[list[Pair]]
             logs.append(stats.round_log_ratios(arm_of([x for x, _ in rounds]), arm_of([[y] for _, y in rounds])))
     round_sd = stats.pooled_round_sd(logs)
     first, short, hopeful, undecided = [], [], [], []
-    may_win = winner = False
+    winner = False
     inside: list[Candidate] = []
     faster_knobs: set[str] = set()
     for i, (c, p) in enumerate(zip(candidates, pairs)):
@@ -207,7 +210,6 @@ def _wanted(tuner: Tuner, candidates: list[Candidate], pairs: list[list[Pair]]
         rounds, failed = tuner._paired(c.settings, {}, p)
         comp = _tentative(tuner, c, p, round_sd) if rounds and not failed else None
         if comp is not None and comp.speedup > 1.0 + tuner.opt.min_effect:
-            may_win = True
             faster_knobs.add(c.knob)
         no_change = comp is not None and stats.speed_verdict(comp) == stats.NO_CHANGE
         winner = winner or (comp is not None and stats.speed_verdict(comp) == stats.FASTER)
@@ -236,7 +238,7 @@ def _wanted(tuner: Tuner, candidates: list[Candidate], pairs: list[list[Pair]]
                 # those reading faster first, held to a hopeful's rule (confirm)
                 undecided.append((-comp.speedup, i))
                 tuner.chosen_after.setdefault(key, len(p))
-    return first + short + hopeful + [i for _, i in sorted(undecided)], Wanted(may_win, winner, inside, faster_knobs)
+    return first + short + hopeful + [i for _, i in sorted(undecided)], Wanted(winner, inside, faster_knobs)
 
 
 def _together_hold(tuner: Tuner, inside: list[Candidate], faster_knobs: set[str]) -> float:

@@ -17,10 +17,12 @@ from __future__ import annotations
 import math
 import statistics
 from dataclasses import dataclass
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 from trainspeed.tune.settle import MIN_SETTLE_STEPS
-from trainspeed.tune.trials import TrialResult
+
+if TYPE_CHECKING:  # annotations only: the doctor's checks import this module (budget_to_measure)
+    from trainspeed.tune.trials import TrialResult
 
 MIN_FIT_STEPS = 6
 """Fewest measured steps a trial is cut to for the budget (the slowest 5 % trimmed leaves 5)..."""
@@ -50,9 +52,9 @@ def budget_to_measure(step_s: float, start_s: float, cost_factors: Sequence[floa
     """Seconds a script tune needs to measure settings whose trials cost `cost_factors` baseline
     trials each, at the shortest trials (1 warm-up step of `first_step_s`, the one-time costs,
     at least a step, + min_fit_steps measured steps of `step_s`, `start_s` to start), and to
-    verify a winner: its first trial (PRICING_WARMUP + 3 steps),
-    then what BudgetPlan admits against: every round's baseline brackets, the settings' repeats
-    and the verification's rounds. The doctor's tune commands ask for this (with a margin)
+    verify a winner: its first trial (PRICING_WARMUP + 3 steps), then what BudgetPlan admits
+    against: every round's baseline brackets, the settings' repeats and the verification's
+    rounds. The doctor's tune commands ask for this (with a margin)
     where the default budget cannot pay for it: time_sequence_prediction's 35 s LBFGS steps
     left a 10-minute compile tune nothing to measure."""
     from trainspeed.tune.order import n_brackets
@@ -141,5 +143,4 @@ def _s(seconds: float) -> str:
 
 
 __all__ = ["MIN_FIT_STEPS", "MIN_FIT_WARMUP", "PRICING_WARMUP", "TrialFit", "budget_to_measure", "fit_trial",
-           "min_fit_steps",
-           "pricing_seconds", "trial_length_line"]
+           "min_fit_steps", "pricing_seconds", "trial_length_line"]

@@ -144,10 +144,12 @@ def result_from_run_dir(request: TrialRequest, run_dir: Path, wall_s: float) -> 
     mem = _finite(run.array("mem.cuda_alloc_peak"))
     if not mem.size:
         mem = _finite(run.array("mem.rss"))
-    starts, per_epoch = _epoch_starts(run, run.array("step"))
+    step_numbers = run.array("step")
+    starts, per_epoch = _epoch_starts(run, step_numbers)
     # The report's MFU, at the median measured step: None when FLOPs or the peak are unknown,
     # or the result is impossible (over 100 %).
-    reading = mfu(flops_per_step(run, keep), float(np.median(t[keep])), *peak_of(run))
+    step_s = float(np.median(t[keep]))
+    reading = mfu(flops_per_step(run, keep), step_s, *peak_of(run))
     utilization = reading.value if reading.valid else None
     others = _finite(others_per_step(run, keep)[0])
     if not others.size:  # steps shorter than the sampler's interval: its readings over the whole trial
@@ -157,11 +159,11 @@ def result_from_run_dir(request: TrialRequest, run_dir: Path, wall_s: float) -> 
                        steps_per_epoch=per_epoch, loss=loss, loss_start=_start_loss(run),
                        memory_peak=float(mem.max()) if mem.size else None,
                        mfu=utilization, peak_name=reading.peak_name if utilization else None,
-                       steps_run=int(t.size), warmup_s=_warmup_s(run, t, warm, float(np.median(t[keep]))),
+                       steps_run=int(t.size), warmup_s=_warmup_s(run, step_numbers, t, warm, step_s),
                        **base)
 
 
-def _warmup_s(run: Any, t: np.ndarray, warm: np.ndarray, step_s: float) -> float | None:
+def _warmup_s(run: Any, steps: np.ndarray, t: np.ndarray, warm: np.ndarray, step_s: float) -> float | None:
     """Wall seconds of the warm-up steps, the step whose FLOPs were counted (the tune's first
     trial) as one ordinary step: the later trials count none, and their warm-up is priced from
     this (time_sequence_prediction's counted step took 216 s beside 38 s steps, and every trial
@@ -169,7 +171,7 @@ def _warmup_s(run: Any, t: np.ndarray, warm: np.ndarray, step_s: float) -> float
     if not warm.any():
         return None
     counted = [e.get("step") for e in run.events_of("flops") if (e.get("data") or {}).get("flops_per_step")]
-    times = np.where(np.isin(run.array("step"), counted) & (t > step_s), step_s, t)
+    times = np.where(np.isin(steps, counted) & (t > step_s), step_s, t)
     return float(np.sum(times[warm & np.isfinite(times)]))
 
 

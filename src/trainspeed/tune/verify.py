@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import re
 import statistics
 from typing import Any
 
 from trainspeed.tune import stats
 from trainspeed.tune.arms import arm_of
-from trainspeed.tune.result import Row
+from trainspeed.tune.result import Row, cut_by_budget
 from trainspeed.tune.spend import CONFIRM_Z
 
 VERIFY_OFF = "the verification is off (--verify-repeats 0)"
@@ -96,12 +95,7 @@ def budget_cut(final: Row | None) -> bool:
         return False
     if final.verdict == stats.SKIPPED:
         return final.note != VERIFY_OFF
-    return (final.verdict == stats.NO_CHANGE and bool(_CUT.search(final.note or "")) and final.ci is not None
-            and final.ci[0] > 1.0)
-
-
-_CUT = re.compile(r"\b\d+ of \d+ repeats \(budget\)")
-"""search.Tuner.row's note on a comparison the budget cut short."""
+    return final.verdict == stats.NO_CHANGE and cut_by_budget(final) and final.ci is not None and final.ci[0] > 1.0
 
 
 def ablation_answer(tuner: Tuner, ablation: list[Row], cut: Row | None = None) -> tuple[Row, dict[str, Any]] | None:

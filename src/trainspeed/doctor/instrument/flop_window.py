@@ -61,10 +61,9 @@ def affordable(elapsed_s: float, last_step_s: float, limit_s: float) -> bool:
     time limit `limit_s` seconds from the run's start, `elapsed_s` seconds in. Counting in the
     first step after the start, the "last step" is the whole time since the start (the script's
     own start-up included): a cautious guess, where a skipped count costs only the trial's MFU
-    figure. The tune's first
-    trial stops once 10-60 s old: it only has to find the step time, and counting
-    time_sequence_prediction's 35 s steps took 178 s more, a third of a 10-minute tune, that also
-    priced every later trial's warm-up at 338 s instead of ~155 s."""
+    figure. The tune's first trial stops once 10-60 s old: it only has to find the step time,
+    and counting time_sequence_prediction's 35 s steps took 178 s more, a third of a 10-minute
+    tune, that also priced every later trial's warm-up at 338 s instead of ~155 s."""
     return elapsed_s + COUNT_COST_STEPS * last_step_s <= limit_s
 
 
