@@ -237,3 +237,53 @@ def test_a_script_that_ends_inside_the_trials_warmup_is_told_how_to_run_longer(t
     # "MFU unknown" for every tune a doctor finding printed)
     assert result.baseline_mfu is not None and 0 < result.baseline_mfu <= 1, result.baseline_mfu
     assert result.peak_name and "fp32 (measured)" in result.peak_name, result.peak_name
+
+
+def test_a_tune_resumed_with_a_larger_budget_keeps_its_stored_trials_length():
+    """'rerun with the same --out and a larger --budget' sized the trials afresh for the larger
+    budget (1+4 steps, not the 1+3 stored), so no stored trial was reused and the finished work
+    ran again. The stored length is kept wherever it fits the budget left; a smaller budget than
+    the stored trials need sizes them afresh."""
+    from trainspeed.tune.script_trials import (ScriptRunner, first_trial_limit, shape_parts, sized_steps,
+                                               stored_trial_steps)
+    from trainspeed.tune.trial_fit import fit_trial, pricing_seconds
+    from trainspeed.tune.trials import TrialResult
+
+    steps = [10.0] * 3
+    base = TrialResult(ok=True, key="k", label="baseline", repeat=0, step_times=steps, warmup_s=24.0,
+                       wall_s=5.0 + 24.0 + sum(steps))
+    fresh = fit_trial(base, 5, trials=15, budget_left=780, max_steps=25, first_warmup=2)
+    larger = fit_trial(base, 5, trials=15, budget_left=1400, max_steps=25, first_warmup=2)
+    assert (fresh.warmup_steps, fresh.measure_steps) == (1, 3)
+    assert (larger.warmup_steps, larger.measure_steps) != (1, 3)  # what re-ran every stored trial
+    kept = fit_trial(base, 5, trials=15, budget_left=1400, max_steps=25, first_warmup=2, stored=(1, 3))
+    assert (kept.warmup_steps, kept.measure_steps) == (1, 3)
+    assert kept.price_s == pytest.approx(fresh.price_s) and kept.fits > larger.fits
+    # stored trials longer than the budget left pays for are not forced on it
+    shorter = fit_trial(base, 5, trials=15, budget_left=600, max_steps=25, first_warmup=2, stored=(1, 8))
+    assert (shorter.warmup_steps, shorter.measure_steps) == (1, 3)
+
+    # the stored shape is read back exactly as ScriptRunner wrote it
+    runner = ScriptRunner(command=["python", "train.py"], base_config={}, out_dir=Path("."), warmup_steps=1,
+                          measure_steps=3)
+    runner.longer = {"args.--max_iters": 406}
+    assert sized_steps(runner.shape) == (1, 3)
+    runner.max_seconds = 48.0  # the first (pricing) trial, cut by time: not a sized trial
+    assert sized_steps(runner.shape) is None
+    assert sized_steps(None) is None and sized_steps("odd") is None
+    # the first trial's time limit is read back too: a larger --budget gives a longer pricing
+    # limit (word_language_model: 14.4 s at 3m, 28.8 s at 6m), and the first trial ran again
+    first = TrialResult(ok=True, key="k", label="baseline", repeat=0, shape=runner.shape)
+    assert first_trial_limit(first) == 48.0 and shape_parts(runner.shape) == (1, 3, 48.0)
+    runner.max_seconds = pricing_seconds(180)
+    assert first_trial_limit(TrialResult(ok=True, key="k", label="baseline", repeat=0, shape=runner.shape)) == 14.4
+    assert first_trial_limit(None) is None
+    assert first_trial_limit(TrialResult(ok=False, key="k", label="baseline", repeat=0, shape=runner.shape)) is None
+
+    def stored(shape: str, repeat: int) -> TrialResult:
+        return TrialResult(ok=True, key="k", label="baseline", repeat=repeat, shape=shape)
+
+    trials = [stored("2+3 steps, cut at 48 s", 0), stored("1+3 steps", 1), stored("1+3 steps", 2),
+              stored("1+4 steps", 3)]
+    assert stored_trial_steps(trials) == (1, 3)
+    assert stored_trial_steps(trials[:1]) is None and stored_trial_steps([]) is None

@@ -36,8 +36,8 @@ from trainspeed.tune.options import TuneOptions
 from trainspeed.tune.result import TuneResult, threads_under_load_note
 from trainspeed.tune.script_facts import ScriptFacts, read_facts
 from trainspeed.tune.script_knobs import BOOL_TYPES, SCRIPT_KNOBS, ScriptContext, is_whatif, knobs_from_findings
-from trainspeed.tune.script_trials import ScriptRunner, write_ds_config
-from trainspeed.tune.search import Tuner
+from trainspeed.tune.script_trials import ScriptRunner, first_trial_limit, stored_trial_steps, write_ds_config
+from trainspeed.tune.search import Tuner, config_key
 from trainspeed.tune.session import run_then_close
 from trainspeed.tune.stakes import mark_stakes, order_by_stake, order_line
 from trainspeed.tune.store import TrialStore
@@ -135,12 +135,16 @@ def run_script_tune(command: list[str], out_dir: str | Path, options: TuneOption
         said = order_line(options.knobs, prior.findings, f"{from_run}'s findings")
         options.knobs = order_knobs(options.knobs, prior)
         say(f"{said}; knobs in this order: {', '.join(options.knobs)}")
+    store = TrialStore(out)
+    if len(store):
+        say(f"resuming: {len(store)} finished trials in {store.path}")
     if runner is None:
+        limit = first_trial_limit(store.get(config_key(command_hash(list(command)), {}), 0))
         runner = ScriptRunner(base_config=out / "best.yaml", out_dir=out / "trials", command=list(command),
                               measure_steps=measure_steps or MIN_MEASURED_STEPS,
                               timeout_s=trial_timeout_s, fork_server=options.fork_server, say=say,
                               targets=prior.targets if prior else Targets(),
-                              max_seconds=pricing_seconds(options.budget_s),
+                              max_seconds=limit or pricing_seconds(options.budget_s),
                               warmup_steps=min(warmup_steps, PRICING_WARMUP), count_flops=prior is None)
     state: dict[str, Any] = {"facts": prior, "baseline_memory": None}
 
@@ -167,9 +171,6 @@ def run_script_tune(command: list[str], out_dir: str | Path, options: TuneOption
         device = DeviceInfo.detect("cuda" if facts.device == "cuda" else "cpu")
         return ScriptContext(facts=facts, device=device, settings=settings, baseline_memory=state["baseline_memory"])
 
-    store = TrialStore(out)
-    if len(store):
-        say(f"resuming: {len(store)} finished trials in {store.path}")
     hint = (f"Run `trainspeed doctor -- {shlex.join(command)}` to see what the script does: it must "
             "reach optimizer steps (a loop without torch.optim can mark each step with one line, "
             "trainspeed.step()).")
@@ -187,8 +188,11 @@ def run_script_tune(command: list[str], out_dir: str | Path, options: TuneOption
             length_from = f"{PERIODS_PER_TRIAL} periods of a setting's interval; a larger --steps measures more"
         # The first baseline trial's cost counts even where a resumed tune reused it (spent 0):
         # the same tune resumed sizes its trials as it did, so their stored repeats are reused.
+        stored = stored_trial_steps(store.of_key(tuner.key({})))
         sized = fit_trial(base, warmup_steps, trials, options.budget_s - max(tuner.spent, base.wall_s),
-                          max(longest, tuner.min_measure_steps), first_warmup=first_warmup)
+                          max(longest, tuner.min_measure_steps), first_warmup=first_warmup, stored=stored)
+        if stored == (sized.warmup_steps, sized.measure_steps):
+            length_from = "as the finished trials in this --out ran"
         if periods and sized.measure_steps >= tuner.min_measure_steps:
             say(f"trials measure {tuner.min_measure_steps} steps, not {longest}: {PERIODS_PER_TRIAL} periods "
                 "of the longest interval a setting makes")

@@ -9,9 +9,10 @@ losses the search compares, exactly as for a recipe trial (result_from_run_dir).
 from __future__ import annotations
 
 import json
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable
 
 import yaml
 
@@ -54,6 +55,49 @@ def write_ds_config(settings: dict[str, Any], source: DeepSpeedConfigFile | None
     return {**rest, f"{FLAG_PREFIX}{source.option}": str(path)}
 
 
+CUT_AT = ", cut at "
+
+
+def shape_parts(shape: str | None) -> tuple[int, int, float | None] | None:
+    """(warm-up steps, measured steps, time limit or None) of a stored trial's ScriptRunner.shape;
+    None for a shape not written there."""
+    if not shape:
+        return None
+    steps, _, rest = shape.partition(" steps")
+    warmup, plus, measured = steps.partition("+")
+    if not (plus and warmup.isdigit() and measured.isdigit()):
+        return None
+    cut = None
+    if rest.startswith(CUT_AT):
+        try:
+            cut = float(rest[len(CUT_AT):].split(" s", 1)[0])
+        except ValueError:
+            return None
+    return int(warmup), int(measured), cut
+
+
+def sized_steps(shape: str | None) -> tuple[int, int] | None:
+    """(warm-up, measured) steps of a stored trial sized to the budget; None for the first
+    (pricing) trial, cut by time, or a shape not written by ScriptRunner."""
+    parts = shape_parts(shape)
+    return parts[:2] if parts is not None and parts[2] is None else None
+
+
+def first_trial_limit(first: TrialResult | None) -> float | None:
+    """The time limit the first (pricing) baseline trial of an earlier tune into this --out ran
+    under: a resumed tune asks the same of its first trial, so it is reused whatever the new
+    --budget (pricing_seconds grows with it, and word_language_model's first trial ran again)."""
+    parts = shape_parts(first.shape) if first is not None and first.ok else None
+    return parts[2] if parts is not None else None
+
+
+def stored_trial_steps(results: Iterable[TrialResult]) -> tuple[int, int] | None:
+    """The (warm-up, measured) steps most of `results`, one setting's stored trials, were sized
+    to; None where none was (a fresh --out, or only the first trial ran)."""
+    counts = Counter(steps for steps in (sized_steps(r.shape) for r in results) if steps is not None)
+    return counts.most_common(1)[0][0] if counts else None
+
+
 @dataclass(kw_only=True)
 class ScriptRunner(SubprocessRunner):
     command: list[str]
@@ -81,7 +125,7 @@ class ScriptRunner(SubprocessRunner):
     def shape(self) -> str:
         """What a trial is asked to run now ("5+25 steps", "1+8 steps, cut at 12 s"): a tune
         reuses a stored trial only of the shape its own trials have (Tuner.trial)."""
-        cut = f", cut at {self.max_seconds:g} s" if self.max_seconds else ""
+        cut = f"{CUT_AT}{self.max_seconds:g} s" if self.max_seconds else ""
         run = "".join(f", {k.removeprefix('args.')}={v}" for k, v in self.longer.items())
         return f"{self.warmup_steps}+{self.measure_steps} steps{cut}{run}"
 
@@ -119,4 +163,5 @@ def _patch_notes(run_dir: Path) -> list[str]:
         return []
 
 
-__all__ = ["FAILED_NOTE", "ScriptRunner", "settings_of", "write_ds_config"]
+__all__ = ["FAILED_NOTE", "ScriptRunner", "first_trial_limit", "shape_parts", "sized_steps",
+           "stored_trial_steps", "settings_of", "write_ds_config"]

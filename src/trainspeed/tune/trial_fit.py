@@ -84,10 +84,13 @@ class TrialFit:
 
 
 def fit_trial(base: TrialResult, warmup_steps: int, trials: float, budget_left: float, max_steps: int,
-              first_warmup: int | None = None) -> TrialFit:
+              first_warmup: int | None = None, stored: tuple[int, int] | None = None) -> TrialFit:
     """The trial length for T=`trials` trials in `budget_left` seconds (see the module docstring).
     `warmup_steps` is what later trials run unless cut; `first_warmup` what the first trial ran
-    (default the same)."""
+    (default the same). `stored`: the (warm-up, measured) steps of the trials an earlier tune
+    into this --out ran, kept wherever they are no longer than this budget's, so a tune resumed
+    with a larger --budget reuses them and spends the rest on more rounds (sized afresh, every
+    stored trial was run again)."""
     first_warmup = warmup_steps if first_warmup is None else first_warmup
     steps = [t for t in base.step_times if t > 0]
     step_s = statistics.median(steps) if steps else 0.0
@@ -109,6 +112,8 @@ def fit_trial(base: TrialResult, warmup_steps: int, trials: float, budget_left: 
     n = max(min_fit_steps(step_s), min(max_steps, n))
     if w < warmup_steps and n >= max_steps:
         w = warmup_steps
+    if stored is not None and stored[0] <= w and stored[1] <= n:
+        w, n = stored
     price = fixed + warm_cost(w) + n * step_s
     return TrialFit(warmup_steps=w, measure_steps=n, price_s=price, fixed_s=fixed, step_s=step_s, cut=n < max_steps,
                     fits=budget_left / price if price > 0 else math.inf)
