@@ -252,3 +252,52 @@ def test_a_slow_dashboard_is_thinned_and_the_complete_record_keeps_everything():
     assert stats["thinned_records"] == {"dashboard": total - len(got)}
     events = [e for e in complete.events if e["type"] == "thinned_records"]
     assert len(events) == 1 and events[0]["data"]["sinks"] == {"dashboard": total - len(got)}
+
+
+def test_built_records_are_made_on_the_writer_thread_in_order_and_never_lost_to_a_full_queue(capsys) -> None:
+    """The Monitor hands a log interval's marks to the writer, which resolves them into records
+    (submit_built): in order with the other items, on the writer thread; with the queue full the
+    build runs on the caller's thread (what it keeps in order stays right) and its records are
+    dropped and counted; a build that raises drops its records, says so once, and the writer goes on."""
+    sink = ListSink()
+    w = AsyncWriter([sink])
+    built_on: list[str] = []
+
+    def build(first: int, n: int):
+        def make():
+            built_on.append(threading.current_thread().name)
+            return [rec(first + i) for i in range(n)]
+        return make
+
+    assert w.submit_steps([rec(0)])
+    assert w.submit_built(2, build(1, 2))
+    assert w.submit_event(schema.make_event("eval", 2, 0.0))
+    assert w.submit_built(0, build(99, 0))  # nothing to build: not queued, not counted
+    assert w.flush(timeout=10)
+    assert [r["step"] for r in sink.steps] == [0, 1, 2] and [e["type"] for e in sink.events] == ["eval"]
+    assert built_on == ["trainspeed-writer"]
+
+    def broken():
+        raise ValueError("no marks")
+
+    assert w.submit_built(3, broken)
+    assert w.submit_built(1, build(3, 1))
+    assert w.flush(timeout=10)
+    assert [r["step"] for r in sink.steps] == [0, 1, 2, 3]
+    assert "3 step records could not be built: ValueError: no marks" in capsys.readouterr().err
+    w.close()
+    stats = w.stats
+    assert stats["dropped_records"] == 3
+    assert stats["submitted"] == stats["written"] + stats["dropped_records"] + stats["dropped_events"]
+
+    slow = GatedSink()
+    w = AsyncWriter([slow], maxsize=2)
+    assert w.submit_steps([rec(0)])
+    assert slow.entered.wait(10)
+    built_on.clear()
+    results = [w.submit_built(1, build(i, 1)) for i in range(1, 5)]
+    assert results == [True, True, False, False]
+    assert built_on == ["MainThread", "MainThread"]  # the queue was full: built here, dropped
+    slow.release.set()
+    w.close()
+    assert [r["step"] for r in slow.steps] == [0, 1, 2] and w.stats["dropped_records"] == 2

@@ -25,7 +25,7 @@ import queue
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from trainspeed.errors import ConfigError
@@ -34,6 +34,7 @@ from trainspeed.telemetry import schema
 
 # Queue item kinds. Items are tuples (kind, payload) so the queue holds references only.
 _STEPS = "steps"
+_BUILD = "build"  # (n, build): step records made on the writer thread (submit_built)
 _EVENT = "event"
 _FLUSH = "flush"
 _STOP = "stop"
@@ -87,6 +88,7 @@ class AsyncWriter:
         self._written = 0
         self._dropped_records = 0
         self._dropped_events = 0
+        self._build_errors = 0
         self._sink_errors: dict[str, int] = {n: 0 for n in self._names}
         self._maxsize = maxsize
         self._backlog = 0
@@ -118,6 +120,42 @@ class AsyncWriter:
         with self._lock:
             self._dropped_records += n
         return False
+
+    def submit_built(self, n: int, build: Callable[[], list[dict[str, Any]]]) -> bool:
+        """Queue `n` step records that `build()` makes on the writer thread, in order with the
+        other items: the Monitor's log interval resolved off the training thread (~0.6 ms of
+        Python per 50 steps on a 2-core VM, 12 µs a step). Never blocks. When the queue is full
+        or the writer closed, `build` runs here, so what it keeps in order (a timeline's state,
+        the Monitor's recent records) stays right, and its records are dropped and counted."""
+        if n == 0:
+            return True
+        with self._lock:
+            self._submitted += n
+        if not self._closed:
+            try:
+                self._queue.put_nowait((_BUILD, (n, build)))
+                return True
+            except queue.Full:
+                pass
+        self._build(n, build)
+        with self._lock:
+            self._dropped_records += n
+        return False
+
+    def _build(self, n: int, build: Callable[[], list[dict[str, Any]]]) -> list[dict[str, Any]]:
+        """The records `build` makes; none (counted as dropped, said once) if it raises: a bug
+        in building one interval must not stop the writer or the training."""
+        try:
+            return build()
+        except Exception as exc:  # noqa: BLE001 - the writer thread must keep running
+            with self._lock:
+                self._dropped_records += n
+                self._build_errors += 1
+                first = self._build_errors == 1
+            if first:
+                print(f"trainspeed: {n} step records could not be built: {type(exc).__name__}: {exc}",
+                      file=sys.stderr)
+            return []
 
     def submit_event(self, event: dict[str, Any]) -> bool:
         """Queue one event record; never blocks. False (and counted) if dropped."""
@@ -197,6 +235,8 @@ class AsyncWriter:
             with self._lock:
                 if kind == _STEPS:
                     self._dropped_records += len(payload)
+                elif kind == _BUILD:
+                    self._dropped_records += payload[0]
                 elif kind == _EVENT:
                     self._dropped_events += 1
 
@@ -252,6 +292,9 @@ class AsyncWriter:
         for kind, payload in items:
             if kind == _STEPS:
                 pending.extend(payload)
+                continue
+            if kind == _BUILD:
+                pending.extend(self._build(*payload))
                 continue
             if pending:
                 self._write_steps(pending)

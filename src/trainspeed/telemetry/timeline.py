@@ -86,6 +86,12 @@ class CpuTimeline:
         """(t_step, per-phase seconds) for every step closed since the last call; time goes to
         the innermost open phase. Marks after the last step end belong to the step in progress
         and stay for the next call."""
+        return self.resolve_marks(self.take_closed())
+
+    def take_closed(self) -> list[tuple[float, int]]:
+        """The marks of the steps closed since the last call, taken out of `marks` (those of the
+        step in progress stay). Cheap: the training thread takes them at the log interval and
+        the writer thread resolves them (resolve_marks), in the order they were taken."""
         marks = self.marks
         end = len(marks)
         while end and marks[end - 1][1] != STEP_END:
@@ -94,6 +100,13 @@ class CpuTimeline:
             return []
         done = marks[:end]
         del marks[:end]  # in place: phase contexts hold marks.append
+        return done
+
+    def resolve_marks(self, done: list[tuple[float, int]]) -> list[tuple[float, list[float]]]:
+        """(t_step, per-phase seconds) of each step in `done` (take_closed's), carrying the open
+        phases and the last mark over to the next call: calls must come in the order taken."""
+        if not done:
+            return []
         out: list[tuple[float, list[float]]] = []
         stack, last, start = self._stack, self._last, self._step_start
         acc = [0.0] * N_PHASES
