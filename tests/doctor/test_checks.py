@@ -228,7 +228,23 @@ def test_optimizer_memory_and_accumulation_rules():
     run = make_run(device="cuda", shares={"optimizer": 0.2, "forward": 0.5}, obs=[CUDA_DEVICE, opt])
     f = hardware.optimizer_not_fused(ctx_of(run))
     assert f.severity == "warning" and "fused=True" in f.recommendation
-    assert hardware.optimizer_not_fused(ctx_of(make_run(obs=[opt]))) is None  # CPU run
+    # on the CPU torch's default is the per-parameter loop (foreach by default for CUDA only):
+    # fused AdamW ran healthy.py 1.51x faster; foreach is never advised there (0.92x)
+    default = {**opt, "foreach": None, "implementations": ["fused", "foreach"]}
+    cpu = hardware.optimizer_not_fused(ctx_of(make_run(shares={"optimizer": 0.46, "forward": 0.3}, obs=[default])))
+    assert cpu.recommendation.startswith("AdamW(..., fused=True)") and "on the CPU (foreach is the default" in cpu.evidence
+    assert cpu.impact == pytest.approx(hardware.CPU_FUSED_REMOVES * 0.46) and cpu.severity == "info"
+    assert hardware.optimizer_not_fused(ctx_of(make_run(shares={"optimizer": 0.02}, obs=[default]))) is None
+    assert hardware.optimizer_not_fused(ctx_of(make_run(shares={"optimizer": 0.4}, obs=[{**default, "fused": True}]))) is None
+    # a class without a fused kernel: foreach on CUDA for a forced loop, nothing on the CPU, never fused=True
+    # (RMSprop(fused=True) is a TypeError)
+    rms = {**opt, "class": "RMSprop", "implementations": ["foreach"]}
+    f = hardware.optimizer_not_fused(ctx_of(make_run(device="cuda", shares={"optimizer": 0.2}, obs=[CUDA_DEVICE, rms])))
+    assert f.recommendation.startswith("RMSprop(..., foreach=True)")
+    assert hardware.optimizer_not_fused(ctx_of(make_run(shares={"optimizer": 0.4}, obs=[rms]))) is None
+    on_default = {**rms, "foreach": None}
+    assert hardware.optimizer_not_fused(ctx_of(make_run(device="cuda", shares={"optimizer": 0.4},
+                                                        obs=[CUDA_DEVICE, on_default]))) is None  # foreach already
     ctx = ctx_of(make_run(device="cuda", obs=[CUDA_DEVICE, {"kind": "accumulation", "factor": 8}]))
     ctx.summary["memory"] = {"cuda_alloc_peak": 39.5 * 2**30, "cuda_reserved_peak": 39.8 * 2**30}
     assert hardware.memory_pressure(ctx).id == "memory_near_oom"

@@ -11,7 +11,7 @@ def main() -> None:
     args = parser.parse_args()
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(128, 256), nn.ReLU(), nn.Linear(256, 10))
-    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, fused=True)  # one planted cause: not the optimizer's loop
     x, y = torch.randn(64, 128), torch.randint(0, 10, (64,))
     running = 0.0
     for step in range(1, args.steps + 1):
