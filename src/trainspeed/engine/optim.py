@@ -25,6 +25,7 @@ import torch
 from torch import nn
 
 from trainspeed.errors import ConfigError
+from trainspeed.optim_kernels import kernel_devices
 
 __all__ = ["param_groups", "split_decay", "build_optimizer", "resolve_implementation", "unwrap_model",
            "clip_grad_norm", "NO_DECAY_TYPES"]
@@ -105,30 +106,20 @@ def _groups(decay: list, no_decay: list, weight_decay: float) -> list[dict[str, 
     return groups
 
 
-def _supported(kind: str) -> list[str]:
-    try:
-        from torch.utils import _foreach_utils as fu
-        fn = fu._get_fused_kernels_supported_devices if kind == "fused" \
-            else fu._get_foreach_kernels_supported_devices
-        return list(fn())
-    except (ImportError, AttributeError):  # private helper moved: keep the documented minimum
-        return ["cuda"]
-
-
 def resolve_implementation(requested: str, device_type: str) -> tuple[str, str]:
     """(implementation, reason) for a requested implementation on a device type."""
     if requested not in IMPLEMENTATIONS:
         raise ConfigError(f"optim.implementation must be one of {', '.join(IMPLEMENTATIONS)}, "
                           f"got {requested!r}")
-    fused_ok = device_type in _supported("fused")
-    foreach_ok = device_type in _supported("foreach")
+    fused_ok = device_type in kernel_devices("fused")
+    foreach_ok = device_type in kernel_devices("foreach")
     if requested == "fused":
         if not fused_ok:
             alternatives = ("'foreach' or 'loop'" if foreach_ok
                             else "'loop' (or 'foreach', a per-tensor fallback here)")
             raise ConfigError(
                 f"optim.implementation='fused' is not supported on device '{device_type}' by this "
-                f"PyTorch ({torch.__version__}; fused kernels exist for: {', '.join(_supported('fused'))}). "
+                f"PyTorch ({torch.__version__}; fused kernels exist for: {', '.join(kernel_devices('fused'))}). "
                 f"Use optim.implementation={alternatives}, or 'auto' to pick the fastest available"
             )
         return "fused", "requested"

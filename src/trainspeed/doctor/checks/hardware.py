@@ -8,6 +8,7 @@ from typing import Any
 from trainspeed.doctor.checks.context import CheckContext, pct
 from trainspeed.doctor.checks.script_flags import flag_note, script_flag, set_flag, show_flag
 from trainspeed.doctor.findings import Finding
+from trainspeed.optim_kernels import kernel_devices
 from trainspeed.telemetry.env import expandable_segments_on
 from trainspeed.telemetry.throughput import COMPUTE_BOUND_MFU
 
@@ -134,7 +135,7 @@ def optimizer_not_fused(ctx: CheckContext) -> Finding | None:
     forced_loop = opt.get("foreach") is False
     loop = forced_loop or (on_cpu and not opt.get("foreach"))
     # foreach only on CUDA: on the CPU it read 0.92x of the loop (healthy.py's AdamW), fused 1.51x
-    impl = ("fused" if "fused" in takes and fused_kernels_on(ctx.device_type) else
+    impl = ("fused" if "fused" in takes and ctx.device_type in kernel_devices("fused") else
             "foreach" if "foreach" in takes and loop and not on_cpu else None)
     if impl is None:
         return None
@@ -161,15 +162,6 @@ def optimizer_not_fused(ctx: CheckContext) -> Finding | None:
                f"({CPU_FUSED_BASIS if on_cpu else '~60 % of a per-parameter loop' if loop else '~30 % of the foreach path'}"
                ", estimated)"),
     )
-
-
-def fused_kernels_on(device_type: str) -> bool:
-    """Whether this torch has fused optimizer kernels for the device (the CPU's came in 2.4)."""
-    try:
-        from torch.utils._foreach_utils import _get_fused_kernels_supported_devices
-    except ImportError:  # a torch that moved it: CUDA has had them longest
-        return device_type == "cuda"
-    return device_type in _get_fused_kernels_supported_devices()
 
 
 def data_parallel(ctx: CheckContext) -> Finding | None:
