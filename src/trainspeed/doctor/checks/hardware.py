@@ -19,7 +19,7 @@ FUSED_OPTIMIZERS = ("Adam", "AdamW", "SGD", "Adagrad")
 """torch.optim classes with a fused implementation, for runs recorded before the doctor kept
 what an optimizer's constructor takes (its `implementations`)."""
 CPU_FUSED_REMOVES = 0.3
-CPU_FUSED_BASIS = "~30 % of a per-parameter loop on a CPU, where 0-75 % was measured: the tune says which"
+CPU_FUSED_BASIS = "~30 % of a per-parameter loop on a CPU, where 0-75 % was measured"
 OPTIMIZER_SHARE_NOTICE = 0.05
 """Optimizer step above 5 % of step time makes its implementation worth a look."""
 GPU_BUSY_NOTICE = 0.8
