@@ -36,6 +36,22 @@ def test_a_finding_the_tune_measured_as_no_gain_says_so_in_the_next_report(tmp_p
         "trainspeed tune measured a gain: num_workers=1 1.80x")
 
 
+
+def test_a_tune_of_the_script_with_other_flags_says_which(tmp_path):
+    """word_language_model's doctor run at --emsize 512 showed a tune of --emsize 1024 as its own."""
+    key = script_key("path", str(tmp_path / "main.py"))
+    row = {"knob": "num_workers", "setting": "1", "verdict": "faster", "speedup": 1.5, "ci": [1.4, 1.6]}
+    tuned = ["python", "main.py", "--emsize", "1024"]
+    record_tune(key, "runs/tune-main", [row], root=tmp_path, command=tuned)
+    same = annotate([_finding("num_workers")], key, root=tmp_path, command=tuned)[0]["tuned"]
+    assert same == "trainspeed tune measured a gain: num_workers=1 1.50x (runs/tune-main)"
+    other = annotate([_finding("num_workers")], key, root=tmp_path, command=["python", "main.py", "--emsize", "512"])
+    assert other[0]["tuned"] == same + ", with other flags: `python main.py --emsize 1024`"
+    # a record written before the command was kept reads as before
+    record_tune(key, "runs/tune-main", [row], root=tmp_path)
+    assert annotate([_finding("num_workers")], key, root=tmp_path, command=["python", "main.py"])[0]["tuned"] == same
+
+
 def test_stakes_order_the_knobs_and_mark_the_rows():
     from trainspeed.tune.result import Row
     from trainspeed.tune.stakes import mark_stakes, order_by_stake

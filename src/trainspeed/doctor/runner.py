@@ -330,7 +330,8 @@ def run_doctor(config: DoctorConfig) -> DoctorResult:
         run = read_run(run_dir)
     except (OSError, RunDirError):  # the run directory could not be written: what was kept
         run = RunData(path=run_dir, steps=list(monitor.recent))
-    findings = annotate_tuned(diagnose(run, summary), script_key(target.kind, target.name))  # doctor/tuned.py
+    findings = annotate_tuned(diagnose(run, summary), script_key(target.kind, target.name),  # doctor/tuned.py
+                              command=command)
     try_write(run_dir, write_json, run_dir / schema.REPORT_JSON, {
         "schema": schema.SCHEMA_VERSION,
         "kind": "doctor",

@@ -38,8 +38,9 @@ def _read(path: Path) -> dict[str, Any]:
 
 
 def record_tune(key: str, tune_dir: str | Path, rows: Sequence[dict[str, Any]],
-                root: Path | None = None) -> Path | None:
-    """Record the measured rows (knob, setting, verdict, speedup, ci) of a tune of script `key`."""
+                root: Path | None = None, command: Sequence[str] | None = None) -> Path | None:
+    """Record the measured rows (knob, setting, verdict, speedup, ci) of a tune of script `key`,
+    run as `command` (its flags: a doctor run with others is told so)."""
     from trainspeed.fileio import atomic_write_text
 
     measured = [r for r in rows if r.get("speedup") is not None]
@@ -51,14 +52,19 @@ def record_tune(key: str, tune_dir: str | Path, rows: Sequence[dict[str, Any]],
     for r in measured:
         knobs.setdefault(str(r["knob"]), []).append(
             {k: r.get(k) for k in ("setting", "verdict", "speedup", "ci")})
-    data.setdefault("scripts", {})[key] = {"tune": str(tune_dir), "knobs": knobs}
+    entry: dict[str, Any] = {"tune": str(tune_dir), "knobs": knobs}
+    if command is not None:
+        entry["command"] = list(command)
+    data.setdefault("scripts", {})[key] = entry
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_text(path, json.dumps(data, indent=2) + "\n")
     return path
 
 
-def tuned_line(finding: dict[str, Any], entry: dict[str, Any]) -> str | None:
-    """What the tune measured for the knobs the finding's verify command names, or None."""
+def tuned_line(finding: dict[str, Any], entry: dict[str, Any], command: Sequence[str] | None = None) -> str | None:
+    """What the tune measured for the knobs the finding's verify command names, or None; with
+    the tune's command where it ran the script with other flags than `command` (the doctor's):
+    word_language_model's doctor run at --emsize 512 was shown a tune of --emsize 1024 as its own."""
     from trainspeed.doctor.findings import verify_knobs
 
     rows = [(knob, r) for knob in verify_knobs(finding) for r in entry.get("knobs", {}).get(knob, [])]
@@ -68,16 +74,24 @@ def tuned_line(finding: dict[str, Any], entry: dict[str, Any]) -> str | None:
     shown = won or rows
     figures = ", ".join(f"{k}={r.get('setting')} {r.get('speedup'):.2f}x" for k, r in shown[:4])
     verdict = "a gain" if won else "no gain"
-    return f"trainspeed tune measured {verdict}: {figures} ({entry.get('tune')})"
+    line = f"trainspeed tune measured {verdict}: {figures} ({entry.get('tune')})"
+    tuned = entry.get("command")
+    if command is not None and isinstance(tuned, list) and list(tuned) != list(command):
+        import shlex
+
+        line += f", with other flags: `{shlex.join(str(a) for a in tuned)}`"
+    return line
 
 
-def annotate(findings: list[dict[str, Any]], key: str, root: Path | None = None) -> list[dict[str, Any]]:
-    """The findings, each that a tune of script `key` measured carrying `tuned` (the line)."""
+def annotate(findings: list[dict[str, Any]], key: str, root: Path | None = None,
+             command: Sequence[str] | None = None) -> list[dict[str, Any]]:
+    """The findings, each that a tune of script `key` measured carrying `tuned` (the line); the
+    doctor's `command`, to say when the tune ran other flags."""
     entry = _read((root or Path.cwd()) / RECORD).get("scripts", {}).get(key)
     if not entry:
         return findings
     for f in findings:
-        line = tuned_line(f, entry)
+        line = tuned_line(f, entry, command)
         if line:
             f["tuned"] = line
     return findings
