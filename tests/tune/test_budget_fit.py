@@ -520,3 +520,23 @@ def test_a_verification_inside_the_noise_keeps_a_winner_the_ablation_found_beyon
         row = Row(knob="combined", setting="s", settings={}, verdict=stats.NO_CHANGE, speedup=speedup, ci=ci,
                   noise=0.1, note=note)
         assert _backed(tuner, row, fused, []).verdict == (stats.FASTER if kept else stats.NO_CHANGE), (speedup, ci, note)
+
+
+def test_a_resumed_tune_says_a_round_it_found_in_the_store_was_reused(base_config, cpu, tmp_path):
+    """word_language_model resumed with a larger --budget printed 'another round (fused): 339 s of
+    the budget left' twice in a row, no trial between: both rounds were in the store."""
+    def run() -> tuple[list[str], LoneHopeful]:
+        said: list[str] = []
+        runner = LoneHopeful(steps=4)
+        Tuner(base_config=base_config, base_hash="h", device=cpu, runner=runner, store=TrialStore(tmp_path),
+              options=TuneOptions(budget_s=1200, knobs=["compile"]), say=said.append).run()
+        return said, runner
+
+    first, _ = run()
+    assert any(line.startswith("another round (") for line in first)
+    assert "  its trials were in the store (--out): reused" not in first
+    again, runner = run()
+    rounds = [i for i, line in enumerate(again) if line.startswith("another round (")]
+    assert rounds and again[rounds[0] + 1] == "  its trials were in the store (--out): reused", again
+    # a round that ran a trial does not say so
+    assert all(again[i + 1].startswith("  trial ") for i in rounds if again[i + 1] != again[rounds[0] + 1])

@@ -320,7 +320,10 @@ def spend_rest(tuner: Tuner, candidates: list[Candidate], pairs: list[list[Pair]
             break
         names = ", ".join(f"{candidates[i].knob}={candidates[i].label}" for i in chosen)
         tuner.say(f"another round ({names}): {tuner.opt.budget_s - tuner.spent:.0f} s of the budget left")
+        ran = tuner.run_count
         fresh_round(tuner, candidates, chosen, pairs, parity)
+        if tuner.run_count == ran:  # a resumed tune: the same line twice read as a stall
+            tuner.say("  its trials were in the store (--out): reused")
         parity += 1
     # settings that never got a round stay unmeasured (skipped rows)
     keep = [i for i in range(len(candidates))
