@@ -106,20 +106,7 @@ class AsyncWriter:
     # ------------------------------------------------------------------ training thread
     def submit_steps(self, records: list[dict[str, Any]]) -> bool:
         """Queue a batch of step records; never blocks. False (and counted) if dropped."""
-        n = len(records)
-        if n == 0:
-            return True
-        with self._lock:
-            self._submitted += n
-        if not self._closed:
-            try:
-                self._queue.put_nowait((_STEPS, records))
-                return True
-            except queue.Full:
-                pass
-        with self._lock:
-            self._dropped_records += n
-        return False
+        return self._submit(len(records), (_STEPS, records))
 
     def submit_built(self, n: int, build: Callable[[], list[dict[str, Any]]]) -> bool:
         """Queue `n` step records that `build()` makes on the writer thread, in order with the
@@ -127,29 +114,36 @@ class AsyncWriter:
         Python per 50 steps on a 2-core VM, 12 µs a step). Never blocks. When the queue is full
         or the writer closed, `build` runs here, so what it keeps in order (a timeline's state,
         the Monitor's recent records) stays right, and its records are dropped and counted."""
+        return self._submit(n, (_BUILD, (n, build)), otherwise=lambda: self._build(n, build, dropped=0))
+
+    def _submit(self, n: int, item: tuple[str, Any], otherwise: Callable[[], Any] | None = None) -> bool:
+        """Queue `item`, `n` step records; never blocks. Where it cannot be queued, `otherwise`
+        runs here and the records are counted dropped (False)."""
         if n == 0:
             return True
         with self._lock:
             self._submitted += n
         if not self._closed:
             try:
-                self._queue.put_nowait((_BUILD, (n, build)))
+                self._queue.put_nowait(item)
                 return True
             except queue.Full:
                 pass
-        self._build(n, build)
+        if otherwise is not None:
+            otherwise()
         with self._lock:
             self._dropped_records += n
         return False
 
-    def _build(self, n: int, build: Callable[[], list[dict[str, Any]]]) -> list[dict[str, Any]]:
-        """The records `build` makes; none (counted as dropped, said once) if it raises: a bug
-        in building one interval must not stop the writer or the training."""
+    def _build(self, n: int, build: Callable[[], list[dict[str, Any]]],
+               dropped: int | None = None) -> list[dict[str, Any]]:
+        """The records `build` makes; none (`dropped`, default n, counted as dropped; said once) if
+        it raises: a bug in building one interval must not stop the writer or the training."""
         try:
             return build()
         except Exception as exc:  # noqa: BLE001 - the writer thread must keep running
             with self._lock:
-                self._dropped_records += n
+                self._dropped_records += n if dropped is None else dropped
                 self._build_errors += 1
                 first = self._build_errors == 1
             if first:

@@ -146,12 +146,14 @@ def optimizer_not_fused(ctx: CheckContext) -> Finding | None:
     # AdamW 73 %, word_language_model's 34-80 %, a small dcgan-style GAN's Adam ~0): a third
     # there, and an info: the tune measures it.
     removes = CPU_FUSED_REMOVES if on_cpu else 0.6 if loop else 0.3
+    removed = CPU_FUSED_BASIS if on_cpu else "~60 % of a per-parameter loop" if loop else "~30 % of the foreach path"
+    where = " on the CPU (foreach is the default for CUDA only)" if loop and on_cpu and not forced_loop else ""
     return Finding(
         id="optimizer_not_fused",
         severity="warning" if loop and not on_cpu and share >= OPTIMIZER_SHARE_NOTICE else "info",
         title=f"{ctx.optimizer_label(opt)} runs {'a per-parameter loop' if loop else 'without fused kernels'}",
         evidence=(f"{cls}(fused={opt.get('fused')}, foreach={opt.get('foreach')}) over "
-                  f"{opt.get('params')} parameters{' on the CPU (foreach is the default for CUDA only)' if loop and on_cpu and not forced_loop else ''}; "
+                  f"{opt.get('params')} parameters{where}; "
                   f"the optimizer step is {pct(share)} of step time"),
         # only what the class takes: RMSprop(fused=True) is a TypeError
         recommendation=f"{cls}(..., {impl}=True) (engine: optim.implementation={impl})",
@@ -159,8 +161,7 @@ def optimizer_not_fused(ctx: CheckContext) -> Finding | None:
         impact=share * removes,
         impact_estimated=True,
         basis=(f"the optimizer step, {pct(share)} of the step measured, x the share a {impl} step removes "
-               f"({CPU_FUSED_BASIS if on_cpu else '~60 % of a per-parameter loop' if loop else '~30 % of the foreach path'}"
-               ", estimated)"),
+               f"({removed}, estimated)"),
     )
 
 
