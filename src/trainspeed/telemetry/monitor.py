@@ -389,8 +389,7 @@ class Monitor:
             taken = timeline.take_closed()
             self.writer.submit_built(n, partial(build, partial(timeline.resolve_marks, taken), self._sampler, None))
         else:  # CUDA events and allocator counters are read here, on the training thread
-            resolved = timeline.resolve()
-            self.writer.submit_steps(build(lambda: resolved, self._sampler, self.device))
+            self.writer.submit_steps(build(timeline.resolve, self._sampler, self.device))
         self._cpu_before = self._rows[-1][7]
         self._rows = []
         self._loss_given = [False] * self._cap

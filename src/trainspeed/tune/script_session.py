@@ -135,11 +135,12 @@ def run_script_tune(command: list[str], out_dir: str | Path, options: TuneOption
         said = order_line(options.knobs, prior.findings, f"{from_run}'s findings")
         options.knobs = order_knobs(options.knobs, prior)
         say(f"{said}; knobs in this order: {', '.join(options.knobs)}")
+    base_hash = command_hash(list(command))
     store = TrialStore(out)
     if len(store):
         say(f"resuming: {len(store)} finished trials in {store.path}")
     if runner is None:
-        limit = first_trial_limit(store.get(config_key(command_hash(list(command)), {}), 0))
+        limit = first_trial_limit(store.get(config_key(base_hash, {}), 0))
         runner = ScriptRunner(base_config=out / "best.yaml", out_dir=out / "trials", command=list(command),
                               measure_steps=measure_steps or MIN_MEASURED_STEPS,
                               timeout_s=trial_timeout_s, fork_server=options.fork_server, say=say,
@@ -218,7 +219,7 @@ def run_script_tune(command: list[str], out_dir: str | Path, options: TuneOption
                 + "; ".join(state["patched"]))
         return run
 
-    tuner = Tuner(base_config={}, base_hash=command_hash(list(command)), device=DeviceInfo.detect("cpu"),
+    tuner = Tuner(base_config={}, base_hash=base_hash, device=DeviceInfo.detect("cpu"),
                   runner=runner, store=store, options=options, say=say, knob_table=SCRIPT_KNOBS,
                   make_context=make_context, whatif=lambda s: is_whatif(s) and not code_whatif(s),
                   baseline_hint=hint,

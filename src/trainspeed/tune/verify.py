@@ -42,7 +42,8 @@ def verify(tuner: Tuner, best: dict[str, Any], backed: Row | None = None) -> Row
         n_base = max([n_base] + [r.repeat + 1 for r in tuner.results({})])
     for v in range(V):
         tuner._round([({}, "baseline", n_base + v), (best, "best", n_best + v)], reverse=bool(v % 2))
-    verified = lambda n: _verified(tuner, best, [((n_base + i,), n_best + i) for i in range(n)])  # noqa: E731
+    pairs = lambda n: [((n_base + i,), n_best + i) for i in range(n)]  # noqa: E731 - the first n rounds
+    verified = lambda n: _verified(tuner, best, pairs(n))  # noqa: E731
     if not V:  # not "the budget ran out": the user asked for no verification
         return Row(knob="combined", setting=tuner.describe(best), settings=best, verdict=stats.SKIPPED, note=VERIFY_OFF)
     row = verified(V)
@@ -58,7 +59,7 @@ def verify(tuner: Tuner, best: dict[str, Any], backed: Row | None = None) -> Row
         tuner._round([({}, "baseline", n_base + v), (best, "best", n_best + v)], reverse=bool(v % 2))
         v += 1
         row = verified(v)
-    return _backed(tuner, row, backed, [((n_base + i,), n_best + i) for i in range(v)]) if backed else row
+    return _backed(tuner, row, backed, pairs(v)) if backed else row
 
 
 def _backed(tuner: Tuner, row: Row, won: Row, pairs: list[tuple[tuple[int, ...], int]]) -> Row:
