@@ -52,9 +52,10 @@ BATCH_WORDS = ("batch", "accum", "micro")
 def fill_samples(result: TrialResult, settings: dict[str, Any], baseline: list[TrialResult]) -> TrialResult:
     """A trial that counted no samples (all 0), of a setting that keeps the batch, gets the
     baseline's samples per step: its cost is then the per-step time, as it is. The doctor counts
-    a script's samples in the model's forward hooks, which do not run inside a model compiled in
-    place (model.compile()): word_language_model's compile trials read 'nan ms/sample' and their
-    row 'no measurable change' at a NaN speedup, counted as measured."""
+    a script's samples in the model's forward hooks, which see no forward called past the module
+    (`model.forward(x)`); before compiled_calls.py, none inside a model compiled in place either:
+    word_language_model's compile trials read 'nan ms/sample' and their row 'no measurable
+    change' at a NaN speedup, counted as measured."""
     if not result.ok or not result.samples or any(x > 0 for x in result.samples) or not settings:
         return result
     if any(word in str(k).lower() for k in settings for word in BATCH_WORDS):

@@ -154,6 +154,8 @@ def where_time_goes(ctx: CheckContext) -> dict[str, Any] | None:
         topics = ("padding_flag", *topics)
     if bound != "data" and _data_wait(ctx) is not None:
         topics = ("num_workers", *topics)
+    if any(m.get("compiled") for m in ctx.models()):  # the tune's compile skips a compiled model
+        topics = tuple(t for t in topics if t != "compile")
     if ctx.precision == "fp64":  # autocast leaves float64 as it is: nothing to try
         topics = tuple(t for t in topics if t != "precision")
     over = oversubscribed(ctx)
@@ -167,7 +169,7 @@ def where_time_goes(ctx: CheckContext) -> dict[str, Any] | None:
         # (mnist_forward_forward), its trials skip them ("no trained module was seen")
         topics = tuple(t for t in topics if t not in ("precision", "compile"))
         helps.insert(0, "calling the module (`layer(x)`), not its `forward` (`layer.forward(x)`): no module call "
-                        "ran the training forward (called directly, or a model compiled in place), and module "
+                        "ran the training forward (it was called directly), and module "
                         "calls are what hooks, autocast and compile settings (and the tune's trials) see")
     return {"bound": bound, "shares": shares, "mfu": mfu_value, "statement": statement,
             "helps": helps, "verify_with": ctx.tune_command(*topics) if topics else None}

@@ -32,14 +32,15 @@ class Installed:
 
 def install(session: Session) -> Installed:
     """Install every hook family. On failure, whatever was installed is undone."""
-    from trainspeed.doctor.instrument import (autograd, checkpoint, dataloader, deepspeed, flags, launch_env,
-                                              logs, lookups, module, moved, optimizer, syncs, transfers)
+    from trainspeed.doctor.instrument import (autograd, checkpoint, compiled_calls, dataloader, deepspeed, flags,
+                                              launch_env, logs, lookups, module, moved, optimizer, syncs, transfers)
 
     handle = Installed(session)
     try:
         dataloader.install(session, handle.patches)
-        module.install(session, handle.patches)
-        autograd.install(session, handle.patches)
+        observe_pre, observe_post = module.install(session, handle.patches)
+        train_pre = autograd.install(session, handle.patches)
+        compiled_calls.install(handle.patches, pre=(train_pre, observe_pre), post=observe_post)
         optimizer.install(session, handle.patches)
         moved.install(session, handle.patches)
         syncs.install(session, handle.patches)

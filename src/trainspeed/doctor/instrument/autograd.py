@@ -20,7 +20,7 @@
 from __future__ import annotations
 
 import weakref
-from typing import Any
+from typing import Any, Callable
 
 import torch
 from torch.autograd import grad_mode
@@ -81,7 +81,9 @@ def _make_exit(session: Session, original: Any) -> Any:
     return __exit__
 
 
-def install(session: Session, patches: Patches) -> None:
+def install(session: Session, patches: Patches) -> Callable[..., None]:
+    """Returns the training-forward pre-hook, which compiled_calls.py also runs around a model
+    compiled in place."""
     patches.wrap(torch.Tensor, "backward", lambda orig: _make_backward(session, orig))
     patches.wrap(torch.autograd, "backward", lambda orig: _make_backward(session, orig))
     patches.wrap(torch.amp.GradScaler, "scale", lambda orig: _make_scale(session, orig))
@@ -122,3 +124,4 @@ def install(session: Session, patches: Patches) -> None:
     except (AttributeError, KeyError):
         pass  # later in line, the step ends a few microseconds into the forward
     patches.handle(handle)
+    return forward_pre

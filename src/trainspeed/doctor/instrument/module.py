@@ -10,7 +10,7 @@ dynamo), so they never cause graph breaks.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 import torch
 from torch import nn
@@ -128,7 +128,9 @@ def _first_batch_dim(args: tuple[Any, ...], kwargs: dict[str, Any] | None) -> in
     return 0
 
 
-def install(session: Session, patches: Patches) -> None:
+def install(session: Session, patches: Patches) -> tuple[Callable[..., None], Callable[..., None]]:
+    """Returns the (pre, post) hooks, which compiled_calls.py also runs around a model compiled
+    in place."""
     is_compiling = torch.compiler.is_compiling
 
     def pre_hook(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any] | None = None) -> None:
@@ -205,6 +207,7 @@ def install(session: Session, patches: Patches) -> None:
         handle = module_mod.register_module_forward_hook(post_hook)  # reset at each step
     patches.handle(handle)
     _quiet_compile_hook_warning(patches)
+    return pre_hook, post_hook
 
 
 def _quiet_compile_hook_warning(patches: Patches) -> None:
