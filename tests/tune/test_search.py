@@ -431,7 +431,7 @@ def test_on_a_noisy_machine_only_what_clears_the_pooled_noise_wins(base_config, 
 
 def test_a_far_slower_setting_is_not_repeated_after_one_round(base_config, cpu, tmp_path):
     runner = FakeRunner({BF16: 4.0, FP16: 1.1})
-    result = tuner(base_config, cpu, runner, tmp_path, knobs=["precision"], repeats=3, verify_repeats=0).run()
+    result = tuner(base_config, cpu, runner, tmp_path, knobs=["precision"], repeats=3).run()
     bf16 = [c.repeat for c in runner.calls if BF16 in c.overrides]
     fp16 = [c.repeat for c in runner.calls if FP16 in c.overrides]
     assert bf16 == [0] and fp16 == [0, 1, 2]
@@ -650,3 +650,77 @@ def test_a_setting_whose_work_the_sized_trials_cannot_hold_is_skipped_with_why(b
         "would hold any; a larger --budget measures it"), row.note
     assert not any("data.eval_every=60" in c.overrides for c in runner.calls)
     assert result.best_settings == {"precision.mode": "bf16-mixed"}
+
+
+class LoadSpikeRunner(FakeRunner):
+    """Another job takes the machine for a while: from the `spike_at`-th call on, baseline trials
+    take `loaded_wall_s`; the `stop` setting's listed repeats are stopped by the cutoff (what
+    SubprocessRunner reports), the rest run at the setting's effect."""
+
+    def __init__(self, effects, *, stop, stop_repeats, spike_at, loaded_wall_s, **kw):
+        super().__init__(effects, **kw)
+        self.stop, self.stop_repeats, self.spike_at, self.loaded_wall_s = stop, set(stop_repeats), spike_at, loaded_wall_s
+
+    def __call__(self, req):
+        from trainspeed.tune.trials import TrialResult
+
+        if self.stop in req.overrides and req.repeat in self.stop_repeats:
+            self.calls.append(req)
+            return TrialResult(ok=False, key=req.key, label=req.label, repeat=req.repeat, wall_s=req.timeout_s,
+                               error=f"far slower: stopped after {req.timeout_s:.0f} s, over 4x the baseline trial's time")
+        res = super().__call__(req)
+        if not req.overrides and len(self.calls) > self.spike_at:
+            res.wall_s = self.loaded_wall_s
+        return res
+
+
+def test_a_setting_stopped_while_the_machine_was_loaded_is_run_again_and_judged(base_config, cpu, tmp_path):
+    """makemore's 6-minute tune beside another job: baseline trials took 33-55 s against a 4 s
+    first trial; bf16 was stopped at 30 s ("over 4x the baseline trial's time") in its first
+    round, never run again, and read "slower" with nothing measured. A stop that the slow
+    baselines since explain is run again, and the rounds that complete are judged."""
+    from trainspeed.tune.trials import SLOW_CUTOFF
+
+    runner = LoadSpikeRunner({BF16: 0.5}, stop=BF16, stop_repeats={0}, spike_at=1, loaded_wall_s=50.0, wall_s=5.0)
+    result = tuner(base_config, cpu, runner, tmp_path, knobs=["precision"], repeats=3).run()
+    row = rows_by(result)[("precision", "bf16-mixed")]
+    bf16 = [c for c in runner.calls if list(c.overrides) == [BF16]]
+    assert [c.repeat for c in bf16][:2] == [0, 1], [(c.overrides, c.repeat) for c in runner.calls]  # stopped, then run again
+    # once the slow baselines ran, the cutoff follows them, not the 5 s first trial
+    assert bf16[1].timeout_s == pytest.approx(SLOW_CUTOFF * 50.0)
+    assert row.verdict == stats.FASTER and row.speedup == pytest.approx(2.0, rel=0.05), (row.verdict, row.note)
+    assert "1 trial stopped far slower, left out" in row.note and "(budget)" not in row.note, row.note
+    assert result.best_settings == {"precision.mode": "bf16-mixed"}
+
+
+def test_a_late_stop_does_not_undo_the_rounds_a_setting_completed(base_config, cpu, tmp_path):
+    """A newcomer's bf16 ran six rounds faster (0.035-0.057 ms/sample against 0.045-0.069); its
+    seventh trial was stopped right after a loaded baseline, and the row read "slower", speedup
+    "—", and "nothing won over the baseline"."""
+    runner = LoadSpikeRunner({BF16: 0.6}, stop=BF16, stop_repeats={3}, spike_at=10**6, loaded_wall_s=0, wall_s=5.0)
+    result = tuner(base_config, cpu, runner, tmp_path, knobs=["precision"], repeats=4, verify_repeats=0).run()
+    row = rows_by(result)[("precision", "bf16-mixed")]
+    assert row.verdict == stats.FASTER and row.speedup == pytest.approx(1 / 0.6, rel=0.05), (row.verdict, row.note)
+    assert "left out" in row.note
+
+
+def test_far_slower_stops_decide_where_no_round_completed_or_the_load_does_not_explain_them():
+    from trainspeed.tune import far_slower
+    from trainspeed.tune.trials import TrialResult
+
+    def trial(repeat, wall, ok=True, error=None):
+        return TrialResult(key="k", label="x", repeat=repeat, ok=ok, wall_s=wall, error=error)
+
+    stop = trial(0, 30.0, ok=False, error="far slower: stopped after 30 s")
+    crash = trial(1, 3.0, ok=False, error="OOM (exit 1)")
+    quiet, loaded = [trial(0, 4.0), trial(1, 5.0)], [trial(0, 4.0), trial(1, 5.0), trial(2, 40.0)]
+    assert far_slower.deciding([stop], completed_rounds=0) == [stop]
+    assert far_slower.deciding([stop], completed_rounds=2) == []
+    assert far_slower.deciding([stop, crash], completed_rounds=2) == [stop, crash]
+    assert not far_slower.may_run_again([stop], quiet)  # 30 s is past 4x the slowest baseline (5 s)
+    assert far_slower.may_run_again([stop], loaded)  # ... but not 4x 40 s
+    assert not far_slower.may_run_again([stop, trial(1, 31.0, ok=False, error=stop.error)], loaded)  # twice: done
+    assert not far_slower.may_run_again([crash], loaded)
+    assert far_slower.cutoff_price(5.0, loaded) == 40.0 and far_slower.cutoff_price(50.0, loaded) == 50.0
+    # the first baseline trial (repeat 0) counts FLOPs or ran at another length: not the machine's state
+    assert far_slower.slowest_baseline([trial(0, 99.0), trial(1, 5.0)]) == 5.0

@@ -22,7 +22,7 @@ from typing import Any, Callable
 
 from trainspeed.config_io import apply_overrides
 from trainspeed.errors import TuneError  # noqa: F401  (imported from here by callers)
-from trainspeed.tune import parity, stats
+from trainspeed.tune import far_slower, parity, stats
 from trainspeed.tune.admit import candidates_for
 from trainspeed.tune.arms import arm_of, fill_samples, fmt_loss, max_memory
 from trainspeed.tune.budget_plan import BaselineOutOfBudget, budget_note
@@ -32,7 +32,7 @@ from trainspeed.tune.load_proof import LoadProof, load_matched
 from trainspeed.tune.one_time import kept_one_time_notes, note_one_time
 from trainspeed.tune.options import TuneOptions
 from trainspeed.tune.order import ablation_round, bracket_repeats, n_brackets
-from trainspeed.tune.result import Row, TuneResult, load_note, median_load, repeats_note, utilization_note
+from trainspeed.tune.result import Row, TuneResult, load_note, median_load, utilization_note
 from trainspeed.tune.short_run import ENDED_IN_WARMUP
 from trainspeed.tune.spend import confirm, early_end_note, halve, offered, planned_trials, spend_rest
 from trainspeed.tune.store import TrialStore
@@ -102,9 +102,7 @@ class Tuner(LoadProof):
         # in the search's own order, so a resumed tune finds the same numbers in its store.
         self.next_repeat: dict[str, int] = {}
         self.ran: set[tuple[str, int]] = set()  # (key, repeat) run or reused in this tune
-        # The trial shapes this tune has asked for (a script's first baseline is cut by time,
-        # its later trials sized to the budget): a stored trial of another shape is not reused.
-        self.shapes: set[str] = set()
+        self.shapes: set[str] = set()  # trial shapes asked for: a stored one of another is not reused
         self.measure_steps: int | None = None  # a script trial's measured steps, once sized (admit.py)
         # Per comparison, its rounds' log speedups: together, the machine's noise per round.
         self.round_logs: dict[tuple, list[float]] = {}
@@ -174,7 +172,8 @@ class Tuner(LoadProof):
         # baseline was stopped at 30 s, "over 4x the baseline trial's time", while others' jobs
         # took the cores), and losing it drops a round's pair; the runner's cap still holds.
         if self.base_wall and settings:
-            cutoff = max(MIN_CUTOFF_S, SLOW_CUTOFF * self._price(key)) + self._startup(settings)
+            price = far_slower.cutoff_price(self._price(key), self.results({}))
+            cutoff = max(MIN_CUTOFF_S, SLOW_CUTOFF * price) + self._startup(settings)
         request = TrialRequest(key=key, label=label, overrides=overrides_of(settings), repeat=repeat,
                                timeout_s=cutoff, budget_s=max(1.0, self.opt.budget_s - self.spent))
         self.say(f"  trial {label} (repeat {repeat + 1}) ...")
@@ -211,8 +210,9 @@ class Tuner(LoadProof):
     def _round(self, arms: list[tuple[dict[str, Any], str, int]], reverse: bool) -> None:
         """One interleaved round: each arm's given repeat, in order (or reversed)."""
         for settings, label, repeat in (list(reversed(arms)) if reverse else arms):
-            if any(not r.ok for r in self.results(settings) if r.repeat < repeat):
-                continue  # a setting that crashed once is not run again
+            if not far_slower.may_run_again([r for r in self.results(settings) if r.repeat < repeat],
+                                            self.results({})):
+                continue  # a setting that crashed once is not run again (nor one far slower)
             if config_key(self.base_hash, settings) in self.dropped:
                 continue  # far slower in an earlier round
             self.trial(settings, label, repeat)
@@ -260,9 +260,8 @@ class Tuner(LoadProof):
             row.note = par.near_zero_note()
         confirm(self, row, pairs)
         note_one_time(row, ref, cand)
-        if len(rounds) < planned:
-            why = self.drop_why.get(config_key(self.base_hash, settings), "budget")
-            row.note = (row.note + "; " if row.note else "") + repeats_note(len(rounds), planned, why)
+        row.note = far_slower.rounds_note(row.note, len(rounds), planned, self.drop_why.get(self._key(settings), "budget"),
+                                          [r for r in self.results(settings) if r.repeat in {c for _, c in pairs}])
         return self._load_proof(row, reference, pairs) if proof else row  # load_proof.py
 
     def _key(self, settings: dict[str, Any]) -> str:
@@ -276,10 +275,9 @@ class Tuner(LoadProof):
         wanted = {rep for refs, _ in pairs for rep in refs}
         ref_by = {r.repeat: r for r in self.results(reference) if r.ok and r.repeat in wanted}
         cand_by = {r.repeat: r for r in self.results(settings) if r.repeat in {c for _, c in pairs}}
-        failed = [r for r in cand_by.values() if not r.ok]
         rounds = [([ref_by[i] for i in refs if i in ref_by], cand_by[c]) for refs, c in pairs
                   if c in cand_by and cand_by[c].ok and any(i in ref_by for i in refs)]
-        return rounds, failed
+        return rounds, far_slower.deciding([r for r in cand_by.values() if not r.ok], len(rounds))
 
     def _pool(self, knob: str, label: str, settings: dict[str, Any], reference: dict[str, Any],
               pairs: list[tuple[tuple[int, ...], int]], rounds: list[tuple[list[TrialResult], TrialResult]]
@@ -321,7 +319,7 @@ class Tuner(LoadProof):
         for r in range(R if candidates else 0):  # nothing to compare: no more baselines
             self.say(f"ablation round {r + 1}/{R}")
             idle = frozenset(i for i, c in enumerate(candidates) if self.key(c.settings) in self.dropped
-                             or any(not x.ok for x in self.results(c.settings)))
+                             or not far_slower.may_run_again(self.results(c.settings), self.results({})))
             self._round(ablation_round(candidates, r, R, every, idle), reverse=False)
             halve(self, candidates, r)
         self.reserve_s = 0.0
