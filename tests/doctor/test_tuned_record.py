@@ -32,8 +32,42 @@ def test_a_finding_the_tune_measured_as_no_gain_says_so_in_the_next_report(tmp_p
     assert "tuned" not in annotate([_finding("num_workers")], script_key("path", str(tmp_path / "other.py")),
                                    root=tmp_path)[0]
     record_tune(key, "runs/tune-2", [{**rows[0], "verdict": "faster", "speedup": 1.8}], root=tmp_path)
-    assert annotate([_finding("num_workers")], key, root=tmp_path)[0]["tuned"].startswith(
-        "trainspeed tune measured a gain: num_workers=1 1.80x")
+    assert annotate([_finding("num_workers")], key, root=tmp_path)[0]["tuned"] == (
+        "trainspeed tune measured a gain: num_workers=1 1.80x (runs/tune-2); an earlier tune read no gain: "
+        "num_workers=1 0.98x, num_workers=2 0.80x (runs/tune-train)")
+
+
+def test_each_tune_of_a_script_is_kept_and_a_later_one_of_other_knobs_leaves_it(tmp_path):
+    """A newcomer ran the doctor's one-knob tunes in turn: `--knobs fused_optimizer` verified
+    1.39x, then `--knobs num_workers` replaced the script's record and the fused line was gone;
+    a third, wider tune on a loaded machine read fused at 0.68x and the report said "no gain"
+    with nothing of the first."""
+    key = script_key("path", str(tmp_path / "train.py"))
+    fused = {"knob": "fused_optimizer", "setting": "fused", "verdict": "faster", "speedup": 1.32, "ci": [1.2, 1.4]}
+    workers = {"knob": "num_workers", "setting": "1", "verdict": "slower", "speedup": 0.53, "ci": [0.4, 0.6]}
+    record_tune(key, "runs/tune-train-fused_optimizer", [fused], root=tmp_path)
+    record_tune(key, "runs/tune-train-num_workers", [workers], root=tmp_path)
+    found = annotate([_finding("fused_optimizer"), _finding("num_workers")], key, root=tmp_path)
+    assert found[0]["tuned"] == ("trainspeed tune measured a gain: fused_optimizer=fused 1.32x "
+                                 "(runs/tune-train-fused_optimizer)")
+    assert found[1]["tuned"].endswith("num_workers=1 0.53x (runs/tune-train-num_workers)")
+    loaded = {**fused, "verdict": "slower", "speedup": 0.68}
+    record_tune(key, "runs/tune-train", [loaded, workers], root=tmp_path)
+    assert annotate([_finding("fused_optimizer")], key, root=tmp_path)[0]["tuned"] == (
+        "trainspeed tune measured no gain: fused_optimizer=fused 0.68x (runs/tune-train); an earlier tune read "
+        "a gain: fused_optimizer=fused 1.32x (runs/tune-train-fused_optimizer)")
+    # a tune resumed into its own --out replaces its entry, not adds one
+    record_tune(key, "runs/tune-train", [fused], root=tmp_path)
+    assert annotate([_finding("fused_optimizer")], key, root=tmp_path)[0]["tuned"] == (
+        "trainspeed tune measured a gain: fused_optimizer=fused 1.32x (runs/tune-train)")
+    # a record of the first form (one tune per script) still reads
+    import json
+
+    (tmp_path / "runs" / "tuned.json").write_text(json.dumps(
+        {"schema": 1, "scripts": {key: {"tune": "runs/old", "knobs": {"fused_optimizer": [fused]}}}}))
+    assert annotate([_finding("fused_optimizer")], key, root=tmp_path)[0]["tuned"].endswith("1.32x (runs/old)")
+    record_tune(key, "runs/new", [workers], root=tmp_path)
+    assert "runs/old" in annotate([_finding("fused_optimizer")], key, root=tmp_path)[0]["tuned"]
 
 
 

@@ -7,8 +7,15 @@ working directory, `runs/tuned.json` (the tune and the doctor run a script from 
 folder), keyed by the script; the doctor adds to each finding whose `--knobs` the tune measured
 what it read:
 
-    {"schema": 1, "scripts": {"/abs/train.py": {"tune": "runs/tune-train", "knobs": {
-        "num_workers": [{"setting": "1", "verdict": "no measurable change", "speedup": 0.98}]}}}}
+    {"schema": 1, "scripts": {"/abs/train.py": {"tunes": [{"tune": "runs/tune-train", "knobs": {
+        "num_workers": [{"setting": "1", "verdict": "no measurable change", "speedup": 0.98}]},
+        "command": ["python", "train.py"]}, ...]}}}
+
+Every tune of a script is kept, newest first (a tune resumed into the same --out replaces its
+own entry): the doctor prints one one-knob tune per finding, and a newcomer who ran three saw
+the second drop the first's verified fused AdamW gain and the third (on a loaded machine)
+reverse it. A finding shows the newest tune that measured its knobs, and an earlier one that
+read otherwise. An entry of the first form ({"tune", "knobs", "command"}) reads as one tune.
 """
 
 from __future__ import annotations
@@ -21,6 +28,8 @@ from typing import Any, Sequence
 RECORD = Path("runs") / "tuned.json"
 """Beside the run directories (runs/ is where both write by default): never among the user's files."""
 GAIN = "faster"
+MAX_TUNES = 8
+"""Tunes kept per script (the oldest go first)."""
 
 
 def script_key(kind: str, name: str) -> str:
@@ -55,31 +64,52 @@ def record_tune(key: str, tune_dir: str | Path, rows: Sequence[dict[str, Any]],
     entry: dict[str, Any] = {"tune": str(tune_dir), "knobs": knobs}
     if command is not None:
         entry["command"] = list(command)
-    data.setdefault("scripts", {})[key] = entry
+    scripts = data.setdefault("scripts", {})
+    earlier = [t for t in _tunes(scripts.get(key)) if t.get("tune") != entry["tune"]]
+    scripts[key] = {"tunes": [entry, *earlier][:MAX_TUNES]}
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_text(path, json.dumps(data, indent=2) + "\n")
     return path
 
 
-def tuned_line(finding: dict[str, Any], entry: dict[str, Any], command: Sequence[str] | None = None) -> str | None:
-    """What the tune measured for the knobs the finding's verify command names, or None; with
-    the tune's command where it ran the script with other flags than `command` (the doctor's):
-    word_language_model's doctor run at --emsize 512 was shown a tune of --emsize 1024 as its own."""
+def _tunes(entry: Any) -> list[dict[str, Any]]:
+    """A script's tunes, newest first (an entry of the first form is one tune)."""
+    if not isinstance(entry, dict):
+        return []
+    tunes = entry.get("tunes") if "tunes" in entry else [entry]
+    return [t for t in tunes or [] if isinstance(t, dict) and isinstance(t.get("knobs"), dict)]
+
+
+def _measured(finding: dict[str, Any], tune: dict[str, Any]) -> tuple[bool, str] | None:
+    """(a gain, its figures) of what one tune measured for the finding's knobs, or None."""
     from trainspeed.doctor.findings import verify_knobs
 
-    rows = [(knob, r) for knob in verify_knobs(finding) for r in entry.get("knobs", {}).get(knob, [])]
+    rows = [(knob, r) for knob in verify_knobs(finding) for r in tune["knobs"].get(knob, [])]
     if not rows:
         return None
     won = [(k, r) for k, r in rows if r.get("verdict") == GAIN]
-    shown = won or rows
-    figures = ", ".join(f"{k}={r.get('setting')} {r.get('speedup'):.2f}x" for k, r in shown[:4])
-    verdict = "a gain" if won else "no gain"
-    line = f"trainspeed tune measured {verdict}: {figures} ({entry.get('tune')})"
-    tuned = entry.get("command")
+    return bool(won), ", ".join(f"{k}={r.get('setting')} {r.get('speedup'):.2f}x" for k, r in (won or rows)[:4])
+
+
+def tuned_line(finding: dict[str, Any], entry: dict[str, Any], command: Sequence[str] | None = None) -> str | None:
+    """What the newest tune that measured the knobs the finding's verify command names read, or
+    None; with an earlier tune that read otherwise (a gain against none), and the tune's command
+    where it ran the script with other flags than `command` (the doctor's): word_language_model's
+    doctor run at --emsize 512 was shown a tune of --emsize 1024 as its own."""
+    found = [(t, m) for t in _tunes(entry) for m in [_measured(finding, t)] if m is not None]
+    if not found:
+        return None
+    tune, (gain, figures) = found[0]
+    line = f"trainspeed tune measured {'a gain' if gain else 'no gain'}: {figures} ({tune.get('tune')})"
+    tuned = tune.get("command")
     if command is not None and isinstance(tuned, list) and list(tuned) != list(command):
         import shlex
 
         line += f", with other flags: `{shlex.join(str(a) for a in tuned)}`"
+    other = next(((t, m) for t, m in found[1:] if m[0] != gain), None)
+    if other is not None:
+        line += (f"; an earlier tune read {'a gain' if other[1][0] else 'no gain'}: {other[1][1]} "
+                 f"({other[0].get('tune')})")
     return line
 
 
