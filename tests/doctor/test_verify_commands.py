@@ -103,3 +103,36 @@ def test_a_tune_command_for_slow_steps_asks_for_the_budget_that_measures_its_kno
     assert " --budget" not in _ctx(2.0).tune_command("compile")
     assert " --budget" not in _ctx(7.0).tune_command("compile")  # 9.9 minutes
     assert " --budget 15m --from runs/doctor-train -- " in _ctx(10.0).tune_command("compile")
+
+
+def test_a_run_with_a_tunes_settings_verifies_with_those_settings(tmp_path, monkeypatch, capsys):
+    """The demo's "after" run (`trainspeed run --with tune/best.yaml --doctor -- python train.py`,
+    num_workers=2 applied) printed `trainspeed tune --knobs persistent_workers -- python train.py`:
+    on the script as it is (no workers) the tune could measure nothing ("needs num_workers > 0",
+    exit 3). Its tunes now measure the applied settings too, and its reruns apply them again."""
+    from trainspeed.cli.main import build_parser, main
+
+    monkeypatch.chdir(tmp_path)
+    head, loop = SCRIPT.split("for x, y in loader:")
+    # three epochs: each starts the workers again (the persistent_workers finding)
+    (tmp_path / "train.py").write_text(head + "for epoch in range(3):\n  for x, y in loader:" + loop.replace("\n    ", "\n      "))
+    (tmp_path / "best.yaml").write_text("schema: 1\nkind: script-settings\ncommand: [python, train.py]\n"
+                                        "settings:\n  loader.num_workers: 1\n")
+    rc = main(["run", "--with", "best.yaml", "--doctor", "--quiet", "--steps", "300", "--out", "after",
+               "--", "python", "train.py", "--lr", "0.05"])
+    assert rc == 0
+    import json
+
+    report = json.loads((tmp_path / "after" / "report.json").read_text())
+    commands = [f["verify_with"] for f in report["findings"] if f.get("verify_with")]
+    assert any("persistent_workers" in c for c in commands), commands
+    for c in commands:
+        words = shlex.split(c.removesuffix(" (on a quiet machine)").removesuffix(" (after the change)"))
+        if words[1] == "tune":
+            knobs = words[words.index("--knobs") + 1].split(",")
+            assert knobs[0] == "num_workers" and words[words.index("--") + 1:] == ["python", "train.py", "--lr", "0.05"]
+            args = build_parser().parse_args(words[1:])
+            assert args.knobs == ",".join(knobs)
+        else:
+            assert words[:5] == ["trainspeed", "run", "--with", "best.yaml", "--doctor"], c
+            assert "--steps" in words and build_parser().parse_args(words[1:]).steps == 300

@@ -212,6 +212,16 @@ def _launcher() -> dict[str, Any]:
     return {"launcher": [str(w) for w in words]} if isinstance(words, list) and words else {}
 
 
+def _plan(path: str | None) -> dict[str, Any]:
+    """{"plan": {"path", "settings"}} for a run under `trainspeed run --with PATH --doctor`: the
+    report's commands run the script with those settings again (checks/context.py)."""
+    if not path:
+        return {}
+    from trainspeed.patches.plan import load_plan
+
+    return {"plan": {"path": str(path), "settings": sorted(load_plan(path).patch_settings())}}
+
+
 def run_doctor(config: DoctorConfig) -> DoctorResult:
     """Run the script under instrumentation and diagnose it. See module docstring."""
     from trainspeed.startup import preload
@@ -256,7 +266,8 @@ def run_doctor(config: DoctorConfig) -> DoctorResult:
 
     monitor = Monitor(rank_dir(run_dir, rank), device=device, log_every=config.log_every,
                       sinks=config.sinks if rank == 0 else ("jsonl",), rank=rank,
-                      warmup_steps=warmup, config={"command": command, **_launcher()}, command=command,
+                      warmup_steps=warmup, config={"command": command, **_launcher(), **_plan(config.plan)},
+                      command=command,
                       total_steps=steps, system_sampler=config.system_sampler, kind="doctor",
                       profile_steps=config.profile_steps)
     session = Session(monitor, max_steps=steps, count_flops_at=flops_at,

@@ -76,6 +76,16 @@ script has no flag for them). Topics missing here (padding without a flag for it
 code changes no run-time setting makes: a script run's finding re-runs the doctor on its command
 instead."""
 
+PLAN_SETTING_KNOBS = {
+    "loader.num_workers": "num_workers", "loader.pin_memory": "pin_memory",
+    "loader.persistent_workers": "persistent_workers", "loader.prefetch_factor": "prefetch_factor",
+    "precision": "precision", "compile": "compile", "channels_last": "channels_last", "optimizer.impl": "fused_optimizer",
+    "threads": "threads", "cuda.tf32": "tf32", "cuda.cudnn_benchmark": "cudnn_benchmark",
+    "cuda.expandable_segments": "expandable_segments", "runtime.cache_checks": "package_lookups",
+    "hf.attn_implementation": "attention",
+}
+"""A `run --with best.yaml` setting -> the script knob that measures it (tune/script_knobs.py)."""
+
 
 BUDGET_MARGIN = 1.2
 """Room above budget_to_measure in a suggested --budget: trials start processes and run on a
@@ -146,6 +156,13 @@ class CheckContext:
         return [str(c) for c in command] if isinstance(command, list) and command else None
 
     @property
+    def plan(self) -> dict[str, Any] | None:
+        """{"path", "settings"} of the best.yaml a `trainspeed run --with PATH --doctor` applied
+        (doctor/runner.py), else None."""
+        plan = (self.run.config or {}).get("plan")
+        return plan if isinstance(plan, dict) and plan.get("path") else None
+
+    @property
     def launcher(self) -> list[str] | None:
         """The launcher words typed before the script (`accelerate launch --num_processes 2`),
         recorded by the doctor that ran under it (doctor/runner.py LAUNCHER_ENV)."""
@@ -194,6 +211,12 @@ class CheckContext:
             return (f"{launch} train {shlex.quote(str(config))} run.name={self.run.path.name}-after"
                     + (f" run.max_steps={steps}" if steps else ""))
         cmd = shlex.join(command_with_flags(list(self.command or ["python", "train.py"]), list(flags)))
+        if self.plan and ranks <= 1:
+            # run again with the settings it ran with (`run --doctor` runs to the end unless told)
+            if not self._steps_option(steps) and steps != 0:
+                length = f" --steps {steps or DEFAULT_STEPS}{length}"
+            return self.with_pythonpath(
+                f"trainspeed run --with {shlex.quote(self.plan['path'])} --doctor{length} -- {cmd}", path)
         # Ranks must agree on one directory (--out is required under torchrun): a new one
         # beside this run's, so the comparison keeps both.
         out = f" --out {shlex.quote(str(self.run.path) + '-after')}" if ranks > 1 else ""
@@ -238,6 +261,9 @@ class CheckContext:
 
                 several = len(self.summary.get("ranks") or []) > 1
                 command = (one_process_launch(self.launcher) if several else self.launcher) + command[1:]
+            if self.plan:  # the tune starts from the script as it is: measure the applied settings too
+                topics = (*(PLAN_SETTING_KNOBS[k] for k in self.plan.get("settings") or () if k in PLAN_SETTING_KNOBS),
+                          *topics)
             tune = tune_command(*topics, command=command, budget=self._budget_option)
             return self.with_pythonpath(tune) if tune else f"{self.doctor_command()} (after the change)"
         config = self.run.path / "config.yaml"
