@@ -4,8 +4,9 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 EXTRAS ?= dev,tensorboard,report,lightning,hf,vision,wandb,patch,deepspeed
-# The demo: its script decodes PNGs (vision), the report's plots (report), best.patch (patch).
-DEMO_EXTRAS ?= report,vision,patch
+# The demo: its script decodes PNGs (vision), the report's plots (report), best.patch (patch); the
+# naive recipes the README shows next log to TensorBoard, as people first write it (tensorboard).
+DEMO_EXTRAS ?= report,vision,patch,tensorboard
 # DeepSpeed JIT-builds a CPU op on first use (minutes on 2 cores); built once here, reused by the tests.
 TORCH_EXTENSIONS ?= $(CURDIR)/.cache/torch_extensions
 DEMO_STEPS ?= 40
