@@ -71,7 +71,7 @@ def test_a_scripts_pad_to_max_length_is_named_with_what_each_fix_removes(doctor)
     # the report's first statement offers less padding first and measures it with the same knob
     goes = where_time_goes(ctx)
     assert goes["helps"][0].startswith("less padding (")
-    assert goes["verify_with"].startswith("trainspeed tune --knobs padding,precision,compile -- ")
+    assert goes["verify_with"].startswith("trainspeed tune --knobs padding,precision,compile,fused_optimizer -- ")
 
 
 def test_without_the_switch_the_batches_are_per_batch_and_grouping_is_the_advice(doctor):

@@ -77,3 +77,25 @@ def test_a_compute_bound_run_that_waits_for_its_data_measures_the_workers_first(
                      obs=[CONV, {"kind": "dataloader", "role": "train", "num_workers": 0, "cores": 2}])
     quiet = where_time_goes(ctx_of(below))  # under the data finding's warning: the top stays on compute
     assert not quiet["helps"][0].startswith("DataLoader") and "num_workers" not in quiet["verify_with"]
+
+
+def test_a_compute_bound_run_with_a_loop_optimizer_measures_the_fused_one_too():
+    """A newcomer's MLP: the optimizer step was 25 % of the step (AdamW's per-parameter loop on a
+    CPU) and its finding said so, while the top's "Measure it" named precision and compile only,
+    and read "at 20% of cpu (2 threads) fp32 (measured)" for 20 % of that peak."""
+    adamw = {"kind": "optimizer", "primary": True, "class": "AdamW", "module": "torch.optim.adamw", "fused": None,
+             "foreach": None, "implementations": ["fused", "foreach"], "devices": ["cpu"], "params": 400_000}
+    run = make_run(shares={"forward": 0.21, "backward": 0.29, "optimizer": 0.25, "data": 0.02},
+                   obs=[{**CONV, "convolutional": False}, adamw])
+    from trainspeed.doctor.checks.context import CheckContext
+    from trainspeed.telemetry.summary import summarize
+
+    summary = {**summarize(run), "mfu": {"value": 0.2, "valid": True, "peak_name": "cpu (2 threads) fp32 (measured)"}}
+    found = where_time_goes(CheckContext.from_run(run, summary))
+    assert found["bound"] == "compute"
+    assert "at 20% of the peak (cpu (2 threads) fp32 (measured))" in found["statement"], found["statement"]
+    assert any(h.startswith("a fused optimizer step (the optimizer is 25% of the step") for h in found["helps"])
+    assert found["verify_with"].endswith("--knobs precision,compile,fused_optimizer"), found["verify_with"]
+    fused = make_run(shares={"forward": 0.21, "backward": 0.29, "optimizer": 0.25, "data": 0.02},
+                     obs=[{**CONV, "convolutional": False}, {**adamw, "fused": True}])
+    assert "fused_optimizer" not in where_time_goes(ctx_of(fused))["verify_with"]

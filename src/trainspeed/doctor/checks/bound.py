@@ -21,6 +21,7 @@ from typing import Any
 
 from trainspeed.doctor.checks.context import CheckContext, pct
 from trainspeed.doctor.checks.data import DATA_WAIT_WARNING, padded_per_batch, padding_share
+from trainspeed.doctor.checks.hardware import optimizer_not_fused
 from trainspeed.doctor.checks.lookups import SHARE_INFO, lookup_time
 from trainspeed.doctor.checks.machine import busy_machine
 from trainspeed.doctor.checks.script_flags import script_padding_flag
@@ -70,6 +71,11 @@ def _helps(ctx: CheckContext, bound: str, launch: bool) -> list[str]:
     elif precision == "fp32" and not any(m.get("autocast") for m in ctx.models()):
         helps.append("bf16 autocast (this CPU has no bf16 units: it would be emulated, slower)" if no_bf16
                      else "lower precision where the device has units for it (bf16 autocast)")
+    if optimizer_not_fused(ctx) is not None:
+        # a newcomer's script: the optimizer step was 25 % of the step, its finding first, and
+        # this line (and its tune command) offered only bf16 and compile
+        helps.append(f"a fused optimizer step (the optimizer is {pct(ctx.share('optimizer'))} of the step: "
+                     "the optimizer finding below)")
     if not any(m.get("compiled") for m in ctx.models()):
         helps.append("torch.compile (fuses the elementwise ops between the matmuls)")
     if any(m.get("convolutional") for m in ctx.models()):
@@ -136,7 +142,8 @@ def where_time_goes(ctx: CheckContext) -> dict[str, Any] | None:
             "compute": "the model's forward, backward and update"}[bound]
     if launch:
         what = f"launching small GPU kernels (the training phases run at {pct(mfu_value)} of the GPU's peak)"
-    at_peak = (f" at {pct(mfu_value)} of {mfu.get('peak_name') or 'the peak'}"
+    peak = f" ({mfu['peak_name']})" if mfu.get("peak_name") else ""
+    at_peak = (f" at {pct(mfu_value)} of the peak{peak}"
                if bound == "compute" and isinstance(mfu_value, (int, float)) else "")
     rest = "; ".join(f"{kind} {pct(shares[kind])} ({parts[kind]})" for kind in ("data", "overhead", "compute")
                      if kind != ("compute" if launch else bound) and parts[kind])
@@ -150,6 +157,8 @@ def where_time_goes(ctx: CheckContext) -> dict[str, Any] | None:
                       "are the busy machine's times, not the script's (machine_busy below)")
     topics = {"data": ("num_workers",), "overhead": ("compile", "batch_size") if launch else ("logging", "eval"),
               "compute": ("precision", "compile")}[bound]
+    if bound == "compute" and optimizer_not_fused(ctx) is not None:
+        topics = (*topics, "fused_optimizer")
     if bound == "compute" and padding_share(ctx) is not None and script_padding_flag(ctx, padded_per_batch(ctx)):
         topics = ("padding_flag", *topics)
     if bound != "data" and _data_wait(ctx) is not None:
