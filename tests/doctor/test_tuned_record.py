@@ -35,6 +35,11 @@ def test_a_finding_the_tune_measured_as_no_gain_says_so_in_the_next_report(tmp_p
     assert annotate([_finding("num_workers")], key, root=tmp_path)[0]["tuned"] == (
         "trainspeed tune measured a gain: num_workers=1 1.80x (runs/tune-2); an earlier tune read no gain: "
         "num_workers=1 0.98x, num_workers=2 0.80x (runs/tune-train)")
+    # beside a winner, the settings that did not win (the finding may advise one of them)
+    record_tune(key, "runs/tune-3", [{**rows[0], "verdict": "faster", "speedup": 1.52, "setting": "2"}, rows[0]],
+                root=tmp_path)
+    assert annotate([_finding("num_workers")], key, root=tmp_path)[0]["tuned"].startswith(
+        "trainspeed tune measured a gain: num_workers=2 1.52x (no gain: num_workers=1 0.98x) (runs/tune-3)")
 
 
 def test_each_tune_of_a_script_is_kept_and_a_later_one_of_other_knobs_leaves_it(tmp_path):
