@@ -138,6 +138,11 @@ def test_parse_knobs():
     assert parse_knobs("precision, compile,precision") == ["precision", "compile"]
     with pytest.raises(ConfigError, match="unknown knob 'precison'; did you mean 'precision'"):
         parse_knobs("precison")
+    # a newcomer typed `--knobs fused`: one part of a knob's name, too short for difflib
+    from trainspeed.tune.script_knobs import SCRIPT_KNOBS
+
+    with pytest.raises(ConfigError, match="unknown knob 'fused' for a script; did you mean 'fused_optimizer'"):
+        parse_knobs("fused", SCRIPT_KNOBS, kind=" for a script")
 
 
 def test_block_classes_are_the_models_own_repeated_blocks():

@@ -331,7 +331,9 @@ def parse_knobs(text: str | None, table: dict[str, Any] | None = None, kind: str
             names[i] = KNOB_ALIASES[name]
     for name in names:
         if name not in table:
-            guess = did_you_mean(name, list(table))
+            # a part of a knob's name ("fused" of fused_optimizer) is too short for difflib
+            parts = [k for k in table if name.lower() in k.split("_") or k.startswith(name.lower())]
+            guess = did_you_mean(name, list(table)) or (parts[0] if len(parts) == 1 else None)
             hint = f"did you mean '{guess}'? " if guess else ""
             raise ConfigError(f"--knobs: unknown knob '{name}'{kind}; {hint}known knobs: {', '.join(table)}")
     return list(dict.fromkeys(names))
