@@ -60,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True)
     shutil.copy(SCRIPT, out / "train.py")
     # the images live beside the script, made on its first run (a few seconds)
-    command = ["python", "train.py", "--epochs", "1000", "--data", "images"]
+    command = ["python", "train.py", "--epochs", "5", "--data", "images"]
     steps = str(args.steps)
     here = os.getcwd()
     os.chdir(out)  # as a user runs their script: from its folder, where best.patch applies

@@ -119,3 +119,21 @@ def test_the_console_names_first_only_the_knobs_moved_first():
     said = order_line(knobs, [_finding("compile", 0.0), _finding("precision", 0.4)], "the baseline's findings")
     assert said.startswith("the baseline's findings put time at stake on precision: measured first"), said
     assert "compile: nothing at stake" in said
+
+
+def test_under_a_run_with_plan_a_finding_is_shown_the_tune_of_its_own_knob():
+    """The demo's after-run (num_workers=2 applied): every finding's tune measures num_workers
+    first, and each then carried the workers' tuned line, "The model is not compiled" too."""
+    from trainspeed.doctor.tuned import tuned_line
+
+    entry = {"tunes": [{"tune": "tune", "knobs": {
+        "num_workers": [{"setting": "2", "verdict": "faster", "speedup": 1.65}],
+        "compile": [{"setting": "default", "verdict": "slower", "speedup": 0.4}]}}]}
+    compile_finding = {"verify_with": "trainspeed tune --knobs num_workers,compile -- python train.py"}
+    persistent = {"verify_with": "trainspeed tune --knobs num_workers,persistent_workers -- python train.py"}
+    workers = {"verify_with": "trainspeed tune --knobs num_workers -- python train.py"}
+    assert tuned_line(compile_finding, entry, applied=["num_workers"]) == (
+        "trainspeed tune measured no gain: compile=default 0.40x (tune)")
+    assert tuned_line(persistent, entry, applied=["num_workers"]) is None  # persistent_workers: not measured
+    assert tuned_line(workers, entry, applied=["num_workers"]).startswith("trainspeed tune measured a gain: num_workers=2")
+    assert tuned_line(persistent, entry).startswith("trainspeed tune measured a gain: num_workers=2")  # no plan

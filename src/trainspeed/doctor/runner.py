@@ -231,6 +231,7 @@ def run_doctor(config: DoctorConfig) -> DoctorResult:
 
     from trainspeed.doctor.checks import diagnose
     from trainspeed.doctor.checks.bound import time_goes
+    from trainspeed.doctor.checks.context import plan_knobs
     from trainspeed.doctor.instrument import Session, StopDoctor, install
     from trainspeed.doctor.instrument.files import snapshot
     from trainspeed.doctor.instrument.flags import observe_argv_flags
@@ -342,7 +343,7 @@ def run_doctor(config: DoctorConfig) -> DoctorResult:
     except (OSError, RunDirError):  # the run directory could not be written: what was kept
         run = RunData(path=run_dir, steps=list(monitor.recent))
     findings = annotate_tuned(diagnose(run, summary), script_key(target.kind, target.name),  # doctor/tuned.py
-                              command=command)
+                              command=command, applied=plan_knobs((run.config or {}).get("plan")))
     try_write(run_dir, write_json, run_dir / schema.REPORT_JSON, {
         "schema": schema.SCHEMA_VERSION,
         "kind": "doctor",

@@ -80,11 +80,18 @@ def _tunes(entry: Any) -> list[dict[str, Any]]:
     return [t for t in tunes or [] if isinstance(t, dict) and isinstance(t.get("knobs"), dict)]
 
 
-def _measured(finding: dict[str, Any], tune: dict[str, Any]) -> tuple[bool, str] | None:
-    """(a gain, its figures) of what one tune measured for the finding's knobs, or None."""
+def _own_knobs(finding: dict[str, Any], applied: Sequence[str]) -> list[str]:
+    """The knobs of the finding's verify command, less those a `run --with` plan applied (its
+    tunes measure them first, checks/context.py), unless those are all it names."""
     from trainspeed.doctor.findings import verify_knobs
 
-    rows = [(knob, r) for knob in verify_knobs(finding) for r in tune["knobs"].get(knob, [])]
+    knobs = verify_knobs(finding)
+    return [k for k in knobs if k not in applied] or knobs
+
+
+def _measured(knobs: Sequence[str], tune: dict[str, Any]) -> tuple[bool, str] | None:
+    """(a gain, its figures) of what one tune measured for the knobs, or None."""
+    rows = [(knob, r) for knob in knobs for r in tune["knobs"].get(knob, [])]
     if not rows:
         return None
     won = [(k, r) for k, r in rows if r.get("verdict") == GAIN]
@@ -97,12 +104,14 @@ def _measured(finding: dict[str, Any], tune: dict[str, Any]) -> tuple[bool, str]
     return True, figures(won[:4]) + (f" (no gain: {figures(rest)})" if rest else "")
 
 
-def tuned_line(finding: dict[str, Any], entry: dict[str, Any], command: Sequence[str] | None = None) -> str | None:
+def tuned_line(finding: dict[str, Any], entry: dict[str, Any], command: Sequence[str] | None = None,
+               applied: Sequence[str] = ()) -> str | None:
     """What the newest tune that measured the knobs the finding's verify command names read, or
     None; with an earlier tune that read otherwise (a gain against none), and the tune's command
     where it ran the script with other flags than `command` (the doctor's): word_language_model's
     doctor run at --emsize 512 was shown a tune of --emsize 1024 as its own."""
-    found = [(t, m) for t in _tunes(entry) for m in [_measured(finding, t)] if m is not None]
+    knobs = _own_knobs(finding, applied)
+    found = [(t, m) for t in _tunes(entry) for m in [_measured(knobs, t)] if m is not None]
     if not found:
         return None
     tune, (gain, figures) = found[0]
@@ -120,14 +129,15 @@ def tuned_line(finding: dict[str, Any], entry: dict[str, Any], command: Sequence
 
 
 def annotate(findings: list[dict[str, Any]], key: str, root: Path | None = None,
-             command: Sequence[str] | None = None) -> list[dict[str, Any]]:
+             command: Sequence[str] | None = None, applied: Sequence[str] = ()) -> list[dict[str, Any]]:
     """The findings, each that a tune of script `key` measured carrying `tuned` (the line); the
-    doctor's `command`, to say when the tune ran other flags."""
+    doctor's `command`, to say when the tune ran other flags; `applied`, the knobs of the
+    settings a `run --with` plan applied (a finding of another knob is not shown their tune)."""
     entry = _read((root or Path.cwd()) / RECORD).get("scripts", {}).get(key)
     if not entry:
         return findings
     for f in findings:
-        line = tuned_line(f, entry, command)
+        line = tuned_line(f, entry, command, applied)
         if line:
             f["tuned"] = line
     return findings

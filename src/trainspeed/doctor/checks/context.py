@@ -87,6 +87,12 @@ PLAN_SETTING_KNOBS = {
 """A `run --with best.yaml` setting -> the script knob that measures it (tune/script_knobs.py)."""
 
 
+def plan_knobs(plan: Any) -> list[str]:
+    """The script knobs of the settings a recorded `run --with` plan applied (runner.py's record)."""
+    settings = plan.get("settings") if isinstance(plan, dict) else None
+    return [PLAN_SETTING_KNOBS[k] for k in settings or () if k in PLAN_SETTING_KNOBS]
+
+
 BUDGET_MARGIN = 1.2
 """Room above budget_to_measure in a suggested --budget: trials start processes and run on a
 machine that varies (nanoGPT's steps took 9.8 s in the doctor's run and 12.2 s in the tune's
@@ -262,8 +268,7 @@ class CheckContext:
                 several = len(self.summary.get("ranks") or []) > 1
                 command = (one_process_launch(self.launcher) if several else self.launcher) + command[1:]
             if self.plan:  # the tune starts from the script as it is: measure the applied settings too
-                topics = (*(PLAN_SETTING_KNOBS[k] for k in self.plan.get("settings") or () if k in PLAN_SETTING_KNOBS),
-                          *topics)
+                topics = (*plan_knobs(self.plan), *topics)
             tune = tune_command(*topics, command=command, budget=self._budget_option)
             return self.with_pythonpath(tune) if tune else f"{self.doctor_command()} (after the change)"
         config = self.run.path / "config.yaml"
