@@ -138,7 +138,8 @@ def run_script_tune(command: list[str], out_dir: str | Path, options: TuneOption
     base_hash = command_hash(list(command))
     store = TrialStore(out)
     if len(store):
-        say(f"resuming: {len(store)} finished trials in {store.path}")
+        say(f"resuming: {len(store)} finished trials in {store.path} (those of this command are reused; "
+            "another --out starts afresh)")
     if runner is None:
         limit = first_trial_limit(store.get(config_key(base_hash, {}), 0))
         runner = ScriptRunner(base_config=out / "best.yaml", out_dir=out / "trials", command=list(command),

@@ -160,7 +160,8 @@ def run_tune(cfg: TrainConfig, out_dir: str | Path, options: TuneOptions, *,
                                   preload=facts.modules + deepspeed_preload(cfg, device))
     store = TrialStore(out)
     if len(store):
-        say(f"resuming: {len(store)} finished trials in {store.path}")
+        say(f"resuming: {len(store)} finished trials in {store.path} (those of this config are reused; "
+            "another --out starts afresh)")
     blocks = facts.block_classes if "activation_checkpointing" in options.knobs else []
     tuner = Tuner(base_config=config_to_dict(base_cfg), base_hash=base_hash, device=device,
                   runner=runner, store=store, options=options, block_classes=blocks, say=say)
