@@ -89,3 +89,25 @@ def test_an_interrupted_tune_prints_the_command_that_resumes_it(tmp_path, monkey
     assert ("Resume with: trainspeed tune --out runs/tune-train-threads --knobs threads --budget 2m -- python train.py "
             "--lr 1") in err
     assert "Traceback" not in err
+
+
+def test_a_tune_ended_by_sigterm_says_how_to_resume_and_leaves_the_handler_as_it_was(tmp_path, monkeypatch, capsys):
+    """`timeout 10m trainspeed tune ...` (or a scheduler) sends SIGTERM: the tune ended without
+    a word, its finished trials kept; it now says so and how to go on, as on Ctrl-C."""
+    import os
+    import signal
+
+    import trainspeed.tune.script_session as script_session
+
+    def terminated(*a, **k):
+        os.kill(os.getpid(), signal.SIGTERM)  # delivered at the next bytecode of this thread
+        raise AssertionError("SIGTERM was not turned into an interrupt")
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("PYTHONPATH", raising=False)
+    (tmp_path / "train.py").write_text("print('hi')\n")
+    monkeypatch.setattr(script_session, "run_script_tune", terminated)
+    before = signal.getsignal(signal.SIGTERM)
+    code, _, err = _run(["tune", "--knobs", "threads", "--budget", "2m", "--", "python", "train.py"], capsys)
+    assert code == 130 and "Resume with: trainspeed tune --out runs/tune-train-threads" in err, err
+    assert signal.getsignal(signal.SIGTERM) is before

@@ -186,9 +186,22 @@ def resume_command(argv: list[str], out) -> str:
 
 @contextlib.contextmanager
 def resume_hint(args, out):
-    """On Ctrl-C, the command that resumes the tune (then the interrupt goes on to main)."""
+    """On Ctrl-C or SIGTERM (`timeout 10m trainspeed tune ...`, a scheduler), the command that
+    resumes the tune (then the interrupt goes on to main). SIGTERM ended the tune silently: the
+    finished trials were kept, and nothing said so or how to go on."""
+    import signal
     import sys
 
+    def terminated(signum, frame):
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a second SIGTERM ends the process
+        raise KeyboardInterrupt("SIGTERM")
+
+    restore = None
+    if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+        try:
+            restore = signal.signal(signal.SIGTERM, terminated)
+        except ValueError:  # not the main thread (a tune started from a library's thread)
+            restore = None
     try:
         yield
     except KeyboardInterrupt:
@@ -196,6 +209,9 @@ def resume_hint(args, out):
         print(f"\ntrainspeed tune: interrupted; the finished trials are kept in {out / 'tune.jsonl'}. "
               f"Resume with: {resume_command(argv, out)}", file=sys.stderr, flush=True)
         raise
+    finally:
+        if restore is not None:
+            signal.signal(signal.SIGTERM, restore)
 
 
 def outcome_lines(result, out, command: list[str]) -> list[str]:
