@@ -3,6 +3,9 @@ engine's `optim.implementation: auto` and the doctor's optimizer finding read th
 
 from __future__ import annotations
 
+FUSED_OPTIMIZERS = ("Adam", "AdamW", "SGD", "Adagrad")
+"""torch.optim classes with a fused implementation (torch >= 2.4); every class takes foreach."""
+
 
 def kernel_devices(kind: str) -> list[str]:
     """Device types with `kind` ("fused" or "foreach") optimizer kernels: torch's own list (the
@@ -17,4 +20,4 @@ def kernel_devices(kind: str) -> list[str]:
         return ["cuda"]
 
 
-__all__ = ["kernel_devices"]
+__all__ = ["FUSED_OPTIMIZERS", "kernel_devices"]

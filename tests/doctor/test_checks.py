@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from trainspeed.doctor.checks import CHECKS, CheckContext, diagnose, run_checks
-from trainspeed.doctor.checks import data, hardware, loop, syncs
+from trainspeed.doctor.checks import data, hardware, loop, optimizer_kernels, syncs
 from trainspeed.telemetry.rundir import RunData
 from trainspeed.telemetry.schema import PHASES, make_event
 from trainspeed.telemetry.summary import summarize
@@ -226,25 +226,37 @@ def test_fp32_on_tensor_cores_from_observations():
 def test_optimizer_memory_and_accumulation_rules():
     opt = {"kind": "optimizer", "class": "AdamW", "fused": None, "foreach": False, "params": 10, "primary": True}
     run = make_run(device="cuda", shares={"optimizer": 0.2, "forward": 0.5}, obs=[CUDA_DEVICE, opt])
-    f = hardware.optimizer_not_fused(ctx_of(run))
+    f = optimizer_kernels.optimizer_not_fused(ctx_of(run))
     assert f.severity == "warning" and "fused=True" in f.recommendation
     # on the CPU torch's default is the per-parameter loop (foreach by default for CUDA only):
     # fused AdamW ran healthy.py 1.51x faster; foreach is never advised there (0.92x)
     default = {**opt, "foreach": None, "implementations": ["fused", "foreach"]}
-    cpu = hardware.optimizer_not_fused(ctx_of(make_run(shares={"optimizer": 0.46, "forward": 0.3}, obs=[default])))
+    cpu = optimizer_kernels.optimizer_not_fused(ctx_of(make_run(shares={"optimizer": 0.46, "forward": 0.3}, obs=[default])))
     assert cpu.recommendation.startswith("AdamW(..., fused=True)") and "on the CPU (foreach is the default" in cpu.evidence
-    assert cpu.impact == pytest.approx(hardware.CPU_FUSED_REMOVES * 0.46) and cpu.severity == "info"
-    assert hardware.optimizer_not_fused(ctx_of(make_run(shares={"optimizer": 0.02}, obs=[default]))) is None
-    assert hardware.optimizer_not_fused(ctx_of(make_run(shares={"optimizer": 0.4}, obs=[{**default, "fused": True}]))) is None
+    assert cpu.impact == pytest.approx(optimizer_kernels.CPU_FUSED_REMOVES * 0.46) and cpu.severity == "info"
+    assert optimizer_kernels.optimizer_not_fused(ctx_of(make_run(shares={"optimizer": 0.02}, obs=[default]))) is None
+    assert optimizer_kernels.optimizer_not_fused(ctx_of(make_run(shares={"optimizer": 0.4}, obs=[{**default, "fused": True}]))) is None
     # a class without a fused kernel: foreach on CUDA for a forced loop, nothing on the CPU, never fused=True
     # (RMSprop(fused=True) is a TypeError)
     rms = {**opt, "class": "RMSprop", "implementations": ["foreach"]}
-    f = hardware.optimizer_not_fused(ctx_of(make_run(device="cuda", shares={"optimizer": 0.2}, obs=[CUDA_DEVICE, rms])))
+    f = optimizer_kernels.optimizer_not_fused(ctx_of(make_run(device="cuda", shares={"optimizer": 0.2}, obs=[CUDA_DEVICE, rms])))
     assert f.recommendation.startswith("RMSprop(..., foreach=True)")
-    assert hardware.optimizer_not_fused(ctx_of(make_run(shares={"optimizer": 0.4}, obs=[rms]))) is None
+    assert optimizer_kernels.optimizer_not_fused(ctx_of(make_run(shares={"optimizer": 0.4}, obs=[rms]))) is None
     on_default = {**rms, "foreach": None}
-    assert hardware.optimizer_not_fused(ctx_of(make_run(device="cuda", shares={"optimizer": 0.4},
+    assert optimizer_kernels.optimizer_not_fused(ctx_of(make_run(device="cuda", shares={"optimizer": 0.4},
                                                         obs=[CUDA_DEVICE, on_default]))) is None  # foreach already
+    # one backward, two optimizers over one model (SGD for the matrices, AdamW for the rest, as
+    # modded-nanogpt splits Muon and Adam): both are named, each with what it takes; one fused
+    # already, or one that takes nothing faster, is left out
+    sgd = {**default, "class": "SGD", "name": "opt_matrices", "updates": ["Net"], "params": 131072}
+    adamw = {**default, "primary": False, "updates": ["Net"], "params": 26340}
+    both = optimizer_kernels.optimizer_not_fused(ctx_of(make_run(shares={"optimizer": 0.3}, obs=[sgd, adamw])))
+    assert both.title == "2 optimizers (opt_matrices (SGD over Net), AdamW over Net) run a per-parameter loop"
+    assert both.recommendation == "SGD(..., fused=True), AdamW(..., fused=True) (engine: optim.implementation=fused)"
+    assert "SGD(fused=None, foreach=None) over 131072 parameters; AdamW(fused=None" in both.evidence
+    one = optimizer_kernels.optimizer_not_fused(ctx_of(make_run(shares={"optimizer": 0.3},
+                                                                obs=[sgd, {**adamw, "fused": True}, {**rms, "primary": False}])))
+    assert one.title == "opt_matrices (SGD over Net) runs a per-parameter loop"
     ctx = ctx_of(make_run(device="cuda", obs=[CUDA_DEVICE, {"kind": "accumulation", "factor": 8}]))
     ctx.summary["memory"] = {"cuda_alloc_peak": 39.5 * 2**30, "cuda_reserved_peak": 39.8 * 2**30}
     assert hardware.memory_pressure(ctx).id == "memory_near_oom"
@@ -363,3 +375,16 @@ def test_ranks_the_script_started_itself_are_named_with_the_torchrun_command():
     every = ctx_of(run)
     every.summary["ranks"] = [{"rank": 0}, {"rank": 1}]  # the doctor ran in both (torchrun)
     assert unmeasured_ranks(every) is None
+
+
+def test_an_optimizer_is_named_by_the_variable_it_is_assigned_to_never_by_a_containers(tmp_path):
+    from trainspeed.doctor.instrument.updates import assigned_name
+
+    script = tmp_path / "train.py"
+    script.write_text("optimizerD = optim.Adam(netD.parameters())\n"
+                      "opt: torch.optim.Optimizer = SGD(params)\n"
+                      "optimizers = [torch.optim.SGD(matrices), torch.optim.AdamW(others)]\n"
+                      "optimizers = (\n"
+                      "self.opt = AdamW(p)\n")
+    names = [assigned_name((str(script), line)) for line in range(1, 6)]
+    assert names == ["optimizerD", "opt", None, None, "self.opt"]

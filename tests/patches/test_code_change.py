@@ -213,6 +213,40 @@ def test_optimizer_gets_fused_and_the_patched_script_steps(tmp_path):
     assert "lr=1e-3, foreach=True)" in foreach.patch
 
 
+def test_two_optimizers_built_on_one_line_each_get_the_kernel_their_class_has(tmp_path):
+    """modded-nanogpt's split, written `optimizers = [SGD(matrices), AdamW(others)]`: the trials
+    built both fused and measured 1.08x, and best.patch gave fused=True to SGD alone. An RMSprop
+    among them has no fused kernel: left as it is, and said."""
+    root = tmp_path / "project"
+    train = write(root, "train.py", """
+        import torch
+
+        model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Linear(8, 2))
+        a, b = list(model[0].parameters()), list(model[1].parameters())
+        optimizers = [torch.optim.SGD(a, lr=0.1, momentum=0.9), torch.optim.AdamW(b, lr=1e-3)]  # OPT
+        extra = torch.optim.RMSprop(model.parameters(), lr=0.0)  # RMS
+        model(torch.randn(3, 4)).sum().backward()
+        for opt in optimizers:
+            opt.step()
+        print("fused", [o.defaults["fused"] for o in optimizers])
+    """)
+    line, rms = line_of(train, "# OPT"), line_of(train, "# RMS")
+    targets = Targets(optimizer_site=(str(train), line), optimizer_class="SGD",
+                      optimizer_build_sites=((str(train), line), (str(train), line), (str(train), rms)),
+                      optimizer_build_classes=("SGD", "AdamW", "RMSprop"))
+    change = code_change({"optimizer.impl": "fused"}, targets, root=root, command=[])
+    assert ("+optimizers = [torch.optim.SGD(a, lr=0.1, momentum=0.9, fused=True), "
+            "torch.optim.AdamW(b, lr=1e-3, fused=True)]  # OPT") in change.patch, change.patch
+    assert "+extra = torch.optim.RMSprop" not in change.patch
+    assert any(f"RMSprop at train.py:{rms} has no fused kernel" in n for n in change.notes), change.notes
+    for copy in apply_patch(root, change, tmp_path).values():
+        run = subprocess.run([PYTHON, "train.py"], cwd=copy, capture_output=True, text=True, timeout=50)
+        assert run.returncode == 0, run.stderr
+        assert "fused [True, True]" in run.stdout
+    # the targets round-trip through best.yaml
+    assert Targets.from_dict(targets.to_dict()) == targets
+
+
 @pytest.mark.parametrize("impl, other", [("fused", "foreach"), ("foreach", "fused")])
 def test_nanogpt_helper_keeps_its_kwargs_and_is_told_where_the_implementation_goes(tmp_path, impl, other):
     """nanoGPT's **extra_args holds fused=True on CUDA only: a keyword added beside it, tuned on

@@ -26,6 +26,7 @@ from trainspeed.patches.plan import (FLAG_PREFIX, apply_flags, command_with_flag
                                      render_flag)
 from trainspeed.patches.framework_precision import VALUES, constructor_site
 from trainspeed.patches.insert_lines import insert_snippets, overlapping, patchable, shifted
+from trainspeed.optim_kernels import FUSED_OPTIMIZERS
 from trainspeed.patches.installed import is_installed
 from trainspeed.patches.several_models import several_models_snippet
 from trainspeed.patches.snippets import BEFORE_IMPORTS, RUNTIME_CODE, Snippet, Source, autocast_snippet, model_snippets, \
@@ -241,6 +242,14 @@ def code_change(settings: dict[str, Any], targets: Targets, *, root: Path, comma
         elif key == "optimizer.impl":
             if value not in ("fused", "foreach"):
                 change.notes.append(f"optimizer.impl={value!r}: not 'fused' or 'foreach'; nothing to change")
+                continue
+            if targets.optimizer_build_sites:  # each optimizer's own call, with the kernel its class has
+                for site, cls in zip(targets.optimizer_build_sites, targets.optimizer_build_classes):
+                    if value == "fused" and cls not in FUSED_OPTIMIZERS:
+                        change.notes.append(f"{key}=fused: {cls} at {_shown(site[0], root)}:{site[1]} has no fused "
+                                            "kernel; left as it is")
+                    else:
+                        want(key, "optimizer_site", (cls,), str(value), True, False, site=site)
                 continue
             named = (targets.optimizer_class,) if targets.optimizer_class else OPTIMIZERS
             want(key, "optimizer_site", named, str(value), True, not targets.optimizer_class)

@@ -30,6 +30,12 @@ class Targets:
     optimizer_sites: tuple[Site, ...] = ()
     """Where every optimizer that steps in the loop is built, the primary's first (a GAN's
     discriminator's and generator's): fused/foreach goes to each, as the trials measured it."""
+    optimizer_build_sites: tuple[Site, ...] = ()
+    """With several optimizers, each one's construction site (one per optimizer, a site twice
+    when two are built on one line: `optimizers = [SGD(...), AdamW(...)]`), the primary's first;
+    `optimizer_build_classes` holds their classes in the same order. best.patch gives each call
+    the kernel it takes (only the first of that line's was, while the trials set both)."""
+    optimizer_build_classes: tuple[str, ...] = ()
     model_class: str | None = None
     """Class name of the trained module (the outermost module called with grad in train mode)."""
     model_call_site: Site | None = None

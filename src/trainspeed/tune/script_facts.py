@@ -163,6 +163,16 @@ def _optimizer_sites(ctx: CheckContext, primary: dict[str, Any] | None) -> tuple
     return tuple(dict.fromkeys(sites)) if len(sites) > 1 else ()
 
 
+def _optimizer_builds(ctx: CheckContext, primary: dict[str, Any] | None) -> tuple[tuple, tuple]:
+    """(sites, classes) of every optimizer that stepped, one entry each, the primary's first; ((),
+    ()) for one optimizer (Targets.optimizer_build_sites)."""
+    opts = sorted(ctx.obs("optimizer"), key=lambda o: o is not primary)
+    builds = [(site, str(o["class"])) for o in opts if (site := _site(o.get("site_path"))) is not None and o.get("class")]
+    if len(builds) < 2:
+        return (), ()
+    return tuple(site for site, _ in builds), tuple(cls for _, cls in builds)
+
+
 def read_facts(run_dir: str | Path) -> ScriptFacts:
     """ScriptFacts of a doctor run directory (raises RunDirError if it is not one)."""
     import json
@@ -200,6 +210,7 @@ def read_facts(run_dir: str | Path) -> ScriptFacts:
         optimizer_site=_site((opt or {}).get("site_path")),
         optimizer_class=(opt or {}).get("class"),
         optimizer_sites=_optimizer_sites(ctx, opt),
+        optimizer_build_sites=_optimizer_builds(ctx, opt)[0], optimizer_build_classes=_optimizer_builds(ctx, opt)[1],
         model_class=(model or {}).get("class"),
         model_call_site=_site((model or {}).get("call_site_path")),
         trained_classes=_trained_classes(ctx, model),

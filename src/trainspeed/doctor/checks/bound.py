@@ -21,7 +21,7 @@ from typing import Any
 
 from trainspeed.doctor.checks.context import CheckContext, pct
 from trainspeed.doctor.checks.data import DATA_WAIT_WARNING, padded_per_batch, padding_share
-from trainspeed.doctor.checks.hardware import optimizer_not_fused
+from trainspeed.doctor.checks.optimizer_kernels import optimizer_not_fused
 from trainspeed.doctor.checks.lookups import SHARE_INFO, lookup_time
 from trainspeed.doctor.checks.machine import busy_machine
 from trainspeed.doctor.checks.script_flags import script_padding_flag

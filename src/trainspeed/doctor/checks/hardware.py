@@ -7,21 +7,14 @@ from typing import Any
 
 from trainspeed.doctor.checks.context import CheckContext, pct
 from trainspeed.doctor.checks.script_flags import flag_note, script_flag, set_flag, show_flag
+from trainspeed.doctor.checks.optimizer_kernels import optimizer_not_fused
 from trainspeed.doctor.findings import Finding
-from trainspeed.optim_kernels import kernel_devices
 from trainspeed.telemetry.env import expandable_segments_on
 from trainspeed.telemetry.throughput import COMPUTE_BOUND_MFU
 
 TENSOR_CORE_CAPABILITY = 7.0
 """Volta (sm_70) and newer have tensor cores: fp16/bf16 matmuls run several times faster than
 fp32 (NVIDIA "Train with Mixed Precision" guide; PyTorch AMP recipe)."""
-FUSED_OPTIMIZERS = ("Adam", "AdamW", "SGD", "Adagrad")
-"""torch.optim classes with a fused implementation, for runs recorded before the doctor kept
-what an optimizer's constructor takes (its `implementations`)."""
-CPU_FUSED_REMOVES = 0.3
-CPU_FUSED_BASIS = "~30 % of a per-parameter loop on a CPU, where 0-75 % was measured"
-OPTIMIZER_SHARE_NOTICE = 0.05
-"""Optimizer step above 5 % of step time makes its implementation worth a look."""
 GPU_BUSY_NOTICE = 0.8
 """Below 80 % busy over the measured steps (NVML utilization inside their window,
 telemetry/gpu_busy.py) the GPU's idle time is worth explaining. NVML counts a period as busy
@@ -116,53 +109,6 @@ def precision_stake(ctx: CheckContext, device: dict[str, Any], low: str) -> tupl
     return compute * gain, True, (f"forward + backward take {pct(compute)} of the step, an upper bound on the "
                                   f"matmuls' share (no FLOP count) x (1 - {fp32_kind}/{low} peak "
                                   f"{high.flops / fast.flops:.2f})")
-
-
-def optimizer_not_fused(ctx: CheckContext) -> Finding | None:
-    """An optimizer that could run a fused kernel, or a multi-tensor (foreach) step in place of
-    its per-parameter loop. On the CPU torch picks foreach by default only for CUDA tensors, so
-    an optimizer left at its defaults runs the loop there: word_language_model's AdamW (the
-    optimizer 19 % of its CPU step) got no finding, and the tune measured fused at 1.07-1.18x;
-    the test suite's "healthy" CPU script ran 1.51x faster with AdamW(fused=True)."""
-    opt = ctx.primary_optimizer()
-    if ctx.device_type not in ("cuda", "cpu") or not opt or opt.get("fused"):
-        return None
-    cls = opt.get("class")
-    takes = opt.get("implementations")
-    if takes is None:  # a run recorded before the doctor kept what the constructor takes
-        takes = ("fused", "foreach") if cls in FUSED_OPTIMIZERS else ()
-    on_cpu = ctx.device_type == "cpu"
-    forced_loop = opt.get("foreach") is False
-    loop = forced_loop or (on_cpu and not opt.get("foreach"))
-    # foreach only on CUDA: on the CPU it read 0.92x of the loop (healthy.py's AdamW), fused 1.51x
-    impl = ("fused" if "fused" in takes and ctx.device_type in kernel_devices("fused") else
-            "foreach" if "foreach" in takes and loop and not on_cpu else None)
-    if impl is None:
-        return None
-    share = ctx.share("optimizer")
-    if share < OPTIMIZER_SHARE_NOTICE and not (forced_loop and not on_cpu):
-        return None
-    # The share a fused kernel removes varies most on the CPU (of the optimizer step: healthy.py's
-    # AdamW 73 %, word_language_model's 34-80 %, a small dcgan-style GAN's Adam ~0): a third
-    # there, and an info: the tune measures it.
-    removes = CPU_FUSED_REMOVES if on_cpu else 0.6 if loop else 0.3
-    removed = CPU_FUSED_BASIS if on_cpu else "~60 % of a per-parameter loop" if loop else "~30 % of the foreach path"
-    where = " on the CPU (foreach is the default for CUDA only)" if loop and on_cpu and not forced_loop else ""
-    return Finding(
-        id="optimizer_not_fused",
-        severity="warning" if loop and not on_cpu and share >= OPTIMIZER_SHARE_NOTICE else "info",
-        title=f"{ctx.optimizer_label(opt)} runs {'a per-parameter loop' if loop else 'without fused kernels'}",
-        evidence=(f"{cls}(fused={opt.get('fused')}, foreach={opt.get('foreach')}) over "
-                  f"{opt.get('params')} parameters{where}; "
-                  f"the optimizer step is {pct(share)} of step time"),
-        # only what the class takes: RMSprop(fused=True) is a TypeError
-        recommendation=f"{cls}(..., {impl}=True) (engine: optim.implementation={impl})",
-        verify_with=ctx.tune_command("fused"),
-        impact=share * removes,
-        impact_estimated=True,
-        basis=(f"the optimizer step, {pct(share)} of the step measured, x the share a {impl} step removes "
-               f"({removed}, estimated)"),
-    )
 
 
 def data_parallel(ctx: CheckContext) -> Finding | None:

@@ -42,15 +42,17 @@ RECENT_OUTPUTS = 16
 """Outputs of outermost training forwards remembered (weakly): an input that shares one's
 storage is a module's output fed on, not a new batch."""
 
-_ASSIGNED = re.compile(r"^\s*([A-Za-z_][\w.]*)\s*(?::[^=]*)?=(?!=)")
+_ASSIGNED = re.compile(r"^\s*([A-Za-z_][\w.]*)\s*(?::[^=]*)?=(?!=)\s*(.?)")
 
 
 def assigned_name(site: tuple[str, int] | None) -> str | None:
-    """`optimizerD` from the line `optimizerD = optim.Adam(...)` that built an object."""
+    """`optimizerD` from the line `optimizerD = optim.Adam(...)` that built an object; None for
+    one built inside a list, tuple or dict literal (`optimizers = [SGD(...), AdamW(...)]`: that
+    name is every element's, and the findings named SGD and AdamW alike `optimizers`)."""
     if site is None:
         return None
     match = _ASSIGNED.match(linecache.getline(site[0], site[1]))
-    return match.group(1) if match else None
+    return match.group(1) if match and match.group(2) not in ("[", "(", "{") else None
 
 
 def _first_tensor(value: Any, depth: int = 0) -> torch.Tensor | None:
