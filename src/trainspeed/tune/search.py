@@ -176,7 +176,9 @@ class Tuner(LoadProof):
             cutoff = max(MIN_CUTOFF_S, SLOW_CUTOFF * price) + self._startup(settings)
         request = TrialRequest(key=key, label=label, overrides=overrides_of(settings), repeat=repeat,
                                timeout_s=cutoff, budget_s=max(1.0, self.opt.budget_s - self.spent))
-        self.say(f"  trial {label} (repeat {repeat + 1}) ...")
+        # its how-manieth trial in this tune (the repeat numbers follow the rounds' brackets, and
+        # read out of order to a newcomer: baseline 1, 3, 5, 6, 4)
+        self.say(f"  trial {label} (#{1 + sum(1 for k, _ in self.ran if k == key)}) ...")
         result = fill_samples(self.runner(request), settings, self.results({}))  # arms.py
         self.spent += result.wall_s
         self.run_count += 1
