@@ -147,3 +147,49 @@ def test_records_a_kill_lost_are_named_on_resume(tmp_path, capsys):
     lost = [e["data"] for e in read_run(tmp_path / "r").events if e["data"].get("kind") == "records_lost"]
     assert lost and lost[-1]["first_step"] == 5 and lost[-1]["last_step"] == 6
     assert "steps 5-6 ran before the previous process was killed" in capsys.readouterr().err
+
+
+def test_a_new_run_never_lands_in_a_run_directory_that_holds_another(tmp_path):
+    """A second `run.name=o2` without a resume trained from step 1 into o2, appended to its
+    steps.jsonl (steps 149, 150, 1, 2 ...), and a later --auto-resume took the old run's last
+    checkpoint and pruned the new run's. Now it stops before writing anything."""
+    from trainspeed.errors import ConfigError
+
+    Trainer(_model(), mse, _data(), config=_cfg(tmp_path)).fit()
+    run = tmp_path / "r"
+    steps, saved = (run / "steps.jsonl").read_bytes(), sorted(p.name for p in (run / "checkpoints").iterdir())
+    with pytest.raises(ConfigError, match=r"already holds a run \(checkpoints up to step 8\): continue it with "
+                                          r"--auto-resume .* or give this run another run.name; nothing was written"):
+        Trainer(_model(), mse, _data(), config=_cfg(tmp_path)).fit()
+    assert (run / "steps.jsonl").read_bytes() == steps
+    assert sorted(p.name for p in (run / "checkpoints").iterdir()) == saved
+    # a resume of it is what that directory is for
+    cfg = _cfg(tmp_path, auto_resume=True)
+    cfg["run"]["max_steps"] = 10
+    Trainer(_model(), mse, _data(), config=cfg).fit()
+    assert [s["step"] for s in read_run(run).steps][-3:] == [8, 9, 10]
+
+
+def test_auto_resume_without_a_run_name_continues_the_newest_run_of_the_target(tmp_path, capsys):
+    """README: `trainspeed train my.yaml --auto-resume` ("newest intact checkpoint of the run
+    directory"). The default run name is timestamped, so it started a new run every time."""
+    def cfg(max_steps, **ckpt):
+        c = _cfg(tmp_path, **ckpt)
+        c["run"].update(name=None, max_steps=max_steps)
+        c["recipe"] = {"name": "mymodel-build"}
+        return c
+
+    Trainer(_model(), mse, _data(), config=cfg(6)).fit()
+    (done,) = list(tmp_path.iterdir())
+    first = done.rename(tmp_path / "mymodel-build-20260101-000000")  # as if a while ago
+    (tmp_path / "mymodel-build-20000101-000000").mkdir()  # an older run with nothing to resume
+    (tmp_path / "other-20991231-235959" / "checkpoints").mkdir(parents=True)  # another target's
+    capsys.readouterr()
+    again = Trainer(_model(), mse, _data(), config=cfg(9, auto_resume=True))
+    assert again.run_dir == first
+    assert f"--auto-resume: continuing {first}, the newest run of mymodel-build" in capsys.readouterr().err
+    again.fit()
+    assert [s["step"] for s in read_run(first).steps][-4:] == [6, 7, 8, 9]
+    fresh = Trainer(_model(), mse, _data(), config={**cfg(3, auto_resume=True), "recipe": {"name": "new"}})
+    assert fresh.run_dir.name.startswith("new-")
+    assert "no earlier run of new under" in capsys.readouterr().err

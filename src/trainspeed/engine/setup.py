@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import os
 import random
+import re
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,9 +40,66 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def run_dir_for(cfg: TrainConfig) -> Path:
-    name = cfg.run.name or f"{cfg.recipe.name or 'run'}-{time.strftime('%Y%m%d-%H%M%S')}"
-    return Path(cfg.run.out_dir) / name
+def run_dir_for(cfg: TrainConfig, say: Callable[[str], None] | None = None) -> Path:
+    """The run's directory. A new run never lands in one that holds another run's records or
+    checkpoints: a second `run.name=o2` without a resume trained from step 1 into o2, appended to
+    its steps.jsonl (steps 149, 150, 1, 2 ...), and a later --auto-resume took the old run's step
+    150 checkpoint and pruned the new run's. With --auto-resume and the derived, timestamped name
+    (config.py), the newest run of the same target under run.out_dir is the one continued:
+    `trainspeed train my.yaml --auto-resume`, as documented, started afresh every time."""
+    from trainspeed.config import recipe_label
+
+    label = recipe_label(cfg.recipe.name)
+    path = Path(cfg.run.out_dir) / (cfg.run.name or f"{label}-{time.strftime('%Y%m%d-%H%M%S')}")
+    held = _held(path, cfg.checkpoint.dir)
+    derived = path.name.startswith(label + "-") and len(path.name) == len(label) + 16 and _STAMPED.search(path.name)
+    if cfg.checkpoint.auto_resume and not cfg.checkpoint.resume and not cfg.checkpoint.dir and derived and not held:
+        earlier = _newest_run(Path(cfg.run.out_dir), label)
+        if earlier is not None:
+            cfg.run.name = earlier.name  # the dumped config names the directory it continues
+            (say or _say)(f"--auto-resume: continuing {earlier}, the newest run of {label} there "
+                          "(run.name=NAME picks another)")
+            return earlier
+        (say or _say)(f"--auto-resume: no earlier run of {label} under {cfg.run.out_dir} to continue: "
+                      "starting a new one")
+    if held and not (cfg.checkpoint.resume or cfg.checkpoint.auto_resume):
+        where = cfg.checkpoint.dir if held.startswith("checkpoints") and cfg.checkpoint.dir else path
+        raise ConfigError(f"{where} already holds a run ({held}): continue it with --auto-resume (or "
+                          "checkpoint.auto_resume=true), or give this run another run.name"
+                          f"{' and checkpoint.dir' if cfg.checkpoint.dir else ''}; nothing was written")
+    return path
+
+
+_STAMPED = re.compile(r"-\d{8}-\d{6}$")
+
+
+def _held(path: Path, checkpoint_dir: str | None, steps: bool = True) -> str | None:
+    """What of an earlier run `path` holds (its checkpoints, its step records), or None."""
+    from trainspeed.engine.checkpoint.listing import list_checkpoints
+
+    saved = list_checkpoints(Path(checkpoint_dir) if checkpoint_dir else path / "checkpoints")
+    if saved:
+        return f"checkpoints up to step {saved[-1].step}"
+    try:
+        if steps and (path / "steps.jsonl").stat().st_size > 0:
+            return "step records in steps.jsonl"
+    except OSError:
+        pass
+    return None
+
+
+def _newest_run(out_dir: Path, label: str) -> Path | None:
+    """The most recently named `LABEL-YYYYmmdd-HHMMSS` run under out_dir that holds checkpoints."""
+    try:
+        names = sorted((p for p in out_dir.iterdir() if p.is_dir() and p.name.startswith(label + "-")
+                        and len(p.name) == len(label) + 16 and _STAMPED.search(p.name)), reverse=True)
+    except OSError:
+        return None
+    return next((path for path in names if _held(path, None, steps=False)), None)
+
+
+def _say(text: str) -> None:
+    print(f"trainspeed: {text}", file=sys.stderr, flush=True)
 
 
 @dataclass
