@@ -81,6 +81,10 @@ def test_warnings_name_what_differs():
     assert "different models: A MLP (1,000 parameters), B Big (5M parameters)" in text
     assert "different data" in text and "different devices: A cpu (Xeon), B cuda" in text
     assert "different world sizes: A 1 process(es), B 2" in text
+    # a resumed run records its model once per process: the same model, not twice its size
+    resumed = with_facts("MLP", 1000, "Toy", "cpu", "Xeon")
+    resumed.events += [{"type": "run_start", "data": {"device": "cpu"}}, {"type": "model", "data": {"name": "MLP", "params": 1000}}]
+    assert sameness_warnings(same, resumed) == []
     # a fact one run did not record is not a difference
     bare = _run([0.01] * 10)
     bare.events = [{"type": "run_start", "data": {"device": "cpu"}}]

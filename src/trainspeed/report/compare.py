@@ -236,7 +236,11 @@ def model_identity(run: Any) -> dict[str, Any]:
     script (a doctor or Monitor run's command)."""
     config = run.config if isinstance(run.config, dict) else {}
     recipe = config.get("recipe") if isinstance(config.get("recipe"), dict) else {}
-    models = [e["data"] for e in run.events_of("model") if isinstance(e.get("data"), dict)] + _observations(run, "model")
+    # each process of a resumed run records its model again: one of each counts (r1 and its own
+    # resumed twin read "different models: 641 parameters, 1,282")
+    events = {(str(d.get("class") or d.get("name")), d.get("params")): d
+              for e in run.events_of("model") if isinstance(d := e.get("data"), dict)}
+    models = list(events.values()) + _observations(run, "model")
     params = sum(int(m.get("params") or 0) for m in models) or None
     classes = sorted({str(m.get("class") or m.get("name")) for m in models if m.get("class") or m.get("name")})
     user_model = config.get("model")  # a Monitor's own config: {"model": {...}} or a name
