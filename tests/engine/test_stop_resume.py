@@ -193,3 +193,22 @@ def test_auto_resume_without_a_run_name_continues_the_newest_run_of_the_target(t
     fresh = Trainer(_model(), mse, _data(), config={**cfg(3, auto_resume=True), "recipe": {"name": "new"}})
     assert fresh.run_dir.name.startswith("new-")
     assert "no earlier run of new under" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16-mixed"])
+def test_a_loss_fn_that_returns_a_per_sample_loss_is_named_before_any_checkpoint(tmp_path, precision):
+    """A new user's loss_fn returned shape (32, 1) (no reduction): the run wrote a crash
+    checkpoint at step 0 and ended in torch's "grad can be implicitly created only for scalar
+    outputs"."""
+    from trainspeed.errors import ConfigError
+
+    def per_sample(model, batch):
+        x, y = batch
+        return nn.functional.mse_loss(model(x), y, reduction="none")
+
+    cfg = _cfg(tmp_path)
+    cfg["precision"] = {"mode": precision}
+    with pytest.raises(ConfigError, match=r"loss_fn\(model, batch\) must return one number, a scalar loss tensor; "
+                                          r"it returned a tensor of shape \(8, 1\)\. Reduce it"):
+        Trainer(_model(), per_sample, _data(), config=cfg).fit()
+    assert not list((tmp_path / "r").glob("checkpoints/step-*"))  # no crash checkpoint of an untrained model

@@ -26,6 +26,7 @@ from trainspeed.engine.data.prefetch import move_to_device
 from trainspeed.engine.data.stats import batch_stats as default_batch_stats
 from trainspeed.engine.evaluation import evaluate
 from trainspeed.engine.events import Callback, CallbackList, Event, TrainerState
+from trainspeed.engine.loss_shape import raise_if_not_scalar
 from trainspeed.engine.microbatch import MicroBatcher, auto_microbatch_enabled, free_after_oom, is_oom
 from trainspeed.engine.nonfinite import NonFiniteGuard, NonFiniteLossError  # noqa: F401 - re-exported
 from trainspeed.engine.observations import emit_observations
@@ -325,6 +326,9 @@ class Trainer:
                     mark((_clock(), _BACKWARD))
                     try:
                         loss.backward()
+                    except RuntimeError as exc:
+                        raise_if_not_scalar(loss, exc)
+                        raise
                     finally:
                         mark((_clock(), _BACKWARD_END))
                     total_loss = loss.detach()
@@ -437,6 +441,9 @@ class Trainer:
                 scaled.backward()
             else:
                 prec.backward(scaled)
+        except RuntimeError as exc:
+            raise_if_not_scalar(loss, exc)
+            raise
         finally:
             mark((_clock(), _BACKWARD_END))
         if Event.AFTER_BACKWARD in listening:

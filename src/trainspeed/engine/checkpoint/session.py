@@ -39,7 +39,7 @@ from trainspeed.engine.checkpoint.sharded import ShardedIO, ShardedState, is_sha
 from trainspeed.engine.checkpoint.space import says_no_space
 from trainspeed.engine.checkpoint.stop import resume_command
 from trainspeed.engine.checkpoint.state import TrainState, restore_checkpoint
-from trainspeed.errors import CheckpointError
+from trainspeed.errors import CheckpointError, ConfigError
 
 StateFn = Callable[[], dict[str, Any]]
 
@@ -198,7 +198,8 @@ class CheckpointSession:
     def crash(self, exc: BaseException, step: int, make_state: StateFn) -> Path | None:
         """Best-effort save after training raised. Skipped for OOM (the state may not even fit
         in memory to copy) and when disabled; never raises (the original error matters)."""
-        if not self.save_on_crash or is_oom(exc) or isinstance(exc, (KeyboardInterrupt, SystemExit)):
+        if (not self.save_on_crash or is_oom(exc) or isinstance(exc, (KeyboardInterrupt, SystemExit))
+                or (step == 0 and isinstance(exc, ConfigError))):  # a setup mistake before a step: nothing to keep
             self._close_quietly()
             return None
         if says_no_space(exc):  # a save into a full disk fails the same way, after a long write
