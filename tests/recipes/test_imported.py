@@ -123,6 +123,16 @@ def test_options_are_checked_like_config_keys(user_module):
         get_recipe(f"{mod}:needs_depth").options(cfg_for(f"{mod}:needs_depth"))
 
 
+def test_a_build_function_whose_config_parameter_is_called_cfg_is_told_its_name(user_module):
+    """`def build(cfg, hidden=8)`: "recipe.options.cfg: required by ...", as if cfg were an option."""
+    mod = user_module("def build(cfg, hidden: int = 8):\n    pass\n")
+    with pytest.raises(ConfigError, match=r"build\(cfg, \.\.\.\): the parameter that receives the TrainConfig "
+                                          r"must be called config; rename cfg to config"):
+        get_recipe(f"{mod}:build")
+    # a first parameter that is an option (it has a default, or config comes too) is one
+    assert get_recipe(user_module("def build(c=1, config=None):\n    pass\n") + ":build")
+
+
 def test_recipe_class_is_made_and_its_options_method_used(user_module):
     mod = user_module()
     recipe = get_recipe(f"{mod}:MyRecipe")

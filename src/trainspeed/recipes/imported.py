@@ -219,6 +219,10 @@ def _hints(fn: Callable[..., Any]) -> dict[str, Any]:
     return out
 
 
+CONFIG_LIKE = ("cfg", "conf", "configuration", "train_config", "train_cfg", "trainconfig", "c")
+"""First-parameter names meant as the TrainConfig, which build functions receive as `config`."""
+
+
 def options_class(path: str, fn: Callable[..., Any]) -> type:
     """A config section made from fn's parameters (all but `config`): each becomes a field with
     its annotation and default, so `recipe.options` is checked like every other section."""
@@ -226,7 +230,15 @@ def options_class(path: str, fn: Callable[..., Any]) -> type:
 
     hints = _hints(fn)
     fields = []
-    for p in inspect.signature(fn).parameters.values():
+    params = list(inspect.signature(fn).parameters.values())
+    first = params[0] if params else None
+    if (first is not None and first.name in CONFIG_LIKE and first.default is first.empty
+            and not any(p.name == "config" for p in params)):
+        # `def build(cfg, hidden=8)` read as a required option: "recipe.options.cfg: required by ..."
+        raise ConfigError(f"{KEY}={path!r}: {fn.__name__}({first.name}, ...): the parameter that receives the "
+                          f"TrainConfig must be called config; rename {first.name} to config (the other "
+                          "parameters are recipe.options)")
+    for p in params:
         if p.name == "config":
             continue
         if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD, p.POSITIONAL_ONLY):
