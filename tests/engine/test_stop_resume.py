@@ -212,3 +212,23 @@ def test_a_loss_fn_that_returns_a_per_sample_loss_is_named_before_any_checkpoint
                                           r"it returned a tensor of shape \(8, 1\)\. Reduce it"):
         Trainer(_model(), per_sample, _data(), config=cfg).fit()
     assert not list((tmp_path / "r").glob("checkpoints/step-*"))  # no crash checkpoint of an untrained model
+
+
+@pytest.mark.parametrize("metric, every, said", [
+    ("val_los", 4, "checkpoint.best_metric='val_los' is not among this checkpoint's metrics (val_loss); "
+                   "did you mean 'val_loss'?: keep_best keeps no checkpoint for it"),
+    ("val_loss", None, "checkpoint.keep_best=2 keeps the checkpoints with the best val_loss, which only "
+                       "evaluations during training measure: set eval.every_steps (e.g. eval.every_steps=4), "
+                       "or no checkpoint is kept as best"),
+])
+def test_a_best_metric_that_no_checkpoint_carries_is_said_once(tmp_path, metric, every, said):
+    """`checkpoint.keep_best=2 checkpoint.best_metric=val_los` (or no evaluation during training
+    to measure val_loss) kept no best checkpoint, without a word."""
+    cfg = _cfg(tmp_path, keep_best=2, best_metric=metric, every_steps=4)
+    cfg["eval"] = {"every_steps": every, "at_end": False}
+    g = torch.Generator().manual_seed(2)
+    val = TensorDataset(torch.randn(16, 6, generator=g), torch.randn(16, 1, generator=g))
+    Trainer(_model(), mse, _data(), val_data=val, config=cfg).fit()
+    warnings_said = [e["data"] for e in read_run(tmp_path / "r").events_of("warning")
+                     if e["data"].get("kind") == "best_metric_missing"]
+    assert [w["message"] for w in warnings_said] == [said]

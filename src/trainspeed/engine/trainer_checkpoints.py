@@ -59,6 +59,15 @@ def checkpoint_session(trainer: TrainerView, mon: Any, loaders: Any) -> Checkpoi
         on_checkpoint=lambda info: trainer.callbacks.fire(Event.CHECKPOINT, _with_info(st, info)),
         **extra)
 
+    c = trainer.cfg
+    if c.checkpoint.keep_best and c.checkpoint.best_metric.startswith("val") and c.eval.every_steps is None \
+            and trainer.rank == 0:
+        # `checkpoint.keep_best=2 checkpoint.best_metric=val_loss` alone (README) kept nothing: no
+        # periodic checkpoint carries a validation metric without evaluations during training
+        mon.event("warning", kind="best_metric_missing", message=(
+            f"checkpoint.keep_best={c.checkpoint.keep_best} keeps the checkpoints with the best "
+            f"{c.checkpoint.best_metric}, which only evaluations during training measure: set eval.every_steps "
+            f"(e.g. eval.every_steps={c.checkpoint.every_steps or 'N'}), or no checkpoint is kept as best"))
     if fsdp:
         model, optimizer = trainer._fsdp_state.load_views()
     elif trainer._ds is not None:

@@ -65,6 +65,7 @@ class CheckpointSession:
                  agree_crash: Callable[[BaseException], str | None] | None = None):
         self.manager = manager
         manager.sharded = sharded
+        self._metric_said = False  # best_metric missing from a save's metrics: said once
         self.agree_signal = agree_signal
         """(signal seen on this rank, step) -> whether every rank saves and exits now; the same
         answer on every rank (a collective), called at every step boundary."""
@@ -142,6 +143,17 @@ class CheckpointSession:
     # -- saves ----------------------------------------------------------------------------------
     def _save(self, step: int, make_state: StateFn, metrics: dict[str, Any] | None,
               reason: str, *, wait: bool) -> SaveResult:
+        if metrics and self.manager.keep_best and self.manager.best_metric not in metrics and not self._metric_said:
+            # checkpoint.best_metric=val_los: keep_best kept nothing, without a word
+            from trainspeed.config_io import did_you_mean
+
+            self._metric_said = True
+            named = sorted(k for k in metrics if not k.startswith("_"))  # _at_step: when they were measured
+            guess = did_you_mean(self.manager.best_metric, named)
+            self._route({"type": "warning", "kind": "best_metric_missing", "message": (
+                f"checkpoint.best_metric={self.manager.best_metric!r} is not among this checkpoint's metrics "
+                f"({', '.join(named)}){f'; did you mean {guess!r}?' if guess else ''}: keep_best keeps "
+                "no checkpoint for it")})
         with self._phase():
             state = make_state()
             if isinstance(state, ShardedState):  # every rank writes its shards
