@@ -112,3 +112,22 @@ def test_cleanup_stale_temps_keeps_live_writers(tmp_path):
         p.write_bytes(b"x")
     assert cleanup_stale_temps(tmp_path) == [dead]
     assert not dead.exists() and mine.exists() and other.exists()
+
+
+def test_a_damaged_checkpoint_names_the_earlier_one_to_resume_and_a_missing_manifest_says_what_it_costs(tmp_path):
+    """`--resume` of a truncated file said "use an earlier checkpoint" and named none; one copied
+    without its manifest was told to torch.load it, which does not resume a run."""
+    older, newest = tmp_path / "step-00000040.pt", tmp_path / "step-00000060.pt"
+    atomic_save(_payload(), older)
+    atomic_save(_payload(), newest)
+    newest.write_bytes(newest.read_bytes()[:100])
+    with pytest.raises(CheckpointError, match=rf"truncated.*use an earlier checkpoint \(--resume {older}\)\."):
+        verify(newest)
+    manifest_path(newest).unlink()
+    with pytest.raises(CheckpointError, match=rf"Copy step-00000060\.pt\.json beside it to resume from it "
+                                              rf"\(--resume {older}\); to read its weights unverified \(not to "
+                                              r"resume a run\): torch\.load"):
+        verify(newest)
+    manifest_path(older).unlink()  # nothing earlier with its manifest: no name
+    with pytest.raises(CheckpointError, match=r"beside it to resume from it; to read"):
+        verify(newest)

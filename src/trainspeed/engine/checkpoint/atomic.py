@@ -153,7 +153,8 @@ def read_manifest(path: str | Path) -> dict[str, Any]:
         raise CheckpointError(
             f"{path}: checksum manifest {mpath.name} is missing, so the file cannot be verified "
             "(the save was interrupted, or the file was copied without its manifest). "
-            "Copy the manifest too, or load it unverified with torch.load(weights_only=True)."
+            f"Copy {mpath.name} beside it to resume from it{_earlier(path)}; to read its weights "
+            "unverified (not to resume a run): torch.load(path, weights_only=True)."
         )
     return read_json_record(mpath, "manifest", key="sha256", key_type=str, schema=MANIFEST_SCHEMA)
 
@@ -183,6 +184,17 @@ def sha256_file(path: str | Path) -> tuple[str, int]:
     return sha.hexdigest(), n
 
 
+def _earlier(path: Path) -> str:
+    """` (--resume DIR/step-N.pt)`: the newest other checkpoint beside `path` that has its
+    manifest, or "" when there is none (a message said "use an earlier checkpoint" and named none)."""
+    try:
+        others = sorted((p for p in path.parent.glob("step-*.pt") if p.name < path.name and manifest_path(p).exists()),
+                        reverse=True)
+    except OSError:
+        return ""
+    return f" (--resume {others[0]})" if others else ""
+
+
 def verify(path: str | Path) -> dict[str, Any]:
     """Check that `path` is complete and unmodified; return its manifest or raise CheckpointError."""
     path = Path(path)
@@ -195,13 +207,13 @@ def verify(path: str | Path) -> dict[str, Any]:
         what = "truncated" if size < expected else "has extra bytes"
         raise CheckpointError(
             f"{path}: file {what}: {size} bytes on disk, manifest says {expected}. "
-            "It was cut short by a crash or an incomplete copy; use an earlier checkpoint."
+            f"It was cut short by a crash or an incomplete copy; use an earlier checkpoint{_earlier(path)}."
         )
     digest, _ = sha256_file(path)
     if digest != manifest["sha256"]:
         raise CheckpointError(
             f"{path}: checksum mismatch (sha256 {digest[:16]}... on disk, manifest says "
-            f"{manifest['sha256'][:16]}...). The file is corrupt; use an earlier checkpoint."
+            f"{manifest['sha256'][:16]}...). The file is corrupt; use an earlier checkpoint{_earlier(path)}."
         )
     return manifest
 
