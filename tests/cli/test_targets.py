@@ -40,6 +40,8 @@ def test_help_after_a_recipe_lists_keys_values_and_meanings(command, capsys, no_
     assert _row(out, "recipe.options.size")[1] == "tiny"  # the recipe's own options, with values
     assert _row(out, "recipe.options.n_layer")[1] == "4"
     assert "recipe.options (checked by gpt):" in out
+    # a key of a few values lists them (precision.mode read "Numeric precision." and no more)
+    assert " ".join(_row(out, "precision.mode")[2:]).endswith("One of: fp32, tf32, bf16-mixed, fp16-mixed.")
 
 
 def test_help_applies_the_variant_and_overrides(capsys, no_training):

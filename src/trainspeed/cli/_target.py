@@ -74,7 +74,7 @@ def _show(value: Any) -> str:
     return text[:-4].strip() if text.endswith("\n...") else text
 
 
-def _first_sentence(doc: str, limit: int = 100) -> str:
+def _first_sentence(doc: str, limit: int = 160) -> str:
     import re
 
     m = re.search(r"\.\s+(?=[A-Z])", doc)  # not at "e.g. '50-55'"
@@ -95,8 +95,25 @@ def _rows(obj: Any, prefix: str, skip: Sequence[str] = ()) -> list[tuple[str, st
         if dataclasses.is_dataclass(value):
             rows.extend(_rows(value, f"{key}.", skip))
         else:
-            rows.append((key, _show(value), _first_sentence(docs.get(f.name, ""))))
+            choices = _choices(type(obj), f.name)  # precision.mode's "Numeric precision." named none
+            rows.append((key, _show(value), _first_sentence(docs.get(f.name, ""))
+                         + (f" One of: {', '.join(choices)}." if choices else "")))
     return rows
+
+
+def _choices(cls: type, name: str) -> list[str]:
+    """The values a Literal-typed field takes (None among them as null), else []."""
+    import typing
+
+    try:
+        hint = typing.get_type_hints(cls).get(name)
+    except Exception:  # noqa: BLE001 - a hint that does not resolve: no choices shown
+        return []
+    args = [a for a in typing.get_args(hint) if a is not type(None)] if typing.get_origin(hint) is typing.Union else [hint]
+    for a in args:
+        if typing.get_origin(a) is typing.Literal:
+            return [str(v) for v in typing.get_args(a)]
+    return []
 
 
 def target_help(command: str, target: str, overrides: Sequence[str], variant: str) -> str:
