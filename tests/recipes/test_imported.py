@@ -133,6 +133,15 @@ def test_a_build_function_whose_config_parameter_is_called_cfg_is_told_its_name(
     assert get_recipe(user_module("def build(c=1, config=None):\n    pass\n") + ":build")
 
 
+def test_a_file_name_or_a_path_into_a_function_is_told_the_target_form(user_module):
+    mod = user_module()
+    with pytest.raises(ConfigError, match=rf"write the module, not its file: did you mean '{mod}:build'\?"):
+        get_recipe(f"{mod}.py:build")
+    with pytest.raises(ConfigError, match=rf"'build' in module '{mod}' is a function, which has no 'x'; the target "
+                                          rf"is 'module:function' \(e.g. '{mod}:build'\)"):
+        get_recipe(f"{mod}:build.x")
+
+
 def test_recipe_class_is_made_and_its_options_method_used(user_module):
     mod = user_module()
     recipe = get_recipe(f"{mod}:MyRecipe")

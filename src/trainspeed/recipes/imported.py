@@ -83,6 +83,10 @@ def import_object(path: str, key: str = KEY) -> Any:
     """The object at `module:attr`, or a ConfigError saying which part failed and why."""
     check_import_path(path)
     module_name, attr = path.split(":", 1)
+    if module_name.endswith(".py"):  # a file's name where the module's goes: `mymodel.py:build`
+        module = module_name[:-3].replace("/", ".").strip(".")
+        raise ConfigError(f"{key}={path!r}: write the module, not its file: did you mean '{module}:{attr}'? "
+                          "(run trainspeed from the folder that holds it)")
     _ensure_cwd_on_path()
     try:
         module = importlib.import_module(module_name)
@@ -107,6 +111,10 @@ def import_object(path: str, key: str = KEY) -> Any:
             owner = module_name if i == 0 else f"{module_name}:{'.'.join(attr.split('.')[:i])}"
             names = [n for n in dir(obj) if not n.startswith("_") and callable(getattr(obj, n, None))
                      and getattr(getattr(obj, n), "__module__", module_name) == module_name]
+            if i > 0 and not names:  # `mymodel:build.x`: build is a function, it has no attributes
+                raise ConfigError(f"{key}={path!r}: '{'.'.join(attr.split('.')[:i])}' in module '{module_name}' is a "
+                                  f"{type(obj).__name__}, which has no '{part}'; the target is 'module:function' "
+                                  f"(e.g. '{module_name}:{attr.split('.')[0]}')")
             from trainspeed.config_io import did_you_mean
 
             guess = did_you_mean(part, names)
