@@ -75,7 +75,8 @@ def test_own_model_example_trains_helps_prints_and_tunes(example, capsys):
 
         assert main(printed[1:]) == 0
         resolved = yaml.safe_load(capsys.readouterr().out)
-        assert resolved["recipe"] == {"name": "mymodel:build", "options": {"width": 128}}
+        # every option, the given width and the defaults of the rest (it printed `options: {width: 128}`)
+        assert resolved["recipe"] == {"name": "mymodel:build", "options": {"width": 128, "depth": 2, "samples": 4096}}
 
         assert main(tune[1:] + SHORT_TRIALS + ONE_THREAD) == 0
     finally:

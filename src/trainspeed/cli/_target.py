@@ -61,7 +61,37 @@ def config_yaml(cfg, *, keep_name: bool = True) -> str:
     data = config_to_dict(cfg)
     if not keep_name:
         data["run"]["name"] = None
+    data["recipe"]["options"] = _options_with_defaults(cfg, data["recipe"].get("options") or {})
     return yaml.safe_dump(data, sort_keys=False, default_flow_style=False)
+
+
+def _options_with_defaults(cfg, given: dict) -> dict:
+    """recipe.options as the recipe reads them, its defaults included: a YAML made from
+    --print-config read `options: {}`, naming none of the options it could edit. The given ones
+    alone where the recipe cannot read them (a required one missing: its error comes at train)."""
+    from trainspeed.errors import ConfigError
+    from trainspeed.recipes import get_recipe
+
+    try:
+        options_fn = getattr(get_recipe(cfg.recipe.name), "options", None)
+        options = options_fn(cfg) if callable(options_fn) else None
+    except ConfigError:
+        return given
+    if not dataclasses.is_dataclass(options):
+        return given
+    import json
+
+    # each option as given, else its declared default, not the value the recipe resolved from it:
+    # gpt's n_layer is null (from size), and a pinned 4 would outlive an edit of size
+    def default(f):
+        return f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+
+    full = {f.name: given[f.name] if f.name in given else default(f) for f in dataclasses.fields(options)
+            if f.name in given or default(f) is not dataclasses.MISSING}
+    try:
+        return json.loads(json.dumps(full))  # plain YAML types only (a tuple as a list)
+    except (TypeError, ValueError):
+        return given
 
 
 # --------------------------------------------------------------------------- TARGET --help
