@@ -92,10 +92,15 @@ def test_events_print_one_line_each() -> None:
     sink = ConsoleSink(stream=out, every_s=1e9)
     sink.write_event(schema.make_event("checkpoint", 100, 0.0, path="ck.pt", seconds=0.5))
     sink.write_event(schema.make_event("anomaly", 101, 0.0, kind="nan_loss"))
+    # an async save reported when its write ends names the step it holds first
+    sink.write_event(schema.make_event("checkpoint", 7, 0.0, kind="save", ckpt_step=4))
+    sink.write_event(schema.make_event("checkpoint", 8, 0.0, kind="save", ckpt_step=8))
     sink.close()
     assert out.getvalue().splitlines() == [
         "[trainspeed] checkpoint @ step 100: path=ck.pt, seconds=0.5",
         "[trainspeed] anomaly @ step 101: kind=nan_loss",
+        "[trainspeed] checkpoint of step 4 (reported @ step 7): kind=save, ckpt_step=4",
+        "[trainspeed] checkpoint @ step 8: kind=save, ckpt_step=8",
     ]
 
 

@@ -59,6 +59,11 @@ def event_line(event: dict[str, Any]) -> str | None:
         details = _short(data) or ""
     step = event.get("step")
     where = f" @ step {step}" if step is not None else ""
+    own = data.get("ckpt_step") if isinstance(data, dict) else None
+    if own is not None and own != step:
+        # an async save is reported when its write ends: "checkpoint @ step 7: ... ckpt_step=4"
+        # read as a checkpoint of step 7; and within a step the Monitor's count is the one before
+        where = f" of step {own} (reported @ step {step})"
     return f"[trainspeed] {kind}{where}: {details}" if details else f"[trainspeed] {kind}{where}"
 
 SHORT_PHASE = {
