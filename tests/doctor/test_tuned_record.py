@@ -137,3 +137,26 @@ def test_under_a_run_with_plan_a_finding_is_shown_the_tune_of_its_own_knob():
     assert tuned_line(persistent, entry, applied=["num_workers"]) is None  # persistent_workers: not measured
     assert tuned_line(workers, entry, applied=["num_workers"]).startswith("trainspeed tune measured a gain: num_workers=2")
     assert tuned_line(persistent, entry).startswith("trainspeed tune measured a gain: num_workers=2")  # no plan
+
+
+@pytest.mark.timeout(120)
+def test_the_reports_top_shows_what_a_tune_measured_of_its_knobs(doctor, tmp_path):
+    """A newcomer's top kept "DataLoader workers (now 0) ..." and "Measure it: --knobs
+    num_workers,..." after a tune had measured workers at 0.53x; the findings below said so, the
+    top did not."""
+    import json
+
+    from doctor_helpers import SCRIPTS
+    from trainspeed.doctor.checks.bound import format_time_goes
+
+    key = script_key("path", str(SCRIPTS / "healthy.py"))
+    rows = [{"knob": k, "setting": s, "verdict": "slower", "speedup": x, "ci": None}
+            for k, s, x in (("precision", "bf16", 0.6), ("compile", "default", 0.5), ("threads", "1", 0.7))]
+    record_tune(key, "runs/tune-healthy", rows, root=tmp_path)
+    result = doctor("healthy.py", steps=30)
+    goes = json.loads((result.run_dir / "report.json").read_text())["time_goes"]
+    assert goes["verify_with"] and goes["tuned"].startswith("trainspeed tune measured no gain: "), goes
+    assert "(runs/tune-healthy)" in goes["tuned"]
+    assert "\nMeasured: trainspeed tune measured no gain: " in format_time_goes(goes)
+    assert all(f.get("tuned") != goes["tuned"] or f.get("verify_with") for f in result.findings)
+    assert goes not in result.findings  # annotated beside the findings, not one of them

@@ -198,4 +198,6 @@ def format_time_goes(found: dict[str, Any] | None) -> str:
     text = f"Where the time goes: {found['statement']}.\nWhat can still help: {'; '.join(found['helps'])}."
     if found.get("verify_with"):
         text += f"\nMeasure it: {found['verify_with']}"
+    if found.get("tuned"):  # what a tune of this script measured of those knobs (doctor/tuned.py)
+        text += f"\nMeasured: {found['tuned']}"
     return text
