@@ -111,3 +111,18 @@ def test_a_tune_ended_by_sigterm_says_how_to_resume_and_leaves_the_handler_as_it
     code, _, err = _run(["tune", "--knobs", "threads", "--budget", "2m", "--", "python", "train.py"], capsys)
     assert code == 130 and "Resume with: trainspeed tune --out runs/tune-train-threads" in err, err
     assert signal.getsignal(signal.SIGTERM) is before
+
+
+def test_a_negative_budget_or_floor_is_refused_with_what_is_wrong(tmp_path, monkeypatch, capsys):
+    """`--budget -5m` answered "expected one argument"; `--min-effect -0.1` ran a whole tune."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "train.py").write_text("print('hi')\n")
+    code, _, err = _run(["tune", "--budget", "-5m", "--", "python", "train.py"], capsys)
+    assert code == 2 and "argument --budget: '-5m' is negative; a duration is positive" in err, err
+    code, _, err = _run(["tune", "--min-effect", "-0.1", "--budget", "1m", "--", "python", "train.py"], capsys)
+    assert code == 2 and "--min-effect must be in [0, 1)" in err and not (tmp_path / "runs").exists(), err
+    # after `--`, the script's own flags are its own
+    from trainspeed.cli.main import _joined_values
+
+    assert _joined_values(["tune", "--budget", "-5m", "--", "python", "t.py", "--budget", "-1"]) == [
+        "tune", "--budget=-5m", "--", "python", "t.py", "--budget", "-1"]

@@ -16,6 +16,8 @@ def duration(text: str) -> str:
     if _BARE_NUMBER.match(text):
         n = text.strip()
         raise argparse.ArgumentTypeError(f"{n!r} has no unit; write {n}s, {n}m or {n}h")
+    if re.match(r"^\s*-", text):
+        raise argparse.ArgumentTypeError(f"{text.strip()!r} is negative; a duration is positive, e.g. 90s, 10m or 1h")
     if not re.match(r"^\s*[0-9]*\.?[0-9]+\s*[smhSMH]\s*$", text):
         raise argparse.ArgumentTypeError(f"{text!r} is not a duration; write e.g. 90s, 10m or 1h")
     return text

@@ -81,10 +81,31 @@ def unknown_options(sub: argparse.ArgumentParser, extras: list[str]) -> str:
     return "; ".join(parts) + f" (options: {sub.prog} --help)"
 
 
+VALUED = ("--budget", "--trial-timeout", "--min-effect", "--loss-tolerance")
+"""Options whose value a user may write with a sign: argparse reads `--budget -5m` as two options
+("expected one argument"); joined, the value's own check says what is wrong with it."""
+
+
+def _joined_values(argv: list[str]) -> list[str]:
+    """`--budget -5m` -> `--budget=-5m` (before the script's command, after `--`, nothing changes)."""
+    end = argv.index("--") if "--" in argv else len(argv)
+    out: list[str] = []
+    i = 0
+    while i < len(argv):
+        word = argv[i]
+        if i < end - 1 and word in VALUED and argv[i + 1].startswith("-") and argv[i + 1] != "--":
+            out.append(f"{word}={argv[i + 1]}")
+            i += 2
+            continue
+        out.append(word)
+        i += 1
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     own_process = argv is None
-    argv = sys.argv[1:] if argv is None else list(argv)
+    argv = _joined_values(sys.argv[1:] if argv is None else list(argv))
     wrong = unknown_command(parser, argv)
     if wrong:
         print(f"trainspeed: error: {wrong}", file=sys.stderr)

@@ -53,3 +53,7 @@ class TuneOptions:
                               f"got {self.repeats}, {self.baseline_every} and {self.verify_repeats}")
         if self.budget_s <= 0:
             raise ConfigError(f"tune: budget must be > 0 seconds, got {self.budget_s}")
+        # `--min-effect -0.1` ran a whole tune: a negative floor calls a slowdown a speedup
+        if not 0 <= self.min_effect < 1 or not 0 <= self.loss_tolerance:
+            raise ConfigError(f"tune: --min-effect must be in [0, 1) (0.03: 3 %) and --loss-tolerance >= 0, "
+                              f"got {self.min_effect} and {self.loss_tolerance}")
