@@ -128,8 +128,8 @@ class Trainer:
         self.flops_per_token = flops_per_token
         self.callbacks = CallbackList(callbacks)
         self.state = TrainerState(trainer=self)
-        # rank 0 names the run (a timestamped name could differ by a second between ranks)
-        self.run_dir = Path(self.dist.broadcast_object(str(run_dir_for(self.cfg)), "run name broadcast"))
+        quiet = None if self.rank == 0 else (lambda text: None)  # rank 0 names the run (stamps differ), says which
+        self.run_dir = Path(self.dist.broadcast_object(str(run_dir_for(self.cfg, quiet)), "run name broadcast"))
         self.monitor: Any = None
         self._flops_done = False
         self._lr_static = False  # set in fit() when our own schedule is a constant lr
