@@ -83,11 +83,11 @@ def _options_with_defaults(cfg, given: dict) -> dict:
 
     # each option as given, else its declared default, not the value the recipe resolved from it:
     # gpt's n_layer is null (from size), and a pinned 4 would outlive an edit of size
-    def default(f):
-        return f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
-
-    full = {f.name: given[f.name] if f.name in given else default(f) for f in dataclasses.fields(options)
-            if f.name in given or default(f) is not dataclasses.MISSING}
+    full = {}
+    for f in dataclasses.fields(options):
+        value = given.get(f.name, f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default)
+        if value is not dataclasses.MISSING:  # a required option not given: its error comes at train
+            full[f.name] = value
     try:
         return json.loads(json.dumps(full))  # plain YAML types only (a tuple as a list)
     except (TypeError, ValueError):

@@ -342,14 +342,12 @@ def run_doctor(config: DoctorConfig) -> DoctorResult:
         run = read_run(run_dir)
     except (OSError, RunDirError):  # the run directory could not be written: what was kept
         run = RunData(path=run_dir, steps=list(monitor.recent))
-    applied = plan_knobs((run.config or {}).get("plan"))
+    findings = diagnose(run, summary)
     goes = time_goes(run, summary)  # the report's first statement (checks/bound.py)
-    # the top's "Measure it" and each finding carry what a tune of this script measured (doctor/tuned.py):
-    # the top kept "DataLoader workers (now 0)" after a tune measured workers at 0.53x
-    findings = annotate_tuned(diagnose(run, summary) + ([goes] if goes else []), script_key(target.kind, target.name),
-                              command=command, applied=applied)
-    if goes:
-        findings.pop()
+    # each finding and the top's "Measure it" carry, in place, what a tune of this script measured
+    # (doctor/tuned.py): the top kept "DataLoader workers (now 0)" after a tune read workers at 0.53x
+    annotate_tuned([*findings, *([goes] if goes else [])], script_key(target.kind, target.name),
+                   command=command, applied=plan_knobs((run.config or {}).get("plan")))
     try_write(run_dir, write_json, run_dir / schema.REPORT_JSON, {
         "schema": schema.SCHEMA_VERSION,
         "kind": "doctor",

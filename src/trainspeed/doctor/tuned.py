@@ -95,13 +95,17 @@ def _measured(knobs: Sequence[str], tune: dict[str, Any]) -> tuple[bool, str] | 
     if not rows:
         return None
     won = [(k, r) for k, r in rows if r.get("verdict") == GAIN]
-    figures = lambda some: ", ".join(f"{k}={r.get('setting')} {r.get('speedup'):.2f}x" for k, r in some)  # noqa: E731
     if not won:
-        return False, figures(rows[:4])
+        return False, _figures(rows[:4])
     # the settings that did not win beside the winners: the demo's after-run advised
     # num_workers=1 under a tuned line of num_workers=2 1.52x, and 1 had read 1.02x
     rest = [(k, r) for k, r in rows if r.get("verdict") != GAIN][:max(0, 4 - len(won))]
-    return True, figures(won[:4]) + (f" (no gain: {figures(rest)})" if rest else "")
+    return True, _figures(won[:4]) + (f" (no gain: {_figures(rest)})" if rest else "")
+
+
+def _figures(rows: Sequence[tuple[str, dict[str, Any]]]) -> str:
+    """`num_workers=2 1.52x, num_workers=1 0.98x`."""
+    return ", ".join(f"{k}={r.get('setting')} {r.get('speedup'):.2f}x" for k, r in rows)
 
 
 def tuned_line(finding: dict[str, Any], entry: dict[str, Any], command: Sequence[str] | None = None,

@@ -52,8 +52,8 @@ def run_dir_for(cfg: TrainConfig, say: Callable[[str], None] | None = None) -> P
     label = recipe_label(cfg.recipe.name)
     path = Path(cfg.run.out_dir) / (cfg.run.name or f"{label}-{time.strftime('%Y%m%d-%H%M%S')}")
     held = _held(path, cfg.checkpoint.dir)
-    derived = path.name.startswith(label + "-") and len(path.name) == len(label) + 16 and _STAMPED.search(path.name)
-    if cfg.checkpoint.auto_resume and not cfg.checkpoint.resume and not cfg.checkpoint.dir and derived and not held:
+    if (cfg.checkpoint.auto_resume and not cfg.checkpoint.resume and not cfg.checkpoint.dir
+            and _stamped(path.name, label) and not held):
         earlier = _newest_run(Path(cfg.run.out_dir), label)
         if earlier is not None:
             cfg.run.name = earlier.name  # the dumped config names the directory it continues
@@ -71,6 +71,11 @@ def run_dir_for(cfg: TrainConfig, say: Callable[[str], None] | None = None) -> P
 
 
 _STAMPED = re.compile(r"-\d{8}-\d{6}$")
+
+
+def _stamped(name: str, label: str) -> bool:
+    """`LABEL-YYYYmmdd-HHMMSS`: the run name config.py derives for a target."""
+    return name.startswith(label + "-") and len(name) == len(label) + 16 and bool(_STAMPED.search(name))
 
 
 def _held(path: Path, checkpoint_dir: str | None, steps: bool = True) -> str | None:
@@ -91,8 +96,7 @@ def _held(path: Path, checkpoint_dir: str | None, steps: bool = True) -> str | N
 def _newest_run(out_dir: Path, label: str) -> Path | None:
     """The most recently named `LABEL-YYYYmmdd-HHMMSS` run under out_dir that holds checkpoints."""
     try:
-        names = sorted((p for p in out_dir.iterdir() if p.is_dir() and p.name.startswith(label + "-")
-                        and len(p.name) == len(label) + 16 and _STAMPED.search(p.name)), reverse=True)
+        names = sorted((p for p in out_dir.iterdir() if p.is_dir() and _stamped(p.name, label)), reverse=True)
     except OSError:
         return None
     return next((path for path in names if _held(path, None, steps=False)), None)

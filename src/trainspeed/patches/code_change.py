@@ -22,11 +22,11 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from trainspeed.optim_kernels import FUSED_OPTIMIZERS
 from trainspeed.patches.plan import (FLAG_PREFIX, apply_flags, command_with_flags, flag_style,  # noqa: F401 - command_with_flags re-exported
                                      render_flag)
 from trainspeed.patches.framework_precision import VALUES, constructor_site
 from trainspeed.patches.insert_lines import insert_snippets, overlapping, patchable, shifted
-from trainspeed.optim_kernels import FUSED_OPTIMIZERS
 from trainspeed.patches.installed import is_installed
 from trainspeed.patches.several_models import several_models_snippet
 from trainspeed.patches.snippets import BEFORE_IMPORTS, RUNTIME_CODE, Snippet, Source, autocast_snippet, model_snippets, \

@@ -155,22 +155,19 @@ def _trained_classes(ctx: CheckContext, model: dict[str, Any] | None) -> tuple[s
     return tuple(dict.fromkeys(first + [m["class"] for m in trained]))
 
 
-def _optimizer_sites(ctx: CheckContext, primary: dict[str, Any] | None) -> tuple[tuple[str, int], ...]:
+def _optimizer_sites(ctx: CheckContext, primary: dict[str, Any] | None) -> dict[str, tuple]:
     """Where each optimizer that stepped is built (the doctor observes one at its first step),
-    the primary's first; one optimizer's alone is the primary's site."""
+    the primary's first, as Targets' fields: optimizer_sites, each site once (one optimizer's
+    alone is the primary's site), and optimizer_build_sites/_classes, one entry per optimizer
+    of a known class."""
     opts = sorted(ctx.obs("optimizer"), key=lambda o: o is not primary)
-    sites = [site for o in opts if (site := _site(o.get("site_path"))) is not None]
-    return tuple(dict.fromkeys(sites)) if len(sites) > 1 else ()
-
-
-def _optimizer_builds(ctx: CheckContext, primary: dict[str, Any] | None) -> tuple[tuple, tuple]:
-    """(sites, classes) of every optimizer that stepped, one entry each, the primary's first; ((),
-    ()) for one optimizer (Targets.optimizer_build_sites)."""
-    opts = sorted(ctx.obs("optimizer"), key=lambda o: o is not primary)
-    builds = [(site, str(o["class"])) for o in opts if (site := _site(o.get("site_path"))) is not None and o.get("class")]
-    if len(builds) < 2:
-        return (), ()
-    return tuple(site for site, _ in builds), tuple(cls for _, cls in builds)
+    built = [(site, o.get("class")) for o in opts if (site := _site(o.get("site_path"))) is not None]
+    if len(built) < 2:
+        return {}
+    known = [(site, str(cls)) for site, cls in built if cls]
+    return {"optimizer_sites": tuple(dict.fromkeys(site for site, _ in built)),
+            "optimizer_build_sites": tuple(site for site, _ in known) if len(known) > 1 else (),
+            "optimizer_build_classes": tuple(cls for _, cls in known) if len(known) > 1 else ()}
 
 
 def read_facts(run_dir: str | Path) -> ScriptFacts:
@@ -209,8 +206,7 @@ def read_facts(run_dir: str | Path) -> ScriptFacts:
         loader_site=_site((loader or {}).get("site_path")),
         optimizer_site=_site((opt or {}).get("site_path")),
         optimizer_class=(opt or {}).get("class"),
-        optimizer_sites=_optimizer_sites(ctx, opt),
-        optimizer_build_sites=_optimizer_builds(ctx, opt)[0], optimizer_build_classes=_optimizer_builds(ctx, opt)[1],
+        **_optimizer_sites(ctx, opt),
         model_class=(model or {}).get("class"),
         model_call_site=_site((model or {}).get("call_site_path")),
         trained_classes=_trained_classes(ctx, model),

@@ -21,9 +21,9 @@ from typing import Any
 
 from trainspeed.doctor.checks.context import CheckContext, pct
 from trainspeed.doctor.checks.data import DATA_WAIT_WARNING, padded_per_batch, padding_share
-from trainspeed.doctor.checks.optimizer_kernels import optimizer_not_fused
 from trainspeed.doctor.checks.lookups import SHARE_INFO, lookup_time
 from trainspeed.doctor.checks.machine import busy_machine
+from trainspeed.doctor.checks.optimizer_kernels import optimizer_not_fused
 from trainspeed.doctor.checks.script_flags import script_padding_flag
 from trainspeed.doctor.checks.threads import oversubscribed
 
@@ -35,7 +35,7 @@ LAUNCH_MFU = 0.05
 (the doctor's low_gpu_utilization reads the same MFU)."""
 
 
-def _helps(ctx: CheckContext, bound: str, launch: bool) -> list[str]:
+def _helps(ctx: CheckContext, bound: str, launch: bool, unfused: bool) -> list[str]:
     loader = ctx.train_loader() or {}
     if bound == "data":
         workers = loader.get("num_workers")
@@ -71,7 +71,7 @@ def _helps(ctx: CheckContext, bound: str, launch: bool) -> list[str]:
     elif precision == "fp32" and not any(m.get("autocast") for m in ctx.models()):
         helps.append("bf16 autocast (this CPU has no bf16 units: it would be emulated, slower)" if no_bf16
                      else "lower precision where the device has units for it (bf16 autocast)")
-    if optimizer_not_fused(ctx) is not None:
+    if unfused:
         # a newcomer's script: the optimizer step was 25 % of the step, its finding first, and
         # this line (and its tune command) offered only bf16 and compile
         helps.append(f"a fused optimizer step (the optimizer is {pct(ctx.share('optimizer'))} of the step: "
@@ -157,7 +157,8 @@ def where_time_goes(ctx: CheckContext) -> dict[str, Any] | None:
                       "are the busy machine's times, not the script's (machine_busy below)")
     topics = {"data": ("num_workers",), "overhead": ("compile", "batch_size") if launch else ("logging", "eval"),
               "compute": ("precision", "compile")}[bound]
-    if bound == "compute" and optimizer_not_fused(ctx) is not None:
+    unfused = bound == "compute" and optimizer_not_fused(ctx) is not None
+    if unfused:
         topics = (*topics, "fused_optimizer")
     if bound == "compute" and padding_share(ctx) is not None and script_padding_flag(ctx, padded_per_batch(ctx)):
         topics = ("padding_flag", *topics)
@@ -170,7 +171,7 @@ def where_time_goes(ctx: CheckContext) -> dict[str, Any] | None:
     over = oversubscribed(ctx)
     if (over is not None and over[1] > 1) or (busy is not None and (busy.get("threads") or 0) > 1):
         topics = ("threads", *topics)  # threads beyond the free cores spin (threads.py, machine.py)
-    helps = _helps(ctx, bound, launch)
+    helps = _helps(ctx, bound, launch, unfused)
     if busy is not None:
         helps.insert(0, "measuring on a quiet machine (or cores of the run's own)")
     if _forwards_unseen(ctx) and not any(m.get("trained_by") for m in ctx.models()):

@@ -6,8 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 from trainspeed.doctor.checks.context import CheckContext, pct
-from trainspeed.doctor.checks.script_flags import flag_note, script_flag, set_flag, show_flag
 from trainspeed.doctor.checks.optimizer_kernels import optimizer_not_fused
+from trainspeed.doctor.checks.script_flags import flag_note, script_flag, set_flag, show_flag
 from trainspeed.doctor.findings import Finding
 from trainspeed.telemetry.env import expandable_segments_on
 from trainspeed.telemetry.throughput import COMPUTE_BOUND_MFU
