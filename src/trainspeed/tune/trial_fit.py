@@ -17,12 +17,19 @@ from __future__ import annotations
 import math
 import statistics
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Sequence
+from typing import Protocol, Sequence
 
 from trainspeed.tune.settle import MIN_SETTLE_STEPS
 
-if TYPE_CHECKING:  # annotations only: the doctor's checks import this module (budget_to_measure)
-    from trainspeed.tune.trials import TrialResult
+
+class FirstTrial(Protocol):
+    """What the sizing reads of the first baseline trial (a tune.trials.TrialResult). A protocol,
+    not that class: the doctor's checks import this module (budget_to_measure), and trials.py
+    reaches them back through short_run.py and script_flags.py."""
+
+    step_times: list[float]
+    wall_s: float
+    warmup_s: float | None
 
 MIN_FIT_STEPS = 6
 """Fewest measured steps a trial is cut to for the budget (the slowest 5 % trimmed leaves 5)..."""
@@ -83,7 +90,7 @@ class TrialFit:
     fewest steps do not fit them all)."""
 
 
-def fit_trial(base: TrialResult, warmup_steps: int, trials: float, budget_left: float, max_steps: int,
+def fit_trial(base: FirstTrial, warmup_steps: int, trials: float, budget_left: float, max_steps: int,
               first_warmup: int | None = None, stored: tuple[int, int] | None = None) -> TrialFit:
     """The trial length for T=`trials` trials in `budget_left` seconds (see the module docstring).
     `warmup_steps` is what later trials run unless cut; `first_warmup` what the first trial ran
@@ -126,7 +133,7 @@ def min_fit_steps(step_s: float) -> int:
     return max(SLOW_MIN_FIT_STEPS, min(MIN_FIT_STEPS, math.ceil(MIN_FIT_S / step_s)))
 
 
-def trial_length_line(base: TrialResult, fit: TrialFit, trials: float,
+def trial_length_line(base: FirstTrial, fit: TrialFit, trials: float,
                       length_from: str = "--steps sets the measured steps") -> str:
     """What the first trial took and how long every trial will be, in the user's terms;
     `length_from` says where the measured steps' number came from."""
