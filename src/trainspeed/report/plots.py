@@ -17,6 +17,7 @@ import numpy as np
 from trainspeed.errors import require
 from trainspeed.report import series as S
 from trainspeed.telemetry.schema import PHASES
+from trainspeed.telemetry.update_losses import update_losses
 
 # Raw per-step lines above this many points are drawn as a per-bin min-max band instead:
 # keeps the SVG small (a 100k-step run would otherwise embed 100k vertices per line).
@@ -263,7 +264,31 @@ def _simple(key: str, ylabel: str, scale: float = 1.0) -> Callable[[list[Series]
     return plot
 
 
-plot_loss = _simple("loss", "loss")
+_plot_one_loss = _simple("loss", "loss")
+LOSS_STYLES = ("-", "--", "-.", ":")
+
+
+def plot_loss(runs: list[Series], prefix: str) -> str | None:
+    """The loss curve; a run that stepped several optimizers (a GAN's D and G) draws each
+    one's own loss, named as the script names the optimizer, never their blend."""
+    named = [update_losses(s.run) for s in runs]
+    if not any(named):
+        return _plot_one_loss(runs, prefix)
+    fig, ax = _figure()
+    for i, (s, losses) in enumerate(zip(runs, named)):
+        series = losses or {"loss": S.column(s.run, "loss")}
+        for j, (name, y) in enumerate(series.items()):
+            if not S.has_data(y):
+                continue
+            label = f"{s.label}: {name}" if len(runs) > 1 else name
+            color = RUN_COLORS[i % 2] if len(runs) > 1 else list(PHASE_COLORS.values())[(2 * j) % len(PHASE_COLORS)]
+            _line(ax, S.step_axis(s.run), y, color=color, label=label, raw=False, ls=LOSS_STYLES[j % 4])
+    ax.set_xlabel("step")
+    ax.set_ylabel("loss")
+    _legend_above(ax, ncols=4)
+    return _to_svg(fig, prefix)
+
+
 plot_padding = _simple("pad_share", "padding share (% of tokens)", 100.0)
 
 # (name, title, function): the order the HTML report shows them in.

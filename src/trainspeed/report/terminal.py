@@ -34,6 +34,19 @@ def _console(console: Any = None) -> Any:
     return Console()
 
 
+def _loss_rows(losses: dict[str, Any]) -> list[tuple[str, str]]:
+    """One summary row per optimizer's loss ("loss optimizerD", "loss optimizerG")."""
+    rows = []
+    for name, fig in losses.items():
+        fig = fig if isinstance(fig, dict) else {}
+        text = (f"{fig['first']:.4g} → {fig['last']:.4g} (min {fig['min']:.4g})"
+                if all(is_num(fig.get(k)) for k in ("first", "last", "min")) else "no finite value")
+        if is_num(fig.get("nonfinite")) and fig["nonfinite"]:
+            text += f" · {int(fig['nonfinite'])} non-finite (NaN/Inf)"
+        rows.append((f"loss {name}", text))
+    return rows
+
+
 def summary_lines(summary: dict[str, Any]) -> list[tuple[str, str]]:
     """(label, value) pairs for the summary block; shared by terminal and HTML."""
     s = summary or {}
@@ -60,9 +73,13 @@ def summary_lines(summary: dict[str, Any]) -> list[tuple[str, str]]:
         if is_num(mem.get(key)):
             parts.append(f"{label} {fmt_bytes(mem[key])}")
     rows.append(("memory peaks", " · ".join(parts) if parts else "not measured"))
-    loss = s.get("loss")
-    if isinstance(loss, dict) and is_num(loss.get("last")):
-        rows.append(("loss", f"{loss.get('first'):.4g} → {loss.get('last'):.4g} (min {loss.get('min'):.4g})"))
+    losses = s.get("losses")
+    if isinstance(losses, dict) and losses:  # several optimizers: each one's own loss, never a blend
+        rows.extend(_loss_rows(losses))
+    else:
+        loss = s.get("loss")
+        if isinstance(loss, dict) and is_num(loss.get("last")):
+            rows.append(("loss", f"{loss.get('first'):.4g} → {loss.get('last'):.4g} (min {loss.get('min'):.4g})"))
     if is_num(s.get("pad_share")):
         rows.append(("padding", f"{fmt_share(s['pad_share'])} of tokens are padding"))
     if is_num(s.get("syncs_per_step")) and s["syncs_per_step"] > 0:

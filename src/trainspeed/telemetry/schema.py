@@ -84,6 +84,7 @@ EVENT_TYPES: tuple[str, ...] = (
     "thinned_records",  # dashboards (TensorBoard, W&B) sent fewer records to keep up
     "profile",  # a torch.profiler trace of a step window: data.path (in the run dir), data.captured
     "epoch",  # an epoch's first batch is next: data.epoch, data.steps_per_epoch (null: unknown)
+    "update_losses",  # several optimizers (a GAN's D and G): each one's loss per step (telemetry/update_losses.py)
 )
 
 

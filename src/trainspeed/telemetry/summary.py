@@ -14,6 +14,7 @@ from trainspeed.telemetry.ranks import rank_table
 from trainspeed.telemetry.rundir import RunData
 from trainspeed.telemetry.schema import PHASES
 from trainspeed.telemetry.throughput import mfu, throughput
+from trainspeed.telemetry.update_losses import losses_summary
 
 
 def _precision(run: RunData, start: dict[str, Any]) -> str:
@@ -117,6 +118,9 @@ def summarize(run: RunData) -> dict[str, Any]:
     pad = run.array("pad_share")
     contention = _contention(run, keep)
     trend = _trend(run, keep)
+    # each optimizer's own loss (a GAN's D and G), only for runs that recorded several: a run
+    # with one optimizer keeps the summary it always had
+    losses = losses_summary(run)
     return {
         "steps": n,
         "measured_steps": stats.steps,
@@ -154,6 +158,7 @@ def summarize(run: RunData) -> dict[str, Any]:
         "precision": _precision(run, start),
         "flops_per_step": flops,
         "ranks": rank_table({0: run.steps, **run.rank_steps}) if run.rank_steps else None,
+        **({"losses": losses} if losses else {}),
     }
 
 

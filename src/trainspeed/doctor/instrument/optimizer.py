@@ -81,6 +81,11 @@ def install(session: Session, patches: Patches) -> None:
                 where = caller_site(2)
                 if where is not None:
                     built_at.setdefault(id(self), where)
+                    # a second optimizer built at another line (a GAN's optimizerG): known before the
+                    # first step, so that step's loss is already the primary's own (session.on_update).
+                    # One line building several (a wrapper's inner optimizer) waits for them to step.
+                    if not session.several_optimizers and len(set(built_at.values())) > 1:
+                        session.several_optimizers = True
 
         __init__.__wrapped__ = original  # type: ignore[attr-defined]
         return __init__
@@ -125,6 +130,10 @@ def install(session: Session, patches: Patches) -> None:
                 s.internal -= 1
             if not s.engine_depth:
                 _hand_over(s, opt)
+                if id(opt) != s.primary_opt:
+                    s.several_optimizers = True
+                if s.several_optimizers:  # one optimizer: its step's loss is the step's, as it was
+                    s.on_update(opt, micro)
             if id(opt) == s.primary_opt:
                 s.step_micro = micro
         if id(opt) == s.primary_opt and not s.engine_depth:  # an engine's step closes its own step

@@ -24,7 +24,8 @@ Step boundaries, from the first source that shows one (`boundary` says which):
   closes it when the step applied an update (its accumulation boundary); the torch optimizer
   it steps underneath (once per parameter group, under ZeRO) closes nothing.
 
-What a step trained on (samples, tokens, padding) is counted in step_inputs.py.
+What a step trained on (samples, tokens, padding) is counted in step_inputs.py; each optimizer's
+own loss, where several step (a GAN's D and G), in update_losses.py.
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ from trainspeed.doctor.instrument.sites import SiteCounter
 from trainspeed.doctor.instrument.step_facts import grads_consumed, optimizer_lr
 from trainspeed.doctor.instrument.step_inputs import (  # noqa: F401 - the limits stay importable from here
     MAX_MODULES, MAX_SHAPES, SAMPLE_EVERY, SAMPLE_FIRST_BATCHES, StepInputs)
+from trainspeed.doctor.instrument.update_losses import UpdateLosses, update_loss
 from trainspeed.doctor.instrument.updates import Updates
 
 
@@ -129,11 +131,17 @@ class Session(StepInputs):
         self.loss_first: Any = None
         self.losses = 0
         self.scaled_losses = 0  # backwarded losses that were divided/multiplied by a constant
+        # two optimizers built at two lines, or two stepping (optimizer.py): each one's loss is its
+        # own (update_losses.py), and the step's loss is the primary's, not their blend
+        self.several_optimizers = False
+        self.last_update_loss: Any = None
+        self.primary_loss: tuple[Any] | None = None  # (the primary's loss,) for the step it closes
         # whole-run aggregates (bounded: keyed by code sites, objects, or small counts)
         self.accumulation: Counter[int] = Counter()
         self.closure_evaluations: Counter[int] = Counter()
         self.sites = SiteCounter()
         self.observations: dict[str, dict[str, Any]] = {}
+        self.update_losses = UpdateLosses(self.mon, self.observations)
         # the script's DataLoader iterators: their workers are stopped when the script is over
         # (dataloader.stop_workers)
         self.loader_iterators: weakref.WeakSet[Any] = weakref.WeakSet()
@@ -158,6 +166,7 @@ class Session(StepInputs):
     def close(self) -> None:
         global _CURRENT
         self.enabled = False
+        self.update_losses.finish()
         self.flops.stop()
         if mark._handler == self.mark_step:  # noqa: SLF001 - ours: give the previous one back
             mark.set_step_handler(self._previous_mark)
@@ -337,6 +346,29 @@ class Session(StepInputs):
         finally:
             self.internal -= 1
 
+    def on_update(self, optimizer: Any, micro: int | None) -> None:
+        """An optimizer's update (optimizer.py: outermost, not a training engine's). With several
+        optimizers, the losses backwarded since the previous update are this one's: recorded
+        under its name, and taken out of the step's (update_losses.py)."""
+        if not self.several_optimizers or self.boundary == "mark":
+            return
+        primary = id(optimizer) == self.primary_opt
+        self.internal += 1
+        try:
+            loss = update_loss(self.loss_sum, self.losses, self.scaled_losses, self.loss_first, micro)
+            if loss is None:  # no backward of its own: it applies the previous update's gradients' loss
+                loss = self.last_update_loss
+            self.last_update_loss = loss
+            done = self.mon.steps_done
+            # the primary's update closes the next step; another's belongs to the last one closed
+            self.update_losses.add(optimizer, done if primary else max(done - 1, 0), loss, primary=primary)
+        finally:
+            self.internal -= 1
+        if primary:
+            self.primary_loss = (loss,)
+        self.loss_sum = self.loss_first = None
+        self.losses = self.scaled_losses = 0
+
     # ------------------------------------------------------------ steps
     def end_step(self, optimizer: Any = None) -> None:
         """The primary optimizer stepped (optimizer.py): close one training step, unless the
@@ -383,10 +415,14 @@ class Session(StepInputs):
             lr = optimizer_lr(optimizer)  # None where reading it would need a sync
             # the Monitor counts real tokens, with padding on top of them
             pad = min(pad, tokens)
-            self.mon.step(samples=samples, tokens=tokens - pad, pad_tokens=pad,
-                          loss=self.step_loss(), lr=lr)
+            # several optimizers: the primary's own loss (on_update), not the step's blend
+            loss = self.primary_loss[0] if self.primary_loss is not None else self.step_loss()
+            self.mon.step(samples=samples, tokens=tokens - pad, pad_tokens=pad, loss=loss, lr=lr)
+            if self.several_optimizers:
+                self.update_losses.after_step(self.mon.steps_done)
         finally:
             self.internal -= 1
+            self.primary_loss = None
         self.step_samples = self.step_tokens = self.step_pad = self.step_in_tokens = self.step_in_pad = 0
         self.step_loader_batches = self.step_fwd_samples = self.step_backwards = 0
         self.step_closure_backwards = self.step_forwards = self.step_trained_forwards = 0
