@@ -51,6 +51,9 @@ def evaluate(trainer: "TrainerView", val_loader: Iterable[Any] | None, mon: Any)
             metrics.update(trainer.eval_metrics(trainer.eager, val_loader))
         trainer.eager.train()
     st.metrics = {**metrics, "_at_step": st.step}
-    mon.event("eval", seconds=time.perf_counter() - t0, **metrics)
+    # The step whose optimizer update was evaluated, as its checkpoint and step record name it:
+    # mid-step (the step's Monitor record is closed after its interval work) the Monitor's own
+    # count is still the step before.
+    mon.event("eval", step=st.step, seconds=time.perf_counter() - t0, **metrics)
     trainer.callbacks.fire(Event.EVAL_END, st)
     return metrics

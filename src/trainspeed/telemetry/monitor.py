@@ -403,8 +403,11 @@ class Monitor:
         return self._recent
 
     # ---------------------------------------------------------------- events
-    def event(self, type_: str, **data: Any) -> None:
-        record = schema.make_event(type_, self.steps_done, time.time(), **data)
+    def event(self, type_: str, *, step: int | None = None, **data: Any) -> None:
+        """Record an event at `step`, by default the number of steps recorded so far. Within a
+        step, before step() closes it, that number is the step before: work that belongs to
+        the step being run (the Trainer's evaluations) passes that step."""
+        record = schema.make_event(type_, self.steps_done if step is None else step, time.time(), **data)
         record["rank"] = self.rank
         self.writer.submit_event(record)
 
