@@ -35,7 +35,8 @@ from trainspeed.engine.setup import (
     DataParts, build_loaders, prepare_model, resolve_device, run_dir_for, seed_everything,
     set_threads,
 )
-from trainspeed.engine.trainer_checkpoints import checkpoint_session, state_fn
+from trainspeed.engine.run_folders import new_folders
+from trainspeed.engine.trainer_checkpoints import check_resume, checkpoint_session, state_fn
 from trainspeed.errors import ConfigError
 from trainspeed.telemetry.phase_context import phase_codes
 
@@ -71,9 +72,7 @@ class Trainer:
         from trainspeed.engine.precision import setup_precision
 
         self.cfg = config if isinstance(config, TrainConfig) else load_config(config)
-        from trainspeed.engine.checkpoint.restore import check_resume_spec
-
-        check_resume_spec(self.cfg.checkpoint.resume)  # before anything is built or written
+        self._resume_target = check_resume(self.cfg)  # before anything is built or written
         set_threads(self.cfg)
         seed_everything(self.cfg.run.seed)
         from trainspeed.engine.distributed import setup_distributed, wrap_model
@@ -159,6 +158,7 @@ class Trainer:
             # a constant lr is never stepped; checkpoints still record the step (see trainer_checkpoints.state_fn)
             self.scheduler, self._lr_static = build_loop_scheduler(self.optimizer, cfg.optim, total)
         sinks = tuple(cfg.logging.sinks) + (("console",) if cfg.logging.progress and "console" not in cfg.logging.sinks else ())
+        made = new_folders(rank_run_dir(self.run_dir, self.rank), cfg.checkpoint.dir)  # taken back if the resume fails
         self.monitor = mon = Monitor(
             rank_run_dir(self.run_dir, self.rank), device=self.device, log_every=cfg.logging.every,
             sinks=sinks if self.rank == 0 else ("jsonl",),  # ranks > 0: their own step records only
@@ -184,7 +184,7 @@ class Trainer:
         # The optimizer phase is step, zero_grad (and the schedule) alone: see _train_step.
         self._plain_update = (not self.nan_guard.per_step and not cfg.optim.grad_clip
                               and self.precision.scaler is None)
-        ckpt = self._ckpt_session = checkpoint_session(self, mon, loaders)
+        ckpt = self._ckpt_session = checkpoint_session(self, mon, loaders, made)
         make_state = state_fn(self, loaders)
         try:
             with ckpt:

@@ -12,6 +12,8 @@ from trainspeed.engine.checkpoint.session import CheckpointSession
 from trainspeed.engine.events import Event, TrainerState
 
 if TYPE_CHECKING:
+    from trainspeed.engine.checkpoint.restore import ResumeTarget
+    from trainspeed.engine.run_folders import NewFolders
     from trainspeed.engine.trainer_view import TrainerView
 
 
@@ -20,9 +22,32 @@ def _with_info(state: TrainerState, info: dict[str, Any]) -> TrainerState:
     return state
 
 
-def checkpoint_session(trainer: TrainerView, mon: Any, loaders: Any) -> CheckpointSession:
+def check_resume(cfg: Any) -> ResumeTarget | None:
+    """The checkpoint a local checkpoint.resume names, found and verified before anything is
+    built or written: a resume that cannot start leaves no run folder (restore.py)."""
+    from trainspeed.engine.checkpoint.restore import check_resume_spec
+
+    return check_resume_spec(cfg.checkpoint.resume)
+
+
+def checkpoint_session(trainer: TrainerView, mon: Any, loaders: Any,
+                       made: NewFolders | None = None) -> CheckpointSession:
     """Checkpoints: resume (explicit or newest intact), then periodic/signal/crash/final
-    saves. Restores counters and the data order so a resume continues mid-epoch."""
+    saves. Restores counters and the data order so a resume continues mid-epoch. When the
+    resume fails, the Monitor is closed and the folders `made` for this run are taken back."""
+    try:
+        return _open_session(trainer, mon, loaders)
+    except BaseException as exc:
+        if made is not None:
+            try:
+                mon.close(error=exc)  # its writer thread stops before its folder goes
+            except Exception:  # noqa: BLE001 - the resume's error is the one to report
+                pass
+            made.remove()
+        raise
+
+
+def _open_session(trainer: TrainerView, mon: Any, loaders: Any) -> CheckpointSession:
     from trainspeed.engine.checkpoint.sharded import ShardedIO
     from trainspeed.engine.distributed import OptimizerLoader, crash_agreement, signal_agreement
 
@@ -77,6 +102,10 @@ def checkpoint_session(trainer: TrainerView, mon: Any, loaders: Any) -> Checkpoi
     else:
         model, optimizer = trainer.eager, OptimizerLoader(trainer.eager, trainer.optimizer, sharded=False)
     ckpt.run_name = trainer.run_dir.name
+    target = trainer._resume_target
+    if target is not None:  # found and verified already (check_resume): not searched and hashed again
+        ckpt.resume_spec = str(target.path)
+        ckpt.manager.skipped.extend(target.skipped)
     resumed = ckpt.resume(model, optimizer, trainer.scheduler, trainer.precision)
     if resumed is not None:
         c = resumed.counters

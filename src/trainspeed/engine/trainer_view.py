@@ -29,6 +29,7 @@ class TrainerView(Protocol):
     _ds: Any  # DeepSpeed's engine, or None
     _fsdp_state: Any
     _ckpt_session: Any
+    _resume_target: Any  # checkpoint.restore.ResumeTarget, or None
     _ckpt_group: Any
     _agree_group: Any
     _ckpt_tag: Any

@@ -116,7 +116,8 @@ def test_cleanup_stale_temps_keeps_live_writers(tmp_path):
 
 def test_a_damaged_checkpoint_names_the_earlier_one_to_resume_and_a_missing_manifest_says_what_it_costs(tmp_path):
     """`--resume` of a truncated file said "use an earlier checkpoint" and named none; one copied
-    without its manifest was told to torch.load it, which does not resume a run."""
+    without its manifest was told to torch.load it, which does not resume a run: resuming it by
+    name does (without_manifest.py)."""
     older, newest = tmp_path / "step-00000040.pt", tmp_path / "step-00000060.pt"
     atomic_save(_payload(), older)
     atomic_save(_payload(), newest)
@@ -124,10 +125,10 @@ def test_a_damaged_checkpoint_names_the_earlier_one_to_resume_and_a_missing_mani
     with pytest.raises(CheckpointError, match=rf"truncated.*use an earlier checkpoint \(--resume {older}\)\."):
         verify(newest)
     manifest_path(newest).unlink()
-    with pytest.raises(CheckpointError, match=rf"Copy step-00000060\.pt\.json beside it to resume from it "
-                                              rf"\(--resume {older}\); to read its weights unverified \(not to "
-                                              r"resume a run\): torch\.load"):
+    with pytest.raises(CheckpointError, match=rf"Copy step-00000060\.pt\.json beside it, or resume from the file "
+                                              rf"by name \(--resume {newest}: .*\), or from an earlier "
+                                              rf"checkpoint \(--resume {older}\)\."):
         verify(newest)
     manifest_path(older).unlink()  # nothing earlier with its manifest: no name
-    with pytest.raises(CheckpointError, match=r"beside it to resume from it; to read"):
+    with pytest.raises(CheckpointError, match=r"the file records verify it\)\.$"):
         verify(newest)

@@ -150,11 +150,13 @@ def read_manifest(path: str | Path) -> dict[str, Any]:
     path = Path(path)
     mpath = manifest_path(path)
     if not mpath.exists():
+        earlier = _earlier(path)
         raise CheckpointError(
-            f"{path}: checksum manifest {mpath.name} is missing, so the file cannot be verified "
+            f"{path}: checksum manifest {mpath.name} is missing, so the file cannot be verified by it "
             "(the save was interrupted, or the file was copied without its manifest). "
-            f"Copy {mpath.name} beside it to resume from it{_earlier(path)}; to read its weights "
-            "unverified (not to resume a run): torch.load(path, weights_only=True)."
+            f"Copy {mpath.name} beside it, or resume from the file by name (--resume {path}: the "
+            "CRC-32s the file records verify it)"
+            + (f", or from an earlier checkpoint{earlier}." if earlier else ".")
         )
     return read_json_record(mpath, "manifest", key="sha256", key_type=str, schema=MANIFEST_SCHEMA)
 
@@ -218,14 +220,16 @@ def verify(path: str | Path) -> dict[str, Any]:
     return manifest
 
 
-def load_verified(path: str | Path, map_location: Any = "cpu") -> Any:
-    """Verify the checksum of `path`, then torch.load it with weights_only=True."""
+def load_verified(path: str | Path, map_location: Any = "cpu", *, verified: bool = False) -> Any:
+    """Verify the checksum of `path` (unless the caller just did: `verified`, e.g. by the file's
+    own CRC-32s in without_manifest.py), then torch.load it with weights_only=True."""
     import pickle
 
     import torch
 
     path = Path(path)
-    verify(path)
+    if not verified:
+        verify(path)
     try:
         return torch.load(path, map_location=map_location, weights_only=True)
     except pickle.UnpicklingError as exc:

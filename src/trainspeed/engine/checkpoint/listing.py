@@ -70,12 +70,13 @@ def list_checkpoints(directory: str | Path) -> list[CheckpointInfo]:
 
 
 def find_resumable(directory: str | Path,
-                   on_skip: Callable[[Path, str], None] | None = None) -> Path | None:
+                   on_skip: Callable[[Path, str], None] | None = None,
+                   check: Callable[[Path], Any] = verify_checkpoint) -> Path | None:
     """Newest checkpoint in `directory` whose checksum verifies (a file) or whose files match
-    its marker (a sharded directory); corrupt ones go to `on_skip`."""
+    its marker (a sharded directory), as `check` sees it; corrupt ones go to `on_skip`."""
     for info in reversed(list_checkpoints(directory)):
         try:
-            verify_checkpoint(info.path)
+            check(info.path)
         except CheckpointError as exc:
             if on_skip is not None:
                 on_skip(info.path, str(exc))

@@ -14,6 +14,7 @@ import os
 import secrets
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,7 @@ from trainspeed.engine.checkpoint.atomic import manifest_path
 from trainspeed.engine.checkpoint.listing import NAME_RE, find_resumable, list_checkpoints, verify_checkpoint
 from trainspeed.engine.checkpoint.mirror import _local_dir
 from trainspeed.engine.checkpoint.sharded import is_sharded_checkpoint, verify_dir
+from trainspeed.engine.checkpoint.without_manifest import verify_named
 from trainspeed.errors import CheckpointError, require
 
 SkipFn = Callable[[Path, str], None]
@@ -126,25 +128,55 @@ def resolve(directory: Path, resume: str | Path | None, *, auto_resume: bool, mi
             raise CheckpointError(f"checkpoint.resume={spec!r}: no intact checkpoint there"
                                   + (f" ({skipped[-1]})" if skipped else ""))
         return found
-    path = Path(_local_dir(spec) or spec)
+    return _named(Path(_local_dir(spec) or spec), spec, skip)
+
+
+def _named(path: Path, spec: str, skip: SkipFn) -> Path:
+    """The checkpoint a local checkpoint.resume names: a sharded directory (verified), the
+    newest intact one in a directory of them, or a file (verified when it is loaded). Named
+    files need no manifest beside them (without_manifest.py): a copied one is read itself."""
     if is_sharded_checkpoint(path):
         verify_dir(path)  # a clear error now rather than a failed load on every rank
         return path
     if path.is_dir():
-        found = find_resumable(path, on_skip=skip)
+        reasons: list[str] = []
+
+        def note(damaged: Path, why: str) -> None:
+            reasons.append(why)
+            skip(damaged, why)
+
+        found = find_resumable(path, on_skip=note, check=verify_named)
         if found is None:
-            raise CheckpointError(f"checkpoint.resume={spec!r}: no intact checkpoint in that directory")
+            why = (f"the newest: {reasons[0].splitlines()[0]}" if reasons
+                   else "it holds no step-N.pt file, .dcp or .ds folder")
+            raise CheckpointError(f"checkpoint.resume={spec!r}: no intact checkpoint in that directory ({why})")
         return found
     if not path.is_file():
         raise CheckpointError(f"checkpoint.resume={spec!r}: no such file or directory")
     return path
 
 
-def check_resume_spec(resume: str | None) -> None:
-    """Before a run directory is made: a local checkpoint.resume that does not exist is an
-    error now, not after the run directory (and its config and env files) were written."""
+@dataclass(slots=True)
+class ResumeTarget:
+    """The checkpoint a local checkpoint.resume names, found and verified before the run."""
+
+    path: Path
+    skipped: list[str]
+    """Why each newer checkpoint beside it was passed over (a directory was named)."""
+
+
+def check_resume_spec(resume: str | None) -> ResumeTarget | None:
+    """Before a run directory is made: a local checkpoint.resume that does not exist, holds no
+    intact checkpoint or names a damaged one is an error now, not after the run directory (its
+    config, env and event files) was written. None: not a local path (URL, "latest", unset)."""
     if resume is None or str(resume) == "latest" or is_url(str(resume)):
-        return
-    path = Path(_local_dir(str(resume)) or str(resume))
+        return None
+    spec = str(resume)
+    path = Path(_local_dir(spec) or spec)
     if not path.exists():
-        raise CheckpointError(f"checkpoint.resume={str(resume)!r}: no such file or directory")
+        raise CheckpointError(f"checkpoint.resume={spec!r}: no such file or directory")
+    skipped: list[str] = []
+    found = _named(path, spec, lambda _path, why: skipped.append(why))
+    if found.is_file() and found == path:  # a named file: _named leaves its check to the load
+        verify_named(found)
+    return ResumeTarget(path=found, skipped=skipped)

@@ -39,6 +39,7 @@ from trainspeed.engine.checkpoint.sharded import ShardedIO, ShardedState, is_sha
 from trainspeed.engine.checkpoint.space import says_no_space
 from trainspeed.engine.checkpoint.stop import resume_command
 from trainspeed.engine.checkpoint.state import TrainState, restore_checkpoint
+from trainspeed.engine.checkpoint.without_manifest import load_named
 from trainspeed.errors import CheckpointError, ConfigError
 
 StateFn = Callable[[], dict[str, Any]]
@@ -121,6 +122,7 @@ class CheckpointSession:
         path = self.manager.resolve_resume(self.resume_spec, auto_resume=self.auto_resume)
         if path is None:
             return None
+        verified_by = None  # None: by its manifest (or the marker's, sharded)
         if is_sharded_checkpoint(path):
             sharded = self.manager.sharded
             if sharded is None:
@@ -129,14 +131,20 @@ class CheckpointSession:
             ckpt = sharded.load(path)  # model and optimizer, into the live objects
             counters = restore_checkpoint(ckpt, None, None, scheduler, scaler)
         else:
-            ckpt = self.manager.load(path, map_location=map_location)
+            # A file the user named may have come without its manifest: then it is verified by
+            # its own CRC-32s (without_manifest.py); a file with one is verified by it, as ever.
+            ckpt, manifest = load_named(path, map_location=map_location)
             counters = restore_checkpoint(ckpt, model, optimizer, scheduler, scaler)
+            verified_by = manifest.get("verified_by")
         self._route({"type": "restart", "path": str(path), "from_step": counters.step,
-                     "skipped_corrupt": list(self.manager.skipped)})
+                     "skipped_corrupt": list(self.manager.skipped),
+                     **({"verified_by": verified_by} if verified_by else {})})
         if self.writer:
             skipped = len(self.manager.skipped)
             print(f"trainspeed: resumed from {path} at step {counters.step}"
-                  + (f" (skipped {skipped} damaged checkpoint{'s' * (skipped > 1)})" if skipped else ""),
+                  + (f" (skipped {skipped} damaged checkpoint{'s' * (skipped > 1)})" if skipped else "")
+                  + (f" ({Path(path).name}.json was not beside it: verified by the {verified_by}s "
+                     "the file records)" if verified_by else ""),
                   file=sys.stderr, flush=True)
         return Resumed(path=Path(path), counters=counters, sampler=ckpt.get("sampler"), checkpoint=ckpt)
 
