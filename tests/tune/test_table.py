@@ -133,19 +133,47 @@ def test_a_script_tune_from_a_doctor_run_reads_the_baseline_mfu_from_its_flop_co
     assert doctor_mfu(impossible, base) == (None, None)  # over 100 %: a wrong count, never shown
 
 
-def test_a_table_printed_to_a_log_keeps_every_column_whole(capsys):
-    """nanoGPT's tune log (stdout not a terminal): at 160 columns the note was left 10
-    characters and its right border cut off."""
+@pytest.mark.parametrize("columns", [None, "100", "80"])
+def test_a_table_printed_to_a_log_fits_its_width_with_every_figure_and_note(capsys, monkeypatch, columns):
+    """`trainspeed tune ... | tee log`: the tables printed 240 columns wide (garbage in a log
+    viewer or a mail); at 160 the note was once left 10 characters, its right border cut off
+    (nanoGPT's tune log). Now: $COLUMNS, else rich_console.PIPE_WIDTH; each note under its table."""
+    from trainspeed.rich_console import PIPE_WIDTH
     from trainspeed.tune.table import print_tables
 
+    if columns is None:
+        monkeypatch.delenv("COLUMNS", raising=False)
+    else:
+        monkeypatch.setenv("COLUMNS", columns)
+    width = int(columns or PIPE_WIDTH)
     res = result()
     res.ablation.append(Row(knob="expandable_segments", setting="--eval_interval=120", verdict=stats.NO_CHANGE,
-                            speedup=1.01, ci=(0.99, 1.03), noise=0.12, memory_ratio=1.0,
+                            speedup=1.01, ci=(0.99, 1.03), noise=0.12, memory_ratio=1.0, one_time=(12.0, 1700),
                             loss_delta=0.0, note="the caching allocator's segments expand on CUDA only " * 2))
     print_tables(res)
-    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith(("│", "┃"))]
-    assert rows and all(line.rstrip().endswith(("│", "┃")) for line in rows), [r for r in rows if r[-1] not in "│┃"]
-    assert any("segments expand on CUDA only" in line for line in rows)  # the note, in its column
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    assert max(len(line) for line in lines) <= width, [line for line in lines if len(line) > width]
+    ablation = out[out.index("Ablation"):out.index("Greedy")]
+    for figure in ("2.00x", "1.90–2.10", "1.01x", "0.99–1.03", "faster", "skipped"):
+        assert figure in ablation, (figure, ablation)
+    assert "loss mismatch" in " ".join(ablation.split())  # the verdict folds whole, it is not cut
+    assert "[3] expandable_segments --eval_interval=120: CI 0.99–1.03" in ablation  # the note, under the table
+    assert "segments expand on CUDA only" in " ".join(ablation.split())
+    if width < 100:  # the least read figures give way, and it says so
+        assert "(left out at 80 columns: one-time, memory;" in ablation
+
+
+def test_a_wide_terminal_keeps_the_boxed_table_with_its_notes_in_it():
+    from rich.console import Console
+
+    from trainspeed.tune.table import print_tables
+
+    con = Console(width=220, record=True, force_terminal=False)
+    print_tables(result(), console=con)
+    text = con.export_text()
+    assert "┃ note" in text and "│ loss inf vs baseline 2.0" in text and "[1]" not in text
+    assert max(len(line) for line in text.splitlines()) <= 220
 
 
 def test_no_change_by_another_rule_does_not_claim_the_ci_reaches_into_the_band():

@@ -55,9 +55,9 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(env, indent=2, default=str))
         return 0
-    from rich.console import Console
+    from trainspeed.rich_console import new_console
 
-    render(env, Console())
+    render(env, new_console())
     return 0
 
 

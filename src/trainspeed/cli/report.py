@@ -30,11 +30,10 @@ def run(args: argparse.Namespace) -> int:
     import json
     import sys
 
-    from rich.console import Console
-
     from trainspeed.report.compare import comparability
     from trainspeed.report.load import load_run
     from trainspeed.report.render import render_compare, render_run, report_json
+    from trainspeed.rich_console import new_console
 
     html: bool | str = False if args.no_html else (args.html or True)
     for run_dir in filter(None, (args.run_dir, args.compare)):
@@ -48,13 +47,13 @@ def run(args: argparse.Namespace) -> int:
             doc["comparability"] = comparability(a.run, b.run).as_dict()
         print(json.dumps(doc, indent=2, default=str))
         if html is not False:
-            err = Console(stderr=True)
+            err = new_console(stderr=True)
             if b is None:
                 render_run(args.run_dir, html=html, console=err, terminal=False)
             else:
                 render_compare(args.run_dir, args.compare, html=html, console=err, terminal=False)
         return 0
-    console = Console()
+    console = new_console()  # the terminal's width, or a log's (rich_console.py)
     if args.compare:
         render_compare(args.run_dir, args.compare, html=html, console=console, comparability=True)
     else:

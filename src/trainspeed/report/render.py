@@ -24,9 +24,9 @@ def _say(console: Any, text: str) -> None:
     from rich.text import Text
 
     if console is None:
-        from rich.console import Console
+        from trainspeed.rich_console import new_console
 
-        console = Console(stderr=True)
+        console = new_console(stderr=True)
     console.print(Text(text))
 
 

@@ -29,9 +29,9 @@ MAX_NOTES = 20
 def _console(console: Any = None) -> Any:
     if console is not None:
         return console
-    from rich.console import Console
+    from trainspeed.rich_console import new_console
 
-    return Console()
+    return new_console()  # the terminal's width, or a log's (rich_console.py)
 
 
 def _loss_rows(losses: dict[str, Any]) -> list[tuple[str, str]]:

@@ -264,13 +264,14 @@ class ConsoleSink:
         from rich.text import Text
 
         if self._live is None:
-            from rich.console import Console
             from rich.live import Live
+
+            from trainspeed.rich_console import new_console
 
             # auto_refresh=False: no extra rich thread; we redraw from the writer thread.
             # No stdout/stderr redirection: swapping sys.stdout from a background thread
             # under the user's training code is a global side effect we do not want.
-            console = Console(file=self.stream)
+            console = new_console(file=self.stream)
             self._live = Live(
                 console=console,
                 auto_refresh=False,

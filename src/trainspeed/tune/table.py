@@ -12,10 +12,11 @@ from typing import Any
 
 from trainspeed.tune import stats
 from trainspeed.tune.result import Row, TuneResult
+from trainspeed.tune.table_layout import RIGHT
 
 COLUMNS = ("knob", "setting", "at stake", "speedup", "95% CI", "noise", "one-time", "memory", "loss delta",
            "verdict", "note")
-NUMERIC = ("at stake", "speedup", "noise", "memory", "loss delta")
+NUMERIC = RIGHT  # right-aligned figures, in the terminal and the HTML alike
 VERDICT_STYLE = {stats.FASTER: "bold green", stats.SLOWER: "red", stats.LOSS_MISMATCH: "bold red",
                  stats.FAILED: "bold red", stats.NO_CHANGE: "", stats.SKIPPED: "dim", stats.BUSY: "yellow"}
 
@@ -96,29 +97,18 @@ def markdown(result: TuneResult) -> str:
 
 
 def print_tables(result: TuneResult, console: Any = None) -> None:
-    from rich.console import Console
-    from rich.table import Table
+    """The tables at the console's width: the terminal's, or rich_console's for a pipe or a
+    file (each table's notes under it where the row has no room for them, table_layout.py)."""
+    from trainspeed.rich_console import new_console
+    from trainspeed.tune.table_layout import fitted_table
 
-    con = console
-    if con is None:
-        con = Console()
-        if not con.is_terminal:
-            # a pipe or CI log: rich would wrap at 80 columns, and at 160 the ten columns before the
-            # note left it 10 characters, its right edge cut off (nanoGPT's tune log)
-            con.width = 240
+    con = console if console is not None else new_console()
 
     def table(title: str, rows: list[Row]) -> None:
-        t = Table(title=title, title_justify="left")
-        for col in COLUMNS:
-            t.add_column(col, justify="right" if col in NUMERIC else "left",
-                         overflow="fold", max_width=60 if col in ("note", "setting") else None,
-                         min_width=20 if col == "setting" else None,  # `run.threads=1` folds whole
-                         # a verified combination names every setting: it wraps, or the number
-                         # columns would be squeezed to one character
-                         no_wrap=col not in ("note", "setting", "one-time"))
-        for row in rows:
-            t.add_row(*cells(row), style=VERDICT_STYLE.get(row.verdict, ""))
+        t, notes = fitted_table(con, title, rows, COLUMNS, cells, VERDICT_STYLE)
         con.print(t)
+        for line in notes:
+            con.print(line, markup=False, highlight=False)
 
     con.print(baseline_line(result))
     table("Ablation: each setting alone vs the baseline", result.ablation)
