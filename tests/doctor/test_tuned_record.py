@@ -82,13 +82,53 @@ def test_a_tune_of_the_script_with_other_flags_says_which(tmp_path):
     row = {"knob": "num_workers", "setting": "1", "verdict": "faster", "speedup": 1.5, "ci": [1.4, 1.6]}
     tuned = ["python", "main.py", "--emsize", "1024"]
     record_tune(key, "runs/tune-main", [row], root=tmp_path, command=tuned)
+    plain = "trainspeed tune measured a gain: num_workers=1 1.50x (runs/tune-main)"
     same = annotate([_finding("num_workers")], key, root=tmp_path, command=tuned)[0]["tuned"]
-    assert same == "trainspeed tune measured a gain: num_workers=1 1.50x (runs/tune-main)"
+    assert same == plain + ", with the same flags"
+    # another interpreter's name runs the same script with the same flags
+    assert annotate([_finding("num_workers")], key, root=tmp_path,
+                    command=["python3", "main.py", "--emsize", "1024"])[0]["tuned"] == same
     other = annotate([_finding("num_workers")], key, root=tmp_path, command=["python", "main.py", "--emsize", "512"])
-    assert other[0]["tuned"] == same + ", with other flags: `python main.py --emsize 1024`"
+    assert other[0]["tuned"] == plain + ", with other flags: --emsize 1024 (here 512)"
     # a record written before the command was kept reads as before
     record_tune(key, "runs/tune-main", [row], root=tmp_path)
-    assert annotate([_finding("num_workers")], key, root=tmp_path, command=["python", "main.py"])[0]["tuned"] == same
+    assert annotate([_finding("num_workers")], key, root=tmp_path, command=["python", "main.py"])[0]["tuned"] == plain
+
+
+def test_a_tune_of_the_doctors_own_command_is_preferred_to_a_newer_one_of_other_flags(tmp_path):
+    """A tune of --batch-size 64 ran after a tune of the doctor's very command (--batch-size 32):
+    the finding showed the newer one, another workload, as what was measured for it."""
+    key = script_key("path", str(tmp_path / "train.py"))
+    row = {"knob": "num_workers", "setting": "2", "verdict": "faster", "speedup": 1.6, "ci": [1.5, 1.7]}
+    mine = ["python", "train.py", "--batch-size", "32", "--model", "small"]
+    record_tune(key, "runs/tune-32", [row], root=tmp_path, command=mine)
+    record_tune(key, "runs/tune-64", [{**row, "verdict": "no measurable change", "speedup": 1.01}], root=tmp_path,
+                command=["python", "train.py", "--batch-size", "64", "--model", "small", "--amp"])
+    assert annotate([_finding("num_workers")], key, root=tmp_path, command=mine)[0]["tuned"] == (
+        "trainspeed tune measured a gain: num_workers=2 1.60x (runs/tune-32), with the same flags (a newer tune "
+        "ran other flags); a newer tune of other flags read no gain: num_workers=2 1.01x (runs/tune-64)")
+    # neither ran the doctor's flags: the newest, with which flags it ran otherwise
+    line = annotate([_finding("num_workers")], key, root=tmp_path,
+                    command=["python", "train.py", "--batch-size", "16", "--model", "small"])[0]["tuned"]
+    assert line.startswith("trainspeed tune measured no gain: num_workers=2 1.01x (runs/tune-64), with other flags: "
+                           "--batch-size 64 (here 16), --amp (not here); an earlier tune of other flags read a gain")
+    # the other order: the doctor's command is the newest tune, shown as such
+    record_tune(key, "runs/tune-32", [row], root=tmp_path, command=mine)
+    assert annotate([_finding("num_workers")], key, root=tmp_path, command=mine)[0]["tuned"] == (
+        "trainspeed tune measured a gain: num_workers=2 1.60x (runs/tune-32), with the same flags; an earlier "
+        "tune of other flags read no gain: num_workers=2 1.01x (runs/tune-64)")
+
+
+def test_flag_changes_name_what_differs_briefly():
+    from trainspeed.doctor.flag_changes import flag_changes
+
+    assert flag_changes(["python", "t.py", "data", "--lr=1e-3", "--amp"], ["python", "t.py", "x", "--lr", "-2"]) == (
+        "data (here x), --lr 1e-3 (here -2), --amp (not here)")
+    assert flag_changes(["python", "-m", "pkg.train", "model.size=big"],
+                        ["python", "-m", "pkg.train", "model.size=small", "--compile"]) == (
+        "model.size big (here small), without --compile")
+    assert flag_changes(["t.py", "--a", "1", "--b", "2"], ["t.py", "--b", "2", "--a", "1"]) == ""  # order only
+    assert flag_changes(["t.py", *"--a --b --c --d --e".split()], ["t.py"]).endswith(", +2 more")
 
 
 def test_stakes_order_the_knobs_and_mark_the_rows():

@@ -14,8 +14,9 @@ what it read:
 Every tune of a script is kept, newest first (a tune resumed into the same --out replaces its
 own entry): the doctor prints one one-knob tune per finding, and a newcomer who ran three saw
 the second drop the first's verified fused AdamW gain and the third (on a loaded machine)
-reverse it. A finding shows the newest tune that measured its knobs, and an earlier one that
-read otherwise. An entry of the first form ({"tune", "knobs", "command"}) reads as one tune.
+reverse it. A finding shows the newest tune that measured its knobs with exactly the doctor's
+flags, else the newest, naming the flags it ran otherwise; and one that read otherwise. An
+entry of the first form ({"tune", "knobs", "command"}) reads as one tune.
 """
 
 from __future__ import annotations
@@ -108,27 +109,56 @@ def _figures(rows: Sequence[tuple[str, dict[str, Any]]]) -> str:
     return ", ".join(f"{k}={r.get('setting')} {r.get('speedup'):.2f}x" for k, r in rows)
 
 
+def _ran_as(tune: dict[str, Any], command: Sequence[str] | None) -> bool | None:
+    """Whether the tune ran the script with exactly the doctor's flags; None where either command
+    is unknown (a record written before tunes kept theirs, a caller without one)."""
+    from trainspeed.doctor.flag_changes import same_args
+
+    tuned = tune.get("command")
+    if command is None or not isinstance(tuned, list):
+        return None
+    return same_args([str(a) for a in tuned], command)
+
+
+def _other_flags(tune: dict[str, Any], command: Sequence[str]) -> str:
+    """`, with other flags: --emsize 1024 (here 512)`: which flags, briefly (the whole command
+    where they differ only in order)."""
+    import shlex
+
+    from trainspeed.doctor.flag_changes import flag_changes
+
+    tuned = [str(a) for a in tune["command"]]
+    return f", with other flags: {flag_changes(tuned, command) or '`' + shlex.join(tuned) + '`'}"
+
+
 def tuned_line(finding: dict[str, Any], entry: dict[str, Any], command: Sequence[str] | None = None,
                applied: Sequence[str] = ()) -> str | None:
-    """What the newest tune that measured the knobs the finding's verify command names read, or
-    None; with an earlier tune that read otherwise (a gain against none), and the tune's command
-    where it ran the script with other flags than `command` (the doctor's): word_language_model's
-    doctor run at --emsize 512 was shown a tune of --emsize 1024 as its own."""
+    """What a tune that measured the knobs the finding's verify command names read, or None: the
+    newest that ran the script with exactly the doctor's `command` (said so), else the newest,
+    with the flags it ran otherwise (word_language_model's doctor run at --emsize 512 was shown
+    a newer tune of --emsize 1024 as its own, over an older tune of its very command); and a
+    tune that read otherwise (a gain against none)."""
     knobs = _own_knobs(finding, applied)
     found = [(t, m) for t in _tunes(entry) for m in [_measured(knobs, t)] if m is not None]
     if not found:
         return None
-    tune, (gain, figures) = found[0]
+    same = [i for i, (t, _) in enumerate(found) if _ran_as(t, command)]
+    at = same[0] if same else 0
+    tune, (gain, figures) = found[at]
     line = f"trainspeed tune measured {'a gain' if gain else 'no gain'}: {figures} ({tune.get('tune')})"
-    tuned = tune.get("command")
-    if command is not None and isinstance(tuned, list) and list(tuned) != list(command):
-        import shlex
-
-        line += f", with other flags: `{shlex.join(str(a) for a in tuned)}`"
-    other = next(((t, m) for t, m in found[1:] if m[0] != gain), None)
-    if other is not None:
-        line += (f"; an earlier tune read {'a gain' if other[1][0] else 'no gain'}: {other[1][1]} "
-                 f"({other[0].get('tune')})")
+    if same:
+        newer_other = any(_ran_as(t, command) is False for t, _ in found[:at])
+        line += ", with the same flags" + (" (a newer tune ran other flags)" if newer_other else "")
+    elif _ran_as(tune, command) is False:
+        line += _other_flags(tune, command or [])
+    # the tune that read otherwise: of this command first, else the newest
+    rest = [i for i in [*same, *range(len(found))] if i != at and found[i][1][0] != gain]
+    if rest:
+        other, (other_gain, other_figures) = found[rest[0]]
+        when = "an earlier" if rest[0] > at else "a newer"
+        flags = " of other flags" if _ran_as(other, command) is False else ""
+        line += (f"; {when} tune{flags} read {'a gain' if other_gain else 'no gain'}: {other_figures} "
+                 f"({other.get('tune')})")
     return line
 
 
