@@ -30,7 +30,9 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--warmup-steps", type=int, default=None, metavar="N",
                         help="first steps left out of the figures, as they pay one-time costs (default: a tenth "
                              "of --steps, 1 to 5); 1 for a script of few, slow steps")
-    parser.add_argument("--out", default=None, help="run directory (default runs/doctor-<script>-<time>)")
+    parser.add_argument("--out", default=None,
+                        help="run directory (default runs/doctor-<script>-<time>); a run it already holds moves "
+                             "into its earlier-runs/ folder (the 3 newest are kept)")
     parser.add_argument("--log-every", type=int, default=20, help="steps between flushes of step records")
     parser.add_argument("--json", action="store_true", help="print report.json instead of the text report")
     parser.add_argument("--device", default=None, choices=("cpu", "cuda"),

@@ -232,6 +232,7 @@ def run_doctor(config: DoctorConfig) -> DoctorResult:
     from trainspeed.doctor.checks import diagnose
     from trainspeed.doctor.checks.bound import time_goes
     from trainspeed.doctor.checks.context import plan_knobs
+    from trainspeed.doctor.earlier_run import set_aside_earlier_run, wait_for_rank0
     from trainspeed.doctor.instrument import Session, StopDoctor, install
     from trainspeed.doctor.instrument.files import snapshot
     from trainspeed.doctor.instrument.flags import observe_argv_flags
@@ -256,6 +257,11 @@ def run_doctor(config: DoctorConfig) -> DoctorResult:
         raise ConfigError(f"the doctor runs as one of WORLD_SIZE={world} processes (torchrun); give "
                           "--out RUN_DIR so that every rank writes into the same run directory")
     run_dir = Path(config.out) if config.out is not None else default_run_dir(target)
+    # a rerun into the same --out: the earlier run's records would mix into this run's report
+    if rank == 0:
+        set_aside_earlier_run(run_dir)
+    else:
+        wait_for_rank0(run_dir, rank)
     device = config.device or ("cuda" if torch.cuda.is_available() else "cpu")
     steps = config.steps
     warmup = default_warmup(steps) if config.warmup_steps is None else config.warmup_steps
