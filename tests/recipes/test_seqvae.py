@@ -233,9 +233,9 @@ def test_loss_falls_and_collapse_metrics_reach_the_eval_events(tmp_path):
     print("seqvae losses", first, last)
     assert first > 2.5 and last < first - 0.3, (first, last)  # ln(14 data tokens) = 2.64
     evals = events(trainer.run_dir, "eval")
-    # at the eval interval only, never per step (at_end reuses the step-30 evaluation); an event's
-    # "step" counts completed steps, so the evaluation inside step 15 is recorded at 14
-    assert [e["step"] for e in evals] == [14, 29]
+    # at the eval interval only, never per step (at_end reuses the step-30 evaluation); the
+    # evaluation after optimizer step 15 is recorded at 15, as that step's record and checkpoint are
+    assert [e["step"] for e in evals] == [15, 30]
     for e in evals:
         d = e["data"]
         assert len(d["kl_per_dim"]) == 8 and 0 <= d["active_units"] <= 8
