@@ -109,6 +109,7 @@ def run_script(args, command: list[str]) -> int:
     from pathlib import Path
 
     from trainspeed.doctor.runner import parse_command
+    from trainspeed.tune.progress import ProgressPrinter
     from trainspeed.tune.script_knobs import parse_script_knobs
     from trainspeed.tune.script_session import run_script_tune
     from trainspeed.tune.session import parse_budget
@@ -137,16 +138,22 @@ def run_script(args, command: list[str]) -> int:
                           min_effect=args.min_effect, fork_server=args.fork_server, **optional)
     stem = Path(target.name).stem if target.kind == "path" else target.name.rsplit(".", 1)[-1]
     out = Path(args.out or default_out(stem, args.knobs))
-    print(f"trainspeed: tuning `{shlex.join(typed)}` -> {out} (budget {options.budget_s:.0f} s, "
-          f"knobs: {', '.join(options.knobs)})", flush=True)
+    say = ProgressPrinter()  # the lines fold at the terminal's width, or a log's (tune/progress.py)
+    say(f"trainspeed: tuning `{shlex.join(typed)}` -> {out} (budget {options.budget_s:.0f} s, "
+        f"knobs: {', '.join(options.knobs)})")
     with resume_hint(args, out):
         result = run_script_tune(command, out, options, warmup_steps=args.warmup_steps, measure_steps=args.steps,
                                  from_run=args.from_run, trial_timeout_s=args.trial_timeout)
     print_tables(result)
     print(f"table: {out / 'tune.html'}")
     for line in outcome_lines(result, out, typed):
-        print(line)
+        # a command to copy stays one line (a command folded in two does not paste); prose folds
+        (print if line.startswith(COMMAND_LINES) else say)(line)
     return unmeasured_exit(result)
+
+
+COMMAND_LINES = ("run it now:", "then run:")
+"""Closing lines that hold a command to copy: printed whole at any width."""
 
 
 def default_out(stem: str, knobs: str | None) -> str:
@@ -405,8 +412,10 @@ def run(args) -> int:
                           min_effect=args.min_effect, fork_server=args.fork_server, **optional)
     out = Path(args.out or default_out(recipe_label(cfg.recipe.name) if cfg.recipe.name else Path(args.target).stem,
                                        args.knobs))
-    print(f"trainspeed: tuning {cfg.recipe.name or args.target} -> {out} "
-          f"(budget {options.budget_s:.0f} s, knobs: {', '.join(options.knobs)})")
+    from trainspeed.tune.progress import ProgressPrinter
+
+    ProgressPrinter()(f"trainspeed: tuning {cfg.recipe.name or args.target} -> {out} "
+                      f"(budget {options.budget_s:.0f} s, knobs: {', '.join(options.knobs)})")
     with resume_hint(args, out):
         result = run_tune(cfg, out, options, trial_timeout_s=args.trial_timeout,
                           length=TrialLength(warmup_steps=args.warmup_steps, measure_steps=args.steps))

@@ -33,6 +33,7 @@ from trainspeed.patches.whatif_code import CODE_PREFIX, whatif_of
 from trainspeed.tune.knob_types import DEFAULT_WARMUP, PERIODS_PER_TRIAL
 from trainspeed.tune.knobs import DeviceInfo
 from trainspeed.tune.options import TuneOptions
+from trainspeed.tune.progress import ProgressPrinter
 from trainspeed.tune.result import TuneResult, threads_under_load_note
 from trainspeed.tune.script_facts import ScriptFacts, read_facts
 from trainspeed.tune.script_knobs import BOOL_TYPES, SCRIPT_KNOBS, ScriptContext, is_whatif, knobs_from_findings
@@ -125,8 +126,7 @@ def run_script_tune(command: list[str], out_dir: str | Path, options: TuneOption
     from trainspeed.doctor.runner import parse_command
 
     if say is None:
-        def say(text: str) -> None:
-            print(text, flush=True)
+        say = ProgressPrinter()  # folded to the terminal's width, or a log's (progress.py)
     parse_command(command)  # a missing script is a ConfigError now, not a failed baseline
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)

@@ -20,6 +20,7 @@ from typing import Any, Callable
 
 from trainspeed.config import TrainConfig, config_hash, config_to_dict, dump_config, load_config
 from trainspeed.tune.knobs import DeviceInfo
+from trainspeed.tune.progress import ProgressPrinter
 from trainspeed.tune.result import TuneResult
 from trainspeed.tune.search import TuneOptions, Tuner, apply_settings
 from trainspeed.tune.store import TrialStore
@@ -132,8 +133,7 @@ def run_tune(cfg: TrainConfig, out_dir: str | Path, options: TuneOptions, *,
              device: DeviceInfo | None = None, say: Callable[[str], None] | None = None,
              trial_timeout_s: float = 600.0) -> TuneResult:
     if say is None:
-        def say(text: str) -> None:  # flushed: a tune's progress is watched through pipes and logs
-            print(text, flush=True)
+        say = ProgressPrinter()  # folded to the terminal's width, or a log's (progress.py)
     if not cfg.recipe.name:
         from trainspeed.errors import ConfigError
 
