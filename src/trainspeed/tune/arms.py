@@ -10,7 +10,7 @@ from typing import Any
 from trainspeed.tune import stats
 from trainspeed.tune.trials import TrialResult
 
-__all__ = ["arm_of", "fill_samples", "fmt_loss", "max_memory", "mean_loss"]
+__all__ = ["arm_of", "fill_samples", "fmt_loss", "fmt_losses", "max_memory", "mean_loss"]
 
 
 def arm_of(groups: list[TrialResult] | list[list[TrialResult]]) -> stats.Arm:
@@ -43,6 +43,16 @@ def max_memory(results: list[TrialResult]) -> float | None:
 
 def fmt_loss(x: float | None) -> str:
     return "n/a" if x is None else f"{x:.4g}"
+
+
+def fmt_losses(result: TrialResult) -> str:
+    """A trial's loss as its progress line shows it: `2.258`, or with several optimizers each
+    one's own, the primary's first (`0.6931 (optimizerD), optimizerG 1.204`)."""
+    others = {k: v for k, v in result.optimizer_losses.items() if k != result.loss_optimizer}
+    if not others:
+        return fmt_loss(result.loss)
+    primary = f" ({result.loss_optimizer})" if result.loss_optimizer else ""
+    return f"{fmt_loss(result.loss)}{primary}, " + ", ".join(f"{k} {fmt_loss(v)}" for k, v in others.items())
 
 
 BATCH_WORDS = ("batch", "accum", "micro")

@@ -17,12 +17,18 @@ differently (compile's dropout) then differs by more than any relative tolerance
 have converged near zero: pytorch/examples' mnist ended at 0.0022 against 0.00067 (+230 %) from
 a start of 2.3. A difference under START_SHARE of the loss the trials started from is how close
 to zero two converged runs got, not a worse model, and is not refused.
+
+A script that steps several optimizers (a GAN's optimizerD and optimizerG) has a loss per
+optimizer, and the trial's `loss` is only the primary's: on dcgan, D's. Compared alone, a setting
+that broke the generator passed on the discriminator's loss. judge_each judges each optimizer's
+own loss the trials recorded (optimizer_losses.py) by the rules above, each against the
+baseline's own spread of that loss, and the note names the one that failed.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Iterable
 
 from trainspeed.tune import stats
@@ -83,6 +89,9 @@ class Parity:
     math_free: bool
     start: float | None = None
     """The baseline's mean starting loss (TrialResult.loss_start), the scale of the task's loss."""
+    optimizer: str | None = None
+    """Whose loss this is, where the script steps several optimizers (optimizerG); None: the
+    script's one loss, and the notes read as they always did."""
 
     @property
     def near_zero(self) -> bool:
@@ -103,17 +112,28 @@ class Parity:
         """Why a loss delta beyond the tolerance was not refused: both runs converged near zero."""
         if not (self.near_zero and self.delta is not None and abs(self.delta) > self.tolerance):
             return None
-        return (f"loss {fmt_loss(self.cand_loss)} vs baseline {fmt_loss(self.base_loss)}: both near zero, apart by "
-                f"under {START_SHARE:.0%} of the loss the trials started from ({fmt_loss(self.start)}); not refused")
+        return (f"{self._whose}loss {fmt_loss(self.cand_loss)} vs baseline {fmt_loss(self.base_loss)}: both near zero, "
+                f"apart by under {START_SHARE:.0%} of the loss the trials started from ({fmt_loss(self.start)}); "
+                "not refused")
 
     def note(self) -> str:
         why = ("the baseline's own repeats spread" if self.spread >= self.tolerance
                else f"the floor; the baseline's repeats spread {self.spread:.1%}")
-        return (f"loss {fmt_loss(self.cand_loss)} vs baseline {fmt_loss(self.base_loss)}: beyond a tolerance of "
-                f"{self.tolerance:.1%} ({why})")
+        return (f"{self._whose}loss {fmt_loss(self.cand_loss)} vs baseline {fmt_loss(self.base_loss)}: beyond a "
+                f"tolerance of {self.tolerance:.1%} ({why})")
+
+    @property
+    def failed(self) -> bool:
+        """Whether this loss refuses the setting (worse beyond the tolerance, or not finite)."""
+        return not stats.loss_ok(self.judged, self.tolerance)
+
+    @property
+    def _whose(self) -> str:
+        return f"{self.optimizer}'s " if self.optimizer else ""
 
 
-def judge(baseline: list[TrialResult], candidate: list[TrialResult], floor: float, free: bool = False) -> Parity:
+def judge(baseline: list[TrialResult], candidate: list[TrialResult], floor: float, free: bool = False,
+          optimizer: str | None = None) -> Parity:
     """A comparison's parity: the baseline's same-length trials' mean loss against the
     candidate's, with the spread-scaled tolerance; `free`: the setting cannot change the math."""
     base = same_length(baseline, candidate)
@@ -122,7 +142,67 @@ def judge(baseline: list[TrialResult], candidate: list[TrialResult], floor: floa
     starts = [r.loss_start for r in base if r.loss_start is not None and math.isfinite(r.loss_start)]
     return Parity(base_loss=base_loss, cand_loss=cand_loss, delta=stats.loss_delta(base_loss, cand_loss),
                   tolerance=max(floor, spread), spread=spread, math_free=free,
-                  start=sum(starts) / len(starts) if starts else None)
+                  start=sum(starts) / len(starts) if starts else None, optimizer=optimizer)
 
 
-__all__ = ["MATH_FREE_KNOBS", "START_SHARE", "Parity", "baseline_spread", "judge", "math_free", "same_length"]
+@dataclass(frozen=True, slots=True)
+class Parities:
+    """A comparison's parity over every optimizer's own loss (a GAN's optimizerD and optimizerG):
+    the primary's (`loss`, judged as for one optimizer), then each other one's, each against its
+    own baseline spread. A setting that keeps D's loss and breaks G's fails on G's. Read as a
+    Parity: the figures and the verdict are the first failing loss's, else the primary's."""
+
+    primary: Parity
+    others: tuple[Parity, ...] = ()
+
+    @property
+    def failing(self) -> list[Parity]:
+        return [p for p in (self.primary, *self.others) if p.failed]
+
+    @property
+    def deciding(self) -> Parity:
+        """The loss the table shows and the verdict weighs: the first that fails, else the primary's."""
+        return next(iter(self.failing), self.primary)
+
+    @property
+    def delta(self) -> float | None:
+        return self.deciding.delta
+
+    @property
+    def judged(self) -> float | None:
+        return self.deciding.judged
+
+    @property
+    def tolerance(self) -> float:
+        return self.deciding.tolerance
+
+    def note(self) -> str:
+        """Every failing loss, named (the primary's first)."""
+        return "; ".join(p.note() for p in self.failing) or self.primary.note()
+
+    def near_zero_note(self) -> str | None:
+        return "; ".join(n for p in (self.primary, *self.others) if (n := p.near_zero_note())) or None
+
+
+def own_loss(results: list[TrialResult], name: str) -> list[TrialResult]:
+    """The trials as `name`'s own loss: copies whose loss and starting loss are that optimizer's
+    (None where a trial recorded none of it: nothing to compare, as a trial without a loss)."""
+    return [replace(r, loss=r.optimizer_losses.get(name), loss_start=r.optimizer_loss_starts.get(name))
+            for r in results]
+
+
+def judge_each(baseline: list[TrialResult], candidate: list[TrialResult], floor: float,
+               free: bool = False) -> Parities:
+    """judge() over the primary's loss and each other optimizer's the trials recorded, in the
+    order the baseline named them. A trial with one optimizer records none: exactly judge()."""
+    trials = [*baseline, *candidate]
+    primary = next((r.loss_optimizer for r in trials if r.loss_optimizer), None)
+    names = list(dict.fromkeys(name for r in trials for name in r.optimizer_losses if name != primary))
+    others = tuple(judge(own_loss(baseline, name), own_loss(candidate, name), floor, free, optimizer=name)
+                   for name in names)
+    return Parities(primary=judge(baseline, candidate, floor, free, optimizer=primary if names else None),
+                    others=others)
+
+
+__all__ = ["MATH_FREE_KNOBS", "START_SHARE", "Parities", "Parity", "baseline_spread", "judge", "judge_each",
+           "math_free", "own_loss", "same_length"]

@@ -24,7 +24,7 @@ from trainspeed.config_io import apply_overrides
 from trainspeed.errors import TuneError  # noqa: F401  (imported from here by callers)
 from trainspeed.tune import far_slower, parity, stats
 from trainspeed.tune.admit import candidates_for
-from trainspeed.tune.arms import arm_of, fill_samples, fmt_loss, max_memory
+from trainspeed.tune.arms import arm_of, fill_samples, fmt_losses, max_memory
 from trainspeed.tune.budget_plan import BaselineOutOfBudget, budget_note
 from trainspeed.tune.knob_types import steps_for_periods
 from trainspeed.tune.knobs import KNOBS, Candidate, DeviceInfo, KnobContext
@@ -189,7 +189,7 @@ class Tuner(LoadProof):
         self.ran.add((key, repeat))
         if result.ok:
             cost = stats.arm_cost(arm_of([result]))
-            self.say(f"    {1e3 * cost:.3f} ms/sample, loss {fmt_loss(result.loss)}, {result.wall_s:.1f} s")
+            self.say(f"    {1e3 * cost:.3f} ms/sample, loss {fmt_losses(result)}, {result.wall_s:.1f} s")
         else:
             self.say(f"    failed: {(result.error or '').splitlines()[0] if result.error else ''}")
         return result
@@ -247,8 +247,8 @@ class Tuner(LoadProof):
                              round_sd=stats.pooled_round_sd(list(self.round_logs.values())),
                              bracket=stats.bracket_spread([stats.repeat_costs(arm_of(refs)) for refs, _ in rounds]))
         # Loss parity against the baseline trials as long as the candidate's, within the
-        # spread of their own repeats (parity.py).
-        par = parity.judge(self.results({}), cand, self.opt.loss_tolerance, parity.math_free(settings, self.knob_of))
+        # spread of their own repeats, for each optimizer's own loss (parity.py).
+        par = parity.judge_each(self.results({}), cand, self.opt.loss_tolerance, parity.math_free(settings, self.knob_of))
         row.loss_delta = par.delta
         row.verdict = stats.verdict(comp, par.judged, tolerance=par.tolerance)
         row.speedup, row.ci, row.noise = comp.speedup, (comp.ci_low, comp.ci_high), comp.noise

@@ -102,6 +102,13 @@ class TrialResult:
     shape: str | None = None
     """The steps the trial was asked to run (ScriptRunner.shape); None where its key holds
     them (a config tune's trial length is in its config)."""
+    loss_optimizer: str | None = None
+    """With several optimizers (a GAN's): the one whose loss `loss` is (optimizer_losses.py)."""
+    optimizer_losses: dict[str, float | None] = field(default_factory=dict)
+    """With several optimizers: each one's own parity loss, by the script's name for it (the
+    primary's too); parity judges each (parity.judge_each). Empty with one optimizer."""
+    optimizer_loss_starts: dict[str, float | None] = field(default_factory=dict)
+    """Each optimizer's starting loss, as `loss_start` is the primary's."""
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -124,11 +131,13 @@ def result_from_run_dir(request: TrialRequest, run_dir: Path, wall_s: float) -> 
     from trainspeed.telemetry.rundir import read_run
     from trainspeed.telemetry.summary import flops_per_step, others_per_step, peak_of, system_series
     from trainspeed.telemetry.throughput import mfu
+    from trainspeed.tune.optimizer_losses import read_optimizer_losses
     from trainspeed.tune.settle import settled_from
 
     run = read_run(run_dir)
-    base = dict(key=request.key, label=request.label, repeat=request.repeat,
-                wall_s=wall_s, run_dir=str(run_dir))
+    own = read_optimizer_losses(run)  # several optimizers: each one's loss, judged apart
+    base = dict(key=request.key, label=request.label, repeat=request.repeat, wall_s=wall_s, run_dir=str(run_dir),
+                loss_optimizer=own.primary, optimizer_losses=own.end, optimizer_loss_starts=own.start)
     t = run.array("t_step")
     warm = run.array("warmup") > 0.5
     keep = np.isfinite(t) & ~warm
