@@ -104,6 +104,27 @@ def test_mark_warmup_and_count_sync(tmp_path):
     assert first["syncs"] == 3 and second["syncs"] == 0
 
 
+def test_syncs_warmup_and_losses_are_each_steps_own_across_log_intervals():
+    # step() keeps running totals and marks; flush works out each step's own: across a flush
+    # boundary (log_every=3) a sync count, a mark_warmup made between two steps (it belongs to
+    # the next one) and the losses must land on their own steps
+    mon = Monitor(None, sinks=(), log_every=3, warmup_steps=2, system_sampler=False)
+    plan = [(0, False, torch.tensor(1.0)), (2, False, None), (1, True, 3.0),  # 3rd: flushed with it
+            (0, True, torch.tensor([4.0, 6.0])), (5, False, torch.tensor(7.0)), (0, False, None),
+            (1, False, torch.tensor(9.0))]
+    for syncs, marked, loss in plan:
+        if marked:
+            mon.mark_warmup()
+        mon.count_sync(syncs)
+        mon.step(samples=1, loss=loss)
+    mon.close()
+    recs = list(mon.recent)
+    assert [r["step"] for r in recs] == [1, 2, 3, 4, 5, 6, 7]
+    assert [r["syncs"] for r in recs] == [0, 2, 1, 0, 5, 0, 1]
+    assert [r["warmup"] for r in recs] == [True, True, True, True, False, False, False]
+    assert [r["loss"] for r in recs] == [1.0, None, 3.0, 5.0, 7.0, None, 9.0]
+
+
 def test_bad_arguments_are_clear_errors(tmp_path):
     with pytest.raises(ConfigError, match="logging.every must be >= 1"):
         Monitor(None, sinks=(), log_every=0)

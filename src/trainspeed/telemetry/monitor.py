@@ -39,7 +39,7 @@ from trainspeed.telemetry.monitor_setup import is_cuda as _is_cuda
 from trainspeed.telemetry.monitor_setup import make_profile_window, make_sampler, make_writer
 from trainspeed.telemetry.phase_context import (PHASE_INDEX, HookedMarkPhase, MarkPhase, Phase, PhaseTable,
                                                unknown_phase)
-from trainspeed.telemetry.records import step_records
+from trainspeed.telemetry.records import pending_rows, step_records
 from trainspeed.telemetry.schema import MEASURED_PHASES, PHASES
 from trainspeed.telemetry.timeline import OTHER, STEP_END, CpuTimeline, CudaTimeline, end_code
 
@@ -56,6 +56,9 @@ of 5 ms or more are each read."""
 # Upper bound on steps held between flushes, whatever log_every is: bounds memory and the
 # delay before records reach disk.
 _MAX_PENDING = 1000
+
+# A pending step's loss copied into the device buffer (read back at flush), as its row holds it.
+_ON_DEVICE = object()
 
 
 class Monitor:
@@ -101,10 +104,6 @@ class Monitor:
         self.total_steps = total_steps
         self.steps_done = 0
         self._closed = False
-        # True while something (a profiler window) shadows begin/end on this instance: phase
-        # contexts and `mark` must then go through them instead of appending marks directly
-        # (see hook_phases).
-        self._hooked_phases = False
 
         self._timeline: CpuTimeline | CudaTimeline = (
             CudaTimeline(device) if _is_cuda(device) else CpuTimeline()
@@ -119,25 +118,25 @@ class Monitor:
         # begin/end. For loops written for speed, like the Trainer's: see hook_phases.
         self.mark = self._cpu_marks or self._mark_via_hooks
         self._cap = min(log_every, _MAX_PENDING)
-        # One tuple per pending step (samples, tokens, pad, lr, syncs, warmup, t_end, cpu_end;
-        # cpu_end None between readings of the CPU clock): building a tuple is cheaper on the
-        # training thread than writing eight numpy slots.
+        # One tuple per pending step (samples, tokens, pad, lr, syncs so far, warmup, t_end,
+        # cpu_end, loss; cpu_end None between readings of the CPU clock; loss a float, a kept
+        # tensor, _ON_DEVICE or None): building one tuple is the cheapest record on the training
+        # thread. Whatever can wait (each step's own sync count, its warm-up flag from
+        # mark_warmup and warmup_steps) is worked out at flush: step() runs right after the
+        # optimizer's ops, where each bytecode runs with cold caches (see MarkPhase).
         self._rows: list[tuple] = []
         # Process CPU seconds at the end of the step before the pending ones (the first step's
         # CPU time is counted from the Monitor's creation, as its wall time is).
         self._cpu_before = _process_time()
         self._cpu_read_after = 0.0  # perf_counter time from which a step's end reads the CPU clock
         self._cpu_every = CPU_READ_EVERY_S  # per instance: monitor_overhead's side sets 0 (every step)
-        # Per pending step: the loss as a float, or a tensor kept by step() (keep_loss_tensors).
-        self._loss_host: list[Any] = [math.nan] * self._cap
-        self._loss_given = [False] * self._cap
-        self._loss_dev: Any = None  # lazily allocated on the loss's device
-        self._loss_on_dev = [False] * self._cap
+        self._loss_dev: Any = None  # lazily allocated on the loss's device: slot i is pending step i
         # Non-finite losses seen so far, counted when losses are read back at the log interval
         # (the Trainer's nan_policy=stop reads this instead of checking every step).
         self.nonfinite_losses = 0
-        self._cur_syncs = 0
-        self._cur_warmup = False
+        self._syncs = 0  # host syncs counted so far (count_sync); a row holds the total at its end
+        self._syncs_before = 0  # the total at the end of the step before the pending ones
+        self._warm_marked: set[int] = set()  # pending steps (0-based) that mark_warmup excluded
         # The class of the last loss found to be a CPU scalar tensor; reset at every flush, so a
         # loss that moves to a GPU or grows a dimension is re-examined within one interval.
         self._item_class: Any = None
@@ -204,7 +203,6 @@ class Monitor:
     def hook_phases(self, on: bool) -> None:
         """Route every phase transition (`with mon.phase`, `mon.mark`) through begin/end, which
         a profiler window shadows on this instance while it is open; or stop doing so."""
-        self._hooked_phases = on
         self.mark = self._mark_via_hooks if on or self._cpu_marks is None else self._cpu_marks
         for ctx in self._phase_ctx.values():
             if isinstance(ctx, MarkPhase):
@@ -242,31 +240,26 @@ class Monitor:
                 yield batch
         # CPU: `with self.phase("data")` written out as its two marks; this runs once a step,
         # right after the optimizer's last op (see MarkPhase for why calls cost there).
-        append, begin, end = self._timeline.marks.append, PHASE_INDEX["data"], end_code(PHASE_INDEX["data"])
+        # self.mark is the timeline's list append (a C call), or the route through begin/end
+        # while a profiler window is open (hook_phases): looked up at each mark.
+        begin, end = PHASE_INDEX["data"], end_code(PHASE_INDEX["data"])
         while True:
-            hooked = self._hooked_phases  # a profiler window: go through begin/end
-            if hooked:
-                self.begin("data")
-            else:
-                append((_perf_counter(), begin))
+            self.mark((_perf_counter(), begin))
             try:
                 batch = next(iterator)
             except StopIteration:
                 return
             finally:
-                if hooked:
-                    self.end("data")
-                else:
-                    append((_perf_counter(), end))
+                self.mark((_perf_counter(), end))
             yield batch
 
     def count_sync(self, n: int = 1) -> None:
         """Count host-device synchronizations seen in the current step."""
-        self._cur_syncs += n
+        self._syncs += n
 
     def mark_warmup(self) -> None:
         """Exclude the current step from throughput (warm-up, compilation)."""
-        self._cur_warmup = True
+        self._warm_marked.add(self.steps_done)
 
     def set_flops_per_step(self, flops: float, per_token: float | None = None) -> None:
         """FLOPs of one optimizer step, for MFU. `per_token`, when the count is per real token
@@ -289,7 +282,6 @@ class Monitor:
         """Close the current step. `loss` may be a device tensor: it is copied into a device
         buffer (no sync) and read back at the log interval."""
         rows = self._rows
-        i = len(rows)  # pending steps before this one
         cpu_marks = self._cpu_marks
         if cpu_marks is not None:  # CpuTimeline.end_step written out
             t_end = _perf_counter()
@@ -304,58 +296,52 @@ class Monitor:
             self._cpu_read_after = t_end + self._cpu_every
         else:
             cpu = None
-        rows.append((samples, tokens, pad_tokens, lr, self._cur_syncs,
-                     warmup or self._cur_warmup or self.steps_done < self.warmup_steps, t_end, cpu))
-        if loss is not None:
-            if loss.__class__ is self._item_class:
-                # A CPU scalar, as the last checked loss was (rechecked every interval). Each
-                # torch call costs microseconds right after the optimizer's ops (item() ~10 µs
-                # a step in monitor_overhead's loop), so is_cpu/numel are not asked, and with
-                # keep_loss_tensors a loss outside autograd is kept as it is and read at flush.
-                # One still in a graph is read now: holding it would hold its graph.
-                if self._keep_losses and not loss.requires_grad:
-                    self._loss_host[i] = loss
-                else:
-                    try:
-                        self._loss_host[i] = loss.item()
-                    except RuntimeError:  # not one element any more: a per-sample loss vector
-                        self._store_loss(i, loss)
-                self._loss_given[i] = True
+        if loss is None:
+            pass
+        elif loss.__class__ is self._item_class:
+            # A CPU scalar, as the last checked loss was (rechecked every interval). Each torch
+            # call costs microseconds right after the optimizer's ops (item() ~10 µs a step in
+            # monitor_overhead's loop), so is_cpu/numel are not asked, and with
+            # keep_loss_tensors a loss outside autograd is kept as it is and read at flush.
+            # One still in a graph is read now: holding it would hold its graph.
+            if self._keep_losses and not loss.requires_grad:
+                pass
             else:
-                self._store_loss(i, loss)
-        self._cur_syncs = 0
-        self._cur_warmup = False
+                try:
+                    loss = loss.item()
+                except RuntimeError:  # not one element any more: a per-sample loss vector
+                    loss = self._store_loss(len(rows), loss)
+        else:
+            loss = self._store_loss(len(rows), loss)
+        rows.append((samples, tokens, pad_tokens, lr, self._syncs, warmup, t_end, cpu, loss))
         self.steps_done += 1
-        if i + 1 >= self._cap:
+        if len(rows) >= self._cap:
             self.flush()
         if self._profile is not None:
             self._profile.after_step(self.steps_done)
 
-    def _store_loss(self, i: int, loss: Any) -> None:
-        """A loss not yet known to be a CPU scalar tensor (step() reads those itself)."""
-        self._loss_given[i] = True
+    def _store_loss(self, i: int, loss: Any) -> Any:
+        """A loss not yet known to be a CPU scalar tensor (step() reads those itself), as pending
+        step i's row holds it: a float, or _ON_DEVICE (copied into the device buffer's slot i)."""
         if isinstance(loss, (int, float)):
-            self._loss_host[i] = float(loss)
-            return
+            return float(loss)
         if loss.is_cpu and loss.numel() == 1:
             self._item_class = loss.__class__  # step() reads the next ones directly
-            self._loss_host[i] = loss.item()
-            return
+            return loss.item()
         self._item_class = None
         if loss.is_cpu:
-            self._loss_host[i] = float(loss.detach().float().mean())
-        else:
-            value = loss.detach()
-            if value.numel() != 1:
-                value = value.float().mean()
-            elif value.dim():
-                value = value.reshape(())
-            if self._loss_dev is None or self._loss_dev.device != value.device:
-                import torch
+            return float(loss.detach().float().mean())
+        value = loss.detach()
+        if value.numel() != 1:
+            value = value.float().mean()
+        elif value.dim():
+            value = value.reshape(())
+        if self._loss_dev is None or self._loss_dev.device != value.device:
+            import torch
 
-                self._loss_dev = torch.zeros(self._cap, dtype=torch.float32, device=value.device)
-            self._loss_dev[i].copy_(value)  # async on CUDA: no host sync
-            self._loss_on_dev[i] = True
+            self._loss_dev = torch.zeros(self._cap, dtype=torch.float32, device=value.device)
+        self._loss_dev[i].copy_(value)  # async on CUDA: no host sync
+        return _ON_DEVICE
 
     def flush(self) -> None:
         """Resolve pending steps into records and hand them to the writer."""
@@ -363,24 +349,27 @@ class Monitor:
         if n == 0:
             return
         if self._rows[-1][7] is None:  # the interval's last steps end at a reading
-            self._rows[-1] = (*self._rows[-1][:7], _process_time())
-        # Tensors step() kept become floats (in place: a flush that fails below is run again)
-        self._loss_host[:n] = losses = [x if x.__class__ is float else _host_loss(x) for x in self._loss_host[:n]]
-        if any(self._loss_on_dev[:n]):
+            self._rows[-1] = (*self._rows[-1][:7], _process_time(), self._rows[-1][8])
+        first = self.steps_done - n  # the 0-based index of the first pending step
+        kept = [r[8] for r in self._rows]  # floats, tensors step() kept, _ON_DEVICE or None
+        if any(x is _ON_DEVICE for x in kept):
             # Deliberate sync point, once per log interval: read the losses back.
             device_losses = self._loss_dev[:n].tolist()
-            losses = [d if on else h for d, h, on in zip(device_losses, losses, self._loss_on_dev)]
-        loss_list = [x if g else math.nan for x, g in zip(losses, self._loss_given)]
+            kept = [device_losses[i] if x is _ON_DEVICE else x for i, x in enumerate(kept)]
+        given = [x is not None for x in kept]
+        loss_list = [math.nan if x is None else x if x.__class__ is float else _host_loss(x) for x in kept]
         if self.reduce_losses is not None and not self._failing:
             # A collective: skipped when closing on an error (the other ranks may be gone).
             loss_list = np.asarray(self.reduce_losses(np.asarray(loss_list, dtype=np.float64)),
                                    dtype=np.float64).tolist()
-        self.nonfinite_losses += sum(1 for x, g in zip(loss_list, self._loss_given) if g and not math.isfinite(x))
+        nonfinite = sum(1 for x, g in zip(loss_list, given) if g and not math.isfinite(x))
         # The timeline is consumed only after the loss reduction, a collective that can fail
         # (a dead rank): close() then flushes again, with every pending step still in place.
+        self.nonfinite_losses += nonfinite
+        rows = pending_rows(self._rows, first, self._syncs_before, self._warm_marked, self.warmup_steps)
         self._item_class = None
         wall_offset = time.time() - _perf_counter()  # rows hold perf_counter times
-        build = partial(_interval_records, self._rows, loss_list, self._recent, first_step=self.steps_done - n,
+        build = partial(_interval_records, rows, loss_list, self._recent, first_step=self.steps_done - n,
                         wall_offset=wall_offset, rank=self.rank, cpu_before=self._cpu_before)
         timeline = self._timeline
         if isinstance(timeline, CpuTimeline):
@@ -390,10 +379,10 @@ class Monitor:
             self.writer.submit_built(n, partial(build, partial(timeline.resolve_marks, taken), self._sampler, None))
         else:  # CUDA events and allocator counters are read here, on the training thread
             self.writer.submit_steps(build(timeline.resolve, self._sampler, self.device))
-        self._cpu_before = self._rows[-1][7]
+        self._cpu_before = rows[-1][7]
+        self._syncs_before = self._rows[-1][4]
+        self._warm_marked = {i for i in self._warm_marked if i >= self.steps_done}
         self._rows = []
-        self._loss_given = [False] * self._cap
-        self._loss_on_dev = [False] * self._cap
 
     @property
     def recent(self) -> deque[dict[str, Any]]:

@@ -10,7 +10,7 @@ from typing import Any, Sequence
 from trainspeed.telemetry import schema
 from trainspeed.telemetry.schema import MEASURED_PHASES
 
-__all__ = ["step_cpu", "step_records"]
+__all__ = ["pending_rows", "step_cpu", "step_records"]
 
 
 def step_records(
@@ -66,6 +66,21 @@ def step_records(
             }
         )
     return records
+
+
+def pending_rows(pending: list[tuple], first: int, syncs_before: int, warm_marked: set[int],
+               warmup_steps: int) -> list[tuple]:
+    """The Monitor's pending rows (steps first, first + 1, ... counted from 0) as step_records
+    reads them: each step's own host syncs (a row holds the total so far, `syncs_before` the
+    total before the first) and its warm-up flag (given to step(), marked by mark_warmup, or
+    one of the first `warmup_steps`); the loss, a row's last item, is left out (flush reads it)."""
+    rows, before = [], syncs_before
+    for j, (samples, tokens, pad, lr, syncs, warm, t_end, cpu, _) in enumerate(pending):
+        i = first + j
+        rows.append((samples, tokens, pad, lr, syncs - before, warm or i in warm_marked or i < warmup_steps,
+                     t_end, cpu))
+        before = syncs
+    return rows
 
 
 def step_cpu(cpu_ends: Sequence[float | None], cpu_before: float | None) -> list[float | None]:
