@@ -177,3 +177,29 @@ def test_cuda_timeline_event_pool_does_not_grow():
         assert len(tl.resolve()) == 4
     assert len(made) <= 16 + 2
     assert np.isfinite(clock.now)
+
+
+def test_cpu_timeline_past_the_cap_keeps_the_steps_other_phases(clock):
+    """An RL episode per step: thousands of forwards, then one backward and one update. The
+    cap drops the repeated forwards, not the backward and optimizer (reinforce.py's long
+    episodes read backward 0 and optimizer 0, their time charged to "other")."""
+    from trainspeed.telemetry.timeline import MAX_TRANSITIONS
+
+    tl = CpuTimeline()
+    for _ in range(MAX_TRANSITIONS):  # 2 x the cap's transitions of forward
+        tl.begin(IDX["forward"])
+        tl.end(IDX["forward"])
+    tl.begin(IDX["backward"])
+    clock.sleep(0.02)
+    tl.end(IDX["backward"])
+    tl.begin(IDX["optimizer"])
+    clock.sleep(0.01)
+    tl.end(IDX["optimizer"])
+    tl.end_step()
+    [(t_step, phases)] = tl.resolve()
+    assert phases[IDX["backward"]] == pytest.approx(0.02, abs=1e-3)
+    assert phases[IDX["optimizer"]] == pytest.approx(0.01, abs=1e-3)
+    assert sum(phases) == pytest.approx(t_step)
+    # the next step starts with its own count: its first forwards are kept again
+    tl.begin(IDX["forward"])
+    assert tl.marks[-1][1] == IDX["forward"]

@@ -26,8 +26,14 @@ from trainspeed.telemetry.schema import PHASES
 N_PHASES = len(PHASES)
 OTHER = PHASES.index("other")
 # A step with more phase transitions than this (a script calling print() in a tight loop, say)
-# charges the excess to the phase active at the cap; bounds memory per pending step.
-MAX_TRANSITIONS = 256
+# charges the excess to the phase active at the cap; bounds memory per pending step. An RL
+# episode per step is 2-4 transitions per environment step (its forward, the state's tensor):
+# reinforce.py's 200-step episodes took 800; 256 charged half of each to "other".
+MAX_TRANSITIONS = 2048
+FEW_PER_PHASE = 4
+"""Past the cap a phase's first few begins in the step are still recorded: the repeated phase
+(the forwards, the prints) is what the cap drops, not the step's one backward and update
+(reinforce.py past 256: backward and optimizer read 0, their time "other")."""
 
 
 # Mark codes: a phase index (>= 0) opens that phase, end_code(idx) closes it, STEP_END closes
@@ -57,13 +63,17 @@ class CpuTimeline:
         self._step_start: float | None = None
         self._since_step = 0  # begin/end marks recorded in the current step
         self._suppressed: list[int] = []  # phases opened past the cap: their ends are dropped too
+        self._begins = [0] * N_PHASES  # begins per phase in the current step (reset at its first)
 
     def begin(self, idx: int) -> None:
-        if self._since_step >= MAX_TRANSITIONS:
+        if not self._since_step:  # the step's first mark (Monitor.step resets the count itself)
+            self._begins = [0] * N_PHASES
+        if self._since_step >= MAX_TRANSITIONS and self._begins[idx] >= FEW_PER_PHASE:
             # a script printing in a tight loop: the rest of the step is charged to the phase
             # open at the cap; begin/end pairs are dropped together so the nesting stays right
             self._suppressed.append(idx)
             return
+        self._begins[idx] += 1
         self._since_step += 1
         self.marks.append((time.perf_counter(), idx))
 

@@ -161,6 +161,15 @@ def module_facts(module: torch.nn.Module) -> tuple[bool, bool]:
     return trainable, seq_first
 
 
+def first_linear_width(module: torch.nn.Module) -> int | None:
+    """in_features of the module's first layer with parameters when that layer is an
+    nn.Linear (None otherwise): what a 1-D input of one sample's features has."""
+    for m in module.modules():
+        if next(m.parameters(recurse=False), None) is not None:
+            return int(m.in_features) if isinstance(m, torch.nn.Linear) else None
+    return None
+
+
 def batch_dim_from_layer(layer: torch.nn.Module, args: tuple[Any, ...], model_input: tuple[int, ...]) -> int | None:
     """The batch dimension of a sequence-first model's input, from its first sequence-first
     layer's input (sequence, batch, features): the input dimension of the same size as that

@@ -102,7 +102,7 @@ class Session(StepInputs):
         self.train_module_ref: Any = None  # weakref to it (its gradients tell a step from accumulation)
         self.param_marks: list[tuple[int, int, Any]] = []  # its parameters at the last backward (moved.py)
         self.unseen_forward_steps = 0  # steps opened by a backward: their forwards ran unseen (compiled)
-        self.last_inputs: tuple[list[tuple[int, ...]], int, int] = ([], 0, 0)  # the last seen forward's batch
+        self.last_inputs: tuple[dict[tuple[int, ...], int], int, int] = ({}, 0, 0)  # the last seen forward's batch
         self.module_facts: dict[int, tuple[bool, bool]] = {}  # id -> (trainable, sequence-first)
         self.batch_dims: dict[int, int] = {}  # id(train module) -> batch dim of its input
         self.seq_probe: tuple[int, tuple[int, ...]] | None = None  # (module id, input shape) to resolve
@@ -121,7 +121,8 @@ class Session(StepInputs):
         self.step_closure_backwards = 0
         self.step_forwards = 0  # training forwards of the training module
         self.step_trained_forwards = 0  # training forwards of any module with trainable parameters
-        self.step_shapes: list[tuple[int, ...]] = []  # its inputs' shapes (samples at step end)
+        self.step_shapes: dict[tuple[int, ...], int] = {}  # its inputs' shapes, counted (samples at step end)
+        self.unbatched_widths: dict[int, int | None] = {}  # module id -> its first Linear's in_features
         self.step_in_tokens = 0  # token ids in its inputs (steps without a DataLoader batch)
         self.step_in_pad = 0
         self.bwd_since_fwd = False
@@ -245,7 +246,7 @@ class Session(StepInputs):
         self.step_forwards += 1
         if self.step_loader_batches:
             return  # the DataLoader's batch is the step's batch
-        self._account_input(key, seq_first, args)
+        self._account_input(module, seq_first, args)
 
     def _step_done(self, module: torch.nn.Module) -> bool:
         """Did the last backward's update happen (no torch.optim step to say so)?"""
@@ -324,12 +325,12 @@ class Session(StepInputs):
         if module is None or not self._step_done(module):
             return
         if self.step_shapes:
-            self.last_inputs = (list(self.step_shapes), self.step_in_tokens, self.step_in_pad)
+            self.last_inputs = (dict(self.step_shapes), self.step_in_tokens, self.step_in_pad)
         self._close("backward", None)  # may raise StopDoctor: this backward has not started
         self.unseen_forward_steps += 1
         if not self.step_loader_batches:
             shapes, self.step_in_tokens, self.step_in_pad = self.last_inputs
-            self.step_shapes = list(shapes)
+            self.step_shapes = dict(shapes)
 
     def step_loss(self) -> Any:
         """The loss the script sees for the step: one backward's loss; over micro-batches the
@@ -426,7 +427,7 @@ class Session(StepInputs):
         self.step_samples = self.step_tokens = self.step_pad = self.step_in_tokens = self.step_in_pad = 0
         self.step_loader_batches = self.step_fwd_samples = self.step_backwards = 0
         self.step_closure_backwards = self.step_forwards = self.step_trained_forwards = 0
-        self.step_micro, self.step_shapes = None, []
+        self.step_micro, self.step_shapes = None, {}
         self.loss_sum = self.loss_first = None
         self.losses = self.scaled_losses = 0
         self.bwd_since_fwd = False

@@ -18,7 +18,8 @@ from typing import Any
 
 import torch
 
-from trainspeed.doctor.instrument.batch import batch_dim_from_layer, batch_stats, find_tensors, module_facts
+from trainspeed.doctor.instrument.batch import (batch_dim_from_layer, batch_stats, find_tensors, first_linear_width,
+                                                module_facts)
 from trainspeed.doctor.instrument.updates import Updates
 
 SAMPLE_FIRST_BATCHES = 8
@@ -28,7 +29,10 @@ SAMPLE_EVERY = 8
 MAX_MODULES = 64
 """Modules whose facts (trainable parameters, sequence-first layers) are cached at most."""
 MAX_SHAPES = 64
-"""Training-module input shapes kept per step at most (micro-batches of one step)."""
+"""Distinct training-module input shapes kept per step at most, each with its count: an RL
+episode's hundreds of forwards of one (1, 4) state are one shape. Past that, an input counts as
+the last shape kept (pytorch/examples' reinforce.py, whose 200-step episodes once read as 64
+samples: the step kept its first 64 shapes)."""
 
 
 class StepInputs:
@@ -52,7 +56,8 @@ class StepInputs:
     step_samples: int
     step_tokens: int
     step_pad: int
-    step_shapes: list[tuple[int, ...]]
+    step_shapes: dict[tuple[int, ...], int]
+    unbatched_widths: dict[int, int | None]
     step_in_tokens: int
     step_in_pad: int
 
@@ -124,15 +129,21 @@ class StepInputs:
                 self.module_facts[id(module)] = facts
         return facts
 
-    def _account_input(self, key: int, seq_first: bool, args: tuple[Any, ...]) -> None:
+    def _account_input(self, module: torch.nn.Module, seq_first: bool, args: tuple[Any, ...]) -> None:
+        key = id(module)
         self.internal += 1
         try:
             first = next((t for _, t in find_tensors(args) if t.dim() >= 1), None)
             if first is None:
                 return
             shape = tuple(first.shape)
-            if len(self.step_shapes) < MAX_SHAPES:
-                self.step_shapes.append(shape)
+            if first.dim() == 1 and first.is_floating_point() and self._unbatched(module, shape[0]):
+                shape = (1, shape[0])  # one sample's features, not a batch of shape[0]
+            if shape in self.step_shapes or len(self.step_shapes) < MAX_SHAPES:
+                self.step_shapes[shape] = self.step_shapes.get(shape, 0) + 1
+            else:
+                last = next(reversed(self.step_shapes))
+                self.step_shapes[last] += 1
             if seq_first and key not in self.batch_dims and self.seq_probe is None and len(shape) >= 2:
                 self.seq_probe = (key, shape)  # resolved by the first sequence-first layer's input
             self.inputs_seen += 1
@@ -151,6 +162,18 @@ class StepInputs:
         finally:
             self.internal -= 1
 
+    def _unbatched(self, module: torch.nn.Module, width: int) -> bool:
+        """Is a 1-D float input of this length one sample (an actor-critic's bare (4,) state
+        into `nn.Linear(4, 128)`)? True when the module's first layer with parameters is a
+        Linear whose in_features is that length; a 1-D batch of scalars feeds no such layer."""
+        key = id(module)
+        if key not in self.unbatched_widths:
+            found = first_linear_width(module)
+            if len(self.unbatched_widths) >= MAX_MODULES:
+                return found == width
+            self.unbatched_widths[key] = found
+        return self.unbatched_widths[key] == width
+
     def probe_sequence_layer(self, module: torch.nn.Module, args: tuple[Any, ...]) -> None:
         """The first sequence-first layer inside the training module's forward (autograd.py)."""
         dim = batch_dim_from_layer(module, args, self.seq_probe[1])  # type: ignore[index]
@@ -163,9 +186,9 @@ class StepInputs:
         if not self.step_shapes:
             return 0
         dim = self.batch_dims.get(self.train_module, 0) if self.train_module is not None else 0
-        sizes = [int(s[dim]) if len(s) > dim else int(s[0]) for s in self.step_shapes]
-        first = self.step_shapes[0]
+        sizes = [(int(s[dim]) if len(s) > dim else int(s[0]), n) for s, n in self.step_shapes.items()]
+        first = next(iter(self.step_shapes))
         seq_len = int(first[1 - dim]) if self.step_in_tokens and len(first) == 2 and dim < 2 else None
-        self._observe_shape(sizes[0], seq_len, self.in_pad_source)
-        return sum(sizes)
+        self._observe_shape(sizes[0][0], seq_len, self.in_pad_source)
+        return sum(size * n for size, n in sizes)
 

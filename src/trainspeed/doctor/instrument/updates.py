@@ -13,7 +13,11 @@ previous update:
 - else the training forwards, of each module the optimizer updates, whose input is not the
   output of a module this iteration (a GAN's `netD(fake.detach())` re-reads the generator's
   output): the most of any one module (an actor and a critic reading one state are one);
-- else (the forwards ran unseen, compiled) the backward passes.
+- else (the forwards ran unseen, compiled) the backward passes;
+
+and never more than the backward passes since (when any ran outside closures): a REINFORCE
+episode runs a forward per environment step and one backward over their summed loss
+(pytorch/examples' reinforce.py read "gradient accumulation over 100 micro-batches").
 
 All state is bounded: a few optimizers, a few trained modules, a ring of recent outputs.
 """
@@ -150,12 +154,17 @@ class Updates:
             return None
         loader0, backwards0, fresh0 = self.marks.get(key, (0, 0, {}))
         modules = self.modules_of(opt)
+        backwards = self.backwards - backwards0
         if self.loader_batches > loader0:
             micro = self.loader_batches - loader0
         else:
             micro = max((self.fresh[m] - fresh0.get(m, 0) for m in modules), default=0)
             if micro <= 0:
-                micro = self.backwards - backwards0
+                micro = backwards
+        if backwards > 0:
+            # a micro-batch is a backward's: an episode's 100 forwards (one per environment
+            # step) backwarded once are one update of one batch, not accumulation
+            micro = min(micro, backwards)
         self.marks[key] = (self.loader_batches, self.backwards, {m: self.fresh[m] for m in modules})
         self.micro.setdefault(key, Counter())[micro] += 1
         return micro
