@@ -30,6 +30,10 @@ from trainspeed.doctor.checks.threads import oversubscribed
 DATA = ("data", "h2d")
 OVERHEAD = ("log", "ckpt", "eval", "other")
 COMPUTE = ("forward", "backward", "optimizer")
+WORK_SHARE = 0.02
+"""Logging, checkpointing or evaluation under 2 % of the step is no lead for an overhead-bound
+run: pytorch/examples' reinforce.py (log 0.0 %, no eval, 86 % "other": the environment's steps)
+was told to log and evaluate less often and to measure `--knobs log_every,eval_every`."""
 LAUNCH_MFU = 0.05
 """Training phases at under 5 % of a GPU's peak are launch- or host-bound work, not arithmetic
 (the doctor's low_gpu_utilization reads the same MFU)."""
@@ -50,8 +54,18 @@ def _helps(ctx: CheckContext, bound: str, launch: bool, unfused: bool) -> list[s
                         "torch.compile (fewer, fused kernels; mode=reduce-overhead adds CUDA graphs)",
                         "no host reads of device values inside the step (.item(), printing tensors)"]
     if bound == "overhead":
-        helps += ["logging, checkpointing and evaluation less often (the findings below name their lines)",
-                  "moving Python work out of the step (bookkeeping over growing lists, per-step conversions)"]
+        named = [word for phase, word in (("log", "logging"), ("ckpt", "checkpointing"), ("eval", "evaluation"))
+                 if ctx.share(phase) >= WORK_SHARE]
+        if named:
+            words = ", ".join(named[:-1]) + (" and " if len(named) > 1 else "") + named[-1]
+            helps.append(f"{words} less often (the findings below name their lines)")
+        helps.append("moving Python work out of the step (bookkeeping over growing lists, per-step conversions)"
+                     if named or ctx.share("other") < WORK_SHARE else
+                     f"less Python work between the training phases ({pct(ctx.share('other'))} of the step "
+                     "ran outside forward, backward, the update, logging, checkpoints and evaluation: what "
+                     "the loop computes itself, an environment's steps, bookkeeping over growing lists, "
+                     "per-step conversions); batching it (one forward over many inputs, vectorized "
+                     "environments) does more per call")
         lookups = ctx.time_share(lookup_time(ctx)[1])
         if lookups >= SHARE_INFO:
             helps.insert(len(helps) - 2, f"caching the package lookups a library makes at every step "
@@ -155,7 +169,9 @@ def where_time_goes(ctx: CheckContext) -> dict[str, Any] | None:
         # forward, backward and update at 0.3 % of cpu" (55x its quiet step), with no word of why
         statement += (f"; other processes held {busy['others']:.1f} of the {busy['cores']} cores meanwhile: these "
                       "are the busy machine's times, not the script's (machine_busy below)")
-    topics = {"data": ("num_workers",), "overhead": ("compile", "batch_size") if launch else ("logging", "eval"),
+    work = tuple(topic for phase, topic in (("log", "logging"), ("ckpt", "checkpoint"), ("eval", "eval"))
+                 if ctx.share(phase) >= WORK_SHARE)
+    topics = {"data": ("num_workers",), "overhead": ("compile", "batch_size") if launch else work,
               "compute": ("precision", "compile")}[bound]
     unfused = bound == "compute" and optimizer_not_fused(ctx) is not None
     if unfused:

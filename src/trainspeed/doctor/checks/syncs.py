@@ -108,6 +108,28 @@ def _fix(first: dict[str, Any] | None, ctx: CheckContext | None = None) -> str:
                "metrics), or train with the engine, which reads device values at the log interval only"))
 
 
+def _validate_fix(rows: list[dict[str, Any]]) -> str | None:
+    """The advice when a distribution's own argument checks lead the reads (an RL loop's
+    `Categorical(probs)` and `m.log_prob(action)` at every environment step: reinforce.py's
+    top two sites), else None. The generic "keep the value on the device" fits no line there."""
+    checks = [r for r in rows if r.get("kind") == "validate_args"]
+    others = [r for r in rows[:3] if r.get("kind") != "validate_args"]
+    # leading: among the top three, and at least as many as the busiest other site (one read
+    # each per environment step tie, and the order of a tie is the time inside them)
+    if not any(r.get("kind") == "validate_args" for r in rows[:3]) or (
+            others and sum(int(r.get("count") or 0) for r in checks) < int(others[0].get("count") or 0)):
+        return None
+    where = " and ".join(describe_site(r) for r in checks[:2])
+    rest = (f"; the other reads ({'; '.join(describe_site(r) for r in others)}) are the script's own"
+            if others else "")
+    return (f"torch.distributions checks each distribution's arguments and each value given to log_prob "
+            f"on the host (`if not valid.all()`), by default, at {where}: pass validate_args=False to "
+            "the distribution (`Categorical(probs, validate_args=False)`), or call "
+            "`torch.distributions.Distribution.set_default_validate_args(False)` once before the loop "
+            "(`python -O` turns the checks off too); they catch wrong arguments while you write the code, "
+            f"and cost a read per call while it trains{rest}")
+
+
 def _log_interval_fix(ctx: CheckContext, first: dict[str, Any] | None,
                       steps_with: float | None) -> tuple[dict[str, Any], int] | None:
     """(the script's log-interval flag, the value to raise it to) when the reads come once per
@@ -158,6 +180,11 @@ def _verify(ctx: CheckContext, first: dict[str, Any] | None, count: int, per_ste
     """The doctor command with the fix when it is a script flag, and the sync rate to expect:
     the reads at other call sites stay (run_clm.py: the Trainer's NaN check, 2 a step, goes with
     --logging_nan_inf_filter False; transformers' mask check, 1 a step, stays)."""
+    checks = int((ctx.site_totals("sync").get("validate_args") or {}).get("count") or 0)
+    if _validate_fix(ctx.sites("sync")) is not None and count:
+        left = per_step * max(0.0, 1 - checks / count)
+        return (f"{ctx.doctor_command()} with validate_args=False (syncs per step should drop from "
+                f"{per_step:.2g} to about {left:.2g}: the reads at the other call sites stay)")
     arg = _fix_flag(ctx, first, steps_with)
     # an option (`--log_interval=50`) or a Hydra override (`trainer.log_every=50`), not "(leave out ...)"
     command = ctx.doctor_command(flags=[arg] if arg and not arg.startswith("(") else [])
@@ -225,7 +252,7 @@ def host_syncs(ctx: CheckContext) -> Finding | None:
         severity=severity,
         title=f"The loop reads device values {when} (host syncs)",
         evidence=evidence,
-        recommendation=_at_log_interval(ctx, first, steps_with) or _fix(first, ctx),
+        recommendation=_validate_fix(rows) or _at_log_interval(ctx, first, steps_with) or _fix(first, ctx),
         verify_with=_verify(ctx, first, count, per_step, steps_with),
         impact=impact,
         impact_estimated=estimated,

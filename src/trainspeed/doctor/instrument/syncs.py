@@ -7,6 +7,8 @@ kept for the report. What counts:
   on a tensor that lives on an accelerator. In a CPU-only run nothing is a device sync, but
   the same line will be one on a GPU, so reads of tensors computed by the script (not the
   batch tensors the DataLoader produced) are counted as "would-be syncs";
+- a torch.distributions argument check (`if not valid.all()` in `Categorical(probs)`,
+  `m.log_prob(a)`), kind "validate_args";
 - `torch.cuda.synchronize`, `torch.cuda.empty_cache`, `gc.collect`: always (the last two also
   have their own check, "cache/gc in the loop").
 
@@ -18,6 +20,8 @@ anything the doctor does itself.
 from __future__ import annotations
 
 import gc
+import os
+import sys
 import time
 from typing import Any
 
@@ -39,6 +43,18 @@ TENSOR_READS: tuple[tuple[str, str], ...] = (
 """(Tensor attribute, kind reported)."""
 
 CACHE_GC_KINDS = ("empty_cache", "gc_collect")
+
+DISTRIBUTIONS_DIR = os.path.join(os.path.dirname(torch.__file__), "distributions") + os.sep
+"""A `bool(tensor)` whose direct caller lies here is a distribution's argument check
+(`Distribution(validate_args=True)`, the default): `Categorical(probs)` and `m.log_prob(action)`
+read a tensor each, every call. Counted as kind "validate_args": one keyword removes them."""
+
+
+def _caller_file(depth: int) -> str:
+    try:
+        return sys._getframe(depth + 1).f_code.co_filename
+    except ValueError:
+        return ""
 
 
 def counts_as_sync(session: Session, tensor: torch.Tensor) -> bool:
@@ -62,6 +78,8 @@ def record(session: Session, kind: str, seconds: float) -> None:
     session.mon.count_sync()
     # frames: record <- wrapper <- caller
     site, via = caller_site_via(3)
+    if kind == "bool" and _caller_file(2).startswith(DISTRIBUTIONS_DIR):
+        kind = "validate_args"  # a distribution checking its arguments: `if not valid.all()`
     session.sites.add("sync", kind, site, seconds, via)
 
 
