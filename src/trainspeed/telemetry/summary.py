@@ -6,6 +6,7 @@ directory always gives the same summary, whoever reads it.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -228,6 +229,9 @@ def robust_series(run: RunData, keep: np.ndarray) -> tuple[np.ndarray, np.ndarra
     from trainspeed.telemetry.contention import saturated
 
     steps, times, phases, basis = _series(run, keep)
+    scaled = _per_sample(run, keep, steps, times, phases)
+    if scaled is not None:  # the steps' work changed (an RL episode per step): judged per sample
+        times, phases = scaled[0], scaled[1]
     _, cores = run_threads_cores(run)
     # Every core in use, shared with other processes: no reading shows a change of their load,
     # and this process's CPU time per step moves with what they run (module_transforms, one
@@ -237,6 +241,21 @@ def robust_series(run: RunData, keep: np.ndarray) -> tuple[np.ndarray, np.ndarra
     if basis != "changing" and saturated(others_per_step(run, keep)[0], own_per_step(run, keep), cores):
         return steps, times, phases, "share" if saturated_grown_phase(run, keep) else "saturated"
     return steps, times, phases, basis
+
+
+def _per_sample(run: RunData, keep: np.ndarray, steps: np.ndarray, times: np.ndarray,
+                phases: dict[str, np.ndarray]) -> tuple[np.ndarray, dict[str, np.ndarray], tuple[float, float]] | None:
+    from trainspeed.telemetry.work_scale import per_sample
+
+    return per_sample(steps, times, phases, run.array("step")[keep], run.array("samples")[keep])
+
+
+def work_change(run: RunData, keep: np.ndarray) -> tuple[float, float] | None:
+    """(first-quarter, last-quarter) median samples per step when robust_series compares the
+    steps per sample (their samples changed by work_scale.SAMPLES_CHANGE), else None."""
+    steps, times, phases, _ = _series(run, keep)
+    scaled = _per_sample(run, keep, steps, times, phases)
+    return scaled[2] if scaled is not None else None
 
 
 def saturated_grown_phase(run: RunData, keep: np.ndarray) -> str | None:
@@ -328,11 +347,19 @@ def _trend(run: RunData, keep: np.ndarray) -> dict[str, Any] | None:
     from trainspeed.telemetry.contention import linear_rate
     from trainspeed.telemetry.phase_shares import machine_drift
     from trainspeed.telemetry.trend import detect_trend
+    from trainspeed.telemetry.work_scale import describe
 
     if not keep.any():
         return None
     steps, times, phases, basis = robust_series(run, keep)
     found = detect_trend(steps, times, phases, min_steps=MIN_TREND_STEPS)
+    work = work_change(run, keep)  # the steps' samples changed: times compared per sample
+
+    def said(message: str) -> str:
+        return message if work is None else f"{message.replace('step time', 'step time per sample', 1)} ({describe(work)})"
+
+    if found is not None:
+        found = replace(found, message=said(found.message))
     if basis in _UNDECIDED:
         # wall times under a load that changed, or that no reading shows: what rose may be
         # the load; said, not judged
@@ -343,6 +370,7 @@ def _trend(run: RunData, keep: np.ndarray) -> dict[str, Any] | None:
                                                     "cannot tell the script's own trend")}
     if found is None:
         found = _phase_trend(steps, times, phases)
+        found = replace(found, message=said(found.message)) if found is not None else None
     if found is None:
         return None
     if basis != "share" and machine_drift(times, phases):
@@ -370,6 +398,7 @@ def _trend(run: RunData, keep: np.ndarray) -> dict[str, Any] | None:
         "basis": basis,
         "ms_per_1000": slope_s * 1e3,
         "rss_mb_per_1000": rss.per_1000 / 2**20 if rss is not None and rss.z >= 3 else None,
+        "samples_per_step": list(work) if work is not None else None,
     }
 
 

@@ -148,13 +148,16 @@ def step_time_growth(ctx: CheckContext) -> Finding | None:
     from trainspeed.telemetry.contention import linear_rate
     from trainspeed.telemetry.phase_shares import share_growth_ratio
     from trainspeed.telemetry.summary import robust_series
+    from trainspeed.telemetry.work_scale import describe, work_factors
 
     trend: dict[str, Any] | None = ctx.summary.get("trend")
     if not trend:
         return None
     keep = _measured(ctx)
     if trend.get("basis") == "changing":
-        wall = _quarter_medians(ctx.run.array("t_step")[keep])
+        # steps whose samples changed (an RL episode per step) compare per sample (work_scale.py)
+        work = work_factors(ctx.run.array("samples")[keep])
+        wall = _quarter_medians(ctx.run.array("t_step")[keep] / (work[0] if work is not None else 1.0))
         rose = wall is not None and wall[0] > 0 and wall[1] / wall[0] >= GROWTH_MIN_RATIO
         return _undecided_growth(ctx, trend) if rose else None
     steps, times, phases, basis = robust_series(ctx.run, keep)
@@ -202,9 +205,11 @@ def step_time_growth(ctx: CheckContext) -> Finding | None:
     shown = ("outside the measured phases (\"other\": the engine's loop between them)" if phase == "other" and ctx.engine_run
              else "outside the measured phases (\"other\": your own code between them)" if phase == "other"
              else f"in phase \"{phase}\"")
+    work = trend.get("samples_per_step")
+    per_sample = f"; {describe(work)}, so the times are per sample, scaled to the median step" if work else ""
     evidence = (f"step time grows {per_1000_s * 1e3:.1f} ms per 1,000 steps since step {trend.get('since_step')} "
                 f"({ms(early)} -> {ms(early + growth)}, x{ratio:.2f}, first vs last quarter of {times.size} steps, "
-                f"{_BASIS.get(basis, basis)}); the growth is {shown}{_growing_site(ctx, phase)}: its time per "
+                f"{_BASIS.get(basis, basis)}{per_sample}); the growth is {shown}{_growing_site(ctx, phase)}: its time per "
                 f"step grew by {ms(delta)}")
     rss_rate = trend.get("rss_mb_per_1000")
     if isinstance(rss_rate, (int, float)) and rss_rate > 0:
