@@ -73,6 +73,55 @@ def budget_to_measure(step_s: float, start_s: float, cost_factors: Sequence[floa
     return first + units * trial
 
 
+GROWN_STEPS = 1.5
+"""First-trial steps whose last third's median is 1.5x the first third's grow with the step's
+index: pytorch/examples' reinforce.py trains an episode a step, and its episodes lengthen as the
+policy learns (a first trial of 25 steps of 12-46 ms priced 212-step trials at ~6 s; they took
+25-58 s, and bf16 was stopped "far slower" at 30 s against that price). Such steps are priced
+along a line through them (each step adding the same time to the next), not at their median."""
+GROWTH_MIN_STEPS = 9
+
+
+def step_growth(steps: Sequence[float]) -> tuple[float, float] | None:
+    """(first step's time, seconds each step adds to the next) of a line through the measured
+    step times (Theil-Sen: the median of pairwise slopes, at most 60 steps, evenly taken) when
+    they grew by GROWN_STEPS, else None."""
+    n = len(steps)
+    if n < GROWTH_MIN_STEPS:
+        return None
+    third = n // 3
+    early, late = statistics.median(steps[:third]), statistics.median(steps[-third:])
+    if not early > 0 or late / early < GROWN_STEPS:
+        return None
+    picked = sorted({round(i * (n - 1) / 59) for i in range(60)}) if n > 60 else list(range(n))
+    slopes = [(steps[j] - steps[i]) / (j - i) for a, i in enumerate(picked) for j in picked[a + 1:]]
+    slope = statistics.median(slopes)
+    if not slope > 0:
+        return None
+    start = statistics.median(t - slope * k for k, t in enumerate(steps))
+    return max(start, min(steps)), slope
+
+
+def _steps_cost(n: int, step_s: float, growth: tuple[float, float] | None) -> float:
+    """Seconds of n measured steps: n x the median step, or along the line of grown steps."""
+    if growth is None:
+        return n * step_s
+    start, slope = growth
+    return n * start + slope * n * (n - 1) / 2
+
+
+def _steps_within(seconds: float, step_s: float, growth: tuple[float, float] | None) -> int:
+    """The most measured steps whose cost (_steps_cost) fits `seconds`."""
+    if growth is None:
+        return int(math.floor(seconds / step_s))
+    if seconds <= 0:
+        return int(math.floor(seconds / max(step_s, 1e-9)))
+    start, slope = growth
+    # slope/2 n^2 + (start - slope/2) n - seconds = 0
+    b = start - slope / 2
+    return int(math.floor((-b + math.sqrt(b * b + 2 * slope * seconds)) / slope))
+
+
 @dataclass(frozen=True, slots=True)
 class TrialFit:
     warmup_steps: int
@@ -88,6 +137,9 @@ class TrialFit:
     fits: float = math.inf
     """Trials of this length the budget left pays for (fewer than planned where even the
     fewest steps do not fit them all)."""
+    growth_s: float = 0.0
+    """Seconds each measured step added to the next in the first trial (step_growth), 0 when
+    its steps did not grow: the price follows that line."""
 
 
 def fit_trial(base: FirstTrial, warmup_steps: int, trials: float, budget_left: float, max_steps: int,
@@ -101,6 +153,7 @@ def fit_trial(base: FirstTrial, warmup_steps: int, trials: float, budget_left: f
     first_warmup = warmup_steps if first_warmup is None else first_warmup
     steps = [t for t in base.step_times if t > 0]
     step_s = statistics.median(steps) if steps else 0.0
+    growth = step_growth(steps)
     warm_s = base.warmup_s or 0.0
     fixed = max(0.0, base.wall_s - sum(steps) - warm_s)
 
@@ -111,7 +164,7 @@ def fit_trial(base: FirstTrial, warmup_steps: int, trials: float, budget_left: f
         if step_s <= 0:
             return max_steps
         per_trial = budget_left / max(trials, 1.0)
-        return int(math.floor((per_trial - fixed - warm_cost(w)) / step_s))
+        return _steps_within(per_trial - fixed - warm_cost(w), step_s, growth)
 
     w, n = warmup_steps, steps_for(warmup_steps)
     if n < max_steps and warmup_steps > MIN_FIT_WARMUP:
@@ -121,9 +174,9 @@ def fit_trial(base: FirstTrial, warmup_steps: int, trials: float, budget_left: f
         w = warmup_steps
     if stored is not None and stored[0] <= w and stored[1] <= n:
         w, n = stored
-    price = fixed + warm_cost(w) + n * step_s
+    price = fixed + warm_cost(w) + _steps_cost(n, step_s, growth)
     return TrialFit(warmup_steps=w, measure_steps=n, price_s=price, fixed_s=fixed, step_s=step_s, cut=n < max_steps,
-                    fits=budget_left / price if price > 0 else math.inf)
+                    fits=budget_left / price if price > 0 else math.inf, growth_s=growth[1] if growth else 0.0)
 
 
 def min_fit_steps(step_s: float) -> int:
@@ -140,6 +193,8 @@ def trial_length_line(base: FirstTrial, fit: TrialFit, trials: float,
     steps = [t for t in base.step_times if t > 0]
     spread = (f"{len(steps)} steps of {_s(min(steps))}-{_s(max(steps))} (median {_s(fit.step_s)})"
               if steps else "no measured steps")
+    if fit.growth_s > 0:
+        spread += f", each ~{_s(fit.growth_s)} longer than the one before: trials are priced as their steps grow"
     line = (f"the first baseline trial took {base.wall_s:.0f} s: {fit.fixed_s:.1f} s to start, {spread}; "
             f"each trial runs {fit.warmup_steps} warm-up + {fit.measure_steps} measured steps (~{fit.price_s:.0f} s)")
     if fit.cut and fit.fits < trials:
@@ -154,5 +209,5 @@ def _s(seconds: float) -> str:
     return f"{1e3 * seconds:.0f} ms" if seconds < 1 else f"{seconds:.2f} s"
 
 
-__all__ = ["MIN_FIT_STEPS", "MIN_FIT_WARMUP", "PRICING_WARMUP", "TrialFit", "budget_to_measure", "fit_trial",
-           "min_fit_steps", "pricing_seconds", "trial_length_line"]
+__all__ = ["GROWN_STEPS", "MIN_FIT_STEPS", "MIN_FIT_WARMUP", "PRICING_WARMUP", "TrialFit", "budget_to_measure", "fit_trial",
+           "min_fit_steps", "pricing_seconds", "step_growth", "trial_length_line"]
