@@ -50,6 +50,8 @@ def test_bf16_that_breaks_only_the_generator_is_a_loss_mismatch_named_optimizerG
     g_base, g_cand = base[0]["optimizer_losses"]["optimizerG"], cand[0]["optimizer_losses"]["optimizerG"]
     assert g_cand > 1.5 * g_base, (g_base, g_cand)
     assert bf16["loss_delta"] == pytest.approx(g_cand / g_base - 1, rel=1e-6)
+    assert bf16["loss_deltas"] == pytest.approx({"optimizerD": d_cand / d_base - 1, "optimizerG": g_cand / g_base - 1},
+                                                rel=1e-6)  # tune.json: each optimizer's own
     # each trial's progress line shows both losses; the table's note names optimizerG
     assert re.search(r"ms/sample, loss [\d.]+ \(optimizerD\), optimizerG [\d.]+, [\d.]+ s", out), out
     assert "bf16: optimizerG's loss" in re.sub(r"\s+", " ", out), out

@@ -42,6 +42,7 @@ def test_a_setting_that_breaks_only_the_second_optimizers_loss_fails_on_it_named
     par = parity.judge_each(BASELINE, cand, FLOOR)
     assert [p.optimizer for p in par.failing] == ["optimizerG"]
     assert par.delta == pytest.approx(0.4614 / 0.1528 - 1)  # the table's loss delta: G's
+    assert par.deltas == pytest.approx({"optimizerD": 0.1940 / 0.1941 - 1, "optimizerG": 0.4614 / 0.1528 - 1})
     assert not stats.loss_ok(par.judged, par.tolerance)  # the verdict: loss mismatch, whatever the speed
     assert par.note() == ("optimizerG's loss 0.4614 vs baseline 0.1528: beyond a tolerance of 5.0% "
                           "(the floor; the baseline's repeats spread 0.0%)")
@@ -79,7 +80,7 @@ def test_near_zero_and_math_free_apply_to_each_loss_on_its_own_scale():
 def test_one_optimizer_is_judged_exactly_as_before():
     base, cand = [plain_trial(0, 1.0), plain_trial(1, 1.02)], [plain_trial(0, 1.2)]
     each, alone = parity.judge_each(base, cand, FLOOR), parity.judge(base, cand, FLOOR)
-    assert each.others == () and each.primary == alone and each.primary.optimizer is None
+    assert each.others == () and each.primary == alone and each.primary.optimizer is None and each.deltas == {}
     assert (each.delta, each.judged, each.tolerance, each.note()) == (alone.delta, alone.judged, alone.tolerance,
                                                                      alone.note())
     assert each.note().startswith("loss 1.2 vs baseline 1.01: beyond")  # no name: as it always read

@@ -127,7 +127,8 @@ class LoadProof:
         if len(matched) < len(pairs):
             return Row(knob=row.knob, setting=row.setting, settings=settings, cost_factor=row.cost_factor,
                        verdict=stats.BUSY, speedup=row.speedup, ci=row.ci, noise=row.noise,
-                       noise_from=row.noise_from, loss_delta=row.loss_delta, memory_ratio=row.memory_ratio,
+                       noise_from=row.noise_from, loss_delta=row.loss_delta, loss_deltas=row.loss_deltas,
+                       memory_ratio=row.memory_ratio,
                        note=f"read {row.speedup:.2f}x, but other processes' load differed between it and its "
                             f"reference in {len(bad)} of {len(pairs)} rounds and "
                             + ("it was not repeated (dropped for the budget)" if dropped

@@ -176,6 +176,12 @@ class Parities:
     def tolerance(self) -> float:
         return self.deciding.tolerance
 
+    @property
+    def deltas(self) -> dict[str, float | None]:
+        """Each optimizer's own loss delta, by name; empty with one optimizer."""
+        named = [p for p in (self.primary, *self.others) if p.optimizer]
+        return {p.optimizer: p.delta for p in named} if self.others else {}
+
     def note(self) -> str:
         """Every failing loss, named (the primary's first)."""
         return "; ".join(p.note() for p in self.failing) or self.primary.note()

@@ -28,6 +28,9 @@ class Row:
     memory_ratio: float | None = None
     """Candidate peak memory / reference peak memory."""
     loss_delta: float | None = None
+    loss_deltas: dict[str, float | None] = field(default_factory=dict)
+    """With several optimizers (a GAN's), each one's own loss delta (parity.judge_each);
+    `loss_delta` is the failing one's, else the primary's. Empty with one optimizer."""
     note: str = ""
     cost_factor: float = 1.0
     one_time: tuple[float, int | None] | None = None
@@ -56,7 +59,8 @@ class Row:
                 "verdict": self.verdict, "speedup": self.speedup,
                 "ci": list(self.ci) if self.ci else None, "noise": self.noise,
                 "noise_from": self.noise_from,
-                "memory_ratio": self.memory_ratio, "loss_delta": self.loss_delta, "note": self.note,
+                "memory_ratio": self.memory_ratio, "loss_delta": self.loss_delta,
+                **({"loss_deltas": self.loss_deltas} if self.loss_deltas else {}), "note": self.note,
                 "one_time_s": self.one_time[0] if self.one_time else None,
                 "pays_back_after_steps": self.one_time[1] if self.one_time else None,
                 "at_stake": self.stake}

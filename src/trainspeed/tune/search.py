@@ -249,7 +249,7 @@ class Tuner(LoadProof):
         # Loss parity against the baseline trials as long as the candidate's, within the
         # spread of their own repeats, for each optimizer's own loss (parity.py).
         par = parity.judge_each(self.results({}), cand, self.opt.loss_tolerance, parity.math_free(settings, self.knob_of))
-        row.loss_delta = par.delta
+        row.loss_delta, row.loss_deltas = par.delta, par.deltas
         row.verdict = stats.verdict(comp, par.judged, tolerance=par.tolerance)
         row.speedup, row.ci, row.noise = comp.speedup, (comp.ci_low, comp.ci_high), comp.noise
         row.noise_from = comp.noise_from

@@ -153,6 +153,7 @@ def result_from_json(data: dict[str, Any]) -> TuneResult:
                    ci=tuple(d["ci"]) if d.get("ci") else None, noise=d.get("noise"),
                    noise_from=d.get("noise_from") or "",
                    memory_ratio=d.get("memory_ratio"), loss_delta=d.get("loss_delta"),
+                   loss_deltas=d.get("loss_deltas") or {},
                    note=d.get("note") or "")
 
     return TuneResult(ablation=[row(d) for d in data["ablation"]],
