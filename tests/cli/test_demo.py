@@ -27,7 +27,10 @@ def test_demo_tells_the_story_on_its_slow_script(tmp_path, capsys):
     assert before["findings"][0]["id"] == "data_bound"
     assert before["summary"]["steps"] == 12
     assert "python train.py" in before["findings"][0]["verify_with"]  # runnable from the demo folder
-    assert (out / "tune" / "tune.json").is_file() and (out / "after" / "report.json").is_file()
+    # a baseline trial longer than the whole budget ends the tune before it writes its table
+    # (BaselineOutOfBudget, exit 3): then only the after run is there
+    assert (out / "tune" / "tune.json").is_file() or rc == NOTHING_MEASURED
+    assert (out / "after" / "report.json").is_file()
     assert (out / "after" / "compare.html").is_file() or (out / "before" / "compare.html").is_file()
     assert (out / "train.py").read_bytes() == demo.SCRIPT.read_bytes()  # the demo's copy is never edited
     assert "now your own script:  trainspeed doctor -- python train.py ARGS" in text
