@@ -24,6 +24,7 @@ from trainspeed.doctor.checks.data import DATA_WAIT_WARNING, padded_per_batch, p
 from trainspeed.doctor.checks.lookups import SHARE_INFO, lookup_time
 from trainspeed.doctor.checks.machine import busy_machine
 from trainspeed.doctor.checks.optimizer_kernels import optimizer_not_fused
+from trainspeed.doctor.checks.rollout import ROLLOUT_HELPS, is_rollout
 from trainspeed.doctor.checks.script_flags import script_padding_flag
 from trainspeed.doctor.checks.threads import oversubscribed
 
@@ -41,6 +42,8 @@ LAUNCH_MFU = 0.05
 
 def _helps(ctx: CheckContext, bound: str, launch: bool, unfused: bool) -> list[str]:
     loader = ctx.train_loader() or {}
+    if bound == "data" and is_rollout(ctx) and ctx.share("eval") >= sum(ctx.share(p) for p in DATA):
+        return list(ROLLOUT_HELPS)
     if bound == "data":
         workers = loader.get("num_workers")
         more = (f"DataLoader workers (now {workers}, {ctx.cores} cores)" if isinstance(workers, int)
@@ -138,7 +141,12 @@ def where_time_goes(ctx: CheckContext) -> dict[str, Any] | None:
     unseen = _forwards_unseen(ctx)
     overhead, compute = (OVERHEAD, COMPUTE) if not unseen else (
         tuple(p for p in OVERHEAD if p != "other"), (*COMPUTE, "other"))
-    shares = {"data": sum(ctx.share(p) for p in DATA), "overhead": sum(ctx.share(p) for p in overhead),
+    # an RL rollout's no-grad forwards and environment steps, timed as "eval": the data (rollout.py)
+    rollout = is_rollout(ctx)
+    data = (*DATA, "eval") if rollout else DATA
+    if rollout:
+        overhead = tuple(p for p in overhead if p != "eval")
+    shares = {"data": sum(ctx.share(p) for p in data), "overhead": sum(ctx.share(p) for p in overhead),
               "compute": sum(ctx.share(p) for p in compute)}
     if sum(shares.values()) <= 0:
         return None
@@ -149,11 +157,16 @@ def where_time_goes(ctx: CheckContext) -> dict[str, Any] | None:
               and mfu_value < LAUNCH_MFU)
     if launch:
         bound = "overhead"
-    parts = {kind: ", ".join(f"{UNSEEN_FORWARD if unseen and p == 'other' else p} {pct(ctx.share(p))}" for p in names
-                             if ctx.share(p) >= 0.005)
-             for kind, names in (("data", DATA), ("overhead", overhead), ("compute", compute))}
+    names = {"other": UNSEEN_FORWARD} if unseen else {}
+    if rollout:
+        names["eval"] = "rollout"
+    parts = {kind: ", ".join(f"{names.get(p, p)} {pct(ctx.share(p))}" for p in phases if ctx.share(p) >= 0.005)
+             for kind, phases in (("data", data), ("overhead", overhead), ("compute", compute))}
     what = {"data": "waiting for data", "overhead": "the host's own work around the training phases",
             "compute": "the model's forward, backward and update"}[bound]
+    if bound == "data" and rollout and ctx.share("eval") >= sum(ctx.share(p) for p in DATA):
+        what = ("collecting experience (the rollout: the policy's no-grad forwards in train() mode and the "
+                "environments' steps between updates)")
     if launch:
         what = f"launching small GPU kernels (the training phases run at {pct(mfu_value)} of the GPU's peak)"
     peak = f" ({mfu['peak_name']})" if mfu.get("peak_name") else ""
@@ -169,9 +182,11 @@ def where_time_goes(ctx: CheckContext) -> dict[str, Any] | None:
         # forward, backward and update at 0.3 % of cpu" (55x its quiet step), with no word of why
         statement += (f"; other processes held {busy['others']:.1f} of the {busy['cores']} cores meanwhile: these "
                       "are the busy machine's times, not the script's (machine_busy below)")
+    loaderish = sum(ctx.share(p) for p in DATA) > ctx.share("eval")
     work = tuple(topic for phase, topic in (("log", "logging"), ("ckpt", "checkpoint"), ("eval", "eval"))
                  if ctx.share(phase) >= WORK_SHARE)
-    topics = {"data": ("num_workers",), "overhead": ("compile", "batch_size") if launch else work,
+    topics = {"data": () if rollout and not loaderish else ("num_workers",),
+              "overhead": ("compile", "batch_size") if launch else work,
               "compute": ("precision", "compile")}[bound]
     unfused = bound == "compute" and optimizer_not_fused(ctx) is not None
     if unfused:

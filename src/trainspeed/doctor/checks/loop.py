@@ -402,8 +402,10 @@ def checkpointing(ctx: CheckContext) -> Finding | None:
 
 
 def evaluation_share(ctx: CheckContext) -> Finding | None:
+    from trainspeed.doctor.checks.rollout import is_rollout
+
     share = ctx.share("eval")
-    if share < EVAL_WARNING:
+    if share < EVAL_WARNING or is_rollout(ctx):  # an RL rollout is the data, not an evaluation
         return None
     extra, advice = evaluation_advice(ctx)
     return Finding(

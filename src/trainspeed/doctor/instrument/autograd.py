@@ -73,7 +73,8 @@ def _make_exit(session: Session, original: Any) -> Any:
     def __exit__(self: Any, *exc: Any) -> Any:
         result = original(self, *exc)
         s = session
-        if s.eval_open and not s.eval_loader and not s.fwd_depth and s.on() and torch.is_grad_enabled():
+        if (s.eval_open and not s.eval_loader and not s.eval_rollout and not s.fwd_depth and s.on()
+                and torch.is_grad_enabled()):
             s.close_eval()
         return result
 

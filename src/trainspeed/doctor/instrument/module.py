@@ -148,7 +148,13 @@ def install(session: Session, patches: Patches) -> tuple[Callable[..., None], Ca
         trainable = s.module_facts_of(module)[0]
         if not torch.is_grad_enabled() or not module.training:
             if s.eval_open or not _inside_step(s) or id(module) in s.updates.modules:
+                rollout = _rollout_like(s, module, args, kwargs)
+                if s.mon.steps_done:  # after the first update: a rollout before it is setup
+                    s.seen["rollout_forwards" if rollout else "eval_forwards"] += 1
                 s.open_eval()
+                # a rollout runs until training resumes: the environments' steps between its
+                # forwards are part of it (with a DDP-wrapped agent they were, without not)
+                s.eval_rollout = s.eval_rollout or rollout
                 s.fwd_phase = None
                 return None
             # a no-grad forward, inside a training step, of a module that never trains (a
@@ -235,6 +241,21 @@ def _inside_step(session: Session) -> bool:
     """A training step is under way: its batch was fetched, or a model trained on it, and no
     optimizer closed the step since."""
     return bool(session.step_loader_batches or session.step_trained_forwards)
+
+
+def _rollout_like(session: Session, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any] | None) -> bool:
+    """A no-grad forward that collects experience rather than evaluates (PPO's rollout:
+    `with torch.no_grad(): action, logprob, _, value = agent(next_obs)` between updates, whose
+    time read as "evaluation ... 46 % of the step, evaluate less often"): the model the optimizer
+    trains, left in train() mode, in a loop that fetched no DataLoader batch, on a batch smaller
+    than its training forwards' (2 environments' states against minibatches of 64). An
+    evaluation calls eval(), reads a validation loader, or runs batches as large as training's."""
+    if torch.is_grad_enabled() or not module.training or id(module) not in session.updates.modules:
+        return False
+    if session.updates.loader_batches:
+        return False
+    trained = (session.observations.get("batch") or {}).get("max_batch_size")
+    return isinstance(trained, int) and 0 < _first_batch_dim(args, kwargs) < trained
 
 
 def _count_modules(session: Session) -> int:

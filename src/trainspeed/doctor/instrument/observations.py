@@ -85,7 +85,9 @@ def _step_boundary(session: Session) -> dict[str, Any]:
     return {"source": session.boundary, "forwards": session.seen["forwards"],
             "backwards": session.seen["backwards"], "optimizer_steps": session.seen["optimizer_steps"],
             "marks": session.seen["marks"], "input_batch_dim": dim,
-            "unseen_forward_steps": session.unseen_forward_steps}
+            "unseen_forward_steps": session.unseen_forward_steps,
+            # no-grad forwards that opened "eval": collecting experience (module.py) or evaluating
+            "rollout_forwards": session.seen["rollout_forwards"], "eval_forwards": session.seen["eval_forwards"]}
 
 
 def _loaders(session: Session) -> list[dict[str, Any]]:

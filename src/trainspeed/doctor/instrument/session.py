@@ -90,6 +90,7 @@ class Session(StepInputs):
         self.in_data = False  # inside DataLoader.__next__: the data pipeline's own reads
         self.data_open = False  # batch-building calls in the main process opened "data" (transfers.py)
         self.eval_loader = False  # the open evaluation fetched from a DataLoader
+        self.eval_rollout = False  # the open "eval" is an RL rollout (module.py): open until training resumes
         self.primary_opt: int | None = None
         self.other_run: tuple[int | None, int] = (None, 0)  # (another optimizer, its steps in a row since the primary's)
         self.other_run_max = 0  # the longest such run while the primary still stepped
@@ -198,7 +199,7 @@ class Session(StepInputs):
     def close_eval(self) -> None:
         if self.eval_open:
             self.eval_open = False
-            self.eval_loader = False
+            self.eval_loader = self.eval_rollout = False
             self.mon.end("eval")
 
     def open_data(self) -> None:
