@@ -10,6 +10,7 @@ evaluating every 10 steps): pass --eval_interval=250`.
 from __future__ import annotations
 
 import math
+import re
 from typing import Any
 
 import numpy as np
@@ -63,6 +64,8 @@ def find_flag(flags: list[Any], topic: str) -> dict[str, Any] | None:
     TOPIC_FLAGS key), or None. Shared by the doctor's advice and the script tuner's knobs, so a
     finding names the flag the tune varies."""
     rows = [r for r in flags or [] if isinstance(r, dict)]
+    if topic == "run_length":
+        rows = [r for r in rows if not _counts_per(r)]
     for wanted in TOPIC_FLAGS.get(topic, ()):  # in order of preference
         for row in rows:
             if _norm(row.get("dest")) == wanted or _norm(row.get("option")) == wanted:
@@ -73,6 +76,17 @@ def find_flag(flags: list[Any], topic: str) -> dict[str, Any] | None:
         if len(dotted) == 1:
             return dotted[0]
     return None
+
+
+_PER = re.compile(r"\b(per|each)\b", re.IGNORECASE)
+
+
+def _counts_per(row: dict[str, Any]) -> bool:
+    """A flag whose help says it counts something per another unit is no run length: PPO's
+    `--num-steps 128`, "the number of steps to run in each environment per policy rollout"
+    (Lightning's examples/fabric/reinforcement_learning), which the tune raised to 406 "to
+    measure the steps above", changing the rollout; its run length is --total-timesteps."""
+    return bool(_PER.search(str(row.get("help") or "")))
 
 
 def script_flag(ctx: CheckContext, topic: str) -> dict[str, Any] | None:

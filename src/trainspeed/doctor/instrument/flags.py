@@ -50,6 +50,8 @@ def describe_parser(parser: argparse.ArgumentParser, namespace: Any) -> list[dic
             "type": getattr(action.type, "__name__", None) if action.type else None,
             "kind": kind,
             "choices": [plain_value(c) for c in action.choices] if action.choices else None,
+            # what the flag counts, as its author wrote it ("steps ... per policy rollout": script_flags.py)
+            **({"help": action.help[:200]} if isinstance(action.help, str) and action.help else {}),
             # `--torchcompile` alone means `--torchcompile inductor` (timm: nargs="?", const=...)
             **({"bare_value": plain_value(action.const)} if action.nargs == "?" and action.const is not None else {}),
         })

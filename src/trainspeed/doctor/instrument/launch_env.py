@@ -89,6 +89,44 @@ def install(session: Session, patches: Patches) -> None:
     # the script may call either name (`from torch.distributed import init_process_group`)
     patches.wrap(dist, "init_process_group", make)
     patches.wrap(dist.distributed_c10d, "init_process_group", make)
+    patches.wrap(os._Environ, "__getitem__", lambda original: _make_getitem(session, patches, original))
+
+
+_RANK_KEYS = ("RANK", "WORLD_SIZE", "LOCAL_RANK")
+_STDLIB = os.path.dirname(os.__file__) + os.sep
+
+
+def _make_getitem(session: Session, patches: Patches, original: Any) -> Any:
+    """`os.environ["LOCAL_RANK"]` read by the script's own line, without a launcher: the script
+    needs one (Lightning's examples/fabric/reinforcement_learning/train_torch.py reads LOCAL_RANK,
+    RANK and WORLD_SIZE before its init_process_group). The doctor ran it under torchrun, and the
+    tune it then named, `trainspeed tune -- python train_torch.py` (a tune's trials are one
+    process), failed at once: "KeyError: 'LOCAL_RANK'". Such a read now gets the one-process
+    environment, as init_process_group does. `os.environ.get("RANK", -1)` and `"RANK" in
+    os.environ` (nanoGPT's test for DDP) are the standard library's reads, and libraries' reads
+    are theirs: nothing is set for them, so a script that asks whether it was launched is told no."""
+    def __getitem__(self: Any, key: Any) -> Any:
+        try:
+            return original(self, key)
+        except KeyError:
+            if key in _RANK_KEYS and self is os.environ and session.enabled and _script_read():
+                if set_one_process_env(session, patches, f"the script (it reads os.environ[{key!r}])"):
+                    return original(self, key)
+            raise
+
+    return __getitem__
+
+
+def _script_read() -> bool:
+    """The read came from the script's own line: the frame above the wrapper is neither the
+    standard library (Mapping.get, __contains__) nor an installed package."""
+    from trainspeed.patches.installed import installed_package
+
+    try:
+        filename = sys._getframe(2).f_code.co_filename
+    except ValueError:
+        return False
+    return not filename.startswith(_STDLIB) and not filename.startswith("<") and installed_package(filename) is None
 
 
 __all__ = ["install", "set_one_process_env"]
