@@ -55,3 +55,21 @@ def test_a_script_reading_local_rank_itself_runs_as_rank_0_of_1(tmp_path):
     assert "the script (it reads os.environ['LOCAL_RANK']) runs as one process (RANK=0" in proc.stderr
     assert json.loads(proc.stdout[proc.stdout.index("{"):])["doctor"]["steps"] == 8
     assert "RANK" not in os.environ  # nothing left behind in this process either
+
+
+def test_run_with_a_tunes_settings_runs_it_as_its_trials_did(tmp_path):
+    """`trainspeed run --with best.yaml -- python train_torch.py`, the line a tune of that
+    command prints, ran the script without the one-process environment its trials had."""
+    script = tmp_path / "train_torch.py"
+    script.write_text(SCRIPT)
+    plan = tmp_path / "best.yaml"
+    plan.write_text(f"schema: 1\nkind: script-settings\ncommand:\n- python\n- {script}\nsettings:\n  threads: 1\n")
+    src = str(Path(__file__).resolve().parents[2] / "src")
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR",
+                                                            "MASTER_PORT")}
+    env.update(PYTHONPATH=os.pathsep.join([src, os.environ.get("PYTHONPATH", "")]))
+    proc = subprocess.run([sys.executable, "-m", "trainspeed", "run", "--with", str(plan), "--", "python", str(script)],
+                          env=env, cwd=tmp_path, capture_output=True, text=True, timeout=100)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "launched=False local_rank=0 rank=0 world=1" in proc.stdout
+    assert "the script (it reads os.environ['LOCAL_RANK']) runs as one process" in proc.stderr

@@ -112,10 +112,15 @@ def run(args: argparse.Namespace) -> int:
             # (TrialResult.others_load), so a table timed on a busy machine says so
             result = run_doctor(config)
             return result.exit_code
+        from trainspeed.doctor.instrument.launch_env import launcher_env_reads
+
+        reads = launcher_env_reads(say)  # a script that reads LOCAL_RANK itself: rank 0 of 1, as its trials ran
         try:
             execute(target)
         except SystemExit as exc:
             return exit_code_of(exc)
+        finally:
+            reads.undo()
         return 0
     finally:
         applied.uninstall()  # some notes come at uninstall ("no trained module was called")

@@ -19,7 +19,7 @@ import functools
 import inspect
 import os
 import sys
-from typing import Any
+from typing import Any, Callable
 
 from trainspeed.doctor.instrument.patching import Patches
 from trainspeed.doctor.instrument.session import Session
@@ -89,14 +89,35 @@ def install(session: Session, patches: Patches) -> None:
     # the script may call either name (`from torch.distributed import init_process_group`)
     patches.wrap(dist, "init_process_group", make)
     patches.wrap(dist.distributed_c10d, "init_process_group", make)
-    patches.wrap(os._Environ, "__getitem__", lambda original: _make_getitem(session, patches, original))
+    patches.wrap(os._Environ, "__getitem__", lambda original: _make_getitem(
+        lambda: session.enabled, lambda who: set_one_process_env(session, patches, who), original))
+
+
+def launcher_env_reads(say: Callable[[str], None]) -> Patches:
+    """The same for `trainspeed run --with best.yaml -- python train_torch.py` (no doctor
+    session): the tune's own trials ran the script as rank 0 of 1, and the command it prints to
+    run its winners failed with "KeyError: 'LOCAL_RANK'". Undo the returned Patches after."""
+    patches = Patches()
+
+    def set_env(who: str) -> dict[str, str]:
+        add = one_process_env()
+        for key, value in add.items():
+            patches.call_on_undo(lambda key=key: os.environ.pop(key, None))
+            os.environ[key] = value
+        if add:
+            say(f"no launcher environment (RANK, WORLD_SIZE, LOCAL_RANK): {who} runs as one process "
+                f"({' '.join(f'{k}={v}' for k, v in add.items())})")
+        return add
+
+    patches.wrap(os._Environ, "__getitem__", lambda original: _make_getitem(lambda: True, set_env, original))
+    return patches
 
 
 _RANK_KEYS = ("RANK", "WORLD_SIZE", "LOCAL_RANK")
 _STDLIB = os.path.dirname(os.__file__) + os.sep
 
 
-def _make_getitem(session: Session, patches: Patches, original: Any) -> Any:
+def _make_getitem(enabled: Callable[[], bool], set_env: Callable[[str], dict[str, str]], original: Any) -> Any:
     """`os.environ["LOCAL_RANK"]` read by the script's own line, without a launcher: the script
     needs one (Lightning's examples/fabric/reinforcement_learning/train_torch.py reads LOCAL_RANK,
     RANK and WORLD_SIZE before its init_process_group). The doctor ran it under torchrun, and the
@@ -109,8 +130,8 @@ def _make_getitem(session: Session, patches: Patches, original: Any) -> Any:
         try:
             return original(self, key)
         except KeyError:
-            if key in _RANK_KEYS and self is os.environ and session.enabled and _script_read():
-                if set_one_process_env(session, patches, f"the script (it reads os.environ[{key!r}])"):
+            if key in _RANK_KEYS and self is os.environ and enabled() and _script_read():
+                if set_env(f"the script (it reads os.environ[{key!r}])"):
                     return original(self, key)
             raise
 
@@ -129,4 +150,4 @@ def _script_read() -> bool:
     return not filename.startswith(_STDLIB) and not filename.startswith("<") and installed_package(filename) is None
 
 
-__all__ = ["install", "set_one_process_env"]
+__all__ = ["install", "launcher_env_reads", "set_one_process_env"]
