@@ -96,6 +96,7 @@ def test_a_distributions_argument_checks_are_named_with_the_keyword_that_removes
     # Categorical(probs) and m.log_prob(action) check their arguments: 2 reads per env step
     assert "Categorical(probs)" in finding["evidence"] and "validate_args" in finding["evidence"], finding
     assert "validate_args=False" in finding["recommendation"], finding
+    assert "compute their constraints on every call" in finding["evidence"], finding  # not "nothing" on a CPU
     assert "keep the value on the device" not in finding["recommendation"], finding
     assert "env.step(action.item())" in finding["recommendation"]  # the read the environment needs stays
     # 3 reads per env step, 20 env steps: 60 a step; the checks' 40 go, 20 stay
