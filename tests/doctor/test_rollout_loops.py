@@ -59,13 +59,17 @@ for update in range(1000):
 @pytest.fixture
 def ppo(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    return lambda evaluation: run_inline(tmp_path, f"EVAL = {evaluation}\n" + textwrap.dedent(LOOP), steps=40)
+    return lambda evaluation, rollout=32: run_inline(
+        tmp_path, f"EVAL = {evaluation}\n" + textwrap.dedent(LOOP).replace("ROLLOUT, MINIBATCH = 2, 32, 16",
+                                                                        f"ROLLOUT, MINIBATCH = 2, {rollout}, 16"),
+        steps=40)
 
 
 def test_a_rollout_is_the_data_not_an_evaluation(ppo):
     result = ppo(False)
     seen = observations(result, "step_boundary")[0]
-    assert seen["rollout_forwards"] >= 4 * 32 * 2 // 2 and seen["eval_forwards"] == 0, seen
+    # 4 rollouts after the first update, 32 forwards each: the first of each is not yet a run
+    assert seen["rollout_forwards"] >= 4 * 31 and seen["eval_forwards"] <= 5, seen
     assert "evaluation_share" not in ids(result)
     goes = json.loads((result.run_dir / "report.json").read_text())["time_goes"]
     assert goes["bound"] == "data" and "collecting experience" in goes["statement"], goes
@@ -99,3 +103,14 @@ def test_a_steps_flag_counted_per_rollout_is_not_the_run_length():
     parser.add_argument("--max-steps", type=int, default=100, help="how many optimizer steps to train for")
     rows = describe_parser(parser, parser.parse_args([]))
     assert find_flag(rows, "run_length")["option"] == "--max-steps"
+
+
+def test_one_no_grad_prediction_per_update_is_no_rollout(ppo):
+    """pytorch/examples' time_sequence_prediction: a prediction under no_grad on 3 test series
+    (train() mode, no DataLoader, fewer than the 97 trained on) after every update, then a
+    figure drawn outside the no_grad block: an evaluation whose figure is no part of it."""
+    result = ppo(False, rollout=1)
+    seen = observations(result, "step_boundary")[0]
+    assert seen["rollout_forwards"] == 0 and seen["eval_forwards"] > 0, seen
+    goes = json.loads((result.run_dir / "report.json").read_text())["time_goes"]
+    assert "collecting experience" not in goes["statement"], goes["statement"]

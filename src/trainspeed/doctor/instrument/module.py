@@ -148,7 +148,11 @@ def install(session: Session, patches: Patches) -> tuple[Callable[..., None], Ca
         trainable = s.module_facts_of(module)[0]
         if not torch.is_grad_enabled() or not module.training:
             if s.eval_open or not _inside_step(s) or id(module) in s.updates.modules:
-                rollout = _rollout_like(s, module, args, kwargs)
+                # a rollout is several such forwards in a row (one per environment step): a single
+                # prediction per step on a smaller batch (time_sequence_prediction's test
+                # sequences) is an evaluation
+                s.rollout_run = s.rollout_run + 1 if _rollout_like(s, module, args, kwargs) else 0
+                rollout = s.rollout_run >= 2
                 if s.mon.steps_done:  # after the first update: a rollout before it is setup
                     s.seen["rollout_forwards" if rollout else "eval_forwards"] += 1
                 s.open_eval()
@@ -167,6 +171,7 @@ def install(session: Session, patches: Patches) -> tuple[Callable[..., None], Ca
             s.mon.begin("data")
             return None
         s.close_eval()
+        s.rollout_run = 0
         s.fwd_phase = "forward"
         key = f"module:{id(module)}"
         if (trainable and torch.is_grad_enabled() and key not in s.observations and len(s.observations) < 256

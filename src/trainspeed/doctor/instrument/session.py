@@ -91,6 +91,7 @@ class Session(StepInputs):
         self.data_open = False  # batch-building calls in the main process opened "data" (transfers.py)
         self.eval_loader = False  # the open evaluation fetched from a DataLoader
         self.eval_rollout = False  # the open "eval" is an RL rollout (module.py): open until training resumes
+        self.rollout_run = 0  # rollout-like no-grad forwards since the last training forward (module.py)
         self.primary_opt: int | None = None
         self.other_run: tuple[int | None, int] = (None, 0)  # (another optimizer, its steps in a row since the primary's)
         self.other_run_max = 0  # the longest such run while the primary still stepped
