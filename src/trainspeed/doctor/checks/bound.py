@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from trainspeed.doctor.checks.context import CheckContext, pct
+from trainspeed.doctor.checks.context import CheckContext, describe_site, pct
 from trainspeed.doctor.checks.data import DATA_WAIT_WARNING, padded_per_batch, padding_share
 from trainspeed.doctor.checks.lookups import SHARE_INFO, lookup_time
 from trainspeed.doctor.checks.machine import busy_machine
@@ -43,7 +43,8 @@ LAUNCH_MFU = 0.05
 def _helps(ctx: CheckContext, bound: str, launch: bool, unfused: bool) -> list[str]:
     loader = ctx.train_loader() or {}
     if bound == "data" and is_rollout(ctx) and ctx.share("eval") >= sum(ctx.share(p) for p in DATA):
-        return list(ROLLOUT_HELPS)
+        env = env_steps(ctx)
+        return ([f"{env[0]}, inside the rollout"] if env else []) + list(ROLLOUT_HELPS)
     if bound == "data":
         workers = loader.get("num_workers")
         more = (f"DataLoader workers (now {workers}, {ctx.cores} cores)" if isinstance(workers, int)
@@ -62,6 +63,17 @@ def _helps(ctx: CheckContext, bound: str, launch: bool, unfused: bool) -> list[s
         if named:
             words = ", ".join(named[:-1]) + (" and " if len(named) > 1 else "") + named[-1]
             helps.append(f"{words} less often (the findings below name their lines)")
+        env = env_steps(ctx)
+        if env is not None and not named:
+            # reinforce.py: CartPole's steps were 5 % of the time, "other" 57 %: most of it is the
+            # loop's own Python around them (a distribution per action, per-step tensors)
+            rest = ctx.share("other") - env[1]
+            helps.append(env[0] + (f"; the other {pct(rest)} outside the training phases is the loop's own Python "
+                                   "around them (per-step tensors, a distribution per action, bookkeeping)"
+                                   if rest >= WORK_SHARE else ""))
+            helps.append("vectorized environments (one batched forward for N environments' states) and "
+                         "gymnasium's AsyncVectorEnv (stepping them in worker processes) do more per call")
+            return helps
         helps.append("moving Python work out of the step (bookkeeping over growing lists, per-step conversions)"
                      if named or ctx.share("other") < WORK_SHARE else
                      f"less Python work between the training phases ({pct(ctx.share('other'))} of the step "
@@ -131,6 +143,20 @@ def _waiting_helps(ctx: CheckContext) -> list[str]:
     now = f" (now {workers})" if isinstance(workers, int) else ""
     return [f"DataLoader workers{now} for the {pct(wait)} of the step spent waiting for the next batch "
             "(the data finding below)"]
+
+
+def env_steps(ctx: CheckContext) -> tuple[str, float] | None:
+    """('the environment's steps take 5% of the time (`env.step(action)` at reinforce.py:89, 109
+    calls a step)', that share) when a gymnasium/gym environment's steps took WORK_SHARE of the
+    run's time (instrument/environments.py), else None."""
+    total = ctx.site_totals("env").get("step") or {}
+    share = ctx.time_share(float(total.get("seconds") or 0.0))
+    if share < WORK_SHARE:
+        return None
+    rows = ctx.sites("env")
+    where = f"{describe_site(rows[0])}, " if rows else ""
+    per_step = (total.get("count") or 0) / ctx.steps if ctx.steps else 0
+    return f"the environment's steps take {pct(share)} of the time ({where}{per_step:.0f} calls a step)", share
 
 
 def where_time_goes(ctx: CheckContext) -> dict[str, Any] | None:

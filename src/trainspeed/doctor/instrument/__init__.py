@@ -32,8 +32,9 @@ class Installed:
 
 def install(session: Session) -> Installed:
     """Install every hook family. On failure, whatever was installed is undone."""
-    from trainspeed.doctor.instrument import (autograd, checkpoint, compiled_calls, dataloader, deepspeed, flags,
-                                              launch_env, logs, lookups, module, moved, optimizer, syncs, transfers)
+    from trainspeed.doctor.instrument import (autograd, checkpoint, compiled_calls, dataloader, deepspeed,
+                                              environments, flags, launch_env, logs, lookups, module, moved,
+                                              optimizer, syncs, transfers)
 
     handle = Installed(session)
     try:
@@ -51,6 +52,7 @@ def install(session: Session) -> Installed:
         logs.install(session, handle.patches, handle.imports)
         deepspeed.install(session, handle.patches, handle.imports)
         launch_env.install(session, handle.patches)
+        environments.install(session, handle.patches, handle.imports)
         handle.imports.install()
     except BaseException:
         handle.uninstall()

@@ -153,7 +153,7 @@ def emit_observations(monitor: Any, session: Session, *, files_before: dict[str,
     emit("call_sites", rows=session.sites.top(), totals={
         cat: {kind: {"count": st.count, "seconds": st.seconds}
               for kind, st in session.sites.totals(cat).items()}
-        for cat in ("sync", "log", "ckpt", "lookup")
+        for cat in ("sync", "log", "ckpt", "lookup", "env")
     })
     emit("checkpoint_files", **_checkpoint_files(session.checkpoint_paths))
     if files_before is not None:
