@@ -75,6 +75,8 @@ def test_a_rollout_is_the_data_not_an_evaluation(ppo):
     assert goes["bound"] == "data" and "collecting experience" in goes["statement"], goes
     assert "rollout" in goes["statement"] and "eval " not in goes["statement"], goes["statement"]
     assert any("vectorized environments" in h for h in goes["helps"]), goes["helps"]
+    # no gymnasium environment was timed: stepping environments in workers is not offered
+    assert not any("AsyncVectorEnv" in h for h in goes["helps"]), goes["helps"]
     assert "eval_every" not in (goes["verify_with"] or "") and "num_workers" not in (goes["verify_with"] or "")
 
 
