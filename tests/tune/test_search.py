@@ -724,3 +724,25 @@ def test_far_slower_stops_decide_where_no_round_completed_or_the_load_does_not_e
     assert far_slower.cutoff_price(5.0, loaded) == 40.0 and far_slower.cutoff_price(50.0, loaded) == 50.0
     # the first baseline trial (repeat 0) counts FLOPs or ran at another length: not the machine's state
     assert far_slower.slowest_baseline([trial(0, 99.0), trial(1, 5.0)]) == 5.0
+
+
+def test_a_stop_before_the_plain_scripts_own_time_is_not_measured_not_slower(base_config, cpu, tmp_path):
+    """reinforce.py's episodes lengthen after its first trial: trials priced ~6 s took 25-58 s,
+    bf16 was stopped "far slower" at 30 s while baseline trials took 28-43 s, the budget ended,
+    and the row read "slower" with nothing measured."""
+    from trainspeed.tune import far_slower
+    from trainspeed.tune.trials import TrialResult
+
+    runner = LoadSpikeRunner({BF16: 0.5}, stop=BF16, stop_repeats={0}, spike_at=1, loaded_wall_s=50.0, wall_s=5.0)
+    result = tuner(base_config, cpu, runner, tmp_path, knobs=["precision"], repeats=1, max_rounds=1, verify_repeats=0).run()
+    row = rows_by(result)[("precision", "bf16-mixed")]
+    assert row.verdict == stats.SKIPPED, (row.verdict, row.note)
+    assert "while plain baseline trials took up to 50 s: nothing measured" in row.note, row.note
+    # a stop past the slowest baseline's time still decides
+    stop = TrialResult(key="k", label="x", repeat=1, ok=False, wall_s=60.0, error="far slower: stopped after 60 s")
+    base = [TrialResult(key="b", label="baseline", repeat=r, ok=True, wall_s=w) for r, w in ((0, 5.0), (1, 50.0))]
+    assert far_slower.deciding([stop], 0, base) == [stop]
+    early = TrialResult(key="k", label="x", repeat=1, ok=False, wall_s=30.0, error=stop.error)
+    assert far_slower.deciding([early], 0, base) == []
+    assert far_slower.unmeasured_note([early], [((0,), 1)], base).startswith("stopped as far slower after 30 s")
+    assert far_slower.unmeasured_note([], [((0,), 1)], base) == "budget ran out before this trial"

@@ -42,13 +42,36 @@ def cutoff_price(price: float, baseline: Iterable[TrialResult]) -> float:
     return max(price, slowest_baseline(baseline))
 
 
-def deciding(failed: Sequence[TrialResult], completed_rounds: int) -> list[TrialResult]:
+def deciding(failed: Sequence[TrialResult], completed_rounds: int,
+             baseline: Iterable[TrialResult] = ()) -> list[TrialResult]:
     """The failures that decide a comparison: every crash; stops only where no round of the
-    setting completed."""
+    setting completed, and only those that ran at least as long as the slowest `baseline` trial
+    since the first: a stop before the plain script's own time shows nothing slower
+    (reinforce.py's episodes lengthen: its trials were priced ~6 s from the first trial's short
+    episodes, bf16 was stopped at 30 s while baseline trials took 28-43 s, and the row read
+    "slower" with nothing measured)."""
     crashes = [r for r in failed if not stopped(r)]
-    if crashes or not completed_rounds:
+    if crashes:
         return list(failed)
-    return []
+    if completed_rounds:
+        return []
+    slowest = slowest_baseline(baseline)
+    return [r for r in failed if not r.wall_s < slowest]
+
+
+def unmeasured_note(results: Iterable[TrialResult], pairs: Sequence[tuple[tuple[int, ...], int]],
+                    baseline: Iterable[TrialResult]) -> str:
+    """The note of a row with no completed round and nothing deciding: every stop of its trials
+    (those of `pairs`) came before the slowest baseline trial's time (`deciding` left them out),
+    or the budget ran out before its trial."""
+    slowest = slowest_baseline(baseline)
+    ran = {c for _, c in pairs}
+    stops = [r for r in results if r.repeat in ran and stopped(r)]
+    if not stops or any(not r.wall_s < slowest for r in stops):
+        return "budget ran out before this trial"
+    return (f"stopped as far slower after {max(r.wall_s for r in stops):.0f} s, while plain baseline trials took up to "
+            f"{slowest:.0f} s: nothing measured, no verdict (the cutoff came from a shorter first trial); rerun with "
+            "the same --out and a larger --budget to measure it")
 
 
 def may_run_again(earlier: Sequence[TrialResult], baseline: Iterable[TrialResult]) -> bool:

@@ -236,8 +236,8 @@ class Tuner(LoadProof):
                            stats.SKIPPED if error.startswith(BUDGET_END) else stats.FAILED)
             row.note = error
             return row
-        if not rounds:
-            row.verdict, row.note = stats.SKIPPED, "budget ran out before this trial"
+        if not rounds:  # the budget's end, or stops before a plain trial's time (far_slower.py)
+            row.verdict, row.note = stats.SKIPPED, far_slower.unmeasured_note(self.results(settings), pairs, self.results({}))
             return row
         ref = [r for refs, _ in rounds for r in refs]
         cand = [c for _, c in rounds]
@@ -279,7 +279,7 @@ class Tuner(LoadProof):
         cand_by = {r.repeat: r for r in self.results(settings) if r.repeat in {c for _, c in pairs}}
         rounds = [([ref_by[i] for i in refs if i in ref_by], cand_by[c]) for refs, c in pairs
                   if c in cand_by and cand_by[c].ok and any(i in ref_by for i in refs)]
-        return rounds, far_slower.deciding([r for r in cand_by.values() if not r.ok], len(rounds))
+        return rounds, far_slower.deciding([r for r in cand_by.values() if not r.ok], len(rounds), self.results({}))
 
     def _pool(self, knob: str, label: str, settings: dict[str, Any], reference: dict[str, Any],
               pairs: list[tuple[tuple[int, ...], int]], rounds: list[tuple[list[TrialResult], TrialResult]]
