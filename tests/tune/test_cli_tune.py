@@ -247,6 +247,35 @@ def test_no_winner_line_when_a_winner_was_not_verified():
     assert "already the fastest" not in line and "larger --budget" in line
 
 
+def test_no_winner_line_names_the_settings_the_budget_left_unmeasured():
+    # pytorch/examples' reinforce.py, tune --budget 3m: 2 settings measured and lost, the others
+    # did not fit the budget or were stopped before a baseline trial's time, and the line said
+    # the script's settings were "already the fastest measured here"
+    from trainspeed.cli.tune import no_winner_line
+    from trainspeed.tune.result import Row, TuneResult
+
+    common = dict(combination=[], best_settings={}, baseline_cost_s=1e-3, trials_run=9, trials_reused=0,
+                  elapsed_s=180.0)
+    lost = Row(knob="threads", setting="1", verdict="slower", speedup=0.8)
+    flat = Row(knob="compile", setting="default", verdict="no measurable change", speedup=1.0, ci=(0.9, 1.02))
+    fp16 = Row(knob="precision", setting="fp16", verdict="skipped",
+               note="fp16 autocast on a CPU is emulated and far slower; bf16 is tried")
+    fits = [Row(knob="optimizer", setting=s, verdict="skipped",
+                note=f"does not fit the budget (~{n} s for 2 repeats; --budget 5m measures it)")
+            for s, n in (("foreach", 90), ("fused", 95))]
+    stopped = Row(knob="precision", setting="bf16", verdict="skipped",
+                  note="stopped as far slower after 30 s, while plain baseline trials took up to 43 s: nothing "
+                       "measured, no verdict; rerun with the same --out and a larger --budget to measure it")
+    line = no_winner_line(TuneResult(ablation=[lost, flat, fp16, *fits, stopped], final=None, **common))
+    assert line.startswith("nothing won over the baseline among the 2 setting(s) measured; not measured: "
+                           "optimizer=foreach, optimizer=fused: does not fit the budget (~90 s"), line
+    assert "precision=bf16: stopped as far slower" in line and "fp16" not in line
+    assert "already the fastest" not in line and line.endswith("a larger --budget to measure them from these trials")
+    # every setting measured or skipped on purpose: the script's settings are the fastest measured
+    assert no_winner_line(TuneResult(ablation=[lost, flat, fp16], final=None, **common)) == (
+        "nothing won over the baseline: your script's settings are already the fastest measured here")
+
+
 def test_no_winner_line_when_the_edit_of_a_whatif_winner_did_not_verify():
     # the what-if (every 4th save) won at 3.9x; best.patch's edit, run in the verification,
     # changed nothing (an epoch-local step counter): the line says the edit was measured

@@ -282,7 +282,7 @@ def no_winner_line(result) -> str:
     measured = [row for row in result.ablation if row.speedup is not None]
     won = [row for row in result.ablation if row.verdict == "faster" and row.speedup is not None]
     wins = _speedups(won)
-    from trainspeed.tune.stats import BUSY, NO_CHANGE, SLOWER
+    from trainspeed.tune.stats import BUSY, NO_CHANGE, SKIPPED, SLOWER
 
     final = getattr(result, "final", None)
     busy = [row for row in [*result.ablation, final] if row is not None and row.verdict == BUSY]
@@ -335,18 +335,31 @@ def no_winner_line(result) -> str:
                 f"(CI {row.ci[0]:.2f}–{row.ci[1]:.2f}), undecided within this machine's run-to-run noise{band}; "
                 "rerun on a quieter machine, or with the same --out and a larger --budget for more rounds")
     if measured:
-        return "nothing won over the baseline: your script's settings are already the fastest measured here"
-    # One line per reason, its settings together: 15 settings skipped for the budget read as a
-    # wall of the same sentence (chargpt's 4m tune), the actionable part lost in it.
-    # Budget notes differ only in their figures: grouped by the sentence, the first one's
-    # figures shown (the first setting to fit names the smallest budget that measures something).
+        # reinforce.py's 3m tune measured 2 of its 9 settings (the rest did not fit the budget or
+        # were stopped before a baseline's time) and this line said the script's settings were
+        # "already the fastest measured here", as if the other 7 had lost
+        gaps = [row for row in result.ablation if row.speedup is None and row.verdict == SKIPPED
+                and "budget" in str(row.note or "")]
+        if not gaps:
+            return "nothing won over the baseline: your script's settings are already the fastest measured here"
+        return (f"nothing won over the baseline among the {len(measured)} setting(s) measured; not measured: "
+                f"{_unmeasured(gaps)}. Rerun with the same --out and a larger --budget to measure them from "
+                "these trials")
+    return f"no setting could be measured, so nothing is known to win ({_unmeasured(result.ablation) or 'no knob applied'})"
+
+
+def _unmeasured(rows) -> str:
+    """The rows' settings grouped by why each was not measured. One line per reason, its settings
+    together: 15 settings skipped for the budget read as a wall of the same sentence (chargpt's
+    4m tune), the actionable part lost in it. Budget notes differ only in their figures: grouped
+    by the sentence, the first one's figures shown (the first setting to fit names the smallest
+    budget that measures something)."""
     reasons: dict[str, tuple[str, list[str]]] = {}
-    for row in result.ablation:
+    for row in rows:
         why = str(row.note or row.verdict)
         key = why.split(" (~")[0] if why.startswith("does not fit the budget") else why
         reasons.setdefault(key, (why, []))[1].append(f"{row.knob}={row.setting}")
-    unmeasured = "; ".join(f"{', '.join(settings)}: {why}" for why, settings in reasons.values())
-    return f"no setting could be measured, so nothing is known to win ({unmeasured or 'no knob applied'})"
+    return "; ".join(f"{', '.join(settings)}: {why}" for why, settings in reasons.values())
 
 
 def _unverified_line(wins: str, final) -> str:
