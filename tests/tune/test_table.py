@@ -107,6 +107,33 @@ def test_a_long_verified_combination_wraps_instead_of_squeezing_the_numbers():
     assert "torch_threads" in verified  # wrapped, not cut
 
 
+def test_an_answer_the_budget_left_unverified_is_not_titled_verified(tmp_path):
+    # reinforce.py's 3m tune: the budget left the verification unrun, the ablation's one-round
+    # 1.32x was given as the answer (verify.ablation_answer), and its table read "Verified"
+    import json
+
+    from rich.console import Console
+
+    from trainspeed.tune.table import print_tables, result_from_json, write_html
+
+    res = result()
+    res.final = Row(knob="combined", setting="--log-interval 100", verdict=stats.FASTER, speedup=1.32,
+                    ci=(1.2, 1.4), unverified=True,
+                    note="--log-interval=100 as measured against the baseline in the ablation: the budget ran out")
+    con = Console(width=160, record=True, force_terminal=False)
+    print_tables(res, console=con)
+    text = " ".join(con.export_text().split())  # a title wider than the table folds
+    title = "Answer: best config vs baseline, as measured in the ablation (not verified afresh)"
+    assert title in text and "Verified" not in text
+    assert title in markdown(res) and "Verified" not in markdown(res)
+    again = result_from_json(json.loads(json.dumps(res.as_dict())))
+    assert again.final.unverified and markdown(again) == markdown(res)
+    page = write_html(res, tmp_path / "tune.html", title="t", subtitle="s").read_text()
+    assert title in page and "Verified" not in page
+    res.final.unverified = False  # verified afresh: titled so
+    assert "Verified: best config vs baseline" in markdown(res)
+
+
 def test_the_table_opens_with_the_baseline_mfu_or_says_it_is_unknown():
     res = result()
     assert markdown(res).startswith("baseline: 10.000 ms/sample, MFU 62 %")

@@ -38,6 +38,9 @@ class Row:
     (one_time.py): compilation."""
     stake: float | None = None
     """The share of the step time the doctor's finding put at stake for this knob (stakes.py)."""
+    unverified: bool = False
+    """The tune's answer as the ablation measured it: the budget left no fresh verification
+    (verify.ablation_answer). Its table is titled so, not "Verified"."""
 
     @property
     def faster_inside_noise(self) -> bool:
@@ -63,7 +66,7 @@ class Row:
                 **({"loss_deltas": self.loss_deltas} if self.loss_deltas else {}), "note": self.note,
                 "one_time_s": self.one_time[0] if self.one_time else None,
                 "pays_back_after_steps": self.one_time[1] if self.one_time else None,
-                "at_stake": self.stake}
+                "at_stake": self.stake, **({"unverified": True} if self.unverified else {})}
 
 
 @dataclass(kw_only=True)
