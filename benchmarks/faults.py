@@ -329,6 +329,16 @@ def trial_doctor(kind: str, ws: Path, i: int, rng: random.Random) -> dict:
         _umount(mnt)
 
 
+def fault_headline(faults: dict[str, dict]) -> dict:
+    """The README table's row (label, value, goal, passed; run_all.table) with each fault/kind's
+    "k/n intact, k/n clean" as its value."""
+    return {"label": "Faults a user meets (kill -9, full disk, SIGTERM, the doctor's full disk) per checkpoint "
+                     "kind: resumed intact / said in one line",
+            "value": {k: f"{v['intact']}/{v['trials']} intact, {v['clean']}/{v['trials']} clean" for k, v in faults.items()},
+            "goal": "every trial intact and clean",
+            "passed": all(v["intact"] == v["trials"] == v["clean"] for v in faults.values()) if faults else None}
+
+
 def merge(names: list[str]) -> None:
     from harness import RESULTS, machine_name
 
@@ -342,9 +352,7 @@ def merge(names: list[str]) -> None:
             for k in ("trials", "intact", "clean", "skipped"):
                 into[k] += cell[k]
             into["rows"] += [{**row, "part": name} for row in cell["rows"]]
-    headline = {k: f"{v['intact']}/{v['trials']} intact, {v['clean']}/{v['trials']} clean"
-                for k, v in results["faults"].items()}
-    write_result("faults", results, headline=headline,
+    write_result("faults", results, headline=fault_headline(results["faults"]),
                  command=" ; ".join(p["command"] for p in parts) + " ; python benchmarks/faults.py --merge "
                  + " ".join(names))
 
@@ -397,9 +405,7 @@ def main() -> None:
                     "trials": len(counted), "intact": sum(bool(r["intact"]) for r in counted),
                     "clean": sum(bool(r["clean"]) for r in counted),
                     "skipped": len(rows) - len(counted), "rows": rows}
-                headline = {k: f"{v['intact']}/{v['trials']} intact, {v['clean']}/{v['trials']} clean"
-                            for k, v in results["faults"].items()}
-                write_result(args.name, results, headline=headline)
+                write_result(args.name, results, headline=fault_headline(results["faults"]))
     shutil.rmtree(ws / "runs", ignore_errors=True)
 
 
