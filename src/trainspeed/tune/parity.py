@@ -18,6 +18,11 @@ have converged near zero: pytorch/examples' mnist ended at 0.0022 against 0.0006
 a start of 2.3. A difference under START_SHARE of the loss the trials started from is how close
 to zero two converged runs got, not a worse model, and is not refused.
 
+A loss is also as noisy as the per-step losses its tail averaged: a seeded script's repeats
+agree exactly, yet any numeric change runs other batches' noise through the tail (dcgan seeded:
+bf16's generator loss +8 % with per-step losses swinging by far more). The tolerance also
+covers SCATTER_Z standard errors of the two sides' tail means (tail_noise).
+
 A script that steps several optimizers (a GAN's optimizerD and optimizerG) has a loss per
 optimizer, and the trial's `loss` is only the primary's: on dcgan, D's. Compared alone, a setting
 that broke the generator passed on the discriminator's loss. judge_each judges each optimizer's
@@ -44,6 +49,9 @@ MATH_FREE_KNOBS = frozenset({
 
 START_SHARE = 0.01
 """A final-loss difference under this share of the baseline's starting loss is not a mismatch."""
+SCATTER_Z = 3.0
+"""Standard errors of the two tails' difference a candidate's loss may be worse by before it is
+refused (tail_noise): a refused winner is a lost speedup, so the bar is high."""
 
 def math_free(settings: dict[str, Any], knob_of: dict[str, str]) -> bool:
     """Whether every setting belongs to a math-free knob (`knob_of`: setting key -> the knob
@@ -92,6 +100,9 @@ class Parity:
     optimizer: str | None = None
     """Whose loss this is, where the script steps several optimizers (optimizerG); None: the
     script's one loss, and the notes read as they always did."""
+    scatter: float = 0.0
+    """SCATTER_Z standard errors of the difference the two sides' tails' per-step scatter allows
+    (tail_noise): where the repeats cannot tell it, as a seeded script's cannot."""
 
     @property
     def near_zero(self) -> bool:
@@ -117,7 +128,9 @@ class Parity:
                 "not refused")
 
     def note(self) -> str:
-        why = ("the baseline's own repeats spread" if self.spread >= self.tolerance
+        why = ("the baseline's own repeats spread" if self.spread >= self.tolerance else
+               f"{SCATTER_Z:g} standard errors of the per-step losses the two sides averaged"
+               if self.scatter >= self.tolerance
                else f"the floor; the baseline's repeats spread {self.spread:.1%}")
         return (f"{self._whose}loss {fmt_loss(self.cand_loss)} vs baseline {fmt_loss(self.base_loss)}: beyond a "
                 f"tolerance of {self.tolerance:.1%} ({why})")
@@ -139,10 +152,24 @@ def judge(baseline: list[TrialResult], candidate: list[TrialResult], floor: floa
     base = same_length(baseline, candidate)
     base_loss, cand_loss = mean_loss(base), mean_loss(candidate)
     spread = baseline_spread(r.loss for r in base)
+    scatter = tail_noise(base, candidate)
     starts = [r.loss_start for r in base if r.loss_start is not None and math.isfinite(r.loss_start)]
     return Parity(base_loss=base_loss, cand_loss=cand_loss, delta=stats.loss_delta(base_loss, cand_loss),
-                  tolerance=max(floor, spread), spread=spread, math_free=free,
-                  start=sum(starts) / len(starts) if starts else None, optimizer=optimizer)
+                  tolerance=max(floor, spread, scatter), spread=spread, math_free=free,
+                  start=sum(starts) / len(starts) if starts else None, optimizer=optimizer, scatter=scatter)
+
+
+def tail_noise(baseline: list[TrialResult], candidate: list[TrialResult]) -> float:
+    """SCATTER_Z standard errors of the relative difference of the two sides' parity losses, from
+    each trial's tail scatter (TrialResult.loss_scatter): 0 where either side has none. The
+    repeats of one side are not counted as independent draws (a seeded script's repeat the same
+    batches), so a side's error is its trials' typical one, not that over sqrt(repeats)."""
+    def typical(results: list[TrialResult]) -> float | None:
+        xs = [r.loss_scatter for r in results if r.loss_scatter is not None and math.isfinite(r.loss_scatter)]
+        return math.sqrt(sum(x * x for x in xs) / len(xs)) if xs else None
+
+    b, c = typical(baseline), typical(candidate)
+    return SCATTER_Z * math.hypot(b, c) if b is not None and c is not None else 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -193,8 +220,8 @@ class Parities:
 def own_loss(results: list[TrialResult], name: str) -> list[TrialResult]:
     """The trials as `name`'s own loss: copies whose loss and starting loss are that optimizer's
     (None where a trial recorded none of it: nothing to compare, as a trial without a loss)."""
-    return [replace(r, loss=r.optimizer_losses.get(name), loss_start=r.optimizer_loss_starts.get(name))
-            for r in results]
+    return [replace(r, loss=r.optimizer_losses.get(name), loss_start=r.optimizer_loss_starts.get(name),
+                    loss_scatter=r.optimizer_loss_scatters.get(name)) for r in results]
 
 
 def judge_each(baseline: list[TrialResult], candidate: list[TrialResult], floor: float,
@@ -210,5 +237,5 @@ def judge_each(baseline: list[TrialResult], candidate: list[TrialResult], floor:
                     others=others)
 
 
-__all__ = ["MATH_FREE_KNOBS", "START_SHARE", "Parities", "Parity", "baseline_spread", "judge", "judge_each",
-           "math_free", "own_loss", "same_length"]
+__all__ = ["MATH_FREE_KNOBS", "SCATTER_Z", "START_SHARE", "Parities", "Parity", "baseline_spread", "judge", "judge_each",
+           "math_free", "own_loss", "same_length", "tail_noise"]

@@ -82,6 +82,9 @@ class TrialResult:
     loss_start: float | None = None
     """The mean training loss of the run's first logged steps: the scale a loss difference is
     weighed on when both sides have converged near zero (parity.py)."""
+    loss_scatter: float | None = None
+    """The parity loss's relative standard error from its tail's per-step scatter
+    (optimizer_losses.tail_scatter); None for a validation loss or a short tail."""
     memory_peak: float | None = None
     """Peak memory in bytes: CUDA allocated when on a GPU, else the process RSS."""
     wall_s: float = 0.0
@@ -109,6 +112,8 @@ class TrialResult:
     primary's too); parity judges each (parity.judge_each). Empty with one optimizer."""
     optimizer_loss_starts: dict[str, float | None] = field(default_factory=dict)
     """Each optimizer's starting loss, as `loss_start` is the primary's."""
+    optimizer_loss_scatters: dict[str, float | None] = field(default_factory=dict)
+    """Each optimizer's loss_scatter."""
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -137,7 +142,8 @@ def result_from_run_dir(request: TrialRequest, run_dir: Path, wall_s: float) -> 
     run = read_run(run_dir)
     own = read_optimizer_losses(run)  # several optimizers: each one's loss, judged apart
     base = dict(key=request.key, label=request.label, repeat=request.repeat, wall_s=wall_s, run_dir=str(run_dir),
-                loss_optimizer=own.primary, optimizer_losses=own.end, optimizer_loss_starts=own.start)
+                loss_optimizer=own.primary, optimizer_losses=own.end, optimizer_loss_starts=own.start,
+                optimizer_loss_scatters=own.scatter)
     t = run.array("t_step")
     warm = run.array("warmup") > 0.5
     keep = np.isfinite(t) & ~warm
@@ -149,7 +155,7 @@ def result_from_run_dir(request: TrialRequest, run_dir: Path, wall_s: float) -> 
 
         return TrialResult(ok=False, error=no_measured_steps(run, run_dir, len(t)), **base)
     samples = np.nan_to_num(run.array("samples"), nan=1.0)
-    loss = _parity_loss(run)
+    loss, scatter = _parity_loss(run)
     mem = _finite(run.array("mem.cuda_alloc_peak"))
     if not mem.size:
         mem = _finite(run.array("mem.rss"))
@@ -165,7 +171,7 @@ def result_from_run_dir(request: TrialRequest, run_dir: Path, wall_s: float) -> 
         others = _finite(np.asarray(system_series(run).get("cpu_others", []), dtype=np.float64))
     return TrialResult(ok=True, others_load=float(np.median(others)) / 100 if others.size else None, step_times=t[keep].tolist(), samples=samples[keep].tolist(),
                        epoch_starts=starts[keep].tolist() if starts[keep].any() else [],
-                       steps_per_epoch=per_epoch, loss=loss, loss_start=_start_loss(run),
+                       steps_per_epoch=per_epoch, loss=loss, loss_start=_start_loss(run), loss_scatter=scatter,
                        memory_peak=float(mem.max()) if mem.size else None,
                        mfu=utilization, peak_name=reading.peak_name if utilization else None,
                        steps_run=int(t.size), warmup_s=_warmup_s(run, step_numbers, t, warm, step_s),
@@ -201,22 +207,26 @@ def _start_loss(run: Any, steps: int = 5) -> float | None:
     return float(np.mean(first)) if first.size else None
 
 
-def _parity_loss(run: Any) -> float | None:
+def _parity_loss(run: Any) -> tuple[float | None, float | None]:
+    """(the parity loss, its tail_scatter): the last validation loss (no scatter), else the mean
+    training loss over the last quarter of the steps."""
+    from trainspeed.tune.optimizer_losses import tail_scatter
+
     for event in reversed(run.events_of("eval")):
         value = (event.get("data") or {}).get("val_loss")
         if isinstance(value, (int, float)):
-            return float(value)
+            return float(value), None
     losses = run.array("loss")
     if not losses.size:
-        return None
+        return None, None
     tail = losses[-max(1, len(losses) // 4):]
     if np.isnan(tail).all():
         # No loss was logged near the end. A NaN/Inf *value* reads as NaN too, which is
         # exactly what parity must catch, so report NaN when any step logged a non-finite loss.
-        return math.nan if np.isinf(losses).any() else None
+        return (math.nan if np.isinf(losses).any() else None), None
     if not np.isfinite(tail[~np.isnan(tail)]).all():
-        return math.inf
-    return float(np.nanmean(tail))
+        return math.inf, None
+    return float(np.nanmean(tail)), tail_scatter(tail)
 
 
 def _classify_failure(returncode: int, stderr: str, crash: str | None = None) -> str:
