@@ -276,6 +276,25 @@ def test_no_winner_line_names_the_settings_the_budget_left_unmeasured():
         "nothing won over the baseline: your script's settings are already the fastest measured here")
 
 
+def test_no_winner_line_names_a_faster_setting_refused_for_its_loss_and_the_tolerance_to_keep_it():
+    # dcgan --manualSeed 1 (stored trials without a tail scatter): bf16 1.10x, refused for
+    # optimizerG's loss +8.1 % against the 5 % floor; the line said "already the fastest measured"
+    from trainspeed.cli.tune import no_winner_line
+    from trainspeed.tune.result import Row, TuneResult
+
+    common = dict(combination=[], best_settings={}, baseline_cost_s=1e-3, trials_run=6, trials_reused=0,
+                  elapsed_s=30.0)
+    bf16 = Row(knob="precision", setting="bf16", verdict="loss mismatch", speedup=1.10, ci=(1.07, 1.12),
+               loss_delta=0.081, note="optimizerG's loss 3.138 vs baseline 2.902: beyond a tolerance of 5.0%")
+    line = no_winner_line(TuneResult(ablation=[bf16], final=None, **common))
+    assert line == ("nothing is kept: precision=bf16 read 1.10x faster, but its loss was +8.1% off the baseline's, "
+                    "beyond the tolerance (its note says whose and why). Where that difference is acceptable for "
+                    "your model, rerun with the same --out and --loss-tolerance 0.1")
+    # a loss that went non-finite is never offered a larger tolerance
+    bf16.loss_delta = float("inf")
+    assert "--loss-tolerance" not in no_winner_line(TuneResult(ablation=[bf16], final=None, **common))
+
+
 def test_no_winner_line_when_the_edit_of_a_whatif_winner_did_not_verify():
     # the what-if (every 4th save) won at 3.9x; best.patch's edit, run in the verification,
     # changed nothing (an epoch-local step counter): the line says the edit was measured

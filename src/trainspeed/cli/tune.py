@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import contextlib
 
 from trainspeed.cli._args import duration
@@ -282,7 +283,7 @@ def no_winner_line(result) -> str:
     measured = [row for row in result.ablation if row.speedup is not None]
     won = [row for row in result.ablation if row.verdict == "faster" and row.speedup is not None]
     wins = _speedups(won)
-    from trainspeed.tune.stats import BUSY, NO_CHANGE, SKIPPED, SLOWER
+    from trainspeed.tune.stats import BUSY, LOSS_MISMATCH, NO_CHANGE, SKIPPED, SLOWER
 
     final = getattr(result, "final", None)
     busy = [row for row in [*result.ablation, final] if row is not None and row.verdict == BUSY]
@@ -334,6 +335,17 @@ def no_winner_line(result) -> str:
         return (f"nothing is kept, nor known to lose: {row.knob}={row.setting} read {row.speedup:.2f}x "
                 f"(CI {row.ci[0]:.2f}–{row.ci[1]:.2f}), undecided within this machine's run-to-run noise{band}; "
                 "rerun on a quieter machine, or with the same --out and a larger --budget for more rounds")
+    mismatched = sorted((row for row in measured if row.verdict == LOSS_MISMATCH and row.speedup >= UNDECIDED
+                         and row.loss_delta is not None and math.isfinite(row.loss_delta)), key=lambda row: -row.speedup)
+    if mismatched:
+        # dcgan --manualSeed 1: bf16 read 1.10x and was refused for its generator's loss (+8 %),
+        # and this line said the script's settings were "already the fastest measured here". A
+        # non-finite loss is never offered a larger tolerance.
+        row = mismatched[0]
+        wider = math.ceil(abs(row.loss_delta) * 20 + 1e-9) / 20  # the next 5 % step past the difference
+        return (f"nothing is kept: {row.knob}={row.setting} read {row.speedup:.2f}x faster, but its loss was "
+                f"{row.loss_delta:+.1%} off the baseline's, beyond the tolerance (its note says whose and why). Where "
+                f"that difference is acceptable for your model, rerun with the same --out and --loss-tolerance {wider:g}")
     if measured:
         # reinforce.py's 3m tune measured 2 of its 9 settings (the rest did not fit the budget or
         # were stopped before a baseline's time) and this line said the script's settings were
