@@ -86,8 +86,11 @@ def test_an_interrupted_tune_prints_the_command_that_resumes_it(tmp_path, monkey
     code, _, err = _run(["tune", "--knobs", "threads", "--budget", "2m", "--", "python", "train.py", "--lr", "1"],
                         capsys)
     assert code == 130
-    assert ("Resume with: trainspeed tune --out runs/tune-train-threads --knobs threads --budget 2m -- python train.py "
-            "--lr 1") in err
+    # the command whole, on a line of its own (copied as it is); the sentence before it folds as
+    # every progress line does, at the log's width
+    assert ("Resume with:\n    trainspeed tune --out runs/tune-train-threads --knobs threads --budget 2m -- python "
+            "train.py --lr 1\n") in err
+    assert all(len(line) <= 110 for line in err.splitlines() if "trainspeed tune --out" not in line), err
     assert "Traceback" not in err
 
 
@@ -109,7 +112,7 @@ def test_a_tune_ended_by_sigterm_says_how_to_resume_and_leaves_the_handler_as_it
     monkeypatch.setattr(script_session, "run_script_tune", terminated)
     before = signal.getsignal(signal.SIGTERM)
     code, _, err = _run(["tune", "--knobs", "threads", "--budget", "2m", "--", "python", "train.py"], capsys)
-    assert code == 130 and "Resume with: trainspeed tune --out runs/tune-train-threads" in err, err
+    assert code == 130 and "Resume with:\n    trainspeed tune --out runs/tune-train-threads" in err, err
     assert signal.getsignal(signal.SIGTERM) is before
 
 

@@ -173,7 +173,9 @@ def unmeasured_exit(result) -> int:
     import sys
 
     if not any(row.speedup is not None for row in result.ablation) and result.ablation:
-        print(f"trainspeed tune: {no_winner_line(result)}", file=sys.stderr)
+        from trainspeed.tune.progress import ProgressPrinter
+
+        ProgressPrinter(sys.stderr)(f"trainspeed tune: {no_winner_line(result)}")  # folded as stdout's lines
         return NOTHING_MEASURED
     return 0
 
@@ -214,8 +216,12 @@ def resume_hint(args, out):
         yield
     except KeyboardInterrupt:
         argv = getattr(args, "argv", None) or ["tune", "--", *([args.target] if args.target else []), *args.rest]
-        print(f"\ntrainspeed tune: interrupted; the finished trials are kept in {out / 'tune.jsonl'}. "
-              f"Resume with: {resume_command(argv, out)}", file=sys.stderr, flush=True)
+        from trainspeed.tune.progress import ProgressPrinter
+
+        # folded as stdout's lines, the command whole on a line of its own (it is copied)
+        ProgressPrinter(sys.stderr)(f"\ntrainspeed tune: interrupted; the finished trials are kept in "
+                                    f"{out / 'tune.jsonl'}. Resume with:")
+        print(f"    {resume_command(argv, out)}", file=sys.stderr, flush=True)
         raise
     finally:
         if restore is not None:
