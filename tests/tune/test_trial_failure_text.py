@@ -43,3 +43,16 @@ def test_a_traceback_on_stderr_puts_its_exception_on_the_first_line():
               "    helps = _waiting_helps(ctx)\nNameError: name '_waiting_helps' is not defined\n")
     first = _classify_failure(1, stderr).splitlines()[0]
     assert first == "exit code 1: NameError: name '_waiting_helps' is not defined (at bound.py:44); stderr tail:"
+
+
+def test_a_onednn_kernel_the_cpu_lacks_is_said_to_be_the_machines_not_the_scripts():
+    # word_language_model's bf16 trial on a CI CPU ended with only oneDNN's words
+    crash = ("RuntimeError: could not create a primitive descriptor for the LSTM forward propagation primitive. "
+             "Run workload with environment variable ONEDNN_VERBOSE=all to get additional diagnostic information."
+             " (main.py:163)")
+    text = _classify_failure(1, "", crash)
+    assert text.startswith("exit code 1: oneDNN (PyTorch's CPU kernels) has no kernel on this CPU for an op of the "
+                           "model in the setting's dtype, so the setting cannot run here; not a fault of the script: ")
+    assert text.endswith(crash)
+    stderr = "Traceback (most recent call last):\n  ...\n" + crash.rsplit(" (", 1)[0] + "\n"
+    assert "has no kernel on this CPU" in _classify_failure(1, stderr) and "LSTM forward" in _classify_failure(1, stderr)

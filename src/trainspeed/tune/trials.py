@@ -229,6 +229,11 @@ def _parity_loss(run: Any) -> tuple[float | None, float | None]:
     return float(np.nanmean(tail)), tail_scatter(tail)
 
 
+ONEDNN_NO_KERNEL = "could not create a primitive descriptor"
+"""oneDNN's error where it has no implementation of a primitive for the dtypes asked on this CPU
+(a bf16 LSTM on a CPU without bf16 support)."""
+
+
 def _classify_failure(returncode: int, stderr: str, crash: str | None = None) -> str:
     """The failed trial's error: its crash as the run directory recorded it where there is one
     (a doctor trial runs --quiet: its stderr is empty), else the tail of its stderr."""
@@ -237,6 +242,12 @@ def _classify_failure(returncode: int, stderr: str, crash: str | None = None) ->
     said = stderr + (crash or "")
     if "out of memory" in said.lower() or "OutOfMemoryError" in said:
         return f"OOM (exit {returncode}): {crash or (lines[-1] if lines else '')}"
+    if ONEDNN_NO_KERNEL in said:
+        # word_language_model's bf16 trial on a CI CPU: "could not create a primitive descriptor
+        # for the LSTM forward propagation primitive", which names neither the cause nor whose it is
+        return (f"exit code {returncode}: oneDNN (PyTorch's CPU kernels) has no kernel on this CPU for an op of the "
+                f"model in the setting's dtype, so the setting cannot run here; not a fault of the script: "
+                f"{crash or _last_error(lines)}")
     if crash:
         return f"exit code {returncode}: {crash}"
     if not tail:
