@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import argparse
-import math
 import contextlib
+import math
 
 from trainspeed.cli._args import duration
 from trainspeed.cli._launchers import is_accelerate, one_process

@@ -296,23 +296,19 @@ class Monitor:
             self._cpu_read_after = t_end + self._cpu_every
         else:
             cpu = None
-        if loss is None:
-            pass
-        elif loss.__class__ is self._item_class:
-            # A CPU scalar, as the last checked loss was (rechecked every interval). Each torch
-            # call costs microseconds right after the optimizer's ops (item() ~10 µs a step in
-            # monitor_overhead's loop), so is_cpu/numel are not asked, and with
-            # keep_loss_tensors a loss outside autograd is kept as it is and read at flush.
-            # One still in a graph is read now: holding it would hold its graph.
-            if self._keep_losses and not loss.requires_grad:
-                pass
-            else:
+        if loss is not None:
+            if loss.__class__ is not self._item_class:
+                loss = self._store_loss(len(rows), loss)
+            elif not self._keep_losses or loss.requires_grad:
+                # A CPU scalar, as the last checked loss was (rechecked every interval). Each torch
+                # call costs microseconds right after the optimizer's ops (item() ~10 µs a step in
+                # monitor_overhead's loop), so is_cpu/numel are not asked, and with
+                # keep_loss_tensors a loss outside autograd is kept as it is (the row holds it)
+                # and read at flush. One still in a graph is read now: holding it would hold its graph.
                 try:
                     loss = loss.item()
                 except RuntimeError:  # not one element any more: a per-sample loss vector
                     loss = self._store_loss(len(rows), loss)
-        else:
-            loss = self._store_loss(len(rows), loss)
         rows.append((samples, tokens, pad_tokens, lr, self._syncs, warmup, t_end, cpu, loss))
         self.steps_done += 1
         if len(rows) >= self._cap:
@@ -362,14 +358,13 @@ class Monitor:
             # A collective: skipped when closing on an error (the other ranks may be gone).
             loss_list = np.asarray(self.reduce_losses(np.asarray(loss_list, dtype=np.float64)),
                                    dtype=np.float64).tolist()
-        nonfinite = sum(1 for x, g in zip(loss_list, given) if g and not math.isfinite(x))
+        self.nonfinite_losses += sum(1 for x, g in zip(loss_list, given) if g and not math.isfinite(x))
         # The timeline is consumed only after the loss reduction, a collective that can fail
         # (a dead rank): close() then flushes again, with every pending step still in place.
-        self.nonfinite_losses += nonfinite
         rows = pending_rows(self._rows, first, self._syncs_before, self._warm_marked, self.warmup_steps)
         self._item_class = None
         wall_offset = time.time() - _perf_counter()  # rows hold perf_counter times
-        build = partial(_interval_records, rows, loss_list, self._recent, first_step=self.steps_done - n,
+        build = partial(_interval_records, rows, loss_list, self._recent, first_step=first,
                         wall_offset=wall_offset, rank=self.rank, cpu_before=self._cpu_before)
         timeline = self._timeline
         if isinstance(timeline, CpuTimeline):

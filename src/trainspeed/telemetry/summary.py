@@ -226,12 +226,21 @@ def robust_series(run: RunData, keep: np.ndarray) -> tuple[np.ndarray, np.ndarra
     whose cores were all in use, shared with others (contention.saturated), the same steps,
     judged when a phase's share of the step grew (basis "share"), else undecided (basis
     "saturated"). See contention.robust_step_times."""
+    return _robust_series(run, keep)[:4]
+
+
+def _robust_series(run: RunData, keep: np.ndarray) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray], str,
+                                                            tuple[float, float] | None]:
+    """robust_series, and the (first-quarter, last-quarter) median samples per step where the
+    times are per sample (the steps' samples changed by work_scale.SAMPLES_CHANGE), else None."""
     from trainspeed.telemetry.contention import saturated
+    from trainspeed.telemetry.work_scale import per_sample
 
     steps, times, phases, basis = _series(run, keep)
-    scaled = _per_sample(run, keep, steps, times, phases)
+    scaled = per_sample(steps, times, phases, run.array("step")[keep], run.array("samples")[keep])
+    work = None
     if scaled is not None:  # the steps' work changed (an RL episode per step): judged per sample
-        times, phases = scaled[0], scaled[1]
+        times, phases, work = scaled
     _, cores = run_threads_cores(run)
     # Every core in use, shared with other processes: no reading shows a change of their load,
     # and this process's CPU time per step moves with what they run (module_transforms, one
@@ -239,23 +248,8 @@ def robust_series(run: RunData, keep: np.ndarray) -> tuple[np.ndarray, np.ndarra
     # read as 'step time grows' on the steps level with the start's). Only a phase's share of
     # the step is the script's own (phase_shares.grown_share).
     if basis != "changing" and saturated(others_per_step(run, keep)[0], own_per_step(run, keep), cores):
-        return steps, times, phases, "share" if saturated_grown_phase(run, keep) else "saturated"
-    return steps, times, phases, basis
-
-
-def _per_sample(run: RunData, keep: np.ndarray, steps: np.ndarray, times: np.ndarray,
-                phases: dict[str, np.ndarray]) -> tuple[np.ndarray, dict[str, np.ndarray], tuple[float, float]] | None:
-    from trainspeed.telemetry.work_scale import per_sample
-
-    return per_sample(steps, times, phases, run.array("step")[keep], run.array("samples")[keep])
-
-
-def work_change(run: RunData, keep: np.ndarray) -> tuple[float, float] | None:
-    """(first-quarter, last-quarter) median samples per step when robust_series compares the
-    steps per sample (their samples changed by work_scale.SAMPLES_CHANGE), else None."""
-    steps, times, phases, _ = _series(run, keep)
-    scaled = _per_sample(run, keep, steps, times, phases)
-    return scaled[2] if scaled is not None else None
+        return steps, times, phases, "share" if saturated_grown_phase(run, keep) else "saturated", work
+    return steps, times, phases, basis, work
 
 
 def saturated_grown_phase(run: RunData, keep: np.ndarray) -> str | None:
@@ -351,9 +345,9 @@ def _trend(run: RunData, keep: np.ndarray) -> dict[str, Any] | None:
 
     if not keep.any():
         return None
-    steps, times, phases, basis = robust_series(run, keep)
+    # work: the steps' samples changed, and the times are compared per sample
+    steps, times, phases, basis, work = _robust_series(run, keep)
     found = detect_trend(steps, times, phases, min_steps=MIN_TREND_STEPS)
-    work = work_change(run, keep)  # the steps' samples changed: times compared per sample
 
     def said(message: str) -> str:
         return message if work is None else f"{message.replace('step time', 'step time per sample', 1)} ({describe(work)})"

@@ -42,7 +42,7 @@ LAUNCH_MFU = 0.05
 
 def _helps(ctx: CheckContext, bound: str, launch: bool, unfused: bool) -> list[str]:
     loader = ctx.train_loader() or {}
-    if bound == "data" and is_rollout(ctx) and ctx.share("eval") >= sum(ctx.share(p) for p in DATA):
+    if bound == "data" and _rollout_leads(ctx):
         env = env_steps(ctx)
         if env is None:  # the PPO example's CartPole steps: 47 ms of the run; worker processes win nothing
             return [h for h in ROLLOUT_HELPS if "AsyncVectorEnv" not in h]
@@ -147,6 +147,12 @@ def _waiting_helps(ctx: CheckContext) -> list[str]:
             "(the data finding below)"]
 
 
+def _rollout_leads(ctx: CheckContext) -> bool:
+    """An RL rollout (rollout.py) whose time is at least the data loader's: the data is collected
+    experience, and its helps, statement and tunes are the rollout's, not the DataLoader's."""
+    return is_rollout(ctx) and ctx.share("eval") >= sum(ctx.share(p) for p in DATA)
+
+
 def env_steps(ctx: CheckContext) -> tuple[str, float] | None:
     """('the environment's steps take 5% of the time (`env.step(action)` at reinforce.py:89, 109
     calls a step)', that share) when a gymnasium/gym environment's steps took WORK_SHARE of the
@@ -192,7 +198,7 @@ def where_time_goes(ctx: CheckContext) -> dict[str, Any] | None:
              for kind, phases in (("data", data), ("overhead", overhead), ("compute", compute))}
     what = {"data": "waiting for data", "overhead": "the host's own work around the training phases",
             "compute": "the model's forward, backward and update"}[bound]
-    if bound == "data" and rollout and ctx.share("eval") >= sum(ctx.share(p) for p in DATA):
+    if bound == "data" and _rollout_leads(ctx):
         what = ("collecting experience (the rollout: the policy's no-grad forwards in train() mode and the "
                 "environments' steps between updates)")
     if launch:
@@ -210,10 +216,9 @@ def where_time_goes(ctx: CheckContext) -> dict[str, Any] | None:
         # forward, backward and update at 0.3 % of cpu" (55x its quiet step), with no word of why
         statement += (f"; other processes held {busy['others']:.1f} of the {busy['cores']} cores meanwhile: these "
                       "are the busy machine's times, not the script's (machine_busy below)")
-    loaderish = sum(ctx.share(p) for p in DATA) > ctx.share("eval")
     work = tuple(topic for phase, topic in (("log", "logging"), ("ckpt", "checkpoint"), ("eval", "eval"))
                  if ctx.share(phase) >= WORK_SHARE)
-    topics = {"data": () if rollout and not loaderish else ("num_workers",),
+    topics = {"data": () if _rollout_leads(ctx) else ("num_workers",),
               "overhead": ("compile", "batch_size") if launch else work,
               "compute": ("precision", "compile")}[bound]
     unfused = bound == "compute" and optimizer_not_fused(ctx) is not None

@@ -26,19 +26,25 @@ from trainspeed.doctor.instrument.session import Session
 from trainspeed.engine.deepspeed_facts import one_process_env
 
 
-def set_one_process_env(session: Session, patches: Patches, who: str) -> dict[str, str]:
-    """Add the one-process launch environment for the script's run (undone at uninstall) and
-    say so; {} when a launcher's (or MPI's) environment is there already."""
+def add_one_process_env(patches: Patches, who: str, say: Callable[[str], None]) -> dict[str, str]:
+    """Add the one-process launch environment (undone with `patches`) and say so through `say`;
+    {} when a launcher's (or MPI's) environment is there already."""
     add = one_process_env()
-    if not add:
-        return add
     for key, value in add.items():
         patches.call_on_undo(lambda key=key: os.environ.pop(key, None))
         os.environ[key] = value
-    session.observe("one_process_launch", "one_process_launch", added_env=add, by=who)
+    if add:
+        say(f"no launcher environment (RANK, WORLD_SIZE, LOCAL_RANK): {who} runs as one process "
+            f"({' '.join(f'{k}={v}' for k, v in add.items())})")
+    return add
+
+
+def set_one_process_env(session: Session, patches: Patches, who: str) -> dict[str, str]:
+    """add_one_process_env for the script's doctor run (undone at uninstall), observed."""
     # not print(): logs.py would count the doctor's own note as the script's logging
-    sys.stderr.write(f"trainspeed doctor: no launcher environment (RANK, WORLD_SIZE, LOCAL_RANK): {who} runs as "
-                     f"one process ({' '.join(f'{k}={v}' for k, v in add.items())})\n")
+    add = add_one_process_env(patches, who, lambda text: sys.stderr.write(f"trainspeed doctor: {text}\n"))
+    if add:
+        session.observe("one_process_launch", "one_process_launch", added_env=add, by=who)
     return add
 
 
@@ -98,18 +104,8 @@ def launcher_env_reads(say: Callable[[str], None]) -> Patches:
     session): the tune's own trials ran the script as rank 0 of 1, and the command it prints to
     run its winners failed with "KeyError: 'LOCAL_RANK'". Undo the returned Patches after."""
     patches = Patches()
-
-    def set_env(who: str) -> dict[str, str]:
-        add = one_process_env()
-        for key, value in add.items():
-            patches.call_on_undo(lambda key=key: os.environ.pop(key, None))
-            os.environ[key] = value
-        if add:
-            say(f"no launcher environment (RANK, WORLD_SIZE, LOCAL_RANK): {who} runs as one process "
-                f"({' '.join(f'{k}={v}' for k, v in add.items())})")
-        return add
-
-    patches.wrap(os._Environ, "__getitem__", lambda original: _make_getitem(lambda: True, set_env, original))
+    patches.wrap(os._Environ, "__getitem__", lambda original: _make_getitem(
+        lambda: True, lambda who: add_one_process_env(patches, who, say), original))
     return patches
 
 
@@ -150,4 +146,4 @@ def _script_read() -> bool:
     return not filename.startswith(_STDLIB) and not filename.startswith("<") and installed_package(filename) is None
 
 
-__all__ = ["install", "launcher_env_reads", "set_one_process_env"]
+__all__ = ["add_one_process_env", "install", "launcher_env_reads", "set_one_process_env"]
