@@ -43,7 +43,11 @@ def missing_formulas() -> dict[Any, Callable[..., int]]:
     `_scaled_dot_product_flash_attention_for_cpu` (and its backward), which torch 2.13 has no
     formula for (pytorch/pytorch#195460), so a transformer's attention matmuls vanished from
     MFU on CPU. They get the formulas torch uses for the GPU kernels (full, not causal-halved,
-    attention: the usual convention). An op a later torch knows is left to torch."""
+    attention: the usual convention). The fused recurrent kernels count 0 as well: an `nn.LSTM` on
+    the CPU runs `mkldnn_rnn_layer` (one layer, one direction a call), on CUDA `_cudnn_rnn`
+    (ROCm: `miopen_rnn`), so an LSTM model's MFU read "0.0% of the peak" (pytorch/examples'
+    mnist_rnn). They get the matmuls they run: 2 FLOPs per token per weight of the input and
+    hidden matrices, the backward twice that. An op a later torch knows is left to torch."""
     import torch
     from torch.utils import flop_counter
 
@@ -51,6 +55,12 @@ def missing_formulas() -> dict[Any, Callable[..., int]]:
     formulas = {
         "_scaled_dot_product_flash_attention_for_cpu": _sdpa_forward,
         "_scaled_dot_product_flash_attention_for_cpu_backward": _sdpa_backward,
+        "mkldnn_rnn_layer": _mkldnn_rnn_forward,
+        "mkldnn_rnn_layer_backward": _mkldnn_rnn_backward,
+        "_cudnn_rnn": _fused_rnn_forward,
+        "_cudnn_rnn_backward": _fused_rnn_backward,
+        "miopen_rnn": _fused_rnn_forward,
+        "miopen_rnn_backward": _fused_rnn_backward,
     }
     out = {}
     for name, formula in formulas.items():
@@ -71,6 +81,33 @@ def _sdpa_backward(grad_out_shape, query_shape, key_shape, value_shape, *args: A
     from torch.utils.flop_counter import sdpa_backward_flop_count
 
     return sdpa_backward_flop_count(grad_out_shape, query_shape, key_shape, value_shape)
+
+
+def _rnn_flops(input_shape: Any, weight_shapes: Any) -> int:
+    """Forward FLOPs of a recurrent layer: each token (time step x batch row; a packed input's
+    rows) multiplies every 2-D weight (input-hidden, hidden-hidden, projection) once."""
+    tokens = 1
+    for size in tuple(input_shape)[:-1]:
+        tokens *= int(size)
+    return 2 * tokens * sum(int(w[0]) * int(w[1]) for w in weight_shapes if w is not None and len(w) == 2)
+
+
+def _mkldnn_rnn_forward(input_shape, w_ih, w_hh, *args: Any, out_shape: Any = None, **kwargs: Any) -> int:
+    return _rnn_flops(input_shape, (w_ih, w_hh))
+
+
+def _mkldnn_rnn_backward(input_shape, w_ih, w_hh, *args: Any, out_shape: Any = None, **kwargs: Any) -> int:
+    # The gradients of the inputs (hidden state included) and of the weights: twice the forward.
+    return 2 * _rnn_flops(input_shape, (w_ih, w_hh))
+
+
+def _fused_rnn_forward(input_shape, weights, *args: Any, out_shape: Any = None, **kwargs: Any) -> int:
+    # Every layer and direction runs over all tokens; its 2-D weights name its own input width.
+    return _rnn_flops(input_shape, weights)
+
+
+def _fused_rnn_backward(input_shape, weights, *args: Any, out_shape: Any = None, **kwargs: Any) -> int:
+    return 2 * _rnn_flops(input_shape, weights)
 
 
 def count_train_step_flops(
