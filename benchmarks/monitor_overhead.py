@@ -16,10 +16,11 @@ are no-op context managers, the loader is iter(), step() returns): its cost is t
 (three `with` blocks, x.shape[0], a keyword call), not the Monitor's work, which is the
 difference between the two sides.
 
-With --cpu-clock-every-step, a Monitor that reads the process CPU clock at every step's end
-(before CPU_READ_EVERY_S) runs beside: the paired difference is what that reading costs.
+With --cpu-read-every S, a Monitor that reads the process CPU clock once S seconds of steps
+passed (0: at every step's end; the Monitor's own interval is CPU_READ_EVERY_S) runs beside:
+the paired difference is what reading it that often costs, or saves.
 
-    python benchmarks/monitor_overhead.py [--trials 5] [--steps 1500] [--floor] [--cpu-clock-every-step]
+    python benchmarks/monitor_overhead.py [--trials 5] [--steps 1500] [--floor] [--cpu-read-every S]
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ from torch import nn
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from harness import interleave_sides, trials_summary, write_result  # noqa: E402
 
-from trainspeed.telemetry.monitor import Monitor  # noqa: E402
+from trainspeed.telemetry.monitor import CPU_READ_EVERY_S, Monitor  # noqa: E402
 from trainspeed.telemetry.schema import MEASURED_PHASES  # noqa: E402
 
 
@@ -113,9 +114,9 @@ def workload_args() -> argparse.ArgumentParser:
 def main() -> None:
     ap = workload_args()
     ap.add_argument("--floor", action="store_true", help="add a side with a do-nothing Monitor (see docstring)")
-    ap.add_argument("--cpu-clock-every-step", action="store_true",
-                    help="add a side whose Monitor reads the process CPU clock at every step (as before "
-                         "CPU_READ_EVERY_S): the saving, side by side")
+    ap.add_argument("--cpu-read-every", type=float, default=None, metavar="S",
+                    help="add a side whose Monitor reads the process CPU clock every S seconds of steps "
+                         "(0: every step) instead of every CPU_READ_EVERY_S: the difference, side by side")
     args = ap.parse_args()
     trials = []
     for t in range(args.trials):
@@ -126,16 +127,16 @@ def main() -> None:
                  "with_monitor": monitored_step(*side, mon)}
         if args.floor:
             sides["null_monitor"] = monitored_step(*side, NullMonitor())
-        every_step = None
-        if args.cpu_clock_every_step:
-            every_step = Monitor(Path(tempfile.mkdtemp(prefix="ts-bench-")), log_every=50, warmup_steps=0,
-                                 system_sampler=True, write_env=False)
-            every_step._cpu_every = 0.0  # a reading at every step's end
-            sides["cpu_clock_every_step"] = monitored_step(*side, every_step)
+        other_cpu = None
+        if args.cpu_read_every is not None:
+            other_cpu = Monitor(Path(tempfile.mkdtemp(prefix="ts-bench-")), log_every=50, warmup_steps=0,
+                                system_sampler=True, write_env=False)
+            other_cpu._cpu_every = args.cpu_read_every
+            sides["cpu_read_every"] = monitored_step(*side, other_cpu)
         trials.append(interleave_sides(sides, args.steps, seed=t))
         mon.close()
-        if every_step is not None:
-            every_step.close()
+        if other_cpu is not None:
+            other_cpu.close()
         last = trials_summary(trials[-1:], "hand_loop", "hand_loop_again")
         print(f"  [monitor_overhead] trial {t + 1}/{args.trials}: step {last['hand_loop']['median_step_s'] * 1e3:.2f} ms, "
               f"with Monitor x{last['with_monitor']['ratio']:.4f}, A/A x{last['hand_loop_again']['ratio']:.4f}", flush=True)
@@ -154,9 +155,11 @@ def main() -> None:
         res["monitor_work_us"] = paired_us(trials, "null_monitor", "with_monitor")
         print(f"the loop's shape on a do-nothing Monitor: {res['null_monitor']['median_paired_diff_us']:.0f} µs; "
               f"the Monitor's own work: {res['monitor_work_us']:.0f} µs per step (median paired difference)")
-    if args.cpu_clock_every_step:
-        res["cpu_clock_saving_us"] = paired_us(trials, "with_monitor", "cpu_clock_every_step")
-        print(f"reading the CPU clock at every step instead: {res['cpu_clock_saving_us']:+.1f} µs per step "
+    if args.cpu_read_every is not None:
+        res["cpu_read_every_s"] = args.cpu_read_every
+        res["cpu_read_every_diff_us"] = paired_us(trials, "with_monitor", "cpu_read_every")
+        print(f"reading the CPU clock every {args.cpu_read_every * 1e3:g} ms of steps instead of every "
+              f"{CPU_READ_EVERY_S * 1e3:g} ms: {res['cpu_read_every_diff_us']:+.1f} µs per step "
               f"(median paired difference against the Monitor as it is)")
     # The goal is absolute (µs per step), not a ratio: at 1-3 ms steps a ratio measures Python call cost.
     us = mon_res["median_paired_diff_us"]

@@ -47,11 +47,13 @@ _perf_counter = time.perf_counter
 # CPU seconds of this process (all its threads) at a step's end: beside the wall time it
 # tells a slower script from a busy machine (0.65 µs a call in a warm loop; see CPU_READ_EVERY_S).
 _process_time = time.process_time
-CPU_READ_EVERY_S = 0.005
+CPU_READ_EVERY_S = 0.02
 """The process CPU clock is read at a step's end once this much wall time has passed since the
-last reading: a system call of 1-5 µs on a VM right after the step's torch ops, a few % of a
-1 ms step read every step. Steps in between share the next reading (records.step_cpu); steps
-of 5 ms or more are each read."""
+last reading: a system call that costs 5-8 µs on a VM right after the step's torch ops (0.6 µs
+in a warm loop), so 1-3 ms steps share a reading (records.step_cpu splits it evenly) and steps
+of 20 ms or more are each read. The system sampler's rows, which say whether other processes
+took the cores, are a fraction of a second apart: finer CPU readings add nothing to
+telemetry/contention.py's judgement. At 5 ms the reading cost 2-4 µs per 2-3.5 ms step."""
 
 # Upper bound on steps held between flushes, whatever log_every is: bounds memory and the
 # delay before records reach disk.

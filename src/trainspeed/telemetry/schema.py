@@ -25,7 +25,7 @@ A step record (all times in seconds, memory in bytes; absent values are null):
   (never negative). `warmup` marks steps excluded from throughput (warm-up, compilation).
   `cpu` (added in schema 1, absent in older records) is the CPU seconds the training process
   (all its threads) used in the step: a wall time that grows while `cpu` does not is the
-  machine's load, not the script (see telemetry/contention.py). Steps shorter than 5 ms share
+  machine's load, not the script (see telemetry/contention.py). Steps shorter than 20 ms share
   one reading of the CPU clock, split evenly (Monitor.CPU_READ_EVERY_S). The `system` event
   carries the sampler's `series` (t, cpu_tree, cpu_others, rss, children_rss; % of one core,
   bytes).
