@@ -196,36 +196,55 @@ def resume_command(argv: list[str], out) -> str:
 
 @contextlib.contextmanager
 def resume_hint(args, out):
-    """On Ctrl-C or SIGTERM (`timeout 10m trainspeed tune ...`, a scheduler), the command that
-    resumes the tune (then the interrupt goes on to main). SIGTERM ended the tune silently: the
-    finished trials were kept, and nothing said so or how to go on."""
+    """On Ctrl-C, SIGTERM (`timeout 10m trainspeed tune ...`, a scheduler) or SIGHUP (the
+    terminal or SSH session closed), the command that resumes the tune (then the interrupt goes
+    on to main); on a full disk under --out, the same command, to run once space is freed.
+    SIGTERM and SIGHUP ended the tune silently: the finished trials were kept, and nothing said
+    so or how to go on; a full disk said only 'cannot write: No space left on device'."""
     import signal
     import sys
 
-    def terminated(signum, frame):
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a second SIGTERM ends the process
-        raise KeyboardInterrupt("SIGTERM")
+    from trainspeed.errors import NO_SPACE_ERRNOS
 
-    restore = None
-    if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+    def terminated(signum, frame):
+        signal.signal(signum, signal.SIG_DFL)  # a second one ends the process
+        raise KeyboardInterrupt(signal.Signals(signum).name)
+
+    restore = {}
+    for name in ("SIGTERM", "SIGHUP"):
+        sig = getattr(signal, name, None)
+        if sig is None or signal.getsignal(sig) is not signal.SIG_DFL:
+            continue  # a host's own handler (or nohup's SIG_IGN) stays
         try:
-            restore = signal.signal(signal.SIGTERM, terminated)
+            restore[sig] = signal.signal(sig, terminated)
         except ValueError:  # not the main thread (a tune started from a library's thread)
-            restore = None
-    try:
-        yield
-    except KeyboardInterrupt:
+            break
+
+    def say(first: str) -> None:
         argv = getattr(args, "argv", None) or ["tune", "--", *([args.target] if args.target else []), *args.rest]
         from trainspeed.tune.progress import ProgressPrinter
 
-        # folded as stdout's lines, the command whole on a line of its own (it is copied)
-        ProgressPrinter(sys.stderr)(f"\ntrainspeed tune: interrupted; the finished trials are kept in "
-                                    f"{out / 'tune.jsonl'}. Resume with:")
-        print(f"    {resume_command(argv, out)}", file=sys.stderr, flush=True)
+        try:  # after SIGHUP the terminal may be gone: the trials are kept either way
+            # folded as stdout's lines, the command whole on a line of its own (it is copied)
+            ProgressPrinter(sys.stderr)(f"\ntrainspeed tune: {first}; the finished trials are kept in "
+                                        f"{out / 'tune.jsonl'}. Resume with:")
+            print(f"    {resume_command(argv, out)}", file=sys.stderr, flush=True)
+        except OSError:
+            pass
+
+    try:
+        yield
+    except KeyboardInterrupt:
+        say("interrupted")
+        raise
+    except OSError as exc:
+        if exc.errno in NO_SPACE_ERRNOS:
+            where = exc.filename or out
+            say(f"no space left on {where} (free space on that disk first)")
         raise
     finally:
-        if restore is not None:
-            signal.signal(signal.SIGTERM, restore)
+        for sig, previous in restore.items():
+            signal.signal(sig, previous)
 
 
 def outcome_lines(result, out, command: list[str]) -> list[str]:
