@@ -225,6 +225,7 @@ class CheckpointSession:
         if says_no_space(exc):  # a save into a full disk fails the same way, after a long write
             self._route({"type": "warning", "kind": "crash_save_skipped", "error": str(exc)})
             self._close_quietly()
+            self._name_kept(exc)
             return None
         if self.agree_crash is not None:
             why_not = self.agree_crash(exc)
@@ -244,6 +245,29 @@ class CheckpointSession:
             return None
         finally:
             self._close_quietly()
+
+    def _name_kept(self, exc: BaseException) -> None:
+        """A full disk ended the run: its error line goes on to name the last checkpoint written
+        whole (a failed save never replaces it) and the command that resumes from it once there
+        is space. It said only 'no space left on DIR ... free space there', and nothing of the
+        step-2 checkpoint the step-4 save had left intact, nor of --auto-resume."""
+        if not self.writer:
+            return
+        from trainspeed.engine.checkpoint.listing import list_checkpoints
+
+        try:
+            kept = [c for c in list_checkpoints(self.manager.directory) if c.manifest is not None]
+        except OSError:
+            return
+        if not kept:
+            return
+        last = kept[-1]
+        then = (f"; the last checkpoint written, step {last.step} ({last.path}), is kept: once there is space, "
+                f"resume with {resume_command(last.path, self.run_name)}")
+        if isinstance(exc, CheckpointError) and len(exc.args) == 1:
+            exc.args = (f"{exc.args[0]}{then}",)
+        elif isinstance(exc, OSError) and exc.strerror:
+            exc.strerror += then
 
     def finish(self, step: int, make_state: StateFn, metrics: dict[str, Any] | None = None) -> None:
         """End of training: final save (checkpoint.save_final), then wait for every write."""

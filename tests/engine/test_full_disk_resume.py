@@ -1,0 +1,84 @@
+"""A run whose checkpoint disk fills: the save that does not fit leaves the one before intact,
+the error names that checkpoint and how to resume from it, and the resume, once there is space,
+continues from it. ENOSPC is injected (checkpoint/disk_full.py): no root, no tmpfs; the same
+run on a 15 MB tmpfs read the same."""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+from torch.utils.data import TensorDataset
+
+from trainspeed.engine.events import Callback
+from trainspeed.engine.trainer import Trainer
+from trainspeed.errors import DiskFullError
+
+sys.path.insert(0, str(Path(__file__).parent / "checkpoint"))
+from disk_full import full_disk  # noqa: E402
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def _data():
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(64, 6, generator=g)
+    return TensorDataset(x, x.sum(1, keepdim=True))
+
+
+def _model():
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(6, 8), nn.Tanh(), nn.Linear(8, 1))
+
+
+def mse(model, batch):
+    x, y = batch
+    return nn.functional.mse_loss(model(x), y)
+
+
+class FillsAt(Callback):
+    """The checkpoint disk is full from the end of step `step` on."""
+
+    def __init__(self, step, root, stack):
+        self.step, self.root, self.stack = step, root, stack
+
+    def on_batch_end(self, state):
+        if state.step == self.step:
+            self.stack.enter_context(full_disk(self.root, budget=0))
+
+
+def _cfg(tmp_path, **ckpt):
+    return {"run": {"out_dir": str(tmp_path), "name": "r", "max_steps": 8, "seed": 3},
+            "data": {"batch_size": 8},
+            "logging": {"every": 1, "warmup_steps": 0, "progress": False},
+            "eval": {"at_end": False}, "checkpoint": {"every_steps": 2, **ckpt}}
+
+
+@pytest.mark.parametrize("async_save", [False, True])
+def test_a_full_disk_names_the_checkpoint_kept_and_how_to_resume(tmp_path, async_save):
+    ckpts = tmp_path / "r" / "checkpoints"
+    with contextlib.ExitStack() as stack, pytest.raises(DiskFullError) as info:
+        Trainer(_model(), mse, _data(), config=_cfg(tmp_path, async_save=async_save),
+                callbacks=[FillsAt(3, ckpts, stack)]).fit()
+    message = str(info.value)
+    assert message.startswith(f"no space left on {ckpts}") and "\n" not in message, message
+    kept = ckpts / "step-00000002.pt"
+    assert f"the last checkpoint written, step 2 ({kept}), is kept: once there is space, resume with " \
+           in message, message
+    assert "checkpoint.auto_resume=true and run.name=r" in message  # not a trainspeed CLI: the keys
+    again = Trainer(_model(), mse, _data(), config=_cfg(tmp_path, async_save=async_save, auto_resume=True))
+    again.fit()
+    assert again.state.step == 8
+    assert (ckpts / "step-00000008.pt").exists()
+
+
+def test_a_full_disk_before_any_checkpoint_says_nothing_of_one(tmp_path):
+    ckpts = tmp_path / "r" / "checkpoints"
+    with contextlib.ExitStack() as stack, pytest.raises(DiskFullError) as info:
+        Trainer(_model(), mse, _data(), config=_cfg(tmp_path, async_save=False),
+                callbacks=[FillsAt(1, ckpts, stack)]).fit()
+    assert "last checkpoint written" not in str(info.value)
