@@ -136,3 +136,54 @@ def test_a_run_with_a_tunes_settings_verifies_with_those_settings(tmp_path, monk
         else:
             assert words[:5] == ["trainspeed", "run", "--with", "best.yaml", "--doctor"], c
             assert "--steps" in words and build_parser().parse_args(words[1:]).steps == 300
+
+
+def _eval_run(flags):
+    """A script run that evaluates every 13 steps, 20 % of the time, with the script's flags."""
+    from pathlib import Path
+
+    from test_checks import make_event, make_run
+    from trainspeed.doctor.checks.context import CheckContext
+    from trainspeed.telemetry.rundir import RunData
+    from trainspeed.telemetry.summary import summarize
+
+    run = make_run(n=52, shares={"forward": 0.3, "backward": 0.5})
+    for i, step in enumerate(run.steps):
+        step["phases"]["eval"] = 0.03 if i % 13 == 12 else 0.0
+    obs = [make_event("observation", 0, 0.0, kind="script_flags", source="argparse", site="main.py:13", flags=flags)]
+    run = RunData(path=Path("runs/doctor-main"), config={"command": ["python", "main.py", "--nEpochs", "4"]},
+                  steps=run.steps, events=[*run.events, *obs])
+    return CheckContext.from_run(run, summarize(run))
+
+
+def test_an_evaluation_without_an_interval_flag_is_verified_by_the_doctor_not_a_tune_that_skips_it():
+    """pytorch/examples' super_resolution runs test() after every epoch and has no flag for it: its
+    evaluation finding said `verify: trainspeed tune --knobs eval_every -- python main.py ...`, and
+    that tune, run as written, measured nothing ("the script has no eval-interval flag")."""
+    from trainspeed.doctor.checks import loop
+
+    epochs = {"option": "--nEpochs", "dest": "nEpochs", "value": 4, "default": 2, "type": "int", "kind": "store"}
+    f = loop.evaluation_share(_eval_run([epochs]))
+    assert f is not None and "every 13 steps" in f.evidence
+    assert "--knobs eval_every" not in f.verify_with
+    assert f.verify_with.startswith("trainspeed doctor") and "(after the change)" in f.verify_with
+    interval = {"option": "--eval-interval", "dest": "eval_interval", "value": 13, "default": 13, "type": "int",
+                "kind": "store"}
+    f = loop.evaluation_share(_eval_run([epochs, interval]))
+    assert f.verify_with == "trainspeed tune --knobs eval_every -- python main.py --nEpochs 4"
+
+
+def test_an_evaluation_after_every_epoch_is_advised_in_epochs():
+    """super_resolution's test() after each 13-step epoch was told 'evaluate less often than every
+    13 steps (every 500)': past its whole run (2 epochs by default)."""
+    from trainspeed.doctor.checks.script_flags import evaluation_advice
+
+    ctx = _eval_run([])
+    loader = {"kind": "dataloader", "role": "train", "num_workers": 4, "batch_size": 16, "dataset_len": 200,
+              "drop_last": False, "cores": 2}
+    ctx.observations.setdefault("dataloader", []).append(loader)
+    _, advice = evaluation_advice(ctx)
+    assert "every few epochs instead of after each one (an epoch is 13 steps here" in advice
+    assert "every 500" not in advice and "eval.every_steps=52" in advice
+    ctx.observations["dataloader"][0] = {**loader, "dataset_len": 2000}  # an epoch of 125 steps: not per epoch
+    assert "every 500" in evaluation_advice(ctx)[1]

@@ -269,10 +269,26 @@ class CheckContext:
                 command = (one_process_launch(self.launcher) if several else self.launcher) + command[1:]
             if self.plan:  # the tune starts from the script as it is: measure the applied settings too
                 topics = (*plan_knobs(self.plan), *topics)
-            tune = tune_command(*topics, command=command, budget=self._budget_option)
+            tune = tune_command(*self._script_measures(topics), command=command, budget=self._budget_option)
             return self.with_pythonpath(tune) if tune else f"{self.doctor_command()} (after the change)"
         config = self.run.path / "config.yaml"
         return tune_command(*topics, config=str(config) if config.is_file() else None)
+
+    def _script_measures(self, topics: tuple[str, ...]) -> tuple[str, ...]:
+        """`topics` less those whose script knob this script gives its trials nothing to vary:
+        the tune's eval_every sets the script's own eval-interval flag (a positive int) and skips
+        a script without one, so pytorch/examples' super_resolution (a test() after every
+        epoch, no flag) was told `trainspeed tune --knobs eval_every -- ...`, which measured
+        nothing ("the script has no eval-interval flag"). Its change is to the code: the doctor
+        verifies it."""
+        from trainspeed.doctor.checks.script_flags import script_flag
+
+        if not any(SCRIPT_TUNE_KNOBS.get(t) == "eval_every" for t in topics):
+            return topics
+        value = (script_flag(self, "eval_interval") or {}).get("value")
+        if isinstance(value, int) and not isinstance(value, bool) and value >= 1:
+            return topics
+        return tuple(t for t in topics if SCRIPT_TUNE_KNOBS.get(t) != "eval_every")
 
     def _budget_option(self, knobs: list[str]) -> str:
         """` --budget Nm --from RUN` where the tune's default budget cannot measure one setting of each of

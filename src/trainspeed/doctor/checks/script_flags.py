@@ -186,6 +186,16 @@ def eval_interval(ctx: CheckContext) -> float | None:
     return float(np.median(np.diff(steps)))
 
 
+def _epoch_steps(ctx: CheckContext) -> int | None:
+    """Batches in one pass over the training DataLoader (its dataset's length over its batch
+    size), or None where the loader did not say."""
+    loader = ctx.train_loader() or {}
+    size, batch = loader.get("dataset_len"), loader.get("batch_size")
+    if not (isinstance(size, int) and isinstance(batch, int) and size > 0 and batch > 0):
+        return None
+    return size // batch if loader.get("drop_last") else -(-size // batch)
+
+
 def evaluation_advice(ctx: CheckContext) -> tuple[str, str]:
     """(evidence to append, recommendation) of the evaluation finding: the measured interval
     and, when the script has them, its interval / iterations flags with their values."""
@@ -205,9 +215,16 @@ def evaluation_advice(ctx: CheckContext) -> tuple[str, str]:
             interval_flag.get("value"), bool):
         current = float(interval_flag["value"])
     target = 500 if current is None else max(500, int(current) * 10)
+    epoch = _epoch_steps(ctx)
     parts = []
     if interval_flag:
         parts.append(f"evaluate less often: {set_flag(interval_flag, target)}")
+    elif epoch is not None and current is not None and abs(current - epoch) <= 1:
+        # super_resolution: a test() after each 13-step epoch was told "every 500 steps", past
+        # the whole run; the interval the script has is epochs
+        target = 4 * epoch
+        parts.append(f"evaluate every few epochs instead of after each one (an epoch is {epoch} steps here; "
+                     "the script has no flag for it, so this is a change to its loop)")
     elif current is not None and current >= 1.5:
         parts.append(f"evaluate less often than every {current:.0f} steps (every {target})")
     else:
