@@ -45,6 +45,8 @@ class SignalAt(Callback):
 
     def on_batch_end(self, state):
         if state.step == self.step:
+            if signal.getsignal(self.sig) is signal.SIG_DFL:  # SIGHUP unhandled: it would end pytest
+                raise AssertionError(f"{signal.Signals(self.sig).name} is not handled while training")
             os.kill(os.getpid(), self.sig)
 
 
@@ -55,9 +57,9 @@ def _cfg(tmp_path, **ckpt):
             "eval": {"at_end": False}, "checkpoint": {"async_save": False, **ckpt}}
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP])
 def test_a_signal_stop_records_its_step_and_the_resume_has_no_gap(tmp_path, capsys, sig):
-    expected = SystemExit if sig == signal.SIGTERM else KeyboardInterrupt
+    expected = KeyboardInterrupt if sig == signal.SIGINT else SystemExit
     with pytest.raises(expected):
         Trainer(_model(), mse, _data(), config=_cfg(tmp_path), callbacks=[SignalAt(5, sig)]).fit()
     run_dir = tmp_path / "r"

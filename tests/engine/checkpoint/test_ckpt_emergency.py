@@ -30,6 +30,30 @@ def test_sigterm_sets_flag_and_exits_143():
     assert signal.getsignal(signal.SIGTERM) is before
 
 
+def test_sighup_saves_like_sigterm_and_exits_129():
+    """The terminal or SSH session closed: SIGHUP ended a run at once, with no save."""
+    before = signal.getsignal(signal.SIGHUP)
+    with EmergencySaver() as saver:
+        if signal.getsignal(signal.SIGHUP) is before:  # os.kill would end pytest itself
+            pytest.fail("SIGHUP is not handled while training")
+        os.kill(os.getpid(), signal.SIGHUP)
+        assert saver.requested and saver.signal_name == "SIGHUP" and saver.exit_code == 129
+        with pytest.raises(SystemExit) as info:
+            saver.exit()
+        assert info.value.code == 129
+    assert signal.getsignal(signal.SIGHUP) is before
+
+
+def test_a_sighup_ignored_by_nohup_stays_ignored():
+    before = signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    try:
+        with EmergencySaver() as saver:
+            assert saver.installed and signal.getsignal(signal.SIGHUP) is signal.SIG_IGN
+        assert signal.getsignal(signal.SIGHUP) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGHUP, before)
+
+
 def test_sigint_first_sets_flag_second_interrupts_at_once():
     before = signal.getsignal(signal.SIGINT)
     with EmergencySaver() as saver:

@@ -1,4 +1,4 @@
-"""Fault handling: save on SIGTERM/Ctrl-C at the next step boundary, and recognise OOM errors.
+"""Fault handling: save on SIGTERM/Ctrl-C/SIGHUP at the next step boundary, and recognise OOM errors.
 
 A signal handler must not save a checkpoint itself: it runs between two bytecodes of the
 training step, when the model and optimizer may be half-updated. So the handler only sets a
@@ -7,6 +7,9 @@ calls `saver.exit()`, which raises SystemExit(143) after SIGTERM (the code a she
 "terminated", which schedulers such as SLURM and Kubernetes expect) or re-raises
 KeyboardInterrupt after SIGINT. A second Ctrl-C while the save runs interrupts at once; a second
 SIGTERM does so only after DUPLICATE_S seconds (launchers such as torchrun send it twice).
+SIGHUP (the terminal or SSH session closed) is a SIGTERM that exits 129; it ended a run at once,
+with no save and no word, losing every step since the last periodic checkpoint. A SIGHUP that is
+ignored (`nohup trainspeed train ...`) or handled by the host stays so.
 
     with EmergencySaver() as emergency:
         for batch in loader:
@@ -47,7 +50,9 @@ def is_oom(exc: BaseException) -> bool:
 class EmergencySaver:
     """Context manager turning SIGTERM/SIGINT into a 'save at the next step boundary' request."""
 
-    SIGNALS = ("SIGTERM", "SIGINT")
+    SIGNALS = ("SIGTERM", "SIGINT", "SIGHUP")
+    ONLY_IF_DEFAULT = ("SIGHUP",)
+    """Taken over only from the default action: nohup's SIG_IGN keeps a run going."""
     DUPLICATE_S = 5.0
     """A SIGTERM within this many seconds of the first is a duplicate (launchers repeat it);
     one later ends the process at once, as a second Ctrl-C does."""
@@ -118,6 +123,8 @@ class EmergencySaver:
         for name in self.SIGNALS:
             sig = getattr(signal, name, None)
             if sig is None:  # pragma: no cover - SIGTERM is missing on some platforms
+                continue
+            if name in self.ONLY_IF_DEFAULT and signal.getsignal(sig) is not signal.SIG_DFL:
                 continue
             self._previous[sig] = signal.signal(sig, self._handle)
         self.installed = True

@@ -210,8 +210,11 @@ class CheckpointSession:
         exc: BaseException = (KeyboardInterrupt() if self.emergency.signum == signal.SIGINT
                               else SystemExit(self.emergency.exit_code or 143))
         if self.writer:
-            print(f"trainspeed: stopped at step {step}; checkpoint saved to {path}; resume with "
-                  f"{resume_command(path, self.run_name)}", file=sys.stderr, flush=True)
+            try:  # after SIGHUP the terminal may be gone (EIO): the checkpoint is saved either way
+                print(f"trainspeed: stopped at step {step}; checkpoint saved to {path}; resume with "
+                      f"{resume_command(path, self.run_name)}", file=sys.stderr, flush=True)
+            except OSError:
+                pass
             exc.reported = True  # the CLI adds no second line
         raise exc
 
