@@ -23,7 +23,10 @@ for step in range(int(sys.argv[1])):
     loss = model(torch.randn(8, 16)).pow(2).mean()
     opt.zero_grad(); loss.backward(); opt.step()
     if step + 1 == int(sys.argv[2]):
-        os.kill(os.getpid(), getattr(signal, sys.argv[4] if len(sys.argv) > 4 else "SIGTERM"))
+        sig = getattr(signal, sys.argv[4] if len(sys.argv) > 4 else "SIGTERM")
+        if signal.getsignal(sig) is signal.SIG_DFL:  # unhandled, it would end pytest itself
+            sys.exit(99)
+        os.kill(os.getpid(), sig)
 sys.exit(int(sys.argv[3]))
 """
 
@@ -81,6 +84,21 @@ def test_sigterm_stops_the_doctor_with_its_report(tmp_path, monkeypatch):
     report = json.loads((tmp_path / "run" / "report.json").read_text())
     assert report["doctor"]["stopped"] == "signal" and report["doctor"]["steps"] == 15
     assert isinstance(report["findings"], list)
+
+
+def test_sighup_stops_the_doctor_with_its_report(tmp_path, monkeypatch):
+    """The terminal or SSH session closed: SIGHUP ended the doctor and the script at once, with
+    no report of the steps it had measured."""
+    import json
+    import signal
+
+    monkeypatch.chdir(tmp_path)
+    before = signal.getsignal(signal.SIGHUP)
+    result = run_doctor(DoctorConfig(command=["python", str(_script(tmp_path)), "1000", "12", "0", "SIGHUP"],
+                                     steps=None, out=tmp_path / "run", system_sampler=False, log_every=5))
+    assert result.stopped == "signal" and result.exit_code == 129 and result.steps == 12
+    assert json.loads((tmp_path / "run" / "report.json").read_text())["doctor"]["stopped"] == "signal"
+    assert signal.getsignal(signal.SIGHUP) is before
 
 
 def test_a_half_written_line_is_cut_back(tmp_path, monkeypatch):

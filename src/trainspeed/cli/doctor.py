@@ -55,7 +55,10 @@ def _print_text(result: Any, *, html: bool) -> None:
         render_run = None
     if render_run is not None:
         try:
-            render_run(result.run_dir, html=html)
+            render_run(result.run_dir, html=html, report=None if result.report_written else result.report)
+            return
+        except OSError as exc:  # report.html on a full disk: the terminal report is printed
+            print(f"trainspeed doctor: report.html not written: {exc.strerror or exc}", file=sys.stderr)
             return
         except Exception as exc:  # noqa: BLE001 - the findings are printed below instead
             print(f"trainspeed doctor: report rendering failed ({type(exc).__name__}: {exc})", file=sys.stderr)
@@ -113,17 +116,48 @@ def run(args: argparse.Namespace) -> int:
     result = run_doctor(config)
     if int(os.environ.get("RANK", 0)) > 0:  # under torchrun rank 0 prints the report for all ranks
         return result.exit_code
-    if args.json:
-        report = (result.run_dir / "report.json").read_text(encoding="utf-8")
-        sys.stdout.write(report if report.endswith("\n") else report + "\n")
-    else:
-        _print_text(result, html=not args.no_html)
-        how = {"steps": f"stopped after {result.steps} steps", "end": f"script finished ({result.steps} steps)",
-               "exit": f"script exited with status {result.exit_code} after {result.steps} steps",
-               "crash": f"script crashed after {result.steps} steps (traceback in report.json)",
-               "interrupt": "interrupted",
-               "signal": f"stopped by a signal after {result.steps} steps (report written)"}.get(result.stopped, result.stopped)
-        print(f"trainspeed doctor: {how}; run directory {result.run_dir}")
-    sys.stdout.flush()
+    try:
+        _report(args, result)
+        if result.unwritable:
+            print(_cut_short(result), file=sys.stderr)
+        sys.stdout.flush()
+    except OSError:
+        # stdout gone (a terminal closed by SIGHUP) or on the full disk: the run directory holds
+        # what it could, and the exit code stays the script's
+        pass
     return result.exit_code
 
+
+def _report(args: argparse.Namespace, result: Any) -> None:
+    if args.json:
+        if result.report_written:
+            report = (result.run_dir / "report.json").read_text(encoding="utf-8")
+        else:  # a full disk: report.json was not written, and `--json | jq` still gets the report
+            import json
+
+            from trainspeed.telemetry import schema
+
+            report = json.dumps(schema.sanitize_any(result.report or {}), indent=2)
+        sys.stdout.write(report if report.endswith("\n") else report + "\n")
+        return
+    _print_text(result, html=not args.no_html)
+    written = " (report written)" if result.report_written else ""
+    how = {"steps": f"stopped after {result.steps} steps", "end": f"script finished ({result.steps} steps)",
+           "exit": f"script exited with status {result.exit_code} after {result.steps} steps",
+           "crash": f"script crashed after {result.steps} steps (traceback in report.json)",
+           "interrupt": "interrupted",
+           "signal": f"stopped by a signal after {result.steps} steps{written}"}.get(result.stopped, result.stopped)
+    print(f"trainspeed doctor: {how}; run directory {result.run_dir}")
+
+
+def _cut_short(result: Any) -> str:
+    """The run directory could not be written (a full disk): what it lacks and what to do. Said
+    at the end, where it is read; the warning when it happened scrolled away long before."""
+    from trainspeed.telemetry.rundir import last_recorded_step
+
+    last = last_recorded_step(result.run_dir)
+    kept = f"its step records stop at step {last}" if last else "it holds no step records"
+    lost = "" if result.report_written else "; report.json was not written"
+    return (f"trainspeed doctor: the run directory {result.run_dir} could not be written ({result.unwritable}): "
+            f"{kept}{lost}. Training went on after that (exit code {result.exit_code}); the report covers the steps "
+            "recorded. Free space there, then run the doctor again for a complete run directory")

@@ -102,8 +102,14 @@ class DoctorResult:
     traceback: str | None
     stopped: str
     """"steps" (limit reached), "end" (script finished), "exit" (sys.exit), "crash", "interrupt"
-    (Ctrl-C), "signal" (SIGTERM)."""
+    (Ctrl-C), "signal" (SIGTERM, SIGHUP)."""
     steps: int
+    report: dict[str, Any] | None = None
+    """What report.json holds, or would hold where the run directory could not be written."""
+    unwritable: str | None = None
+    """Why the run directory could not be written (a full disk), or None: then its records and
+    report.json may be cut short (see `report_written`)."""
+    report_written: bool = True
 
 
 def parse_command(command: Sequence[str]) -> Target:
@@ -187,21 +193,24 @@ class DoctorSignal(BaseException):
 
 
 def _stop_on_sigterm() -> Any:
-    """Turn SIGTERM into DoctorSignal while the script runs, unless the script (or its host)
-    handles SIGTERM itself; returns the undo."""
+    """Turn SIGTERM and SIGHUP (the terminal or SSH session closed: the process died with no
+    report) into DoctorSignal while the script runs, each unless the script (or its host, or
+    nohup) handles or ignores it itself; returns the undo."""
     import signal
     import threading
 
-    if threading.current_thread() is not threading.main_thread() or \
-            signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+    if threading.current_thread() is not threading.main_thread():
         return lambda: None
 
     def handle(signum: int, frame: Any) -> None:
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a second SIGTERM ends the process
+        signal.signal(signum, signal.SIG_DFL)  # a second one ends the process
         raise DoctorSignal(signum)
 
-    signal.signal(signal.SIGTERM, handle)
-    return lambda: signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    taken = [sig for sig in (signal.SIGTERM, getattr(signal, "SIGHUP", None))
+             if sig is not None and signal.getsignal(sig) is signal.SIG_DFL]
+    for sig in taken:
+        signal.signal(sig, handle)
+    return lambda: [signal.signal(sig, signal.SIG_DFL) for sig in taken]
 
 
 def _launcher() -> dict[str, Any]:
@@ -244,7 +253,7 @@ def run_doctor(config: DoctorConfig) -> DoctorResult:
     from trainspeed.doctor.tuned import annotate as annotate_tuned, script_key
     from trainspeed.telemetry import schema
     from trainspeed.telemetry.monitor import Monitor
-    from trainspeed.telemetry.rundir import RunData, read_run, try_write, write_json
+    from trainspeed.telemetry.rundir import RunData, read_run, try_write, unwritable_reason, write_json
     from trainspeed.telemetry.summary import summarize
 
     from trainspeed.telemetry.ranks import rank_dir, wait_for_ranks
@@ -293,7 +302,7 @@ def run_doctor(config: DoctorConfig) -> DoctorResult:
         execute(target, script_seen)
     except StopDoctor:
         stopped = "steps"
-    except DoctorSignal as exc:  # SIGTERM (`timeout`, a scheduler): report what was recorded
+    except DoctorSignal as exc:  # SIGTERM (`timeout`, a scheduler), SIGHUP: report what was recorded
         code, stopped = 128 + exc.signum, "signal"
     except SystemExit as exc:
         code, stopped = exit_code_of(exc), "exit"
@@ -354,7 +363,7 @@ def run_doctor(config: DoctorConfig) -> DoctorResult:
     # (doctor/tuned.py): the top kept "DataLoader workers (now 0)" after a tune read workers at 0.53x
     annotate_tuned([*findings, *([goes] if goes else [])], script_key(target.kind, target.name),
                    command=command, applied=plan_knobs((run.config or {}).get("plan")))
-    try_write(run_dir, write_json, run_dir / schema.REPORT_JSON, {
+    report = {
         "schema": schema.SCHEMA_VERSION,
         "kind": "doctor",
         "summary": summary,
@@ -363,6 +372,8 @@ def run_doctor(config: DoctorConfig) -> DoctorResult:
         "traceback": trace,
         "doctor": {"command": command, "stopped": stopped, "exit_code": code, "error": summary_line,
                    "steps": steps_done, "max_steps": steps},
-    })
+    }
+    written = try_write(run_dir, write_json, run_dir / schema.REPORT_JSON, report) is not None
     return DoctorResult(exit_code=code, run_dir=run_dir, summary=summary, findings=findings,
-                        traceback=trace, stopped=stopped, steps=steps_done)
+                        traceback=trace, stopped=stopped, steps=steps_done, report=report,
+                        unwritable=unwritable_reason(run_dir), report_written=written)

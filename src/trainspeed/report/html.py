@@ -102,8 +102,14 @@ def write_html(run: Any, path: str | Path, *, summary: dict[str, Any], findings:
     out = Path(path)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(f".{out.name}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(out)  # atomic: a reader never sees half a report
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        tmp.replace(out)  # atomic: a reader never sees half a report
+    except BaseException:
+        # one cut short by a full disk leaves no temp file (an empty .report.html.tmp stayed in
+        # the doctor's full run directory)
+        tmp.unlink(missing_ok=True)
+        raise
     return out
 
 

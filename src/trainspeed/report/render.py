@@ -44,14 +44,21 @@ def _write(run: LoadedRun, out: Path, console: Any, compare: LoadedRun | None = 
 
 
 def render_run(run_dir: str | Path, *, html: bool | str | Path = True, console: Any = None,
-               terminal: bool = True) -> Path | None:
+               terminal: bool = True, report: dict[str, Any] | None = None) -> Path | None:
     """Print the report of one run directory; write report.html (or `html` when a path).
+    `report`: what its report.json would hold, for a run directory that lacks one (the doctor's
+    on a full disk: its findings, not those the engine's rules compute from the records).
 
     Returns the HTML path, or None when no HTML was written (html=False, or no matplotlib).
     """
     from trainspeed.report.terminal import render_terminal
 
     loaded = load_run(run_dir)
+    if report is not None and not isinstance(loaded.run.report, dict):
+        from trainspeed.report.load import from_run
+
+        loaded.run.report = report
+        loaded = from_run(loaded.run)
     if terminal:
         render_terminal(loaded.run, loaded.summary, loaded.findings, console=console)
     out = _html_path(html, Path(run_dir) / REPORT_HTML)

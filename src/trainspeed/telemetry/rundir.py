@@ -23,7 +23,7 @@ from trainspeed.telemetry.jsonfile import write_json  # re-exported: rundir.writ
 from trainspeed.telemetry.ranks import rank_dirs
 
 
-_TOLD: set[str] = set()
+_TOLD: dict[str, str] = {}
 
 
 def unwritable(run_dir: str | Path | None, exc: OSError) -> None:
@@ -32,11 +32,16 @@ def unwritable(run_dir: str | Path | None, exc: OSError) -> None:
     key = str(run_dir)
     if key in _TOLD:
         return
-    _TOLD.add(key)
-    reason = exc.strerror or type(exc).__name__
+    reason = _TOLD[key] = exc.strerror or type(exc).__name__
     where = f" ({exc.filename})" if exc.filename and str(exc.filename) != key else ""
     print(f"trainspeed: warning: cannot write the run directory {run_dir}{where}: {reason}; "
           "training goes on, its records from here on are not kept", file=sys.stderr, flush=True)
+
+
+def unwritable_reason(run_dir: str | Path | None) -> str | None:
+    """Why `run_dir` could not be written in this process ("No space left on device"), or
+    None when every write into it went through."""
+    return _TOLD.get(str(run_dir))
 
 
 def try_write(run_dir: str | Path | None, write: Any, *args: Any) -> Any:
