@@ -102,3 +102,15 @@ def test_lstm_matmuls_are_counted():
         assert forward == 2 * t * b * weights
         train = count_flops(lambda: lstm(x)[0].sum().backward())
         assert train == 3 * forward
+
+
+def test_cudnn_lstm_formula_counts_every_layer_and_direction():
+    # CUDA's _cudnn_rnn takes all layers' weights in one list (biases too); this machine has no GPU,
+    # so the formula is checked on the shapes the counter hands it: 2 layers, bidirectional, T=7, B=3.
+    from trainspeed.telemetry.flops import _fused_rnn_backward, _fused_rnn_forward
+
+    lstm = nn.LSTM(5, 8, num_layers=2, bidirectional=True)
+    shapes = [p.shape for _, p in lstm.named_parameters()]
+    weights = sum(p.numel() for name, p in lstm.named_parameters() if name.startswith("weight"))
+    assert _fused_rnn_forward(torch.Size([7, 3, 5]), shapes, 4) == 2 * 7 * 3 * weights
+    assert _fused_rnn_backward(torch.Size([21, 5]), shapes) == 4 * 21 * weights  # a packed input's rows
