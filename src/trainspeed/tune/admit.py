@@ -32,10 +32,11 @@ def admit(tuner: Any, ctx: KnobContext, base_wall: float, *, repeats: int, reser
     # is the first baseline trial, already paid at what it took: a nanoGPT trial sized to fit
     # the 15 trials of a 20-minute compile tune (75 s, after a 65 s first trial) priced that
     # bracket 10 s too high, and the plan fell back to one round (the sizing and the plan now
-    # count alike).
+    # count alike). Unless it opens no round (Tuner.first_bracket: a script's pricing trial).
     first = max(tuner.spent, tuner.first_wall)
+    reused = 0.0 if getattr(tuner, "first_bracket", 0) else base_wall
     plan = BudgetPlan(base_wall=base_wall, repeats=repeats, baseline_every=tuner.opt.baseline_every,
-                      budget_s=tuner.opt.budget_s - first + base_wall if first else tuner.opt.budget_s,
+                      budget_s=tuner.opt.budget_s - first + reused if first else tuner.opt.budget_s,
                       reserve_s=reserve_s)
     for name in tuner.opt.knobs:
         for item in tuner.knobs[name](ctx):

@@ -20,16 +20,18 @@ def n_brackets(n_candidates: int, every: int) -> int:
     return -(-n_candidates // every) + 1
 
 
-def bracket_repeats(i: int, r: int, repeats: int, every: int) -> tuple[int, int]:
+def bracket_repeats(i: int, r: int, repeats: int, every: int, first: int = 0) -> tuple[int, int]:
     """The baseline repeats that run just before and after candidate i in round r. Bracket j
-    of round r is repeat j * repeats + r: bracket 0 keeps the numbers that one baseline per
-    round had, and a resumed tune with more candidates adds brackets without renumbering."""
+    of round r is repeat first + j * repeats + r: bracket 0 keeps the numbers that one baseline
+    per round had, and a resumed tune with more candidates adds brackets without renumbering.
+    `first` is 1 where the first baseline trial (repeat 0) ran another length than the sized
+    trials (a script's pricing trial, Tuner.first_bracket): it opens no round."""
     g = i // every
-    return g * repeats + r, (g + 1) * repeats + r
+    return first + g * repeats + r, first + (g + 1) * repeats + r
 
 
-def ablation_round(candidates: list[Candidate], r: int, repeats: int, every: int, idle: frozenset[int] = frozenset()
-                   ) -> list[tuple[dict[str, Any], str, int]]:
+def ablation_round(candidates: list[Candidate], r: int, repeats: int, every: int, idle: frozenset[int] = frozenset(),
+                   first: int = 0) -> list[tuple[dict[str, Any], str, int]]:
     """Round r: B C1 C2 B C3 C4 B (every=2; repeat r of every candidate, bracket j of the
     baseline is repeat j * repeats + r). Odd rounds run the groups in reverse order but keep
     the order inside each group: B C3 C4 B C1 C2 B. A candidate then runs next to its left
@@ -41,9 +43,10 @@ def ablation_round(candidates: list[Candidate], r: int, repeats: int, every: int
     `idle`: indices of candidates this round does not run (dropped after an earlier round,
     or failed); a baseline bracket with no running candidate on either side is left out too.
     makemore on the loaded 2-core machine: after round 1 dropped both settings of one group,
-    round 2 still ran that group's bracket, a 33 s baseline trial next to nothing, out of 600 s."""
+    round 2 still ran that group's bracket, a 33 s baseline trial next to nothing, out of 600 s.
+    `first`: as for bracket_repeats."""
     def baseline(j: int) -> tuple[dict[str, Any], str, int]:
-        return {}, "baseline", j * repeats + r
+        return {}, "baseline", first + j * repeats + r
 
     groups = [list(range(g, min(g + every, len(candidates)))) for g in range(0, len(candidates), every)]
     if not groups:
@@ -57,8 +60,8 @@ def ablation_round(candidates: list[Candidate], r: int, repeats: int, every: int
     def needed(j: int) -> bool:  # bracket j stands between groups j-1 and j
         return (j > 0 and live[j - 1]) or (j < len(groups) and live[j])
 
-    first = order[0] + 1 if odd else 0
-    arms = [baseline(first)] if needed(first) else []
+    opening = order[0] + 1 if odd else 0
+    arms = [baseline(opening)] if needed(opening) else []
     for g in order:
         arms += [(candidates[i].settings, f"{candidates[i].knob}={candidates[i].label}", r)
                  for i in groups[g] if i not in idle]

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import statistics
 import time
 from typing import Any, Callable
 
@@ -25,16 +24,17 @@ from trainspeed.errors import TuneError  # noqa: F401  (imported from here by ca
 from trainspeed.tune import far_slower, parity, stats
 from trainspeed.tune.admit import candidates_for
 from trainspeed.tune.arms import arm_of, fill_samples, fmt_losses, max_memory
-from trainspeed.tune.budget_plan import BaselineOutOfBudget, budget_note
+from trainspeed.tune.budget_plan import BaselineOutOfBudget
+from trainspeed.tune.closing import tune_result
 from trainspeed.tune.knob_types import steps_for_periods
 from trainspeed.tune.knobs import KNOBS, Candidate, DeviceInfo, KnobContext
 from trainspeed.tune.load_proof import LoadProof, load_matched
-from trainspeed.tune.one_time import kept_one_time_notes, note_one_time
+from trainspeed.tune.one_time import note_one_time
 from trainspeed.tune.options import TuneOptions
 from trainspeed.tune.order import ablation_round, bracket_repeats, n_brackets
-from trainspeed.tune.result import Row, TuneResult, load_note, median_load, utilization_note
+from trainspeed.tune.result import Row, TuneResult
 from trainspeed.tune.short_run import ENDED_IN_WARMUP
-from trainspeed.tune.spend import confirm, early_end_note, halve, offered, planned_trials, spend_rest
+from trainspeed.tune.spend import confirm, halve, offered, planned_trials, spend_rest
 from trainspeed.tune.store import TrialStore
 from trainspeed.tune.verify import final_answer
 from trainspeed.tune.trials import BUDGET_END, FAR_SLOWER, SLOW_CUTOFF, Runner, TrialRequest, TrialResult, overrides_of
@@ -118,6 +118,7 @@ class Tuner(LoadProof):
         self.first_wall = 0.0  # wall seconds of the first baseline trial (admit.py)
         self.reserve_s = 0.0  # held back for the verification (the greedy steps once spent it)
         self.min_measure_steps = 0
+        self.first_bracket = 0  # 1: the first baseline trial opens no round (run)
 
     # ------------------------------------------------------------------ trials
     def key(self, settings: dict[str, Any]) -> str:
@@ -311,7 +312,12 @@ class Tuner(LoadProof):
         self.min_measure_steps = steps_for_periods(offer)  # a script's fit_trials reads it
         self.base_wall = self.fit_trials(base, planned_trials(sum(c.cost_factor for c in offer), len(offer),
                                                               self.opt.repeats, self.opt.baseline_every,
-                                                              self.opt.verify_repeats))
+                                                              self.opt.verify_repeats, reuse_first=base.shape is None))
+        # A first trial of another length than the sized ones (a script's pricing trial) opens
+        # no round: reinforce.py's 25 first episodes (0.90 ms/sample, 1.3 s) were the left
+        # bracket of 300-episode trials (0.72 ms/sample, 51 s), and fused, run before any such
+        # baseline, was stopped "far slower" at 30 s against a 7 s price.
+        self.first_bracket = int(base.shape is not None and base.shape != getattr(self.runner, "shape", base.shape))
         self._note_shape()  # the sized trials' shape: a resumed tune's stored ones count from here
         candidates, skipped, deferred, one_round = candidates_for(self, ctx, self.base_wall)  # admit.py
         R, every = self.opt.repeats, self.opt.baseline_every
@@ -322,11 +328,12 @@ class Tuner(LoadProof):
             self.say(f"ablation round {r + 1}/{R}")
             idle = frozenset(i for i, c in enumerate(candidates) if self.key(c.settings) in self.dropped
                              or not far_slower.may_run_again(self.results(c.settings), self.results({})))
-            self._round(ablation_round(candidates, r, R, every, idle), reverse=False)
+            self._round(ablation_round(candidates, r, R, every, idle, self.first_bracket), reverse=False)
             halve(self, candidates, r)
         self.reserve_s = 0.0
-        self.next_repeat[config_key(self.base_hash, {})] = R * n_brackets(len(candidates), every)
-        pairs = [[(bracket_repeats(i, r, R, every), r) for r in range(R)] for i in range(len(candidates))]
+        self.next_repeat[config_key(self.base_hash, {})] = self.first_bracket + R * n_brackets(len(candidates), every)
+        pairs = [[(bracket_repeats(i, r, R, every, self.first_bracket), r) for r in range(R)]
+                 for i in range(len(candidates))]
         late = {(c.knob, c.label) for c in spend_rest(self, candidates, pairs, self.unadmitted)}
         skipped = [s for s in skipped if (s.knob, s.label) not in late]
         # Every ablation comparison's rounds join the noise pool first, so the first row is
@@ -340,35 +347,7 @@ class Tuner(LoadProof):
         combination, best = self._greedy(ablation, deferred)
         self.reserve_s = 0.0
         final, best = final_answer(self, best, ablation)
-        notes: list[str] = []
-        if final is not None and final.verdict != stats.FASTER:
-            notes.append(f"the combination verified as '{final.verdict}' against the baseline; "
-                         "best.yaml keeps the baseline settings")
-            best = {}
-        notes += kept_one_time_notes(ablation, best)
-        note = budget_note(self._over_budget(), [*ablation, *combination], self.opt.budget_s)
-        if note:
-            notes.append(note)
-        note = early_end_note(self)
-        if note:
-            notes.append(note)
-        base_trials = [r for r in self.results({}) if r.ok]
-        mfus = [r.mfu for r in base_trials if r.mfu is not None]
-        base_mfu = statistics.median(mfus) if mfus else None
-        peak_name = next((r.peak_name for r in base_trials if r.peak_name), None)
-        note = utilization_note(base_mfu, peak_name, won=bool(best))
-        if note:
-            notes.append(note)
-        ran = [r for key, repeat in self.ran if (r := self.store.get(key, repeat)) is not None and r.ok]
-        loads = [r.others_load for r in ran if r.others_load is not None]
-        note = load_note(loads, self.device.cores)
-        if note:
-            notes.append(note)
-        return TuneResult(ablation=ablation, combination=combination, best_settings=best,
-                          final=final, baseline_cost_s=stats.arm_cost(arm_of(base_trials)),
-                          trials_run=self.run_count, trials_reused=self.reused,
-                          elapsed_s=self.clock() - self.t0, notes=notes,
-                          baseline_mfu=base_mfu, peak_name=peak_name, others_load=median_load(loads))
+        return tune_result(self, ablation, combination, final, best)  # closing.py
 
     def _config_context(self, settings: dict[str, Any], base: TrialResult | None) -> KnobContext:
         """A config tune's knobs see the base config with `settings` applied."""

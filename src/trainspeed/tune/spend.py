@@ -57,10 +57,11 @@ numbers a resumed ablation would give it."""
 Pair = tuple[tuple[int, ...], int]
 
 
-def planned_trials(cost: float, n: int, repeats: int, every: int, verify: int) -> float:
+def planned_trials(cost: float, n: int, repeats: int, every: int, verify: int, reuse_first: bool = True) -> float:
     """Trials (in baseline-trial units) the ablation of n settings whose trials cost `cost`
-    baselines together, and the verification, take after the first baseline trial."""
-    return repeats * (cost + n_brackets(n, every)) - 1 + 2 * verify
+    baselines together, and the verification, take after the first baseline trial (the first
+    round's opening bracket where `reuse_first`: see Tuner.first_bracket)."""
+    return repeats * (cost + n_brackets(n, every)) - (1 if reuse_first else 0) + 2 * verify
 
 
 def offered(tuner: Tuner, ctx: Any) -> list[Candidate]:
@@ -100,7 +101,7 @@ def halve(tuner: Tuner, candidates: list[Candidate], r: int) -> None:
     verification's reserve)."""
     R, every = tuner.opt.repeats, tuner.opt.baseline_every
     for i, c in enumerate(candidates):
-        rounds, _ = tuner._paired(c.settings, {}, [(bracket_repeats(i, r, R, every), r)])
+        rounds, _ = tuner._paired(c.settings, {}, [(bracket_repeats(i, r, R, every, tuner.first_bracket), r)])
         if rounds and tuner.key(c.settings) not in tuner.dropped:
             q = stats.arm_cost(arm_of([rounds[0][0]])) / stats.arm_cost(arm_of([rounds[0][1]]))
             if q < STOP_BELOW:
@@ -114,7 +115,7 @@ def halve(tuner: Tuner, candidates: list[Candidate], r: int) -> None:
         key = tuner.key(c.settings)
         if key in tuner.dropped:
             continue
-        qs = _round_qs(tuner, c, (bracket_repeats(i, r, R, every), r))
+        qs = _round_qs(tuner, c, (bracket_repeats(i, r, R, every, tuner.first_bracket), r))
         if not qs:
             continue
         if max(qs) < loser:
