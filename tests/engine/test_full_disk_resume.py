@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -41,13 +42,17 @@ def mse(model, batch):
 
 
 class FillsAt(Callback):
-    """The checkpoint disk is full from the end of step `step` on."""
+    """The checkpoint disk is full from the end of step `step` on, once the save before it is
+    written whole (an async save's manifest lands after the next step begins)."""
 
-    def __init__(self, step, root, stack):
-        self.step, self.root, self.stack = step, root, stack
+    def __init__(self, step, root, stack, after=None):
+        self.step, self.root, self.stack, self.after = step, root, stack, after
 
     def on_batch_end(self, state):
         if state.step == self.step:
+            deadline = time.monotonic() + 20
+            while self.after and not (self.root / self.after).exists() and time.monotonic() < deadline:
+                time.sleep(0.01)
             self.stack.enter_context(full_disk(self.root, budget=0))
 
 
@@ -63,7 +68,7 @@ def test_a_full_disk_names_the_checkpoint_kept_and_how_to_resume(tmp_path, async
     ckpts = tmp_path / "r" / "checkpoints"
     with contextlib.ExitStack() as stack, pytest.raises(DiskFullError) as info:
         Trainer(_model(), mse, _data(), config=_cfg(tmp_path, async_save=async_save),
-                callbacks=[FillsAt(3, ckpts, stack)]).fit()
+                callbacks=[FillsAt(3, ckpts, stack, after="step-00000002.pt.json")]).fit()
     message = str(info.value)
     assert message.startswith(f"no space left on {ckpts}") and "\n" not in message, message
     kept = ckpts / "step-00000002.pt"

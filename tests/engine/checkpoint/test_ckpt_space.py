@@ -54,6 +54,20 @@ def test_a_full_disk_is_named_in_one_line_and_the_last_good_checkpoint_stays(tmp
     mgr.close()
 
 
+def test_a_manifest_that_does_not_fit_takes_its_payload_back(tmp_path):
+    """The payload fit the disk's last bytes, its manifest did not: the payload stayed under its
+    final name without a manifest (no checkpoint --auto-resume takes), holding the space."""
+    mgr = CheckpointManager(tmp_path, async_save=False, keep_last=2)
+    mgr.save(_state(1), 1)
+    payload = (tmp_path / "step-00000001.pt").stat().st_size
+    with full_disk(tmp_path, budget=payload) as disk, pytest.raises(DiskFullError) as info:
+        mgr.save(_state(2), 2)
+    assert disk.failures == 1 and info.value.needed >= payload  # the checkpoint's size, not the manifest's
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["latest", "step-00000001.pt", "step-00000001.pt.json"]
+    assert find_resumable(tmp_path) == tmp_path / "step-00000001.pt"
+    mgr.close()
+
+
 def test_the_old_code_path_said_nothing_of_space(tmp_path):
     """What torch.save itself reports through a file that hits ENOSPC: the zip writer's
     'unexpected pos', which is why the atomic writer records the file's own error."""

@@ -141,7 +141,17 @@ def atomic_save(obj: Any, path: str | Path, *, meta: dict[str, Any] | None = Non
         **(meta or {}),
     }
     # Written AFTER the payload is durable: a manifest always describes a complete file.
-    atomic_write_bytes(json.dumps(manifest, indent=1, default=str).encode(), manifest_path(path))
+    try:
+        atomic_write_bytes(json.dumps(manifest, indent=1, default=str).encode(), manifest_path(path))
+    except BaseException as exc:
+        # A payload without its manifest is no checkpoint --auto-resume takes, and on a full disk
+        # it held the space the next save needs (a 10 MB step-2.pt stayed on a tmpfs whose last
+        # page went to it): nothing changes at `path`, as for a failed payload.
+        path.unlink(missing_ok=True)
+        manifest_path(path).unlink(missing_ok=True)
+        if isinstance(exc, DiskFullError):  # the checkpoint's size, not the manifest's 200 bytes
+            raise disk_full(path.parent, writer.nbytes, cause=exc.__cause__ or exc) from exc
+        raise
     return manifest
 
 
