@@ -234,3 +234,25 @@ def test_a_best_metric_that_no_checkpoint_carries_is_said_once(tmp_path, metric,
     warnings_said = [e["data"] for e in read_run(tmp_path / "r").events_of("warning")
                      if e["data"].get("kind") == "best_metric_missing"]
     assert [w["message"] for w in warnings_said] == [said]
+
+
+class CtrlCAt(Callback):
+    """A Ctrl-C that reaches the loop as KeyboardInterrupt (the second one, while a save runs)."""
+
+    def __init__(self, step):
+        self.step = step
+
+    def on_batch_end(self, state):
+        if state.step == self.step:
+            raise KeyboardInterrupt
+
+
+def test_a_ctrl_c_that_ends_the_run_at_once_names_the_checkpoint_kept(tmp_path, capsys):
+    """It said only 'trainspeed: interrupted', with step 4's checkpoint there to resume from."""
+    with pytest.raises(KeyboardInterrupt) as info:
+        Trainer(_model(), mse, _data(), config=_cfg(tmp_path, every_steps=2), callbacks=[CtrlCAt(5)]).fit()
+    assert getattr(info.value, "reported", False)  # the CLI adds no 'trainspeed: interrupted'
+    ckpt = tmp_path / "r" / "checkpoints" / "step-00000004.pt"
+    line = [x for x in capsys.readouterr().err.splitlines() if "interrupted at step" in x]
+    assert line == [f"trainspeed: interrupted at step 5; the last checkpoint written, step 4 ({ckpt}), is kept: "
+                    f"resume with {resume_command(ckpt, 'r')}"]

@@ -224,6 +224,8 @@ class CheckpointSession:
         if (not self.save_on_crash or is_oom(exc) or isinstance(exc, (KeyboardInterrupt, SystemExit))
                 or (step == 0 and isinstance(exc, ConfigError))):  # a setup mistake before a step: nothing to keep
             self._close_quietly()
+            if isinstance(exc, KeyboardInterrupt) and not getattr(exc, "reported", False):
+                self._interrupted(exc, step)
             return None
         if says_no_space(exc):  # a save into a full disk fails the same way, after a long write
             self._route({"type": "warning", "kind": "crash_save_skipped", "error": str(exc)})
@@ -249,28 +251,49 @@ class CheckpointSession:
         finally:
             self._close_quietly()
 
-    def _name_kept(self, exc: BaseException) -> None:
-        """A full disk ended the run: its error line goes on to name the last checkpoint written
-        whole (a failed save never replaces it) and the command that resumes from it once there
-        is space. It said only 'no space left on DIR ... free space there', and nothing of the
-        step-2 checkpoint the step-4 save had left intact, nor of --auto-resume."""
+    def _kept(self) -> str | None:
+        """'the last checkpoint written, step N (PATH), is kept: ... resume with CMD', or None
+        when there is none (or this rank does not write)."""
         if not self.writer:
-            return
+            return None
         from trainspeed.engine.checkpoint.listing import list_checkpoints
 
         try:
             kept = [c for c in list_checkpoints(self.manager.directory) if c.manifest is not None]
         except OSError:
-            return
+            return None
         if not kept:
-            return
+            return None
         last = kept[-1]
-        then = (f"; the last checkpoint written, step {last.step} ({last.path}), is kept: once there is space, "
+        return (f"the last checkpoint written, step {last.step} ({last.path}), is kept: once there is space, "
                 f"resume with {resume_command(last.path, self.run_name)}")
+
+    def _name_kept(self, exc: BaseException) -> None:
+        """A full disk ended the run: its error line goes on to name the last checkpoint written
+        whole (a failed save never replaces it) and the command that resumes from it once there
+        is space. It said only 'no space left on DIR ... free space there', and nothing of the
+        step-2 checkpoint the step-4 save had left intact, nor of --auto-resume."""
+        kept = self._kept()
+        if kept is None:
+            return
         if isinstance(exc, CheckpointError) and len(exc.args) == 1:
-            exc.args = (f"{exc.args[0]}{then}",)
+            exc.args = (f"{exc.args[0]}; {kept}",)
         elif isinstance(exc, OSError) and exc.strerror:
-            exc.strerror += then
+            exc.strerror += f"; {kept}"
+
+    def _interrupted(self, exc: BaseException, step: int) -> None:
+        """A second Ctrl-C (or one with no handler of ours) ended the run before its save: the
+        line names the checkpoint a resume takes, where it said only 'trainspeed: interrupted'."""
+        kept = self._kept()
+        if kept is None:
+            return
+        kept = kept.replace(": once there is space, resume with", ": resume with")
+        try:
+            print(f"trainspeed: interrupted at step {step}; {kept}",
+                  file=sys.stderr, flush=True)
+        except OSError:
+            return
+        exc.reported = True  # type: ignore[attr-defined]  # the CLI adds no second line
 
     def finish(self, step: int, make_state: StateFn, metrics: dict[str, Any] | None = None) -> None:
         """End of training: final save (checkpoint.save_final), then wait for every write."""
