@@ -37,7 +37,7 @@ def admit(tuner: Any, ctx: KnobContext, base_wall: float, *, repeats: int, reser
     reused = 0.0 if getattr(tuner, "first_bracket", 0) else base_wall
     plan = BudgetPlan(base_wall=base_wall, repeats=repeats, baseline_every=tuner.opt.baseline_every,
                       budget_s=tuner.opt.budget_s - first + reused if first else tuner.opt.budget_s,
-                      reserve_s=reserve_s)
+                      reserve_s=reserve_s, whole_budget_s=tuner.opt.budget_s)
     for name in tuner.opt.knobs:
         for item in tuner.knobs[name](ctx):
             if isinstance(item, Skip):

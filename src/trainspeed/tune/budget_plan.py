@@ -36,6 +36,9 @@ class BudgetPlan:
     budget_s: float
     reserve_s: float
     """Held back for the final verification (baseline + best, verify_repeats rounds each)."""
+    whole_budget_s: float | None = None
+    """The --budget the user gave, where `budget_s` is what is left of it for this plan (the
+    first trial paid): a suggested budget is in the user's unit, the whole."""
     planned_s: float = field(init=False)
     """What the admitted settings and their baseline brackets will cost."""
     _wanted_s: float = field(init=False)
@@ -57,7 +60,12 @@ class BudgetPlan:
         if self._admitted % self.baseline_every == 0:
             cost += bracket  # opens a group
         if not done_repeats and self.planned_s + cost + self.reserve_s > self.budget_s:
-            fits = math.ceil((self._wanted_s + self.reserve_s) / 60.0)
+            # In --budget's unit: the whole budget, the first trial included, and more than the
+            # one given (siamese_network's 4m tune said "--budget 4m measures it": the plan's
+            # 236 s, less the first trial, had been counted as if it were the whole)
+            whole = self.whole_budget_s if self.whole_budget_s is not None else self.budget_s
+            fits = math.ceil((self._wanted_s + self.reserve_s + max(0.0, whole - self.budget_s)) / 60.0)
+            fits = max(fits, math.floor(whole / 60.0) + 1) if math.isfinite(whole) else fits
             return (f"does not fit the budget (~{cost:.0f} s for {self.repeats} repeats; --budget {fits}m "
                     "measures it and the settings above it)")
         self.planned_s += cost
