@@ -73,3 +73,21 @@ def test_a_first_trial_of_the_sized_length_still_opens_the_first_round(base_conf
     assert tuner.first_bracket == 0
     calls = [(c.overrides, c.repeat) for c in runner.calls]
     assert calls[0] == ((), 0) and calls[1][0] != ()  # repeat 0 is round 1's opening bracket
+
+
+def test_settings_are_admitted_at_what_a_sized_trial_took(base_config, cpu, tmp_path):
+    """The first trial priced trials at 7 s; sized, they take 51 s. Priced at 7 s, the plan
+    admitted every setting and started trials the budget could not pay for."""
+    runner = ScriptLike({}, first_wall=1.3, sized_wall=51.0)
+    said: list[str] = []
+
+    def fit(base, trials):
+        runner.shape = SIZED
+        return 7.0
+
+    options = TuneOptions(budget_s=300, knobs=["fused_optimizer", "precision"], repeats=2, verify_repeats=1)
+    tuner = Tuner(base_config=base_config, base_hash="h", device=cpu, runner=runner, store=TrialStore(tmp_path),
+                  options=options, say=said.append, fit_trials=fit)
+    tuner.run()
+    assert any("took 51 s, not the ~7 s the first trial priced" in s for s in said), said
+    assert tuner.spent <= 300, [(c.overrides, c.repeat) for c in runner.calls]

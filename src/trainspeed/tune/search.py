@@ -34,7 +34,7 @@ from trainspeed.tune.options import TuneOptions
 from trainspeed.tune.order import ablation_round, bracket_repeats, n_brackets
 from trainspeed.tune.result import Row, TuneResult
 from trainspeed.tune.short_run import ENDED_IN_WARMUP
-from trainspeed.tune.spend import confirm, halve, offered, planned_trials, spend_rest
+from trainspeed.tune.spend import confirm, halve, offered, planned_trials, reprice, spend_rest
 from trainspeed.tune.store import TrialStore
 from trainspeed.tune.verify import final_answer
 from trainspeed.tune.trials import BUDGET_END, FAR_SLOWER, SLOW_CUTOFF, Runner, TrialRequest, TrialResult, overrides_of
@@ -319,6 +319,8 @@ class Tuner(LoadProof):
         # baseline, was stopped "far slower" at 30 s against a 7 s price.
         self.first_bracket = int(base.shape is not None and base.shape != getattr(self.runner, "shape", base.shape))
         self._note_shape()  # the sized trials' shape: a resumed tune's stored ones count from here
+        if self.first_bracket:  # round 1's opening bracket now: its wall time prices what is admitted
+            self._price_from_opening()
         candidates, skipped, deferred, one_round = candidates_for(self, ctx, self.base_wall)  # admit.py
         R, every = self.opt.repeats, self.opt.baseline_every
         # Every ablation round leaves the verification a round (halve, for the later ones): a
@@ -348,6 +350,19 @@ class Tuner(LoadProof):
         self.reserve_s = 0.0
         final, best = final_answer(self, best, ablation)
         return tune_result(self, ablation, combination, final, best)  # closing.py
+
+    def _price_from_opening(self) -> None:
+        """Run round 1's opening baseline bracket (repeat 1) before the settings are admitted,
+        and price trials from what it took: the first trial's price is an extrapolation from
+        fewer steps, and reinforce.py's lengthening episodes made a 7 s price of 51 s trials."""
+        priced = self.base_wall
+        opening = self.trial({}, "baseline", 1)
+        if opening is None or not opening.ok:
+            return
+        reprice(self)
+        if not 0.67 < self.base_wall / max(priced, 1e-9) < 1.5:
+            self.say(f"a trial of the sized length took {self.base_wall:.0f} s, not the ~{priced:.0f} s the first "
+                     "trial priced: settings are admitted at that price")
 
     def _config_context(self, settings: dict[str, Any], base: TrialResult | None) -> KnobContext:
         """A config tune's knobs see the base config with `settings` applied."""
