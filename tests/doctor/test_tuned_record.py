@@ -200,3 +200,19 @@ def test_the_reports_top_shows_what_a_tune_measured_of_its_knobs(doctor, tmp_pat
     assert "\nMeasured: trainspeed tune measured no gain: " in format_time_goes(goes)
     assert all(f.get("tuned") != goes["tuned"] or f.get("verify_with") for f in result.findings)
     assert goes not in result.findings  # annotated beside the findings, not one of them
+
+
+def test_a_figure_no_verdict_judged_says_why_beside_it(tmp_path):
+    """super_resolution on a busy machine: 'trainspeed tune measured a gain: compile=default 1.38x
+    (no gain: threads=1 1.62x, ...)': the 1.62x was left unjudged (the load differed), and read as
+    a larger gain than the one kept."""
+    key = script_key("path", str(tmp_path / "main.py"))
+    rows = [{"knob": "compile", "setting": "default", "verdict": "faster", "speedup": 1.38, "ci": [1.29, 1.48]},
+            {"knob": "threads", "setting": "1", "verdict": "not measurable while the machine is busy",
+             "speedup": 1.62, "ci": [1.5, 1.73]},
+            {"knob": "precision", "setting": "bf16", "verdict": "loss mismatch", "speedup": 1.2, "ci": [1.1, 1.3]}]
+    record_tune(key, "runs/tune-main", rows, root=tmp_path)
+    line = annotate([_finding("threads,precision,compile")], key, root=tmp_path)[0]["tuned"]
+    assert line == ("trainspeed tune measured a gain: compile=default 1.38x (no gain: threads=1 1.62x (other "
+                    "processes' load differed, not kept), precision=bf16 1.20x (its loss differed, not kept)) "
+                    "(runs/tune-main)")

@@ -104,9 +104,17 @@ def _measured(knobs: Sequence[str], tune: dict[str, Any]) -> tuple[bool, str] | 
     return True, _figures(won[:4]) + (f" (no gain: {_figures(rest)})" if rest else "")
 
 
+UNSETTLED = {"not measurable while the machine is busy": "other processes' load differed, not kept",
+             "loss mismatch": "its loss differed, not kept"}
+"""Verdicts that leave a figure which reads like a gain but is none, and what they say beside it:
+super_resolution's doctor read 'no gain: threads=1 1.62x', the 1.62x a busy machine's, unjudged."""
+
+
 def _figures(rows: Sequence[tuple[str, dict[str, Any]]]) -> str:
-    """`num_workers=2 1.52x, num_workers=1 0.98x`."""
-    return ", ".join(f"{k}={r.get('setting')} {r.get('speedup'):.2f}x" for k, r in rows)
+    """`num_workers=2 1.52x, num_workers=1 0.98x`, a figure no verdict judged saying why
+    (`threads=1 1.62x (other processes' load differed, not kept)`)."""
+    return ", ".join(f"{k}={r.get('setting')} {r.get('speedup'):.2f}x"
+                     + (f" ({UNSETTLED[r['verdict']]})" if r.get("verdict") in UNSETTLED else "") for k, r in rows)
 
 
 def _ran_as(tune: dict[str, Any], command: Sequence[str] | None) -> bool | None:
