@@ -91,3 +91,22 @@ def test_settings_are_admitted_at_what_a_sized_trial_took(base_config, cpu, tmp_
     tuner.run()
     assert any("took 51 s, not the ~7 s the first trial priced" in s for s in said), said
     assert tuner.spent <= 300, [(c.overrides, c.repeat) for c in runner.calls]
+
+
+def test_the_opening_bracket_run_before_the_plan_is_not_paid_twice(base_config, cpu, tmp_path):
+    """1.3 s first trial + 51 s opening bracket spent; one setting and its closing bracket take
+    102 s more: 155 s in all, inside a 160 s budget. Counted again in the plan, the opening
+    bracket left the setting out ('does not fit the budget')."""
+    runner = ScriptLike({}, first_wall=1.3, sized_wall=51.0)
+
+    def fit(base, trials):
+        runner.shape = SIZED
+        return 51.0
+
+    options = TuneOptions(budget_s=160, knobs=["precision"], repeats=1, verify_repeats=0)
+    tuner = Tuner(base_config=base_config, base_hash="h", device=cpu, runner=runner, store=TrialStore(tmp_path),
+                  options=options, say=lambda s: None, fit_trials=fit)
+    result = tuner.run()
+    bf16 = next(r for r in result.ablation if r.setting == "bf16-mixed")
+    assert bf16.speedup is not None, bf16.note
+    assert tuner.spent <= 160

@@ -32,9 +32,12 @@ def admit(tuner: Any, ctx: KnobContext, base_wall: float, *, repeats: int, reser
     # is the first baseline trial, already paid at what it took: a nanoGPT trial sized to fit
     # the 15 trials of a 20-minute compile tune (75 s, after a 65 s first trial) priced that
     # bracket 10 s too high, and the plan fell back to one round (the sizing and the plan now
-    # count alike). Unless it opens no round (Tuner.first_bracket: a script's pricing trial).
+    # count alike). Where the first trial opens no round (Tuner.first_bracket: a script's
+    # pricing trial), round 1's opening bracket ran before this plan (Tuner._price_from_opening)
+    # and is as paid.
     first = max(tuner.spent, tuner.first_wall)
-    reused = 0.0 if getattr(tuner, "first_bracket", 0) else base_wall
+    opening = not getattr(tuner, "first_bracket", 0) or (tuner.key({}), 1) in tuner.ran
+    reused = base_wall if opening else 0.0
     plan = BudgetPlan(base_wall=base_wall, repeats=repeats, baseline_every=tuner.opt.baseline_every,
                       budget_s=tuner.opt.budget_s - first + reused if first else tuner.opt.budget_s,
                       reserve_s=reserve_s, whole_budget_s=tuner.opt.budget_s)
