@@ -214,7 +214,7 @@ class Tuner(LoadProof):
         """One interleaved round: each arm's given repeat, in order (or reversed)."""
         for settings, label, repeat in (list(reversed(arms)) if reverse else arms):
             if not far_slower.may_run_again([r for r in self.results(settings) if r.repeat < repeat],
-                                            self.results({})):
+                                            self.results({}), reference=not settings):
                 continue  # a setting that crashed once is not run again (nor one far slower)
             if config_key(self.base_hash, settings) in self.dropped:
                 continue  # far slower in an earlier round
