@@ -41,6 +41,46 @@ def seed_worker(worker_id: int) -> None:
     np.random.seed(s)
 
 
+def init_worker(worker_id: int) -> None:
+    """worker_init_fn: `seed_worker`, and a SIGTERM that the parent did not send ignored.
+
+    PyTorch's workers die of a SIGTERM that their parent did not send (its handler re-raises
+    it), and the parent's SIGCHLD handler then raises 'DataLoader worker (pid N) is killed by
+    signal: Terminated' in the middle of a step. A SIGTERM sent to the process group (`kill --
+    -PGID`, a scheduler that signals every process of the job) thus ended `trainspeed train
+    gpt data.num_workers=2` as a crash with a traceback and exit 1, where the same signal to the
+    main process alone saves at the step boundary and exits 143. The main process decides how
+    to stop; the loader's own shutdown (the parent's SIGTERM) still ends a worker at once, as
+    PyTorch's handler does, and a worker left without its parent ends itself (PyTorch's
+    watchdog). Ignoring SIGTERM outright would not do: the parent's terminate() at exit was
+    ignored too, and multiprocessing's exit handler waited for the worker forever.
+    """
+    seed_worker(worker_id)
+    _parent_sigterm_only()
+
+
+def _parent_sigterm_only() -> None:
+    import os
+    import signal
+    import threading
+
+    if not hasattr(signal, "sigwaitinfo"):  # pragma: no cover - not Linux
+        return
+    parent = os.getppid()
+    try:  # blocked in this thread and in every thread it starts (the queue's feeder)
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+    except (ValueError, OSError):  # pragma: no cover
+        return
+
+    def wait() -> None:
+        while True:
+            info = signal.sigwaitinfo({signal.SIGTERM})
+            if info.si_pid == parent or os.getppid() != parent:
+                os._exit(0)  # the loader's shutdown, or no parent left: PyTorch's worker does the same
+
+    threading.Thread(target=wait, name="trainspeed-worker-sigterm", daemon=True).start()
+
+
 def resolve_pin_memory(setting: Any, device: Any, cuda_available: bool) -> tuple[bool, str | None]:
     """(pin or not, note). 'auto' pins only for a CUDA device; True without CUDA is a note."""
     import torch
@@ -244,7 +284,7 @@ def build_dataloader(
         num_workers=workers,
         collate_fn=collate,
         pin_memory=pin,
-        worker_init_fn=seed_worker if workers > 0 else None,
+        worker_init_fn=init_worker if workers > 0 else None,
         generator=generator,
         **loader_args,
         **kwargs,
