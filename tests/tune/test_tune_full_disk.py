@@ -112,6 +112,7 @@ def test_a_full_out_disk_says_what_is_full_and_the_command_that_resumes(tmp_path
     code, err = _tune_cli(tmp_path, monkeypatch, capsys, full)
     assert code == 28, err
     assert "no space left on" in err and "runs/tune-train-threads" in err
+    assert "no trial had finished" in err  # not 'the finished trials are kept in' a file never written
     assert "Resume with:\n    trainspeed tune --out runs/tune-train-threads --knobs threads" in err, err
     assert "Traceback" not in err
 

@@ -226,8 +226,9 @@ def resume_hint(args, out):
 
         try:  # after SIGHUP the terminal may be gone: the trials are kept either way
             # folded as stdout's lines, the command whole on a line of its own (it is copied)
-            ProgressPrinter(sys.stderr)(f"\ntrainspeed tune: {first}; the finished trials are kept in "
-                                        f"{out / 'tune.jsonl'}. Resume with:")
+            store = out / "tune.jsonl"
+            kept = f"the finished trials are kept in {store}" if store.exists() else "no trial had finished"
+            ProgressPrinter(sys.stderr)(f"\ntrainspeed tune: {first}; {kept}. Resume with:")
             print(f"    {resume_command(argv, out)}", file=sys.stderr, flush=True)
         except OSError:
             pass
