@@ -78,6 +78,12 @@ def test_a_rollout_is_the_data_not_an_evaluation(ppo):
     # no gymnasium environment was timed: stepping environments in workers is not offered
     assert not any("AsyncVectorEnv" in h for h in goes["helps"]), goes["helps"]
     assert "eval_every" not in (goes["verify_with"] or "") and "num_workers" not in (goes["verify_with"] or "")
+    # the phase table beside that statement names the time as it does (it read "eval")
+    from trainspeed.report.terminal import phase_rows
+
+    summary = json.loads((result.run_dir / "report.json").read_text())["summary"]
+    names = [name for name, _, _ in phase_rows(summary)]
+    assert "rollout" in names and "eval" not in names, names
 
 
 def test_the_same_loop_evaluating_in_eval_mode_is_still_an_evaluation(ppo):
@@ -85,6 +91,10 @@ def test_the_same_loop_evaluating_in_eval_mode_is_still_an_evaluation(ppo):
     seen = observations(result, "step_boundary")[0]
     assert seen["rollout_forwards"] == 0 and seen["eval_forwards"] > 0, seen
     assert "evaluation_share" in ids(result)
+    from trainspeed.report.terminal import phase_rows
+
+    summary = json.loads((result.run_dir / "report.json").read_text())["summary"]
+    assert "eval" in [name for name, _, _ in phase_rows(summary)]
 
 
 def test_a_steps_flag_counted_per_rollout_is_not_the_run_length():

@@ -101,14 +101,15 @@ def summary_lines(summary: dict[str, Any]) -> list[tuple[str, str]]:
 
 
 def phase_rows(summary: dict[str, Any]) -> list[tuple[str, float | None, float | None]]:
-    """(phase, mean seconds, share) for phases with time, largest share first."""
+    """(phase, mean seconds, share) for phases with time, largest share first; a phase the
+    doctor labelled is shown by its label (an RL rollout's "eval": doctor/checks/rollout.py)."""
     phases = (summary or {}).get("phases") or {}
     rows = []
     for name in PHASES:
         p = phases.get(name) or {}
         mean, share = p.get("mean_s"), p.get("share")
         if (is_num(mean) and mean > 0) or (is_num(share) and share > 0):
-            rows.append((name, mean if is_num(mean) else None, share if is_num(share) else None))
+            rows.append((str(p.get("label") or name), mean if is_num(mean) else None, share if is_num(share) else None))
     rows.sort(key=lambda r: -(r[2] if r[2] is not None else (r[1] or 0.0)))
     return rows
 

@@ -40,6 +40,7 @@ def diagnose(run: RunData, summary: dict[str, Any] | None = None) -> list[dict[s
     """Ranked findings (dicts) of a run directory, whoever wrote it; `summary` defaults to
     summarize(run). A script's own Monitor loop is diagnosed as that script's run, and verify
     commands that would need a config the run does not have are replaced (run_kinds.py)."""
+    from trainspeed.doctor.checks.rollout import name_rollout_phase
     from trainspeed.doctor.checks.run_kinds import as_diagnosed, runnable_verify
 
     if summary is None:
@@ -47,7 +48,9 @@ def diagnose(run: RunData, summary: dict[str, Any] | None = None) -> list[dict[s
 
         summary = summarize(run)
     view = as_diagnosed(run)
-    return runnable_verify(view, rank(run_checks(CheckContext.from_run(view, summary))))
+    ctx = CheckContext.from_run(view, summary)
+    name_rollout_phase(ctx)  # the phase table names a rollout's time as such, in the summary given
+    return runnable_verify(view, rank(run_checks(ctx)))
 
 
 __all__ = ["CHECKS", "CheckContext", "diagnose", "run_checks"]

@@ -24,6 +24,19 @@ def is_rollout(ctx: CheckContext) -> bool:
     return rollout > 0 and rollout >= MOSTLY * evals
 
 
+ROLLOUT_LABEL = "rollout"
+"""The phase table's name for the "eval" phase of a rollout: the statement said "rollout" while
+the table beside it read "eval" (Lightning's PPO example, reinforce.py)."""
+
+
+def name_rollout_phase(ctx: CheckContext) -> None:
+    """Label the summary's "eval" phase as the rollout it is, for the report's phase table
+    (report.terminal.phase_rows): the phase keeps its name in the records and comparisons."""
+    phase = (ctx.summary.get("phases") or {}).get("eval")
+    if isinstance(phase, dict) and is_rollout(ctx):
+        phase["label"] = ROLLOUT_LABEL
+
+
 ROLLOUT_HELPS = [
     "more environments per forward (vectorized environments: one batched forward for N environments' states)",
     "stepping the environments in worker processes (gymnasium's AsyncVectorEnv) while the policy runs",
