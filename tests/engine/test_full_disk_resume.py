@@ -11,9 +11,6 @@ import time
 from pathlib import Path
 
 import pytest
-import torch
-from torch import nn
-from torch.utils.data import TensorDataset
 
 from trainspeed.engine.events import Callback
 from trainspeed.engine.trainer import Trainer
@@ -21,24 +18,9 @@ from trainspeed.errors import DiskFullError
 
 sys.path.insert(0, str(Path(__file__).parent / "checkpoint"))
 from disk_full import full_disk  # noqa: E402
+from engine_tiny import mse, tiny_data, tiny_model  # noqa: E402
 
 pytestmark = pytest.mark.timeout(120)
-
-
-def _data():
-    g = torch.Generator().manual_seed(1)
-    x = torch.randn(64, 6, generator=g)
-    return TensorDataset(x, x.sum(1, keepdim=True))
-
-
-def _model():
-    torch.manual_seed(0)
-    return nn.Sequential(nn.Linear(6, 8), nn.Tanh(), nn.Linear(8, 1))
-
-
-def mse(model, batch):
-    x, y = batch
-    return nn.functional.mse_loss(model(x), y)
 
 
 class FillsAt(Callback):
@@ -67,7 +49,7 @@ def _cfg(tmp_path, **ckpt):
 def test_a_full_disk_names_the_checkpoint_kept_and_how_to_resume(tmp_path, async_save):
     ckpts = tmp_path / "r" / "checkpoints"
     with contextlib.ExitStack() as stack, pytest.raises(DiskFullError) as info:
-        Trainer(_model(), mse, _data(), config=_cfg(tmp_path, async_save=async_save),
+        Trainer(tiny_model(), mse, tiny_data(), config=_cfg(tmp_path, async_save=async_save),
                 callbacks=[FillsAt(3, ckpts, stack, after="step-00000002.pt.json")]).fit()
     message = str(info.value)
     assert message.startswith(f"no space left on {ckpts}") and "\n" not in message, message
@@ -75,7 +57,7 @@ def test_a_full_disk_names_the_checkpoint_kept_and_how_to_resume(tmp_path, async
     assert f"the last checkpoint written, step 2 ({kept}), is kept: once there is space, resume with " \
            in message, message
     assert "checkpoint.auto_resume=true and run.name=r" in message  # not a trainspeed CLI: the keys
-    again = Trainer(_model(), mse, _data(), config=_cfg(tmp_path, async_save=async_save, auto_resume=True))
+    again = Trainer(tiny_model(), mse, tiny_data(), config=_cfg(tmp_path, async_save=async_save, auto_resume=True))
     again.fit()
     assert again.state.step == 8
     assert (ckpts / "step-00000008.pt").exists()
@@ -84,6 +66,6 @@ def test_a_full_disk_names_the_checkpoint_kept_and_how_to_resume(tmp_path, async
 def test_a_full_disk_before_any_checkpoint_says_nothing_of_one(tmp_path):
     ckpts = tmp_path / "r" / "checkpoints"
     with contextlib.ExitStack() as stack, pytest.raises(DiskFullError) as info:
-        Trainer(_model(), mse, _data(), config=_cfg(tmp_path, async_save=False),
+        Trainer(tiny_model(), mse, tiny_data(), config=_cfg(tmp_path, async_save=False),
                 callbacks=[FillsAt(1, ckpts, stack)]).fit()
     assert "last checkpoint written" not in str(info.value)

@@ -20,23 +20,9 @@ from trainspeed.engine.trainer import Trainer
 from trainspeed.errors import CheckpointError, TrainspeedWarning
 from trainspeed.telemetry import read_run
 
+from engine_tiny import mse, tiny_data, tiny_model
+
 pytestmark = pytest.mark.timeout(120)
-
-
-def _data():
-    g = torch.Generator().manual_seed(1)
-    x = torch.randn(64, 6, generator=g)
-    return TensorDataset(x, x.sum(1, keepdim=True))
-
-
-def _model():
-    torch.manual_seed(0)
-    return nn.Sequential(nn.Linear(6, 8), nn.Tanh(), nn.Linear(8, 1))
-
-
-def mse(model, batch):
-    x, y = batch
-    return nn.functional.mse_loss(model(x), y)
 
 
 class SignalAt(Callback):
@@ -61,7 +47,7 @@ def _cfg(tmp_path, **ckpt):
 def test_a_signal_stop_records_its_step_and_the_resume_has_no_gap(tmp_path, capsys, sig):
     expected = KeyboardInterrupt if sig == signal.SIGINT else SystemExit
     with pytest.raises(expected):
-        Trainer(_model(), mse, _data(), config=_cfg(tmp_path), callbacks=[SignalAt(5, sig)]).fit()
+        Trainer(tiny_model(), mse, tiny_data(), config=_cfg(tmp_path), callbacks=[SignalAt(5, sig)]).fit()
     run_dir = tmp_path / "r"
     ckpt = run_dir / "checkpoints" / "step-00000005.pt"
     assert ckpt.exists()
@@ -76,7 +62,7 @@ def test_a_signal_stop_records_its_step_and_the_resume_has_no_gap(tmp_path, caps
     assert interrupt["data"]["signal"] == signal.Signals(sig).name
     assert next(e for e in run.events if e["type"] == "run_end")["data"]["steps"] == 5
 
-    Trainer(_model(), mse, _data(), config=_cfg(tmp_path, auto_resume=True)).fit()
+    Trainer(tiny_model(), mse, tiny_data(), config=_cfg(tmp_path, auto_resume=True)).fit()
     assert f"resumed from {ckpt} at step 5" in capsys.readouterr().err
     assert [s["step"] for s in read_run(run_dir).steps] == list(range(1, 9))
 
@@ -104,12 +90,12 @@ def _corrupt_all(run_dir):
 
 
 def test_every_checkpoint_damaged_stops_auto_resume_with_the_choices(tmp_path, recwarn):
-    Trainer(_model(), mse, _data(), config=_cfg(tmp_path, every_steps=3)).fit()
+    Trainer(tiny_model(), mse, tiny_data(), config=_cfg(tmp_path, every_steps=3)).fit()
     run_dir = tmp_path / "r"
     _corrupt_all(run_dir)
     before = (run_dir / "steps.jsonl").read_text()
     with pytest.raises(CheckpointError) as info:
-        Trainer(_model(), mse, _data(), config=_cfg(tmp_path, every_steps=3, auto_resume=True)).fit()
+        Trainer(tiny_model(), mse, tiny_data(), config=_cfg(tmp_path, every_steps=3, auto_resume=True)).fit()
     message = str(info.value)
     assert "every checkpoint" in message and "unusable" in message
     assert "run.name=NEW" in message and "--resume PATH" in message
@@ -120,7 +106,7 @@ def test_every_checkpoint_damaged_stops_auto_resume_with_the_choices(tmp_path, r
 
 def test_a_missing_resume_file_is_an_error_before_any_run_directory(tmp_path):
     with pytest.raises(CheckpointError, match="no such file"):
-        Trainer(_model(), mse, _data(), config=_cfg(tmp_path, resume=str(tmp_path / "nope.pt")))
+        Trainer(tiny_model(), mse, tiny_data(), config=_cfg(tmp_path, resume=str(tmp_path / "nope.pt")))
     assert not (tmp_path / "r").exists()
 
 
@@ -138,14 +124,14 @@ def test_records_a_kill_lost_are_named_on_resume(tmp_path, capsys):
     the resume cannot fill the gap, so it names it."""
     import json
 
-    Trainer(_model(), mse, _data(), config=_cfg(tmp_path, every_steps=3)).fit()
+    Trainer(tiny_model(), mse, tiny_data(), config=_cfg(tmp_path, every_steps=3)).fit()
     steps = tmp_path / "r" / "steps.jsonl"
     kept = [x for x in steps.read_text().splitlines() if json.loads(x)["step"] <= 4]
     steps.write_text("\n".join(kept) + "\n")
     (tmp_path / "r" / "checkpoints" / "step-00000008.pt").unlink()  # as if killed before step 8's save
     cfg = _cfg(tmp_path, every_steps=3, auto_resume=True)
     cfg["run"]["max_steps"] = 10
-    Trainer(_model(), mse, _data(), config=cfg).fit()
+    Trainer(tiny_model(), mse, tiny_data(), config=cfg).fit()
     lost = [e["data"] for e in read_run(tmp_path / "r").events if e["data"].get("kind") == "records_lost"]
     assert lost and lost[-1]["first_step"] == 5 and lost[-1]["last_step"] == 6
     assert "steps 5-6 ran before the previous process was killed" in capsys.readouterr().err
@@ -157,18 +143,18 @@ def test_a_new_run_never_lands_in_a_run_directory_that_holds_another(tmp_path):
     checkpoint and pruned the new run's. Now it stops before writing anything."""
     from trainspeed.errors import ConfigError
 
-    Trainer(_model(), mse, _data(), config=_cfg(tmp_path)).fit()
+    Trainer(tiny_model(), mse, tiny_data(), config=_cfg(tmp_path)).fit()
     run = tmp_path / "r"
     steps, saved = (run / "steps.jsonl").read_bytes(), sorted(p.name for p in (run / "checkpoints").iterdir())
     with pytest.raises(ConfigError, match=r"already holds a run \(checkpoints up to step 8\): continue it with "
                                           r"--auto-resume .* or give this run another run.name; nothing was written"):
-        Trainer(_model(), mse, _data(), config=_cfg(tmp_path)).fit()
+        Trainer(tiny_model(), mse, tiny_data(), config=_cfg(tmp_path)).fit()
     assert (run / "steps.jsonl").read_bytes() == steps
     assert sorted(p.name for p in (run / "checkpoints").iterdir()) == saved
     # a resume of it is what that directory is for
     cfg = _cfg(tmp_path, auto_resume=True)
     cfg["run"]["max_steps"] = 10
-    Trainer(_model(), mse, _data(), config=cfg).fit()
+    Trainer(tiny_model(), mse, tiny_data(), config=cfg).fit()
     assert [s["step"] for s in read_run(run).steps][-3:] == [8, 9, 10]
 
 
@@ -181,18 +167,18 @@ def test_auto_resume_without_a_run_name_continues_the_newest_run_of_the_target(t
         c["recipe"] = {"name": "mymodel-build"}
         return c
 
-    Trainer(_model(), mse, _data(), config=cfg(6)).fit()
+    Trainer(tiny_model(), mse, tiny_data(), config=cfg(6)).fit()
     (done,) = list(tmp_path.iterdir())
     first = done.rename(tmp_path / "mymodel-build-20260101-000000")  # as if a while ago
     (tmp_path / "mymodel-build-20000101-000000").mkdir()  # an older run with nothing to resume
     (tmp_path / "other-20991231-235959" / "checkpoints").mkdir(parents=True)  # another target's
     capsys.readouterr()
-    again = Trainer(_model(), mse, _data(), config=cfg(9, auto_resume=True))
+    again = Trainer(tiny_model(), mse, tiny_data(), config=cfg(9, auto_resume=True))
     assert again.run_dir == first
     assert f"--auto-resume: continuing {first}, the newest run of mymodel-build" in capsys.readouterr().err
     again.fit()
     assert [s["step"] for s in read_run(first).steps][-4:] == [6, 7, 8, 9]
-    fresh = Trainer(_model(), mse, _data(), config={**cfg(3, auto_resume=True), "recipe": {"name": "new"}})
+    fresh = Trainer(tiny_model(), mse, tiny_data(), config={**cfg(3, auto_resume=True), "recipe": {"name": "new"}})
     assert fresh.run_dir.name.startswith("new-")
     assert "no earlier run of new under" in capsys.readouterr().err
 
@@ -212,7 +198,7 @@ def test_a_loss_fn_that_returns_a_per_sample_loss_is_named_before_any_checkpoint
     cfg["precision"] = {"mode": precision}
     with pytest.raises(ConfigError, match=r"loss_fn\(model, batch\) must return one number, a scalar loss tensor; "
                                           r"it returned a tensor of shape \(8, 1\)\. Reduce it"):
-        Trainer(_model(), per_sample, _data(), config=cfg).fit()
+        Trainer(tiny_model(), per_sample, tiny_data(), config=cfg).fit()
     assert not list((tmp_path / "r").glob("checkpoints/step-*"))  # no crash checkpoint of an untrained model
 
 
@@ -230,7 +216,7 @@ def test_a_best_metric_that_no_checkpoint_carries_is_said_once(tmp_path, metric,
     cfg["eval"] = {"every_steps": every, "at_end": False}
     g = torch.Generator().manual_seed(2)
     val = TensorDataset(torch.randn(16, 6, generator=g), torch.randn(16, 1, generator=g))
-    Trainer(_model(), mse, _data(), val_data=val, config=cfg).fit()
+    Trainer(tiny_model(), mse, tiny_data(), val_data=val, config=cfg).fit()
     warnings_said = [e["data"] for e in read_run(tmp_path / "r").events_of("warning")
                      if e["data"].get("kind") == "best_metric_missing"]
     assert [w["message"] for w in warnings_said] == [said]
@@ -250,7 +236,7 @@ class CtrlCAt(Callback):
 def test_a_ctrl_c_that_ends_the_run_at_once_names_the_checkpoint_kept(tmp_path, capsys):
     """It said only 'trainspeed: interrupted', with step 4's checkpoint there to resume from."""
     with pytest.raises(KeyboardInterrupt) as info:
-        Trainer(_model(), mse, _data(), config=_cfg(tmp_path, every_steps=2), callbacks=[CtrlCAt(5)]).fit()
+        Trainer(tiny_model(), mse, tiny_data(), config=_cfg(tmp_path, every_steps=2), callbacks=[CtrlCAt(5)]).fit()
     assert getattr(info.value, "reported", False)  # the CLI adds no 'trainspeed: interrupted'
     ckpt = tmp_path / "r" / "checkpoints" / "step-00000004.pt"
     line = [x for x in capsys.readouterr().err.splitlines() if "interrupted at step" in x]
