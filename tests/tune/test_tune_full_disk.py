@@ -127,5 +127,5 @@ def test_a_tune_ended_by_sighup_says_how_to_resume(tmp_path, monkeypatch, capsys
 
     before = signal.getsignal(signal.SIGHUP)
     code, err = _tune_cli(tmp_path, monkeypatch, capsys, hung_up)
-    assert code == 130 and "Resume with:\n    trainspeed tune --out runs/tune-train-threads" in err, err
+    assert code == 129 and "Resume with:\n    trainspeed tune --out runs/tune-train-threads" in err, err  # 128 + SIGHUP
     assert signal.getsignal(signal.SIGHUP) is before

@@ -139,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt as exc:
         if not getattr(exc, "reported", False):  # the engine's stop line said it already
             print("trainspeed: interrupted", file=sys.stderr)
-        return 130
+        return getattr(exc, "exit_code", 130)  # 128 + the signal (a tune's SIGTERM: 143), Ctrl-C 130
 
 
 if __name__ == "__main__":  # pragma: no cover

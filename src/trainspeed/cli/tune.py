@@ -208,7 +208,9 @@ def resume_hint(args, out):
 
     def terminated(signum, frame):
         signal.signal(signum, signal.SIG_DFL)  # a second one ends the process
-        raise KeyboardInterrupt(signal.Signals(signum).name)
+        stop = KeyboardInterrupt(signal.Signals(signum).name)
+        stop.exit_code = 128 + signum  # type: ignore[attr-defined]  # 143, 129: the shell's code for it
+        raise stop
 
     restore = {}
     for name in ("SIGTERM", "SIGHUP"):
