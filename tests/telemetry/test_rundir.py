@@ -35,6 +35,27 @@ def test_malformed_lines_are_skipped_and_reported(tmp_path):
     assert np.isnan(rss[0]) and rss[1] == 5
 
 
+def _restart(at: int) -> dict:
+    return {"schema": 1, "type": "restart", "step": at, "data": {"path": "ckpt", "at_step": at}}
+
+
+def test_steps_a_resume_ran_again_are_read_once_from_the_run_that_went_on(tmp_path):
+    """Killed at step 7 after its step-4 checkpoint, a run recorded steps 5-7; the resume from
+    step 4 recorded them again: the run read 13 steps of 10, three of them twice."""
+    first = [_step(i, loss=1.0) for i in range(1, 8)]
+    again = [_step(i, loss=2.0) for i in range(5, 11)]
+    (tmp_path / "steps.jsonl").write_text("\n".join(json.dumps(r) for r in [*first, *again]) + "\n")
+    (tmp_path / "events.jsonl").write_text(json.dumps(_restart(4)) + "\n")
+    run = read_run(tmp_path)
+    assert [r["step"] for r in run.steps] == list(range(1, 11))
+    assert [r["loss"] for r in run.steps] == [1.0] * 4 + [2.0] * 6
+    assert run.skipped == ["steps.jsonl: steps 5-7 ran twice, before a restart from an earlier checkpoint and "
+                           "after it: the records of the run that went on are kept"]
+    # without a restart, repeated step numbers are a loop's own (a Monitor made again): all kept
+    (tmp_path / "events.jsonl").write_text("")
+    assert [r["step"] for r in read_run(tmp_path).steps] == sorted([*range(1, 8), *range(5, 11)])
+
+
 def test_newer_schema_is_a_clear_error(tmp_path):
     (tmp_path / "steps.jsonl").write_text(json.dumps({"schema": 2, "step": 1, "t_step": 1}) + "\n")
     with pytest.raises(SchemaError, match="schema 2.*reads schema <= 1.*Upgrade"):

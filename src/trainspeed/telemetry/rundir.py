@@ -182,6 +182,37 @@ def _read_json(path: Path, skipped: list[str]) -> dict | None:
     return obj
 
 
+def _restart_steps(events: list[dict[str, Any]]) -> list[int]:
+    """The steps a resumed run restarted from (its `restart` events' checkpoint step)."""
+    out = []
+    for event in events:
+        data = event.get("data") or {}
+        at = data.get("at_step", data.get("from_step")) if event.get("type") == "restart" else None
+        if isinstance(at, int) and not isinstance(at, bool):
+            out.append(at)
+    return out
+
+
+def _last_runs(steps: list[dict[str, Any]], restarted: list[int], skipped: list[str] | None) -> list[dict[str, Any]]:
+    """Step records in step order, each step once where a resume ran it again: a run killed at
+    step 7 after its step-4 checkpoint recorded steps 5-7, and the resume from step 4 recorded
+    them again (the run read 13 steps of 10, three of them twice). The later record, of the run
+    that went on, is kept; the earlier ones are named in `skipped`. Without a restart, records
+    keep every step as written (a loop may restart its own Monitor's count)."""
+    if restarted and steps:
+        last = {rec["step"]: i for i, rec in enumerate(steps)}
+        first_rerun = min(restarted)
+        rerun = {rec["step"] for i, rec in enumerate(steps) if last[rec["step"]] != i and rec["step"] > first_rerun}
+        if rerun:
+            steps = [rec for i, rec in enumerate(steps) if last[rec["step"]] == i or rec["step"] not in rerun]
+            dropped = sorted(rerun)
+            if skipped is not None:
+                span = f"step {dropped[0]}" if len(dropped) == 1 else f"steps {dropped[0]}-{dropped[-1]}"
+                skipped.append(f"{schema.STEPS_FILE}: {span} ran twice, before a restart from an earlier "
+                               "checkpoint and after it: the records of the run that went on are kept")
+    return sorted(steps, key=lambda r: r["step"])
+
+
 def read_run(path: str | Path) -> RunData:
     """Read a run directory. Raises RunDirError if it is not one, SchemaError if too new."""
     run_path = Path(path)
@@ -193,12 +224,13 @@ def read_run(path: str | Path) -> RunData:
         raise RunDirError(f"{run_path} is not a trainspeed run directory: none of "
                           f"{', '.join(known)} is there.")
     run = RunData(path=run_path)
-    run.steps = _read_jsonl(run_path / schema.STEPS_FILE, run.skipped, required=("step", "t_step"))
-    run.steps.sort(key=lambda r: r["step"])
     run.events = _read_jsonl(run_path / schema.EVENTS_FILE, run.skipped, required=("type",))
+    restarted = _restart_steps(run.events)
+    run.steps = _last_runs(_read_jsonl(run_path / schema.STEPS_FILE, run.skipped, required=("step", "t_step")),
+                           restarted, run.skipped)
     for r, directory in rank_dirs(run_path).items():
         steps = _read_jsonl(directory / schema.STEPS_FILE, run.skipped, required=("step", "t_step"))
-        run.rank_steps[r] = sorted(steps, key=lambda rec: rec["step"])
+        run.rank_steps[r] = _last_runs(steps, restarted, None)
     run.env = _read_json(run_path / schema.ENV_FILE, run.skipped) or {}
     run.report = _read_json(run_path / schema.REPORT_JSON, run.skipped)
     config_path = run_path / schema.CONFIG_FILE
