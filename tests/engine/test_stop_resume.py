@@ -137,6 +137,20 @@ def test_records_a_kill_lost_are_named_on_resume(tmp_path, capsys):
     assert "steps 5-6 ran before the previous process was killed" in capsys.readouterr().err
 
 
+def test_steps_a_resume_runs_again_are_said_and_read_once(tmp_path, capsys):
+    """Killed after step 8 was recorded but before its checkpoint: the resume from step 6 runs
+    steps 7-8 again. steps.jsonl read them twice (12 records of a 10-step run)."""
+    Trainer(tiny_model(), mse, tiny_data(), config=_cfg(tmp_path, every_steps=3)).fit()
+    (tmp_path / "r" / "checkpoints" / "step-00000008.pt").unlink()  # as if killed before step 8's save
+    cfg = _cfg(tmp_path, every_steps=3, auto_resume=True)
+    cfg["run"]["max_steps"] = 10
+    Trainer(tiny_model(), mse, tiny_data(), config=cfg).fit()
+    assert "steps 7-8 ran after the step-6 checkpoint and run again now" in capsys.readouterr().err
+    run = read_run(tmp_path / "r")
+    assert [r["step"] for r in run.steps] == list(range(1, 11))
+    assert any("steps 7-8 ran twice" in note for note in run.skipped), run.skipped
+
+
 def test_a_new_run_never_lands_in_a_run_directory_that_holds_another(tmp_path):
     """A second `run.name=o2` without a resume trained from step 1 into o2, appended to its
     steps.jsonl (steps 149, 150, 1, 2 ...), and a later --auto-resume took the old run's last

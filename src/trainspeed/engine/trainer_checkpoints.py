@@ -122,12 +122,22 @@ def _open_session(trainer: TrainerView, mon: Any, loaders: Any) -> CheckpointSes
 def _name_lost_records(mon: Any, resumed_at: int) -> None:
     """A run killed (kill -9, a dead node) after a checkpoint was published but before the
     records of its last steps reached the disk leaves those steps without a record: a gap the
-    resume cannot fill, so it is named (an event and one line), never silent."""
+    resume cannot fill, so it is named (an event and one line), never silent. Killed after
+    steps its last checkpoint does not hold, it recorded steps the resume runs again: that is
+    said too, and the run's reader keeps their new records (telemetry/rundir._last_runs)."""
     from trainspeed.telemetry.rundir import last_recorded_step
 
     if mon.run_dir is None:
         return
     last = last_recorded_step(mon.run_dir)
+    if last is not None and last > resumed_at:  # killed after steps the checkpoint does not hold
+        span = f"step {last}" if last == resumed_at + 1 else f"steps {resumed_at + 1}-{last}"
+        message = (f"{span} ran after the step-{resumed_at} checkpoint and run again now; the reports read "
+                   "their new records (the earlier ones stay in steps.jsonl, superseded)")
+        mon.event("note", kind="records_rerun", first_step=resumed_at + 1, last_step=last, message=message)
+        if mon.rank == 0:
+            print(f"trainspeed: {message}", file=sys.stderr, flush=True)
+        return
     if last is None or last >= resumed_at:
         return
     first = last + 1
