@@ -20,7 +20,7 @@ from __future__ import annotations
 from typing import Iterable, Sequence
 
 from trainspeed.tune.result import repeats_note
-from trainspeed.tune.trials import FAR_SLOWER, SLOW_CUTOFF, TrialResult
+from trainspeed.tune.trials import BUDGET_END, FAR_SLOWER, SLOW_CUTOFF, TrialResult
 
 MAX_STOPS = 2
 """A setting stopped far slower this many times is not run again, whatever the load."""
@@ -83,7 +83,9 @@ def may_run_again(earlier: Sequence[TrialResult], baseline: Iterable[TrialResult
     trials, then one crashed (trainspeed's own import, mid-edit); every later round and the
     resumed tunes' verifications skipped the baseline, and the compile winner read "the budget
     ran out before a fresh verification" with 95 s of 6 minutes left, twice."""
-    failed = [r for r in earlier if not r.ok]
+    # a trial the budget's end cut says nothing of the setting: a resumed tune with a larger
+    # --budget (what the cut's note asks for) runs it again
+    failed = [r for r in earlier if not r.ok and not (r.error or "").startswith(BUDGET_END)]
     if not failed:
         return True
     if reference and any(r.ok for r in earlier):

@@ -160,6 +160,8 @@ class Tuner(LoadProof):
         done = self.store.get(key, repeat)
         if done is not None and not self._same_shape(done):
             done = None  # measured at another length by an earlier tune into this --out: run afresh
+        if done is not None and not done.ok and (done.error or "").startswith(BUDGET_END):
+            done = None  # cut by an earlier tune's budget: "rerun with a larger --budget" measures it
         if done is not None:
             if (key, repeat) not in self.ran:
                 self.ran.add((key, repeat))  # count each earlier trial once, not per lookup

@@ -1,0 +1,76 @@
+"""A trial the budget's end cut is run again by the resumed tune the note asks for.
+
+The note under a tune whose budget ran out says "Rerun with the same --out and a larger --budget
+to continue from the finished trials"; the resumed tune reused the cut trial as it was stored,
+ran nothing, and read bf16 "skipped: stopped at the end of the tune's budget" again, whatever
+the budget."""
+
+from __future__ import annotations
+
+import pytest
+
+from trainspeed.tune import stats
+from trainspeed.tune.search import Tuner, TuneOptions
+from trainspeed.tune.store import TrialStore
+from trainspeed.tune.trials import BUDGET_END, TrialResult
+
+from tune_fakes import FakeRunner
+
+pytestmark = pytest.mark.timeout(60)
+
+BF16 = "precision.mode=bf16-mixed"
+
+
+class BudgetCuts(FakeRunner):
+    """bf16's trials are cut by the budget's end while `cut` holds."""
+
+    def __init__(self, *a, cut: bool, **kw):
+        super().__init__(*a, **kw)
+        self.cut = cut
+
+    def __call__(self, req):
+        res = super().__call__(req)
+        if self.cut and BF16 in req.overrides:
+            return TrialResult(ok=False, key=req.key, label=req.label, repeat=req.repeat, wall_s=5.0,
+                               error=f"{BUDGET_END} (3 s left when it started)")
+        return res
+
+
+def _tune(base_config, cpu, tmp_path, runner):
+    options = TuneOptions(budget_s=10_000, knobs=["precision"], repeats=2, verify_repeats=1)
+    return Tuner(base_config=base_config, base_hash="h", device=cpu, runner=runner, store=TrialStore(tmp_path),
+                 options=options, say=lambda s: None).run()
+
+
+def test_the_resumed_tune_measures_what_the_budget_cut(base_config, cpu, tmp_path):
+    first = _tune(base_config, cpu, tmp_path, BudgetCuts({BF16: 0.5}, cut=True))
+    assert next(r for r in first.ablation if r.setting == "bf16-mixed").verdict == stats.SKIPPED
+    runner = BudgetCuts({BF16: 0.5}, cut=False)
+    again = _tune(base_config, cpu, tmp_path, runner)
+    bf16 = next(r for r in again.ablation if r.setting == "bf16-mixed")
+    assert bf16.verdict == stats.FASTER, (bf16.verdict, bf16.note)
+    assert [c.repeat for c in runner.calls if c.overrides == (BF16,)][:2] == [0, 1]  # run again, not reused
+    # what finished is reused: no baseline trial of the ablation ran again
+    assert not any(c.overrides == () and c.repeat < 2 for c in runner.calls)
+
+
+class BaselineCut(FakeRunner):
+    def __init__(self, *a, cut: bool, **kw):
+        super().__init__(*a, **kw)
+        self.cut = cut
+
+    def __call__(self, req):
+        res = super().__call__(req)
+        if self.cut:
+            return TrialResult(ok=False, key=req.key, label=req.label, repeat=req.repeat, wall_s=5.0,
+                               error=f"{BUDGET_END} (5 s left when it started)")
+        return res
+
+
+def test_a_baseline_the_budget_cut_runs_again_in_the_resumed_tune(base_config, cpu, tmp_path):
+    from trainspeed.tune.budget_plan import BaselineOutOfBudget
+
+    with pytest.raises(BaselineOutOfBudget):  # exit 3: "a larger --budget measures it"
+        _tune(base_config, cpu, tmp_path, BaselineCut({BF16: 0.5}, cut=True))
+    again = _tune(base_config, cpu, tmp_path, BaselineCut({BF16: 0.5}, cut=False))
+    assert next(r for r in again.ablation if r.setting == "bf16-mixed").verdict == stats.FASTER
