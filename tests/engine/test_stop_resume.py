@@ -134,7 +134,23 @@ def test_records_a_kill_lost_are_named_on_resume(tmp_path, capsys):
     Trainer(tiny_model(), mse, tiny_data(), config=cfg).fit()
     lost = [e["data"] for e in read_run(tmp_path / "r").events if e["data"].get("kind") == "records_lost"]
     assert lost and lost[-1]["first_step"] == 5 and lost[-1]["last_step"] == 6
-    assert "steps 5-6 ran before the previous process was killed" in capsys.readouterr().err
+    assert "steps 5-6 ran before the previous process stopped" in capsys.readouterr().err
+
+
+def test_a_crash_after_its_save_names_the_step_without_a_record_as_stopped_not_killed(tmp_path, capsys):
+    """A callback raised at step 7's end: the crash save kept step 7, whose record was never
+    written. The resume said the step 'ran before the previous process was killed'."""
+    class CrashAt(Callback):
+        def on_batch_end(self, state):
+            if state.step == 7:
+                raise RuntimeError("boom")
+
+    with pytest.raises(RuntimeError):
+        Trainer(tiny_model(), mse, tiny_data(), config=_cfg(tmp_path, every_steps=4), callbacks=[CrashAt()]).fit()
+    capsys.readouterr()
+    Trainer(tiny_model(), mse, tiny_data(), config=_cfg(tmp_path, every_steps=4, auto_resume=True)).fit()
+    err = capsys.readouterr().err
+    assert "step 7 ran before the previous process stopped" in err and "killed" not in err, err
 
 
 def test_steps_a_resume_runs_again_are_said_and_read_once(tmp_path, capsys):

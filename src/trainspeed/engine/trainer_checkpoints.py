@@ -142,7 +142,7 @@ def _name_lost_records(mon: Any, resumed_at: int) -> None:
         return
     first = last + 1
     span = f"step {first}" if first == resumed_at else f"steps {first}-{resumed_at}"
-    message = (f"{span} ran before the previous process was killed, but {'its record' if first == resumed_at else 'their records'} "
+    message = (f"{span} ran before the previous process stopped, but {'its record' if first == resumed_at else 'their records'} "
                "did not reach steps.jsonl (the checkpoint did): those steps have no step record")
     mon.event("warning", kind="records_lost", first_step=first, last_step=resumed_at, message=message)
     if mon.rank == 0:
