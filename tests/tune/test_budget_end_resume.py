@@ -22,18 +22,26 @@ BF16 = "precision.mode=bf16-mixed"
 
 
 class BudgetCuts(FakeRunner):
-    """bf16's trials are cut by the budget's end while `cut` holds."""
+    """The trials `cut(overrides)` picks are cut by the budget's end."""
 
-    def __init__(self, *a, cut: bool, **kw):
+    def __init__(self, *a, cut, **kw):
         super().__init__(*a, **kw)
         self.cut = cut
 
     def __call__(self, req):
         res = super().__call__(req)
-        if self.cut and BF16 in req.overrides:
+        if self.cut(req.overrides):
             return TrialResult(ok=False, key=req.key, label=req.label, repeat=req.repeat, wall_s=5.0,
                                error=f"{BUDGET_END} (3 s left when it started)")
         return res
+
+
+def bf16_only(overrides) -> bool:
+    return BF16 in overrides
+
+
+def never(overrides) -> bool:
+    return False
 
 
 def _tune(base_config, cpu, tmp_path, runner):
@@ -43,9 +51,9 @@ def _tune(base_config, cpu, tmp_path, runner):
 
 
 def test_the_resumed_tune_measures_what_the_budget_cut(base_config, cpu, tmp_path):
-    first = _tune(base_config, cpu, tmp_path, BudgetCuts({BF16: 0.5}, cut=True))
+    first = _tune(base_config, cpu, tmp_path, BudgetCuts({BF16: 0.5}, cut=bf16_only))
     assert next(r for r in first.ablation if r.setting == "bf16-mixed").verdict == stats.SKIPPED
-    runner = BudgetCuts({BF16: 0.5}, cut=False)
+    runner = BudgetCuts({BF16: 0.5}, cut=never)
     again = _tune(base_config, cpu, tmp_path, runner)
     bf16 = next(r for r in again.ablation if r.setting == "bf16-mixed")
     assert bf16.verdict == stats.FASTER, (bf16.verdict, bf16.note)
@@ -54,23 +62,10 @@ def test_the_resumed_tune_measures_what_the_budget_cut(base_config, cpu, tmp_pat
     assert not any(c.overrides == () and c.repeat < 2 for c in runner.calls)
 
 
-class BaselineCut(FakeRunner):
-    def __init__(self, *a, cut: bool, **kw):
-        super().__init__(*a, **kw)
-        self.cut = cut
-
-    def __call__(self, req):
-        res = super().__call__(req)
-        if self.cut:
-            return TrialResult(ok=False, key=req.key, label=req.label, repeat=req.repeat, wall_s=5.0,
-                               error=f"{BUDGET_END} (5 s left when it started)")
-        return res
-
-
 def test_a_baseline_the_budget_cut_runs_again_in_the_resumed_tune(base_config, cpu, tmp_path):
     from trainspeed.tune.budget_plan import BaselineOutOfBudget
 
     with pytest.raises(BaselineOutOfBudget):  # exit 3: "a larger --budget measures it"
-        _tune(base_config, cpu, tmp_path, BaselineCut({BF16: 0.5}, cut=True))
-    again = _tune(base_config, cpu, tmp_path, BaselineCut({BF16: 0.5}, cut=False))
+        _tune(base_config, cpu, tmp_path, BudgetCuts({BF16: 0.5}, cut=lambda overrides: True))
+    again = _tune(base_config, cpu, tmp_path, BudgetCuts({BF16: 0.5}, cut=never))
     assert next(r for r in again.ablation if r.setting == "bf16-mixed").verdict == stats.FASTER
