@@ -69,3 +69,20 @@ def test_a_baseline_the_budget_cut_runs_again_in_the_resumed_tune(base_config, c
         _tune(base_config, cpu, tmp_path, BudgetCuts({BF16: 0.5}, cut=lambda overrides: True))
     again = _tune(base_config, cpu, tmp_path, BudgetCuts({BF16: 0.5}, cut=never))
     assert next(r for r in again.ablation if r.setting == "bf16-mixed").verdict == stats.FASTER
+
+
+def test_a_setting_an_earlier_tune_saw_crash_is_run_once_more_by_the_resumed_tune(base_config, cpu, tmp_path):
+    """A crash can be transient (a library mid-upgrade, trainspeed's own import caught mid-edit,
+    a neighbour's OOM kill): a resumed tune reused it as the setting's verdict, 'failed', for good."""
+    first = _tune(base_config, cpu, tmp_path, FakeRunner({BF16: 0.5}, fail=(BF16,)))
+    assert next(r for r in first.ablation if r.setting == "bf16-mixed").verdict == stats.FAILED
+    runner = FakeRunner({BF16: 0.5})
+    again = _tune(base_config, cpu, tmp_path, runner)
+    assert next(r for r in again.ablation if r.setting == "bf16-mixed").verdict == stats.FASTER
+    # a crash in this tune is still its verdict: run once more, it crashes again, and stays so
+    still = _tune(base_config, cpu, tmp_path / "other", FakeRunner({BF16: 0.5}, fail=(BF16,)))
+    runner = FakeRunner({BF16: 0.5}, fail=(BF16,))
+    again = _tune(base_config, cpu, tmp_path / "other", runner)
+    assert next(r for r in again.ablation if r.setting == "bf16-mixed").verdict == stats.FAILED
+    assert sum(1 for c in runner.calls if c.overrides == (BF16,)) == 1, [(c.overrides, c.repeat) for c in runner.calls]
+    assert next(r for r in still.ablation if r.setting == "bf16-mixed").verdict == stats.FAILED

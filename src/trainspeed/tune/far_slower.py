@@ -96,6 +96,14 @@ def may_run_again(earlier: Sequence[TrialResult], baseline: Iterable[TrialResult
     return all(r.wall_s < SLOW_CUTOFF * slowest for r in failed)
 
 
+def judged_now(results: Iterable[TrialResult], ran: set, retried: set) -> list[TrialResult]:
+    """`results` less the crashes an earlier tune into this --out stored that this tune has not
+    yet run again: a resumed tune runs a crashed setting once more (a crash may be transient: a
+    library mid-upgrade, a neighbour's OOM kill) before that crash is its verdict. `ran`: (key,
+    repeat) run or reused by this tune; `retried`: keys it ran again."""
+    return [r for r in results if r.ok or stopped(r) or (r.key, r.repeat) in ran or r.key in retried]
+
+
 def rounds_note(note: str | None, completed: int, planned: int, why: str, results: Iterable[TrialResult]) -> str | None:
     """A row's note on its rounds: fewer than planned, and why (the budget, a drop), and the
     stops its verdict leaves out (not counted as the budget's: a cut by the budget changes how

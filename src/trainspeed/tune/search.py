@@ -119,6 +119,7 @@ class Tuner(LoadProof):
         self.reserve_s = 0.0  # held back for the verification (the greedy steps once spent it)
         self.min_measure_steps = 0
         self.first_bracket = 0  # 1: the first baseline trial opens no round (run)
+        self.retried: set[str] = set()  # settings whose earlier tune's crash this one ran again
 
     # ------------------------------------------------------------------ trials
     def key(self, settings: dict[str, Any]) -> str:
@@ -162,6 +163,10 @@ class Tuner(LoadProof):
             done = None  # measured at another length by an earlier tune into this --out: run afresh
         if done is not None and not done.ok and (done.error or "").startswith(BUDGET_END):
             done = None  # cut by an earlier tune's budget: "rerun with a larger --budget" measures it
+        elif done is not None and settings and not far_slower.judged_now([done], self.ran, self.retried):
+            self.retried.add(key)  # an earlier tune's crash: run once more (far_slower.judged_now)
+            self.say(f"  {label}: its trial failed in an earlier tune into this --out; running it once more")
+            done = None
         if done is not None:
             if (key, repeat) not in self.ran:
                 self.ran.add((key, repeat))  # count each earlier trial once, not per lookup
@@ -170,17 +175,15 @@ class Tuner(LoadProof):
         if self._over_budget(key):
             return None
         cutoff = None
-        # Known after the baseline: a far slower trial is stopped early. Never the baseline's
-        # own repeats: one far slower than the first is the machine's load (word_language_model's
-        # baseline was stopped at 30 s, "over 4x the baseline trial's time", while others' jobs
-        # took the cores), and losing it drops a round's pair; the runner's cap still holds.
+        # A far slower trial is stopped early; never a baseline trial: one far slower than the
+        # first is the machine's load (word_language_model's, stopped at 30 s while others' jobs
+        # took the cores), and losing it drops a round's pair.
         if self.base_wall and settings:
             price = far_slower.cutoff_price(self._price(key), self.results({}))
             cutoff = max(MIN_CUTOFF_S, SLOW_CUTOFF * price) + self._startup(settings)
         request = TrialRequest(key=key, label=label, overrides=overrides_of(settings), repeat=repeat,
                                timeout_s=cutoff, budget_s=max(1.0, self.opt.budget_s - self.spent))
-        # its how-manieth trial in this tune (the repeat numbers follow the rounds' brackets, and
-        # read out of order to a newcomer: baseline 1, 3, 5, 6, 4)
+        # its how-manieth trial in this tune (repeat numbers read out of order: baseline 1, 3, 5, 6, 4)
         self.say(f"  trial {label} (#{1 + sum(1 for k, _ in self.ran if k == key)}) ...")
         result = fill_samples(self.runner(request), settings, self.results({}))  # arms.py
         self.spent += result.wall_s
@@ -212,11 +215,11 @@ class Tuner(LoadProof):
         """Whether a stored trial ran as this tune's trials do (unknown on either side: yes)."""
         return result.shape is None or not self.shapes or result.shape in self.shapes
 
-    def _round(self, arms: list[tuple[dict[str, Any], str, int]], reverse: bool) -> None:
-        """One interleaved round: each arm's given repeat, in order (or reversed)."""
+    def _round(self, arms: list[tuple[dict[str, Any], str, int]], reverse: bool) -> None:  # one interleaved round
         for settings, label, repeat in (list(reversed(arms)) if reverse else arms):
-            if not far_slower.may_run_again([r for r in self.results(settings) if r.repeat < repeat],
-                                            self.results({}), reference=not settings):
+            earlier = far_slower.judged_now(self.results(settings), self.ran, self.retried)
+            if not far_slower.may_run_again([r for r in earlier if r.repeat < repeat], self.results({}),
+                                            reference=not settings):
                 continue  # a setting that crashed once is not run again (nor one far slower)
             if config_key(self.base_hash, settings) in self.dropped:
                 continue  # far slower in an earlier round
@@ -331,7 +334,8 @@ class Tuner(LoadProof):
         for r in range(R if candidates else 0):  # nothing to compare: no more baselines
             self.say(f"ablation round {r + 1}/{R}")
             idle = frozenset(i for i, c in enumerate(candidates) if self.key(c.settings) in self.dropped
-                             or not far_slower.may_run_again(self.results(c.settings), self.results({})))
+                             or not far_slower.may_run_again(far_slower.judged_now(
+                                 self.results(c.settings), self.ran, self.retried), self.results({})))
             self._round(ablation_round(candidates, r, R, every, idle, self.first_bracket), reverse=False)
             halve(self, candidates, r)
         self.reserve_s = 0.0
