@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from trainspeed.doctor.checks.context import CheckContext
+if TYPE_CHECKING:  # annotations only: context.py calls script_flag (its verify commands)
+    from trainspeed.doctor.checks.context import CheckContext
 
 TOPIC_FLAGS: dict[str, tuple[str, ...]] = {
     "num_workers": ("num_workers", "workers", "n_workers", "dataloader_num_workers", "num_dataloader_workers",
