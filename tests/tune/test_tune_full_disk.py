@@ -26,8 +26,9 @@ def _failed(label="best", error="exit code 120, nothing on stderr"):
     return TrialResult(ok=False, key="k", label=label, repeat=0, wall_s=1.0, error=error)
 
 
-def _statvfs(free):
-    return lambda path: SimpleNamespace(f_bavail=free // 4096, f_frsize=4096)
+def _statvfs(free):  # as shutil.disk_usage reads it (engine/checkpoint/space.free_bytes)
+    return lambda path: SimpleNamespace(f_bavail=free // 4096, f_bfree=free // 4096, f_blocks=(20 << 30) // 4096,
+                                        f_frsize=4096)
 
 
 def test_a_trial_failed_by_the_full_disk_is_not_stored_and_stops_the_tune(tmp_path, monkeypatch):

@@ -19,33 +19,21 @@ import json
 import os
 from pathlib import Path
 
-from trainspeed.errors import NO_SPACE_ERRNOS
-
+from trainspeed.engine.checkpoint.space import nearly_full, text_says_no_space
 from trainspeed.tune.trials import TrialResult
 
 STORE_FILE = "tune.jsonl"
-FULL_BELOW = 1 << 20
-"""Free bytes under which a failed trial's disk counts as full (a trial writes ~30 kB)."""
-_NO_SPACE_WORDS = (os.strerror(errno.ENOSPC), os.strerror(getattr(errno, "EDQUOT", errno.ENOSPC)))
 
 
 def _says_no_space(result: TrialResult) -> bool:
-    return not result.ok and any(w in (result.error or "") for w in _NO_SPACE_WORDS)
+    return not result.ok and text_says_no_space(result.error or "")
 
 
 def failed_for_space(result: TrialResult, out_dir: str | os.PathLike) -> bool:
     """True when `result` failed and the disk under `out_dir` is full: its error says so, or
-    less than FULL_BELOW is free there (a trial that cannot flush its output exits 120 with
-    nothing on stderr)."""
-    if result.ok:
-        return False
-    if _says_no_space(result):
-        return True
-    try:
-        st = os.statvfs(out_dir)
-    except OSError:
-        return False
-    return st.f_bavail * st.f_frsize < FULL_BELOW
+    less than 1 MiB is free there (space.nearly_full: a trial writes ~30 kB, and one that
+    cannot flush its output exits 120 with nothing on stderr)."""
+    return not result.ok and (_says_no_space(result) or nearly_full(out_dir))
 
 
 class TrialStore:

@@ -39,6 +39,12 @@ def _chain(exc: BaseException | None, depth: int = 0):
             todo += [f[0] if isinstance(f, tuple) else f for f in failures.values()]
 
 
+def text_says_no_space(text: str) -> bool:
+    """True when an error's text says the disk is full (ENOSPC/EDQUOT's words or errno): also
+    for a failed process's stderr (tune/store.py)."""
+    return any(t in text.lower() for t in _NO_SPACE_TEXT)
+
+
 def says_no_space(exc: BaseException | None) -> bool:
     """True when the error (or one it wraps) is ENOSPC/EDQUOT or says so."""
     for e in _chain(exc):
@@ -46,7 +52,7 @@ def says_no_space(exc: BaseException | None) -> bool:
             return True
         if isinstance(e, OSError) and e.errno in NO_SPACE_ERRNOS:
             return True
-        if any(t in str(e).lower() for t in _NO_SPACE_TEXT):
+        if text_says_no_space(str(e)):
             return True
     return False
 
@@ -62,12 +68,15 @@ def free_bytes(path: str | os.PathLike) -> int | None:
     return None
 
 
-def no_space(exc: BaseException | None, directory: str | os.PathLike) -> bool:
-    """Whether a failed write into `directory` failed for lack of space."""
-    if says_no_space(exc):
-        return True
+def nearly_full(directory: str | os.PathLike) -> bool:
+    """Whether the disk under `directory` has less than _NEARLY_FULL left."""
     free = free_bytes(directory)
     return free is not None and free < _NEARLY_FULL
+
+
+def no_space(exc: BaseException | None, directory: str | os.PathLike) -> bool:
+    """Whether a failed write into `directory` failed for lack of space."""
+    return says_no_space(exc) or nearly_full(directory)
 
 
 def state_bytes(obj: Any) -> int:
