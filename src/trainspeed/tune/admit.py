@@ -36,7 +36,7 @@ def admit(tuner: Any, ctx: KnobContext, base_wall: float, *, repeats: int, reser
     # pricing trial), round 1's opening bracket ran before this plan (Tuner._price_from_opening)
     # and is as paid.
     first = max(tuner.spent, tuner.first_wall)
-    opening = not getattr(tuner, "first_bracket", 0) or (tuner.key({}), 1) in tuner.ran
+    opening = not tuner.first_bracket or (tuner.key({}), tuner.first_bracket) in tuner.ran
     reused = base_wall if opening else 0.0
     plan = BudgetPlan(base_wall=base_wall, repeats=repeats, baseline_every=tuner.opt.baseline_every,
                       budget_s=tuner.opt.budget_s - first + reused if first else tuner.opt.budget_s,

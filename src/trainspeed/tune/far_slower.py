@@ -31,6 +31,12 @@ def stopped(result: TrialResult) -> bool:
     return not result.ok and (result.error or "").startswith(FAR_SLOWER)
 
 
+def budget_cut(result: TrialResult) -> bool:
+    """The trial was cut by the tune's budget's end: nothing said of its setting (a resumed tune
+    with a larger --budget, what the cut's note asks for, runs it again)."""
+    return not result.ok and (result.error or "").startswith(BUDGET_END)
+
+
 def slowest_baseline(baseline: Iterable[TrialResult]) -> float:
     """Wall seconds of the slowest completed baseline trial after the first (that one counts
     FLOPs, or ran at another length): how slow the machine has made a plain trial."""
@@ -83,9 +89,7 @@ def may_run_again(earlier: Sequence[TrialResult], baseline: Iterable[TrialResult
     trials, then one crashed (trainspeed's own import, mid-edit); every later round and the
     resumed tunes' verifications skipped the baseline, and the compile winner read "the budget
     ran out before a fresh verification" with 95 s of 6 minutes left, twice."""
-    # a trial the budget's end cut says nothing of the setting: a resumed tune with a larger
-    # --budget (what the cut's note asks for) runs it again
-    failed = [r for r in earlier if not r.ok and not (r.error or "").startswith(BUDGET_END)]
+    failed = [r for r in earlier if not r.ok and not budget_cut(r)]
     if not failed:
         return True
     if reference and any(r.ok for r in earlier):

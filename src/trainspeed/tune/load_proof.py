@@ -58,10 +58,10 @@ def load_fair_to_win(reference: list[float | None], candidate: float | None, cor
     the candidate ran with no more free cores than any reference (beyond LOAD_MATCH_RATIO). A
     neighbour's burst on the reference trials reads as a win (the case load-proofing exists
     for); one on the candidate's only slows it, so a win through it stands. A setting that
-    uses fewer cores (threads=1, one DataLoader worker with one thread) leaves cores that the
-    neighbours then take: its trials read more load from others than the baseline's whatever
-    the machine does, and threads=1 on super_resolution, verified at 1.62x, and num_workers=1
-    at 5.42x were refused "not measurable while the machine is busy" for it."""
+    uses fewer cores (threads=1, one DataLoader worker with one thread) leaves cores that
+    neighbours with work then take: its trials read more load from others than the baseline's
+    whatever the machine does. A win on a freer machine is still refused (mnist_rnn's
+    num_workers=1, 5.42x, whose 1-thread trials saw less load than the baselines)."""
     if loads_match(reference, candidate, cores):
         return True
     free_cand = max(MIN_FREE_CORES, cores - candidate)  # type: ignore[operator]  # known: loads_match

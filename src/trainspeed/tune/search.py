@@ -37,7 +37,7 @@ from trainspeed.tune.short_run import ENDED_IN_WARMUP
 from trainspeed.tune.spend import confirm, halve, offered, planned_trials, reprice, spend_rest
 from trainspeed.tune.store import TrialStore
 from trainspeed.tune.verify import final_answer
-from trainspeed.tune.trials import BUDGET_END, FAR_SLOWER, SLOW_CUTOFF, Runner, TrialRequest, TrialResult, overrides_of
+from trainspeed.tune.trials import SLOW_CUTOFF, Runner, TrialRequest, TrialResult, overrides_of
 
 MIN_CUTOFF_S = 30.0
 """Never stop a trial before this: process start-up dominates a short baseline."""
@@ -161,7 +161,7 @@ class Tuner(LoadProof):
         done = self.store.get(key, repeat)
         if done is not None and not self._same_shape(done):
             done = None  # measured at another length by an earlier tune into this --out: run afresh
-        if done is not None and not done.ok and (done.error or "").startswith(BUDGET_END):
+        if done is not None and far_slower.budget_cut(done):
             done = None  # cut by an earlier tune's budget: "rerun with a larger --budget" measures it
         elif done is not None and settings and not far_slower.judged_now([done], self.ran, self.retried):
             self.retried.add(key)  # an earlier tune's crash: run once more (far_slower.judged_now)
@@ -238,8 +238,8 @@ class Tuner(LoadProof):
         rounds, failed = self._paired(settings, reference, pairs)
         if failed:
             error = failed[0].error or "failed"
-            row.verdict = (stats.SLOWER if error.startswith(FAR_SLOWER) else
-                           stats.SKIPPED if error.startswith(BUDGET_END) else stats.FAILED)
+            row.verdict = (stats.SLOWER if far_slower.stopped(failed[0]) else
+                           stats.SKIPPED if far_slower.budget_cut(failed[0]) else stats.FAILED)
             row.note = error
             return row
         if not rounds:  # the budget's end, or stops before a plain trial's time (far_slower.py)
@@ -306,7 +306,7 @@ class Tuner(LoadProof):
         self.say("baseline")
         base = self.trial({}, "baseline", 0)
         if base is None or not base.ok:
-            if base is not None and base.error.startswith(BUDGET_END):
+            if base is not None and far_slower.budget_cut(base):
                 raise BaselineOutOfBudget(base.wall_s)
             hint = "" if base is not None and base.error.startswith(ENDED_IN_WARMUP) else f" {self.baseline_hint}"
             raise TuneError("the baseline trial failed, so there is nothing to compare against: "
@@ -358,11 +358,11 @@ class Tuner(LoadProof):
         return tune_result(self, ablation, combination, final, best)  # closing.py
 
     def _price_from_opening(self) -> None:
-        """Run round 1's opening baseline bracket (repeat 1) before the settings are admitted,
+        """Run round 1's opening baseline bracket before the settings are admitted,
         and price trials from what it took: the first trial's price is an extrapolation from
         fewer steps, and reinforce.py's lengthening episodes made a 7 s price of 51 s trials."""
         priced = self.base_wall
-        opening = self.trial({}, "baseline", 1)
+        opening = self.trial({}, "baseline", self.first_bracket)  # round 1's first bracket (order.py)
         if opening is None or not opening.ok:
             return
         reprice(self)
