@@ -251,8 +251,8 @@ class CheckpointSession:
         finally:
             self._close_quietly()
 
-    def _kept(self) -> str | None:
-        """'the last checkpoint written, step N (PATH), is kept: ... resume with CMD', or None
+    def _kept(self, when: str = "once there is space, ") -> str | None:
+        """'the last checkpoint written, step N (PATH), is kept: {when}resume with CMD', or None
         when there is none (or this rank does not write)."""
         if not self.writer:
             return None
@@ -265,7 +265,7 @@ class CheckpointSession:
         if not kept:
             return None
         last = kept[-1]
-        return (f"the last checkpoint written, step {last.step} ({last.path}), is kept: once there is space, "
+        return (f"the last checkpoint written, step {last.step} ({last.path}), is kept: {when}"
                 f"resume with {resume_command(last.path, self.run_name)}")
 
     def _name_kept(self, exc: BaseException) -> None:
@@ -284,10 +284,9 @@ class CheckpointSession:
     def _interrupted(self, exc: BaseException, step: int) -> None:
         """A second Ctrl-C (or one with no handler of ours) ended the run before its save: the
         line names the checkpoint a resume takes, where it said only 'trainspeed: interrupted'."""
-        kept = self._kept()
+        kept = self._kept(when="")
         if kept is None:
             return
-        kept = kept.replace(": once there is space, resume with", ": resume with")
         try:
             print(f"trainspeed: interrupted at step {step}; {kept}",
                   file=sys.stderr, flush=True)
