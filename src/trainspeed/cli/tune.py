@@ -205,22 +205,14 @@ def resume_hint(args, out):
     import sys
 
     from trainspeed.errors import NO_SPACE_ERRNOS
+    from trainspeed.stop_signals import raise_on_stop_signals
 
-    def terminated(signum, frame):
-        signal.signal(signum, signal.SIG_DFL)  # a second one ends the process
+    def terminated(signum: int) -> KeyboardInterrupt:
         stop = KeyboardInterrupt(signal.Signals(signum).name)
         stop.exit_code = 128 + signum  # type: ignore[attr-defined]  # 143, 129: the shell's code for it
-        raise stop
+        return stop
 
-    restore = {}
-    for name in ("SIGTERM", "SIGHUP"):
-        sig = getattr(signal, name, None)
-        if sig is None or signal.getsignal(sig) is not signal.SIG_DFL:
-            continue  # a host's own handler (or nohup's SIG_IGN) stays
-        try:
-            restore[sig] = signal.signal(sig, terminated)
-        except ValueError:  # not the main thread (a tune started from a library's thread)
-            break
+    restore = raise_on_stop_signals(terminated)
 
     def say(first: str) -> None:
         argv = getattr(args, "argv", None) or ["tune", "--", *([args.target] if args.target else []), *args.rest]
@@ -246,8 +238,7 @@ def resume_hint(args, out):
             say(f"no space left on {where} (free space on that disk first)")
         raise
     finally:
-        for sig, previous in restore.items():
-            signal.signal(sig, previous)
+        restore()
 
 
 def outcome_lines(result, out, command: list[str]) -> list[str]:

@@ -192,27 +192,6 @@ class DoctorSignal(BaseException):
         self.signum = signum
 
 
-def _stop_on_sigterm() -> Any:
-    """Turn SIGTERM and SIGHUP (the terminal or SSH session closed: the process died with no
-    report) into DoctorSignal while the script runs, each unless the script (or its host, or
-    nohup) handles or ignores it itself; returns the undo."""
-    import signal
-    import threading
-
-    if threading.current_thread() is not threading.main_thread():
-        return lambda: None
-
-    def handle(signum: int, frame: Any) -> None:
-        signal.signal(signum, signal.SIG_DFL)  # a second one ends the process
-        raise DoctorSignal(signum)
-
-    taken = [sig for sig in (signal.SIGTERM, getattr(signal, "SIGHUP", None))
-             if sig is not None and signal.getsignal(sig) is signal.SIG_DFL]
-    for sig in taken:
-        signal.signal(sig, handle)
-    return lambda: [signal.signal(sig, signal.SIG_DFL) for sig in taken]
-
-
 def _launcher() -> dict[str, Any]:
     """{"launcher": [...]} when a launcher started this doctor (LAUNCHER_ENV), else {}."""
     import json
@@ -251,6 +230,7 @@ def run_doctor(config: DoctorConfig) -> DoctorResult:
     from trainspeed.doctor.started_ranks import end_started_ranks
     from trainspeed.doctor.instrument.observations import emit_observations
     from trainspeed.doctor.tuned import annotate as annotate_tuned, script_key
+    from trainspeed.stop_signals import raise_on_stop_signals
     from trainspeed.telemetry import schema
     from trainspeed.telemetry.monitor import Monitor
     from trainspeed.telemetry.rundir import RunData, read_run, try_write, unwritable_reason, write_json
@@ -295,7 +275,8 @@ def run_doctor(config: DoctorConfig) -> DoctorResult:
                                "log_every": config.log_every, "flops_at": flops_at, "command": command,
                                "script": target.name if target.kind == "path" else None, "args": target.args,
                                "plan": config.plan})
-    restore_term = _stop_on_sigterm()
+    # SIGTERM and SIGHUP (a closed terminal) end the script's run like a Ctrl-C, with a report
+    restore_term = raise_on_stop_signals(DoctorSignal)
     script_seen: dict[str, Any] = {}
     modules_before = set(sys.modules)
     try:
