@@ -47,3 +47,23 @@ def observations(result, kind: str) -> list[dict]:
 
     events = [json.loads(line) for line in (result.run_dir / "events.jsonl").read_text().splitlines()]
     return [e["data"] for e in events if e["type"] == "observation" and e["data"]["kind"] == kind]
+
+
+def step_records_fill_after(monkeypatch, writes: int) -> None:
+    """The run directory's disk fills after `writes` writes of step records (JSONL sink):
+    each later one fails with ENOSPC."""
+    import errno
+    import os
+
+    from trainspeed.sinks import jsonl
+
+    real = jsonl.write_all
+    calls = {"n": 0}
+
+    def filling(fd, data):
+        calls["n"] += 1
+        if calls["n"] > writes:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real(fd, data)
+
+    monkeypatch.setattr(jsonl, "write_all", filling)

@@ -17,6 +17,7 @@ from trainspeed.cli.main import main
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "engine" / "checkpoint"))
 from disk_full import full_disk  # noqa: E402
+from doctor_helpers import step_records_fill_after  # noqa: E402
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -38,24 +39,15 @@ def filling(tmp_path, monkeypatch):
     """The run directory's disk is full after the first step records: step records, report.json
     and report.html all fail with ENOSPC."""
     from trainspeed.fileio import atomic_write_text
-    from trainspeed.sinks import jsonl
     from trainspeed.telemetry import jsonfile, rundir
 
-    real_write_all = jsonl.write_all
-    calls = {"n": 0}
-
-    def write_all(fd, data):
-        calls["n"] += 1
-        if calls["n"] > 6:
-            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-        return real_write_all(fd, data)
+    step_records_fill_after(monkeypatch, 6)
 
     def full(path, *a, **k):
         if str(path).startswith(str(tmp_path / "run")):
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
         return atomic_write_text(path, *a, **k)
 
-    monkeypatch.setattr(jsonl, "write_all", write_all)
     monkeypatch.setattr(jsonfile, "atomic_write_text", full)
     monkeypatch.setattr(rundir, "_TOLD", {})
     monkeypatch.chdir(tmp_path)

@@ -51,19 +51,10 @@ def test_an_unwritable_run_directory_keeps_the_script_and_its_exit_code(tmp_path
 
 
 def test_a_full_disk_mid_run_is_said_once_and_the_run_goes_on(tmp_path, monkeypatch, capsys):
-    from trainspeed.sinks import jsonl
+    from doctor_helpers import step_records_fill_after
 
     monkeypatch.chdir(tmp_path)
-    real = jsonl.write_all
-    calls = {"n": 0}
-
-    def filling(fd, data):
-        calls["n"] += 1
-        if calls["n"] > 3:
-            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-        return real(fd, data)
-
-    monkeypatch.setattr(jsonl, "write_all", filling)
+    step_records_fill_after(monkeypatch, 3)
     result = run_doctor(DoctorConfig(command=["python", str(_script(tmp_path)), "30", "-1", "0"],
                                      steps=None, out=tmp_path / "run", system_sampler=False, log_every=2))
     assert result.exit_code == 0 and result.steps == 30
