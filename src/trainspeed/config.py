@@ -17,7 +17,7 @@ import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Sequence
+from typing import Any, Callable, Literal, Sequence
 
 from trainspeed import config_io
 from trainspeed.config_io import Section as _Section
@@ -125,9 +125,9 @@ def config_to_dict(cfg: TrainConfig) -> dict[str, Any]:
     return config_io.to_dict(cfg)
 
 
-def dump_config(cfg: TrainConfig, path: str | os.PathLike) -> Path:
-    """Write the resolved config as YAML (atomically); returns the path."""
-    config_io.write_yaml_atomic(path, config_to_dict(cfg))
+def dump_config(cfg: TrainConfig, path: str | os.PathLike, *, write: Callable[..., Path] | None = None) -> Path:
+    """Write the resolved config as YAML (atomically, or through `write`: config_io); returns the path."""
+    config_io.write_yaml_atomic(path, config_to_dict(cfg), write=write)
     return Path(path)
 
 

@@ -16,7 +16,7 @@ import re
 import types
 import typing
 from pathlib import Path
-from typing import Any, ClassVar, Literal, Sequence
+from typing import Any, Callable, ClassVar, Literal, Sequence
 
 import yaml
 
@@ -367,9 +367,11 @@ def read_yaml(path: str | os.PathLike) -> dict[str, Any]:
     return data
 
 
-def write_yaml_atomic(path: str | os.PathLike, data: dict[str, Any]) -> None:
-    """Write YAML via temp file + rename, so a crash never leaves a half-written config."""
-    atomic_write_text(path, yaml.safe_dump(data, sort_keys=False, default_flow_style=False))
+def write_yaml_atomic(path: str | os.PathLike, data: dict[str, Any], *,
+                      write: Callable[..., Path] | None = None) -> None:
+    """Write YAML via temp file + rename, so a crash never leaves a half-written config (or
+    through `write`: a FileSet's, where the file lands with others: trainspeed.fileset)."""
+    (write or atomic_write_text)(path, yaml.safe_dump(data, sort_keys=False, default_flow_style=False))
 
 
 class Section:

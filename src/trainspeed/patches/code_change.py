@@ -20,7 +20,7 @@ import re
 import shlex
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from trainspeed.optim_kernels import FUSED_OPTIMIZERS
 from trainspeed.patches.plan import (FLAG_PREFIX, apply_flags, command_with_flags, flag_style,  # noqa: F401 - command_with_flags re-exported
@@ -101,32 +101,20 @@ class CodeChange:
             out += ["Nothing to change: no setting won over the script as it is.", ""]
         return "\n".join(out)
 
-    def write(self, out_dir: Path) -> list[Path]:
-        """best.patch (only when non-empty) and code_change.md in out_dir; nothing else is written."""
+    def write(self, out_dir: Path, *, write: Callable[..., Path] | None = None) -> list[Path]:
+        """best.patch (only when non-empty) and code_change.md in out_dir; nothing else is written.
+        Each atomically, or through `write` (a FileSet's: with the tune's other outputs)."""
         from trainspeed.fileio import atomic_write_text
 
+        write = write or atomic_write_text
         out_dir = Path(out_dir)
         out_dir.mkdir(parents=True, exist_ok=True)
         written = []
         if self.patch:
-            _write_exact(out_dir / "best.patch", self.patch)
-            written.append(out_dir / "best.patch")
-        atomic_write_text(out_dir / "code_change.md", self.markdown(str(out_dir / "best.patch")))
-        return written + [out_dir / "code_change.md"]
-
-
-def _write_exact(path: Path, text: str) -> None:
-    """Atomically, with no newline translation: a CRLF file's diff keeps its CRLF lines."""
-    import tempfile
-
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+            # no newline translation: a CRLF file's diff keeps its CRLF lines
+            written.append(write(out_dir / "best.patch", self.patch, newline=""))
+        written.append(write(out_dir / "code_change.md", self.markdown(str(out_dir / "best.patch"))))
+        return [Path(p) for p in written]
 
 
 # --- paths -------------------------------------------------------------------------------

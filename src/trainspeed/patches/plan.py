@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from trainspeed.errors import ConfigError
 from trainspeed.patches.targets import Targets
@@ -47,13 +47,14 @@ class Plan:
                 "flag_styles": dict(self.flag_styles), "targets": self.targets.to_dict()}
 
 
-def save_plan(plan: Plan, path: str | Path, header: str = "") -> None:
+def save_plan(plan: Plan, path: str | Path, header: str = "", *, write: Callable[..., Path] | None = None) -> None:
+    """Write the plan as YAML through `write` (a FileSet's, for a tune's outputs; atomically alone)."""
     import yaml
 
     from trainspeed.fileio import atomic_write_text
 
     text = yaml.safe_dump(plan.to_dict(), sort_keys=False, default_flow_style=False)
-    atomic_write_text(Path(path), (header + "\n" if header else "") + text)
+    (write or atomic_write_text)(Path(path), (header + "\n" if header else "") + text)
 
 
 def load_plan(path: str | Path) -> Plan:

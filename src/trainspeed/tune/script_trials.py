@@ -12,7 +12,7 @@ import json
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 import yaml
 
@@ -37,10 +37,12 @@ def settings_of(request: TrialRequest) -> dict[str, Any]:
     return out
 
 
-def write_ds_config(settings: dict[str, Any], source: DeepSpeedConfigFile | None, path: Path) -> dict[str, Any]:
+def write_ds_config(settings: dict[str, Any], source: DeepSpeedConfigFile | None, path: Path, *,
+                    write: Callable[..., Path] | None = None) -> dict[str, Any]:
     """The settings as a script runs them: their ds_config.* edits written into `path`, a copy
     of the script's DeepSpeed JSON, and the script's own flag (--deepspeed_config) set to that
-    copy. The user's file is only read. Settings without such edits come back unchanged."""
+    copy. The user's file is only read. Settings without such edits come back unchanged.
+    Written atomically, or through `write` (a FileSet's: with the tune's other outputs)."""
     edits = {k: v for k, v in settings.items() if k.startswith(DS_CONFIG_PREFIX)}
     if not edits:
         return settings
@@ -50,7 +52,7 @@ def write_ds_config(settings: dict[str, Any], source: DeepSpeedConfigFile | None
     from trainspeed.fileio import atomic_write_text
 
     path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(path, json.dumps(edited_ds_config(source.config, edits), indent=2) + "\n")
+    (write or atomic_write_text)(path, json.dumps(edited_ds_config(source.config, edits), indent=2) + "\n")
     rest = {k: v for k, v in settings.items() if k not in edits}
     return {**rest, f"{FLAG_PREFIX}{source.option}": str(path)}
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from trainspeed.tune import stats
 from trainspeed.tune.result import Row, TuneResult
@@ -129,7 +129,9 @@ def print_tables(result: TuneResult, console: Any = None) -> None:
         con.print(f"[yellow]note:[/] {note}")
 
 
-def write_html(result: TuneResult, path: str | Path, *, title: str, subtitle: str) -> Path:
+def write_html(result: TuneResult, path: str | Path, *, title: str, subtitle: str,
+               write: Callable[..., Path] | None = None) -> Path:
+    """The tables as a page, written atomically (or through `write`: a FileSet's)."""
     from trainspeed.fileio import atomic_write_text
     from trainspeed.report.templating import render
 
@@ -150,7 +152,7 @@ def write_html(result: TuneResult, path: str | Path, *, title: str, subtitle: st
                   final_title=final_title(result.final) if result.final else "",
                   best=best, notes=result.notes, trials_run=result.trials_run, trials_reused=result.trials_reused,
                   elapsed=f"{result.elapsed_s:.0f}")
-    return atomic_write_text(path, page)
+    return (write or atomic_write_text)(path, page)
 
 
 def result_from_json(data: dict[str, Any]) -> TuneResult:
