@@ -50,6 +50,24 @@ class DiskFullError(CheckpointError):
                          "free space there, or point checkpoint.dir at a larger disk)")
 
 
+class OutputSetError(TrainspeedError, OSError):
+    """Files meant to land together (a tune's best.yaml, best.patch and tables: trainspeed.fileset)
+    were not all put in place. The message names the files and says whether the earlier ones are
+    intact. An OSError carrying the failed write's errno and the directory as its filename, so a
+    full disk reads as one (the tune's resume hint, exit status 28)."""
+
+    def __init__(self, message: str, code: int, directory: object):
+        super().__init__(code, message, str(directory))
+        self.message = message
+
+    def __str__(self) -> str:  # the message alone, not OSError's "[Errno 28] ...: 'dir'"
+        return self.message
+
+    @property
+    def exit_code(self) -> int:
+        return DiskFullError.exit_code if self.errno in NO_SPACE_ERRNOS else 1
+
+
 class MissingDependencyError(TrainspeedError, ImportError):
     """An optional dependency is needed for a feature; the message names the extra to install."""
 

@@ -1,0 +1,163 @@
+"""Files that land together or not at all: a tune's best.yaml, best.patch and tables.
+
+Each file written alone (fileio.atomic_write_text: temp file, rename) is whole, but a set of
+them written one after another is not: a disk that fills between two writes leaves a new
+best.yaml beside the best.patch and tune.json of an earlier tune into the same directory, a
+set no tune made, which the user may apply. So each file of the set is first staged as a hidden
+temp sibling (the same directory: its rename cannot cross a filesystem), written and fsynced;
+only when all are staged are they renamed into place (a rename needs no space). Then the set's
+names that this set does not write (an earlier tune's best.patch, where this one made none) are
+removed, so nothing of the earlier set looks current, and the directory is fsynced.
+
+When a staged write fails, every staged file is removed and the files already there stay as
+they were, byte for byte; OutputSetError says which files were not updated, that the earlier
+ones are intact, and what to do. Any other error inside the `with` also removes the staged
+files and changes nothing.
+
+Not covered: a crash (kill -9, power loss) between two of the renames, microseconds apart,
+can still leave a mixed set; only a directory swapped whole (through a symlink) would close
+that window, and the outputs' own paths are what users and `trainspeed run --with` name.
+
+    with staged(out, ("best.yaml", "tune.json"), what="the tune's outputs", again="...") as files:
+        files.write_text(out / "tune.json", text)
+        save_plan(plan, out / "best.yaml", write=files.write_text)  # the writers take `write`
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import tempfile
+from pathlib import Path
+from typing import Iterable, Iterator
+
+from trainspeed.errors import NO_SPACE_ERRNOS, OutputSetError, warn
+
+_UNWRITABLE = frozenset({errno.EACCES, errno.EPERM, errno.EROFS})
+
+
+def _listed(names: Iterable[str]) -> str:
+    return ", ".join(names)
+
+
+class FileSet:
+    """The files of one set, staged beside their final names until commit()."""
+
+    def __init__(self, directory: str | os.PathLike, names: Iterable[str], *, what: str, again: str,
+                 keep: Iterable[str] = ()):
+        self.directory = Path(directory)
+        self.names = tuple(names)
+        """Every name the set may hold: those not written this time are removed at commit()."""
+        self.keep = frozenset(keep)
+        """Names never removed: a file of the user's own that shares a name of the set."""
+        self.what = what
+        """What the set is, for the messages: "the tune's outputs"."""
+        self.again = again
+        """What to do once the cause is fixed: "run the same tune command again ..."."""
+        self._staged: dict[str, Path] = {}  # name -> its temp sibling, in the order written
+
+    def write_text(self, path: str | os.PathLike, text: str, *, newline: str | None = None) -> Path:
+        """Stage `text` for `path` (one of the set's names in its directory): written and fsynced
+        now, put in place by commit(). The same signature as fileio.atomic_write_text."""
+        final = Path(path)
+        if final.name not in self.names or final.parent.resolve() != self.directory.resolve():
+            raise ValueError(f"{final} is not a file of this set ({_listed(self.names)} in {self.directory})")
+        self._unstage(final.name)  # written twice: the last text wins
+        tmp = None
+        try:
+            fd, tmp = tempfile.mkstemp(prefix=f".{final.name}.", suffix=".tmp", dir=self.directory)
+            with os.fdopen(fd, "w", encoding="utf-8", newline=newline) as f:
+                f.write(text)
+                f.flush()
+                os.fsync(f.fileno())  # on disk before any rename: a crash after them keeps whole files
+        except BaseException as exc:
+            if tmp is not None:
+                Path(tmp).unlink(missing_ok=True)  # a half-written temp holds the space the rerun needs
+            if isinstance(exc, OSError):
+                raise self._not_written(final.name, exc) from exc
+            raise
+        self._staged[final.name] = Path(tmp)
+        return final
+
+    def commit(self) -> list[Path]:
+        """Put every staged file in place, then remove the set's other names; the paths placed."""
+        from trainspeed.engine.checkpoint.atomic import fsync_dir
+
+        placed: list[str] = []
+        for name, tmp in list(self._staged.items()):
+            try:
+                os.replace(tmp, self.directory / name)
+            except OSError as exc:  # not a full disk (a rename takes no space): a directory in the way, a mount gone
+                if not placed:  # nothing changed yet
+                    raise self._not_written(name, exc, "put in place") from exc
+                self.discard()
+                raise self._mixed(placed, name, exc) from exc
+            del self._staged[name]
+            placed.append(name)
+        for name in self.names:
+            if name in placed or name in self.keep:
+                continue
+            try:
+                (self.directory / name).unlink(missing_ok=True)
+            except OSError as exc:  # the new set is in place: say so, do not fail it
+                warn(f"{self.directory / name} is left from an earlier set of {self.what} ({exc.strerror or exc}); "
+                     "it is not one of the files just written: delete it")
+        fsync_dir(self.directory)  # the renames and removals survive a power loss
+        return [self.directory / name for name in placed]
+
+    def discard(self) -> None:
+        """Remove every staged file; the directory's files stay as they were."""
+        for name in list(self._staged):
+            self._unstage(name)
+
+    def _unstage(self, name: str) -> None:
+        tmp = self._staged.pop(name, None)
+        if tmp is not None:
+            tmp.unlink(missing_ok=True)
+
+    def _fix(self, exc: OSError) -> tuple[int, str]:
+        """(errno to report, what to do first) for a failed write."""
+        from trainspeed.engine.checkpoint.space import no_space  # its rules tell a full disk (ENOSPC, < 1 MiB free)
+
+        if no_space(exc, self.directory):
+            return exc.errno if exc.errno in NO_SPACE_ERRNOS else errno.ENOSPC, "free space on that disk"
+        if exc.errno in _UNWRITABLE:
+            return exc.errno, f"make {self.directory} writable"
+        return exc.errno or errno.EIO, "fix what stopped the write"
+
+    def _not_written(self, name: str, exc: OSError, done: str = "written") -> OutputSetError:
+        code, fix = self._fix(exc)
+        self.discard()
+        kept = [n for n in self.names if (self.directory / n).is_file()]
+        earlier = (f"the earlier {_listed(kept)} there {'are' if len(kept) > 1 else 'is'} intact" if kept
+                   else "no earlier ones were there, and nothing is left half-written")
+        return OutputSetError(
+            f"{self.what} in {self.directory} were not updated: {name} could not be {done} "
+            f"({exc.strerror or exc}), so none of {_listed(self.names)} was changed; {earlier}. "
+            f"{fix[0].upper()}{fix[1:]}, then {self.again}", code, self.directory)
+
+    def _mixed(self, placed: list[str], name: str, exc: OSError) -> OutputSetError:
+        code, fix = self._fix(exc)
+        were = "were" if len(placed) > 1 else "was"
+        return OutputSetError(
+            f"{self.what} in {self.directory} are mixed: {_listed(placed)} {were} updated, but "
+            f"{name} could not be put in place ({exc.strerror or exc}); the others there are from an "
+            f"earlier set. {fix[0].upper()}{fix[1:]}, then {self.again}", code, self.directory)
+
+
+@contextlib.contextmanager
+def staged(directory: str | os.PathLike, names: Iterable[str], *, what: str, again: str,
+           keep: Iterable[str] = ()) -> Iterator[FileSet]:
+    """A FileSet committed when the block ends without an error, discarded when it raises."""
+    files = FileSet(directory, names, what=what, again=again, keep=keep)
+    files.directory.mkdir(parents=True, exist_ok=True)
+    try:
+        yield files
+    except BaseException:
+        files.discard()
+        raise
+    files.commit()
+
+
+__all__ = ["FileSet", "staged"]
