@@ -243,8 +243,8 @@ def resume_hint(args, out):
 
 def outcome_lines(result, out, command: list[str]) -> list[str]:
     """What the user does next: run the winners, apply the patch; or, when nothing won, that
-    there is no patch (a best.patch left by an earlier tune in the same --out is removed: a
-    `git apply` of it would apply what this tune did not keep)."""
+    there is no patch (a best.patch left by an earlier tune in the same --out is gone by now: the
+    outputs land as one set, which removes the files this tune did not write: session.output_set)."""
     import json
     import shlex
 
@@ -256,16 +256,14 @@ def outcome_lines(result, out, command: list[str]) -> list[str]:
         record = json.loads((out / "tune.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
         record = {}
-    written = record.get("patch")
-    if not written:
-        patch.unlink(missing_ok=True)
+    # the patch this tune wrote (tune.json says), not one an earlier tune left where it could not be removed
+    written = bool(record.get("patch")) and patch.is_file()
     if not result.best_settings:
-        change.unlink(missing_ok=True)
         return [no_winner_line(result),
                 f"no patch: nothing won, so there is no {patch} to apply and the script stays as it is"]
     from trainspeed.tune.script_knobs import is_whatif
 
-    if patch.is_file() and all(is_whatif({key: value}) for key, value in result.best_settings.items()):
+    if written and all(is_whatif({key: value}) for key, value in result.best_settings.items()):
         # only what-ifs won: they are edits of the code, so best.yaml holds no setting and
         # `run --with best.yaml` would run the script as it is (script_session.write_script_outputs)
         tuned = record.get("tuned_command") or command
@@ -273,7 +271,7 @@ def outcome_lines(result, out, command: list[str]) -> list[str]:
                 f"then run:     {prefixed(shlex.join(tuned), path)}"]
     run = f"trainspeed run --with {out / 'best.yaml'} -- {shlex.join(command)}"
     lines = [f"run it now:   {prefixed(run, path)}"]
-    if patch.is_file():
+    if written:
         lines.append(f"code change:  {change}  (apply: git apply {patch})")
     elif change.is_file():
         import importlib.util

@@ -39,12 +39,15 @@ from trainspeed.tune.script_facts import ScriptFacts, read_facts
 from trainspeed.tune.script_knobs import BOOL_TYPES, SCRIPT_KNOBS, ScriptContext, is_whatif, knobs_from_findings
 from trainspeed.tune.script_trials import ScriptRunner, first_trial_limit, stored_trial_steps, write_ds_config
 from trainspeed.tune.search import Tuner, config_key
-from trainspeed.tune.session import run_then_close
+from trainspeed.tune.session import output_set, run_then_close
 from trainspeed.tune.stakes import mark_stakes, order_by_stake, order_line
 from trainspeed.tune.store import TrialStore
 from trainspeed.tune.trial_fit import PRICING_WARMUP, fit_trial, pricing_seconds, trial_length_line
 from trainspeed.tune.trials import Runner, TrialResult
 
+
+DS_CONFIG_FILE = "deepspeed_config.json"
+"""The tuned copy of the script's DeepSpeed config, next to best.yaml (a ZeRO setting won)."""
 
 MIN_MEASURED_STEPS = 25
 MIN_MEASURED_S = 4.0
@@ -336,9 +339,24 @@ def _describe(facts: ScriptFacts, say: Callable[[str], None]) -> None:
     say("the baseline saw: " + ("; ".join(parts) or "no DataLoader, model or optimizer"))
 
 
+SCRIPT_OUTPUTS = ("best.yaml", DS_CONFIG_FILE, "best.patch", "code_change.md", "tune.json", "tune.md", "tune.html")
+"""The files a script tune writes into --out, landed as one set (session.output_set): an earlier
+tune's best.patch or tuned DeepSpeed config that this tune did not write is removed."""
+
+
 def write_script_outputs(command: list[str], result: TuneResult, out: Path, facts: ScriptFacts | None,
                          runner: Any) -> None:
-    from trainspeed.fileio import atomic_write_text
+    """best.yaml, deepspeed_config.json, best.patch, code_change.md and the tables, landed as one
+    set (session.output_set): all of them, or (a full disk) none, the earlier tune's kept."""
+    own = facts.deepspeed_config if facts else None
+    # the script's own DeepSpeed config in --out under the tuned copy's name: never removed
+    keep = (DS_CONFIG_FILE,) if own is not None and Path(own.path).resolve() == (out / DS_CONFIG_FILE).resolve() else ()
+    with output_set(out, SCRIPT_OUTPUTS, keep=keep) as files:
+        _stage_script_outputs(command, result, out, facts, files.write_text)
+
+
+def _stage_script_outputs(command: list[str], result: TuneResult, out: Path, facts: ScriptFacts | None,
+                          write: Callable[..., Path]) -> None:
     from trainspeed.patches.plan import Plan, save_plan
     from trainspeed.tune.table import markdown, write_html
 
@@ -346,7 +364,7 @@ def write_script_outputs(command: list[str], result: TuneResult, out: Path, fact
     styles = flag_styles(facts) if facts else {}
     # ZeRO settings won: the tuned DeepSpeed config is a file of its own, next to best.yaml
     settings = write_ds_config(dict(result.best_settings), facts.deepspeed_config if facts else None,
-                               (out / "deepspeed_config.json").resolve())
+                               (out / DS_CONFIG_FILE).resolve(), write=write)
     # a what-if winner is an edit of the code (best.patch), not a setting: kept in both, the
     # patched loop would be thinned once more at run time
     kept = {k: v for k, v in settings.items() if not is_whatif({k: v})}
@@ -354,7 +372,8 @@ def write_script_outputs(command: list[str], result: TuneResult, out: Path, fact
     save_plan(plan, out / "best.yaml", header=(
         f"# trainspeed tune of: {shlex.join(command)}\n"
         f"# run it: trainspeed run --with {out / 'best.yaml'} -- {shlex.join(command)}"
-        + ("\n# the what-if winners are edits of your code: apply best.patch" if kept != settings else "")))
+        + ("\n# the what-if winners are edits of your code: apply best.patch" if kept != settings else "")),
+        write=write)
     change = None
     if result.best_settings:
         try:
@@ -367,19 +386,19 @@ def write_script_outputs(command: list[str], result: TuneResult, out: Path, fact
             if loaded:  # in code_change.md beside best.patch, and in the tune's own notes
                 change.notes.append(loaded)
                 result.notes.append(loaded)
-            change.write(out)
+            change.write(out, write=write)
         except ImportError as exc:  # libcst is an extra: the settings still work through `run --with`
-            atomic_write_text(out / "code_change.md", f"The code change needs LibCST ({exc}); install it with "
-                                                      "`pip install 'trainspeed[patch]'` and rerun the tune "
-                                                      "with the same --out (finished trials are reused).\n")
+            write(out / "code_change.md", f"The code change needs LibCST ({exc}); install it with "
+                                          "`pip install 'trainspeed[patch]'` and rerun the tune "
+                                          "with the same --out (finished trials are reused).\n")
     # what the user runs after applying best.patch: the command with the winning flags set
     tuned = (change.command or list(command)) if change is not None else list(command)
-    atomic_write_text(out / "tune.json", json.dumps(
+    write(out / "tune.json", json.dumps(
         {**result.as_dict(), "command": list(command), "tuned_command": tuned,
          "patch": "best.patch" if change is not None and change.patch else None}, indent=2, default=str) + "\n")
-    atomic_write_text(out / "tune.md", markdown(result))
+    write(out / "tune.md", markdown(result))
     write_html(result, out / "tune.html", title="trainspeed tune",
-               subtitle=f"{shlex.join(command)} · {out} · {result.trials_run} trials run")
+               subtitle=f"{shlex.join(command)} · {out} · {result.trials_run} trials run", write=write)
 
 
 __all__ = ["run_script_tune", "command_hash", "flag_styles", "order_knobs", "write_script_outputs"]

@@ -7,6 +7,9 @@
     <out>/tune.html     the tables as a page
     <out>/tune.md       the tables as Markdown
     <out>/best.yaml     the user's config with the winning settings, for `trainspeed train`
+
+best.yaml and the tables land as one set (output_set): a disk that fills while they are
+written leaves the earlier tune's set as it was, never a new best.yaml beside an old tune.json.
 """
 
 from __future__ import annotations
@@ -16,14 +19,15 @@ import sys
 import types
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, ContextManager
 
 from trainspeed.config import TrainConfig, config_hash, config_to_dict, dump_config, load_config
+from trainspeed.fileset import FileSet, staged
 from trainspeed.tune.knobs import DeviceInfo
 from trainspeed.tune.progress import ProgressPrinter
 from trainspeed.tune.result import TuneResult
 from trainspeed.tune.search import TuneOptions, Tuner, apply_settings
-from trainspeed.tune.store import TrialStore
+from trainspeed.tune.store import STORE_FILE, TrialStore
 from trainspeed.tune.trials import Runner, SubprocessRunner
 
 
@@ -209,17 +213,33 @@ def best_config(cfg: TrainConfig, settings: dict[str, Any]) -> TrainConfig:
     return load_config(apply_settings(d, settings))
 
 
+OUTPUTS = ("best.yaml", "tune.json", "tune.md", "tune.html")
+"""The files a recipe tune writes into --out (a script tune's: script_session.SCRIPT_OUTPUTS).
+They land as one set (output_set); a name of the set this tune does not write is removed, so an
+earlier tune's best.patch never sits beside this tune's best.yaml looking like its change."""
+
+
+def output_set(out: Path, names: tuple[str, ...] = OUTPUTS, keep: tuple[str, ...] = ()) -> ContextManager[FileSet]:
+    """Stage the tune's outputs `names` in `out`; they are put in place together when the block
+    ends, or (a full disk, any failed write) none is and the earlier ones stay: trainspeed.fileset.
+    `keep`: names never removed (a user's own file of that name). The rerun the message asks for
+    reuses the finished trials: Tuner.trial takes each (key, repeat) tune.jsonl holds."""
+    return staged(out, names, keep=keep, what="the tune's outputs", again=(
+        "run the same tune command again, from the same directory, with the same --out: its finished "
+        f"trials ({out / STORE_FILE}) are reused, not measured again"))
+
+
 def write_outputs(cfg: TrainConfig, result: TuneResult, out: Path) -> None:
-    from trainspeed.fileio import atomic_write_text
     from trainspeed.tune.table import markdown, write_html
 
     best = best_config(cfg, result.best_settings)
     best.run.name = None  # type: ignore[assignment]
-    dump_config(best, out / "best.yaml")
-    atomic_write_text(out / "tune.json", json.dumps(result.as_dict(), indent=2, default=str) + "\n")
-    atomic_write_text(out / "tune.md", markdown(result))  # paste-ready for a README or an issue
     subtitle = f"{cfg.recipe.name or 'config'} · {out} · {result.trials_run} trials run"
-    write_html(result, out / "tune.html", title="trainspeed tune", subtitle=subtitle)
+    with output_set(out) as files:
+        dump_config(best, out / "best.yaml", write=files.write_text)
+        files.write_text(out / "tune.json", json.dumps(result.as_dict(), indent=2, default=str) + "\n")
+        files.write_text(out / "tune.md", markdown(result))  # paste-ready for a README or an issue
+        write_html(result, out / "tune.html", title="trainspeed tune", subtitle=subtitle, write=files.write_text)
 
 
 def parse_budget(text: str) -> float:
@@ -240,4 +260,4 @@ def parse_budget(text: str) -> float:
     return value
 
 
-__all__ = ["run_tune", "TrialLength", "trial_config", "best_config", "parse_budget"]
+__all__ = ["run_tune", "TrialLength", "trial_config", "best_config", "parse_budget", "output_set", "OUTPUTS"]
