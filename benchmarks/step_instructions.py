@@ -21,8 +21,8 @@ land on the main thread's count.
 Figures per step: instructions (Ir), L1 instruction and data misses, last-level misses (a
 simulated 32 KiB L1 and 1 MiB L2), and cycles estimated as Ir + 12 x L1 misses + 40 x L2
 misses: right after torch's kernels the interpreter's code and data are cold, and the misses
-are most of a small step's cost (the Trainer's ~35k extra instructions a step come with
-~3k extra L1 and ~2.5k extra L2 misses). The estimate ranks changes; the timed benchmarks give
+are most of a small step's cost (the Trainer's ~29k extra instructions a step came with ~2.8k
+extra L1 and ~0.8k extra L2 misses: two thirds of its estimated extra cycles). The estimate ranks changes; the timed benchmarks give
 the µs.
 
 Sides: hand (monitor_overhead's hand loop), null (its loop shape on a do-nothing Monitor),
