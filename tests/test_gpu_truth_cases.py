@@ -3,13 +3,12 @@ each expected finding id is one a check can produce, each knob is a script-tune 
 gpu_check.sh parses."""
 from __future__ import annotations
 
-import importlib.util
 import inspect
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from benchmark_module import load_benchmark
 
 from trainspeed.doctor.checks import CHECKS
 from trainspeed.tune.script_knobs import SCRIPT_KNOBS
@@ -19,12 +18,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _truth():
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    spec = importlib.util.spec_from_file_location("gpu_truth", ROOT / "benchmarks" / "gpu_truth.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["gpu_truth"] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("gpu_truth")
 
 
 def test_cases_name_existing_scripts_findings_and_knobs():

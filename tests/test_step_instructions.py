@@ -2,22 +2,14 @@
 totals, the cycle estimate, and the side's loop running to its counting window's end."""
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
+from benchmark_module import load_benchmark
 
 pytestmark = pytest.mark.timeout(120)
-ROOT = Path(__file__).resolve().parents[1]
 
 
 def _tool():
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    spec = importlib.util.spec_from_file_location("step_instructions", ROOT / "benchmarks" / "step_instructions.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("step_instructions")
 
 
 DUMP = """# callgrind format
