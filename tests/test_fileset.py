@@ -31,6 +31,20 @@ def test_a_set_lands_whole_and_removes_the_names_it_did_not_write(tmp_path):
     assert _files(tmp_path) == {"a.txt": "2", "b.txt": "2"}
 
 
+def test_files_staged_by_a_writer_killed_before_its_commit_are_swept_by_the_next_set(tmp_path):
+    """A tune killed (kill -9) while staging leaves hidden temp files naming its pid; the next
+    set staged in that directory removes them, and leaves those of a writer still running."""
+    import subprocess
+    import sys
+
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    (tmp_path / f".a.txt.tmp-{dead}-0123abcd").write_text("half of a killed tune's a.txt")
+    (tmp_path / ".b.txt.tmp-1-0123abcd").write_text("pid 1 runs")
+    _write_set(tmp_path, {"a.txt": "1"})
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".b.txt.tmp-1-0123abcd", "a.txt"]
+
+
 def test_an_error_inside_the_block_changes_nothing(tmp_path):
     _write_set(tmp_path, {"a.txt": "1", "b.txt": "1"})
     with pytest.raises(RuntimeError):

@@ -14,8 +14,10 @@ they were, byte for byte; OutputSetError says which files were not updated, that
 ones are intact, and what to do. Any other error inside the `with` also removes the staged
 files and changes nothing.
 
-Not covered: a crash (kill -9, power loss) between two of the renames, microseconds apart,
-can still leave a mixed set; only a directory swapped whole (through a symlink) would close
+Staged files take the checkpoints' temp names (engine/checkpoint/atomic.temp_path, naming the
+writer's pid), so those of a tune killed before its commit are swept by the next staged() in
+that directory (cleanup_stale_temps). Not covered: a crash (kill -9, power loss) between two
+of the renames, microseconds apart, can still leave a mixed set; only a directory swapped whole (through a symlink) would close
 that window, and the outputs' own paths are what users and `trainspeed run --with` name.
 
     with staged(out, ("best.yaml", "tune.json"), what="the tune's outputs", again="...") as files:
@@ -28,7 +30,6 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
-import tempfile
 from pathlib import Path
 from typing import Iterable, Iterator
 
@@ -63,21 +64,25 @@ class FileSet:
         final = Path(path)
         if final.name not in self.names or final.parent.resolve() != self.directory.resolve():
             raise ValueError(f"{final} is not a file of this set ({_listed(self.names)} in {self.directory})")
+        from trainspeed.engine.checkpoint.atomic import temp_path
+
         self._unstage(final.name)  # written twice: the last text wins
-        tmp = None
+        # the checkpoints' temp name (it names this process): a set staged by a tune killed
+        # mid-write is swept by the next one's staged() (cleanup_stale_temps)
+        tmp = temp_path(self.directory / final.name)
         try:
-            fd, tmp = tempfile.mkstemp(prefix=f".{final.name}.", suffix=".tmp", dir=self.directory)
-            with os.fdopen(fd, "w", encoding="utf-8", newline=newline) as f:
+            # 0o600 and exclusive, as tempfile.mkstemp made them before
+            with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w",
+                           encoding="utf-8", newline=newline) as f:
                 f.write(text)
                 f.flush()
                 os.fsync(f.fileno())  # on disk before any rename: a crash after them keeps whole files
         except BaseException as exc:
-            if tmp is not None:
-                Path(tmp).unlink(missing_ok=True)  # a half-written temp holds the space the rerun needs
+            tmp.unlink(missing_ok=True)  # a half-written temp holds the space the rerun needs
             if isinstance(exc, OSError):
                 raise self._not_written(final.name, exc) from exc
             raise
-        self._staged[final.name] = Path(tmp)
+        self._staged[final.name] = tmp
         return final
 
     def commit(self) -> list[Path]:
@@ -150,8 +155,11 @@ class FileSet:
 def staged(directory: str | os.PathLike, names: Iterable[str], *, what: str, again: str,
            keep: Iterable[str] = ()) -> Iterator[FileSet]:
     """A FileSet committed when the block ends without an error, discarded when it raises."""
+    from trainspeed.engine.checkpoint.atomic import cleanup_stale_temps
+
     files = FileSet(directory, names, what=what, again=again, keep=keep)
     files.directory.mkdir(parents=True, exist_ok=True)
+    cleanup_stale_temps(files.directory)  # an earlier writer's staged files, killed before commit
     try:
         yield files
     except BaseException:

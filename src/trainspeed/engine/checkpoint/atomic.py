@@ -38,7 +38,9 @@ def manifest_path(path: str | Path) -> Path:
     return path.with_name(path.name + MANIFEST_SUFFIX)
 
 
-def _temp_path(path: Path) -> Path:
+def temp_path(path: Path) -> Path:
+    """A hidden temp sibling of `path` naming its writer's pid: cleanup_stale_temps removes it
+    once that process is gone (killed mid-write)."""
     return path.with_name(f".{path.name}.tmp-{os.getpid()}-{secrets.token_hex(4)}")
 
 
@@ -89,7 +91,7 @@ def _replace_durably(tmp: Path, final: Path) -> None:
 def atomic_write_bytes(data: bytes, path: str | Path) -> None:
     """Write small files (manifests, pointers) with the same temp -> fsync -> rename protocol."""
     path = Path(path)
-    tmp = _temp_path(path)
+    tmp = temp_path(path)
     try:
         with open(tmp, "wb") as f:
             f.write(data)
@@ -113,7 +115,7 @@ def atomic_save(obj: Any, path: str | Path, *, meta: dict[str, Any] | None = Non
 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = _temp_path(path)
+    tmp = temp_path(path)
     writer = None
     try:
         with open(tmp, "wb") as f:
