@@ -16,9 +16,14 @@ files and changes nothing.
 
 Staged files take the checkpoints' temp names (engine/checkpoint/atomic.temp_path, naming the
 writer's pid), so those of a tune killed before its commit are swept by the next staged() in
-that directory (cleanup_stale_temps). Not covered: a crash (kill -9, power loss) between two
-of the renames, microseconds apart, can still leave a mixed set; only a directory swapped whole (through a symlink) would close
-that window, and the outputs' own paths are what users and `trainspeed run --with` name.
+that directory (cleanup_stale_temps). A crash (kill -9, power loss) between two of the renames
+is rolled forward: before the first rename, a journal (JOURNAL, itself written, fsynced and
+renamed into place) names every staged file and the names to remove; the commit deletes it
+last. A journal found later means a commit that was cut: complete_pending() finishes it (each
+rename whose staged file is still there, then the removals; both are idempotent), so the set
+lands whole, the new one. The next staged() in that directory and load_plan (the reader of
+best.yaml) call it first. A crash before the journal is in place leaves the earlier set, and
+staged files that the next staged() sweeps.
 
     with staged(out, ("best.yaml", "tune.json"), what="the tune's outputs", again="...") as files:
         files.write_text(out / "tune.json", text)
@@ -29,6 +34,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import json
 import os
 from pathlib import Path
 from typing import Iterable, Iterator
@@ -36,6 +42,8 @@ from typing import Iterable, Iterator
 from trainspeed.errors import NO_SPACE_ERRNOS, OutputSetError, warn
 
 _UNWRITABLE = frozenset({errno.EACCES, errno.EPERM, errno.EROFS})
+JOURNAL = ".fileset-commit.json"
+"""A commit in progress in a directory: {"pid", "place": {name: staged file's name}, "remove": [names]}."""
 
 
 def _listed(names: Iterable[str]) -> str:
@@ -71,12 +79,7 @@ class FileSet:
         # mid-write is swept by the next one's staged() (cleanup_stale_temps)
         tmp = temp_path(self.directory / final.name)
         try:
-            # 0o600 and exclusive, as tempfile.mkstemp made them before
-            with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w",
-                           encoding="utf-8", newline=newline) as f:
-                f.write(text)
-                f.flush()
-                os.fsync(f.fileno())  # on disk before any rename: a crash after them keeps whole files
+            _write_synced(tmp, text, newline)
         except BaseException as exc:
             tmp.unlink(missing_ok=True)  # a half-written temp holds the space the rerun needs
             if isinstance(exc, OSError):
@@ -90,26 +93,46 @@ class FileSet:
         from trainspeed.engine.checkpoint.atomic import fsync_dir
 
         placed: list[str] = []
+        remove = [n for n in self.names if n not in self._staged and n not in self.keep]
+        journal = self._journal(remove)
         for name, tmp in list(self._staged.items()):
             try:
                 os.replace(tmp, self.directory / name)
             except OSError as exc:  # not a full disk (a rename takes no space): a directory in the way, a mount gone
+                journal.unlink(missing_ok=True)  # nothing a later complete_pending() could finish
                 if not placed:  # nothing changed yet
                     raise self._not_written(name, exc, "put in place") from exc
                 self.discard()
                 raise self._mixed(placed, name, exc) from exc
             del self._staged[name]
             placed.append(name)
-        for name in self.names:
-            if name in placed or name in self.keep:
-                continue
+        for name in remove:
             try:
                 (self.directory / name).unlink(missing_ok=True)
             except OSError as exc:  # the new set is in place: say so, do not fail it
                 warn(f"{self.directory / name} is left from an earlier set of {self.what} ({exc.strerror or exc}); "
                      "it is not one of the files just written: delete it")
-        fsync_dir(self.directory)  # the renames and removals survive a power loss
+        journal.unlink(missing_ok=True)
+        fsync_dir(self.directory)  # the renames, removals and the journal's end survive a power loss
         return [self.directory / name for name in placed]
+
+    def _journal(self, remove: list[str]) -> Path:
+        """Write, fsync and put in place the journal of this commit (see JOURNAL): from here on
+        a crash is finished by complete_pending(), not undone. A failure to write it (a full
+        disk) changes nothing: OutputSetError, as for a staged file."""
+        from trainspeed.engine.checkpoint.atomic import fsync_dir, temp_path
+
+        path = self.directory / JOURNAL
+        entry = {"pid": os.getpid(), "place": {n: t.name for n, t in self._staged.items()}, "remove": remove}
+        tmp = temp_path(path)
+        try:
+            _write_synced(tmp, json.dumps(entry), None)
+            os.replace(tmp, path)
+        except OSError as exc:
+            tmp.unlink(missing_ok=True)
+            raise self._not_written(JOURNAL, exc) from exc
+        fsync_dir(self.directory)  # the journal is on disk before the first rename
+        return path
 
     def discard(self) -> None:
         """Remove every staged file; the directory's files stay as they were."""
@@ -159,6 +182,7 @@ def staged(directory: str | os.PathLike, names: Iterable[str], *, what: str, aga
 
     files = FileSet(directory, names, what=what, again=again, keep=keep)
     files.directory.mkdir(parents=True, exist_ok=True)
+    complete_pending(files.directory)  # an earlier commit cut between its renames: finished first
     cleanup_stale_temps(files.directory)  # an earlier writer's staged files, killed before commit
     try:
         yield files
@@ -168,4 +192,54 @@ def staged(directory: str | os.PathLike, names: Iterable[str], *, what: str, aga
     files.commit()
 
 
-__all__ = ["FileSet", "staged"]
+def _write_synced(tmp: Path, text: str, newline: str | None) -> None:
+    """Create `tmp` (0o600 and exclusive, as tempfile.mkstemp made them) with `text`, fsynced:
+    on disk before any rename, so a crash after the renames keeps whole files."""
+    with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w",
+                   encoding="utf-8", newline=newline) as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def complete_pending(directory: str | os.PathLike) -> list[str]:
+    """Finish a commit that a crash cut between its renames (its JOURNAL is still there): put
+    each staged file it names that is still there in place, remove the names it removes, then
+    the journal. Returns the names put in place. Nothing to do without a journal, or while the
+    process that wrote it still runs (its commit is under way). A journal that cannot be read
+    (cut short before its rename: never, it is renamed whole) is left, with a warning."""
+    from trainspeed.engine.checkpoint.atomic import pid_alive, fsync_dir
+
+    directory = Path(directory)
+    path = directory / JOURNAL
+    try:
+        entry = json.loads(path.read_text(encoding="utf-8"))
+        pid, place, remove = int(entry["pid"]), dict(entry["place"]), list(entry["remove"])
+    except FileNotFoundError:
+        return []
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        warn(f"{path} names a commit of files that could not be read back ({exc}); the files there may "
+             "be from two sets: rerun the command that wrote them")
+        return []
+    if pid != os.getpid() and pid_alive(pid):
+        return []
+    placed = []
+    for name, staged_name in place.items():
+        if Path(name).name != name or Path(staged_name).name != staged_name:
+            continue  # only names in this directory: a journal is ours, but never trusted further
+        tmp = directory / staged_name
+        if tmp.is_file():
+            os.replace(tmp, directory / name)
+            placed.append(name)
+    for name in remove:
+        if Path(name).name == name:
+            (directory / name).unlink(missing_ok=True)
+    path.unlink(missing_ok=True)
+    fsync_dir(directory)
+    if placed:
+        warn(f"finished putting {_listed(placed)} in place in {directory}: the process writing them "
+             f"(pid {pid}) ended between their renames")
+    return placed
+
+
+__all__ = ["FileSet", "JOURNAL", "complete_pending", "staged"]

@@ -61,7 +61,10 @@ def load_plan(path: str | Path) -> Plan:
     """Read a settings file; a clear ConfigError for a missing file, bad YAML or a wrong kind."""
     import yaml
 
+    from trainspeed.fileset import complete_pending
+
     p = Path(path)
+    complete_pending(p.parent)  # a tune killed between renaming its outputs: finish them first (fileset.py)
     if not p.is_file():
         raise ConfigError(f"--with {path}: no such file. Give the best.yaml a script tune wrote "
                           "(trainspeed tune --out DIR -- python train.py ... writes DIR/best.yaml)")

@@ -273,7 +273,7 @@ def cleanup_stale_temps(directory: str | Path) -> list[Path]:
         if not m:
             continue
         pid = int(m.group("pid"))
-        if pid == os.getpid() or _pid_alive(pid):
+        if pid == os.getpid() or pid_alive(pid):
             continue
         if entry.is_dir():  # a sharded checkpoint's temp directory
             import shutil
@@ -289,7 +289,7 @@ def is_temp_name(name: str) -> bool:
     return _TEMP_RE.match(name) is not None
 
 
-def _pid_alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
