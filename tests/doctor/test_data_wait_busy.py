@@ -55,6 +55,8 @@ def test_workers_that_work_through_the_wait_are_still_data_bound():
     # its 4 workers on 2 cores: fewer; never none, since the workers' 11 ms a step outweigh a hand-over
     assert f.recommendation.startswith("4 workers and the training process share 2 cores: use fewer (")
     assert "or none" not in f.recommendation
+    # the count it advises, for a tune's measurement of it to replace (doctor/tuned.py)
+    assert f.advises == {"num_workers": "1"} and f.otherwise.startswith("make per-sample work cheaper")
 
 
 def test_idle_workers_on_a_quiet_machine_are_still_data_bound():

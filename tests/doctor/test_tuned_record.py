@@ -216,3 +216,46 @@ def test_a_figure_no_verdict_judged_says_why_beside_it(tmp_path):
     assert line == ("trainspeed tune measured a gain: compile=default 1.38x (no gain: threads=1 1.62x (other "
                     "processes' load differed, not kept), precision=bf16 1.20x (its loss differed, not kept)) "
                     "(runs/tune-main)")
+
+
+def _advising(setting: str) -> dict:
+    return {**_finding("num_workers", 0.3), "recommendation": f"2 workers share 2 cores: use fewer (num_workers={setting})",
+            "advises": {"num_workers": setting}, "otherwise": "make per-sample work cheaper"}
+
+
+def test_advice_a_tune_measured_as_no_gain_is_replaced_by_what_it_measured(tmp_path):
+    """The demo's after-run, on the tune's num_workers=2, advised "use fewer (num_workers=1)": that
+    tune had read 1 at 1.00x and 2 at 1.64x over the script's 0."""
+    key = script_key("path", str(tmp_path / "train.py"))
+    command = ["python", "train.py", "--epochs", "3"]
+    one = {"knob": "num_workers", "setting": "1", "verdict": "no measurable change", "speedup": 1.0, "ci": [0.95, 1.05]}
+    two = {"knob": "num_workers", "setting": "2", "verdict": "faster", "speedup": 1.64, "ci": [1.44, 1.86]}
+    record_tune(key, "tune", [one, two], root=tmp_path, command=command)
+    # this run applied the tune's plan (run --with tune/best.yaml): keep it
+    [after] = annotate([_advising("1")], key, root=tmp_path, command=command, applied=["num_workers"])
+    assert after["recommendation"] == ("keep the tune's num_workers: it measured num_workers=2 at 1.64x and "
+                                       "num_workers=1 at 1.00x (no measurable change) (tune); make per-sample "
+                                       "work cheaper")
+    # a run of the script as it is: the winner instead, and the command that runs it
+    (tmp_path / "tune").mkdir()
+    (tmp_path / "tune" / "best.yaml").write_text("kind: script-settings\n")
+    [before] = annotate([_advising("1")], key, root=tmp_path, command=command)
+    assert before["recommendation"] == (
+        "num_workers=2, not 1: trainspeed tune measured it at 1.64x and num_workers=1 at 1.00x (no measurable "
+        "change) (tune); `trainspeed run --with tune/best.yaml -- python train.py --epochs 3` runs the tune's "
+        "settings; make per-sample work cheaper")
+    # advice the tune measured as a gain, or did not measure, stands
+    assert annotate([_advising("2")], key, root=tmp_path, command=command)[0]["recommendation"].endswith("(num_workers=2)")
+    assert annotate([_advising("3")], key, root=tmp_path, command=command)[0]["recommendation"].endswith("(num_workers=3)")
+
+
+def test_advice_with_no_winner_beside_it_says_what_was_measured(tmp_path):
+    key = script_key("path", str(tmp_path / "train.py"))
+    slower = {"knob": "num_workers", "setting": "1", "verdict": "slower", "speedup": 0.53, "ci": [0.4, 0.6]}
+    record_tune(key, "runs/tune-train", [slower], root=tmp_path)
+    [f] = annotate([_advising("1")], key, root=tmp_path)
+    assert f["recommendation"] == ("not num_workers=1: trainspeed tune measured num_workers=1 at 0.53x (slower) "
+                                   "(runs/tune-train); make per-sample work cheaper")
+    # a busy machine's figure refutes nothing
+    record_tune(key, "runs/tune-busy", [{**slower, "verdict": "not measurable while the machine is busy"}], root=tmp_path)
+    assert annotate([_advising("1")], key, root=tmp_path)[0]["recommendation"].endswith("(num_workers=1)")

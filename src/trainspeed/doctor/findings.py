@@ -51,6 +51,12 @@ class Finding:
     """The share of the step the verify command's setting can remove, where that is less than
     `impact` (padding: a script's --pad_to_max_length removes only the positions past each
     batch's longest sample). The tune's "at stake" column and knob order use it."""
+    advises: dict[str, str] = field(default_factory=dict)
+    """The tune knob settings the recommendation advises, named as the tune names them
+    ({"num_workers": "1"}): where a tune of the script measured one as no gain, its measurement
+    replaces the advice (doctor/tuned.py) by `otherwise`."""
+    otherwise: str = ""
+    """The recommendation when a tune measured what `advises` names as no gain."""
 
     def __post_init__(self) -> None:
         if self.severity not in _RANK:

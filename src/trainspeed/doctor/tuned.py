@@ -139,6 +139,19 @@ def _other_flags(tune: dict[str, Any], command: Sequence[str]) -> str:
     return f", with other flags: {flag_changes(tuned, command) or '`' + shlex.join(tuned) + '`'}"
 
 
+def _chosen(finding: dict[str, Any], entry: dict[str, Any], command: Sequence[str] | None,
+            applied: Sequence[str]) -> tuple[list, list[int], int] | None:
+    """The tunes that measured the knobs the finding's verify command names, each with what it
+    read (newest first); those that ran the doctor's very `command`; and the index of the one a
+    finding shows: the newest of the same command, else the newest."""
+    knobs = _own_knobs(finding, applied)
+    found = [(t, m) for t in _tunes(entry) for m in [_measured(knobs, t)] if m is not None]
+    if not found:
+        return None
+    same = [i for i, (t, _) in enumerate(found) if _ran_as(t, command)]
+    return found, same, same[0] if same else 0
+
+
 def tuned_line(finding: dict[str, Any], entry: dict[str, Any], command: Sequence[str] | None = None,
                applied: Sequence[str] = ()) -> str | None:
     """What a tune that measured the knobs the finding's verify command names read, or None: the
@@ -146,12 +159,10 @@ def tuned_line(finding: dict[str, Any], entry: dict[str, Any], command: Sequence
     with the flags it ran otherwise (word_language_model's doctor run at --emsize 512 was shown
     a newer tune of --emsize 1024 as its own, over an older tune of its very command); and a
     tune that read otherwise (a gain against none)."""
-    knobs = _own_knobs(finding, applied)
-    found = [(t, m) for t in _tunes(entry) for m in [_measured(knobs, t)] if m is not None]
-    if not found:
+    chosen = _chosen(finding, entry, command, applied)
+    if chosen is None:
         return None
-    same = [i for i, (t, _) in enumerate(found) if _ran_as(t, command)]
-    at = same[0] if same else 0
+    found, same, at = chosen
     tune, (gain, figures) = found[at]
     line = f"trainspeed tune measured {'a gain' if gain else 'no gain'}: {figures} ({tune.get('tune')})"
     if same:
@@ -170,6 +181,44 @@ def tuned_line(finding: dict[str, Any], entry: dict[str, Any], command: Sequence
     return line
 
 
+REFUTED = ("no measurable change", "slower")
+"""Verdicts that measure a setting as no gain (stats.NO_CHANGE, stats.SLOWER): a finding that
+advises it is told so. A busy machine's or a loss mismatch's figure (UNSETTLED) refutes nothing."""
+
+
+def measured_advice(finding: dict[str, Any], tune: dict[str, Any], command: Sequence[str] | None = None,
+                    applied: Sequence[str] = (), root: Path | None = None) -> str | None:
+    """The finding's recommendation as a tune's measurement leaves it, or None where it stands:
+    a setting the finding advises (Finding.advises) that the tune measured as no gain is not
+    advised again; the setting of that knob that won is, or kept where this run applied the
+    tune's plan; then the finding's `otherwise`. The demo's after-run, on the tune's num_workers=2,
+    advised "use fewer (num_workers=1)", which that tune had read at 1.00x beside 2's 1.64x."""
+    import shlex
+
+    for knob, setting in (finding.get("advises") or {}).items():
+        rows = [r for r in tune["knobs"].get(knob, []) if isinstance(r, dict) and r.get("speedup") is not None]
+        row = next((r for r in rows if str(r.get("setting")) == str(setting)), None)
+        if row is None or row.get("verdict") not in REFUTED:
+            continue
+        where = f"({tune.get('tune')})"
+        lost = f"{knob}={setting} at {row['speedup']:.2f}x ({row['verdict']})"
+        won = sorted((r for r in rows if r.get("verdict") == GAIN), key=lambda r: -float(r["speedup"]))
+        otherwise = finding.get("otherwise") or ""
+        if not won:
+            advice = f"not {knob}={setting}: trainspeed tune measured {lost} {where}"
+        elif knob in applied:
+            advice = (f"keep the tune's {knob}: it measured {knob}={won[0]['setting']} at {won[0]['speedup']:.2f}x "
+                      f"and {lost} {where}")
+        else:
+            advice = (f"{knob}={won[0]['setting']}, not {setting}: trainspeed tune measured it at "
+                      f"{won[0]['speedup']:.2f}x and {lost} {where}")
+            plan = (root or Path.cwd()) / str(tune.get("tune")) / "best.yaml"
+            if command and plan.is_file():
+                advice += f"; `trainspeed run --with {plan.relative_to(root or Path.cwd())} -- {shlex.join(command)}` runs the tune's settings"
+        return f"{advice}; {otherwise}" if otherwise else advice
+    return None
+
+
 def annotate(findings: list[dict[str, Any]], key: str, root: Path | None = None,
              command: Sequence[str] | None = None, applied: Sequence[str] = ()) -> list[dict[str, Any]]:
     """The findings, each that a tune of script `key` measured carrying `tuned` (the line); the
@@ -182,7 +231,13 @@ def annotate(findings: list[dict[str, Any]], key: str, root: Path | None = None,
         line = tuned_line(f, entry, command, applied)
         if line:
             f["tuned"] = line
+        chosen = _chosen(f, entry, command, applied) if f.get("advises") else None
+        if chosen is not None:  # the advice a tune measured as no gain, replaced by what it measured
+            found, _, at = chosen
+            advice = measured_advice(f, found[at][0], command, applied, root)
+            if advice:
+                f["recommendation"] = advice
     return findings
 
 
-__all__ = ["RECORD", "annotate", "record_tune", "script_key", "tuned_line"]
+__all__ = ["RECORD", "REFUTED", "annotate", "measured_advice", "record_tune", "script_key", "tuned_line"]
