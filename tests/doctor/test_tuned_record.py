@@ -259,3 +259,18 @@ def test_advice_with_no_winner_beside_it_says_what_was_measured(tmp_path):
     # a busy machine's figure refutes nothing
     record_tune(key, "runs/tune-busy", [{**slower, "verdict": "not measurable while the machine is busy"}], root=tmp_path)
     assert annotate([_advising("1")], key, root=tmp_path)[0]["recommendation"].endswith("(num_workers=1)")
+
+
+def test_a_knob_advised_at_all_is_refuted_only_when_every_setting_was_no_gain(tmp_path):
+    """"The model is not compiled: model = torch.compile(model)" after a tune read compile at 0.82x."""
+    key = script_key("path", str(tmp_path / "train.py"))
+    compiled = {**_finding("compile", 0.0), "recommendation": "model = torch.compile(model)", "advises": {"compile": "*"}}
+    record_tune(key, "runs/t1", [{"knob": "compile", "setting": "default", "verdict": "no measurable change",
+                                  "speedup": 0.82, "ci": [0.7, 0.95]}], root=tmp_path)
+    assert annotate([dict(compiled)], key, root=tmp_path)[0]["recommendation"] == (
+        "not compile: trainspeed tune measured compile=default at 0.82x (no measurable change) (runs/t1)")
+    record_tune(key, "runs/t2", [{"knob": "compile", "setting": "default", "verdict": "faster", "speedup": 1.3,
+                                  "ci": [1.2, 1.4]},
+                                 {"knob": "compile", "setting": "max-autotune", "verdict": "slower", "speedup": 0.7,
+                                  "ci": [0.6, 0.8]}], root=tmp_path)
+    assert annotate([dict(compiled)], key, root=tmp_path)[0]["recommendation"] == "model = torch.compile(model)"

@@ -53,8 +53,9 @@ class Finding:
     batch's longest sample). The tune's "at stake" column and knob order use it."""
     advises: dict[str, str] = field(default_factory=dict)
     """The tune knob settings the recommendation advises, named as the tune names them
-    ({"num_workers": "1"}): where a tune of the script measured one as no gain, its measurement
-    replaces the advice (doctor/tuned.py) by `otherwise`."""
+    ({"num_workers": "1"}; "*" for the knob at all, whatever its setting: {"compile": "*"}): where
+    a tune of the script measured one as no gain, its measurement replaces the advice
+    (doctor/tuned.py) by `otherwise`."""
     otherwise: str = ""
     """The recommendation when a tune measured what `advises` names as no gain."""
 

@@ -181,6 +181,8 @@ def tuned_line(finding: dict[str, Any], entry: dict[str, Any], command: Sequence
     return line
 
 
+ANY_SETTING = "*"
+"""Finding.advises' setting for a knob advised at all, whatever its setting (compile, fused)."""
 REFUTED = ("no measurable change", "slower")
 """Verdicts that measure a setting as no gain (stats.NO_CHANGE, stats.SLOWER): a finding that
 advises it is told so. A busy machine's or a loss mismatch's figure (UNSETTLED) refutes nothing."""
@@ -197,15 +199,17 @@ def measured_advice(finding: dict[str, Any], tune: dict[str, Any], command: Sequ
 
     for knob, setting in (finding.get("advises") or {}).items():
         rows = [r for r in tune["knobs"].get(knob, []) if isinstance(r, dict) and r.get("speedup") is not None]
-        row = next((r for r in rows if str(r.get("setting")) == str(setting)), None)
-        if row is None or row.get("verdict") not in REFUTED:
+        # ANY_SETTING: the finding advises the knob at all (compile, fused): refuted by every row
+        lost_rows = (rows if rows and all(r.get("verdict") in REFUTED for r in rows) else []) if setting == ANY_SETTING \
+            else [r for r in rows if str(r.get("setting")) == str(setting) and r.get("verdict") in REFUTED]
+        if not lost_rows:
             continue
         where = f"({tune.get('tune')})"
-        lost = f"{knob}={setting} at {row['speedup']:.2f}x ({row['verdict']})"
+        lost = ", ".join(f"{knob}={r.get('setting')} at {r['speedup']:.2f}x ({r['verdict']})" for r in lost_rows[:3])
         won = sorted((r for r in rows if r.get("verdict") == GAIN), key=lambda r: -float(r["speedup"]))
         otherwise = finding.get("otherwise") or ""
         if not won:
-            advice = f"not {knob}={setting}: trainspeed tune measured {lost} {where}"
+            advice = f"not {knob}{'' if setting == ANY_SETTING else '=' + setting}: trainspeed tune measured {lost} {where}"
         elif knob in applied:
             advice = (f"keep the tune's {knob}: it measured {knob}={won[0]['setting']} at {won[0]['speedup']:.2f}x "
                       f"and {lost} {where}")
@@ -240,4 +244,4 @@ def annotate(findings: list[dict[str, Any]], key: str, root: Path | None = None,
     return findings
 
 
-__all__ = ["RECORD", "REFUTED", "annotate", "measured_advice", "record_tune", "script_key", "tuned_line"]
+__all__ = ["ANY_SETTING", "RECORD", "REFUTED", "annotate", "measured_advice", "record_tune", "script_key", "tuned_line"]

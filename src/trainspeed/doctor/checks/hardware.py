@@ -150,6 +150,7 @@ def not_compiled(ctx: CheckContext) -> Finding | None:
         recommendation=f"{how}{'' if ctx.engine_run else ' (engine: compile.mode=default)'}; measure it, gains vary",
         verify_with=ctx.tune_command("compile"),
         impact=0.0,
+        advises={"compile": "*"},  # a tune that read compile as no gain ends the advice (doctor/tuned.py)
     )
 
 

@@ -74,6 +74,7 @@ def optimizer_not_fused(ctx: CheckContext) -> Finding | None:
         recommendation=(", ".join(f"{o.get('class')}(..., {k[0]}=True)" for o, k in slow)
                         + f" (engine: optim.implementation={impls[0]})"),
         verify_with=ctx.tune_command("fused"),
+        advises={"fused_optimizer": "*"},  # a tune that read it as no gain ends the advice (doctor/tuned.py)
         impact=share * removes,
         impact_estimated=True,
         basis=(f"the optimizer step, {pct(share)} of the step measured, x the share a {'/'.join(impls)} step "
