@@ -1,9 +1,15 @@
 """The tune's last step: the best settings against the baseline, in fresh interleaved rounds,
 compared with each other only: what the user gets.
 
-An undecided verification that reads faster gets more rounds while they fit the budget (up to
---max-rounds). Being one comparison (not one of many settings, where chance crowns the luckiest),
-it is also verified when the mean of its rounds clears spend.CONFIRM_Z standard errors.
+Its trials run B X B X ... B (B: the baseline, X: the best config), and each X is compared with
+the B trials on either side of it (the last X with the one before it where the budget's end left
+out the one after), as the ablation's candidates are with their brackets (order.py): a drift
+cancels, and a slow spell of the machine as long as two trials lands on both arms. The rounds
+were pairs run B X, X B, B X: the B of one round next to the B of the next, and one spell of
+slow disk writes across those two (a script saving 8 MB every other step) read as two winning
+rounds of a null edit, 2.0x and 2.4x, verified "faster" at 1.6-1.8x in 3 of 7 runs on a quiet
+machine. The budget's reserve is still two trials a round: the closing B is the one the
+budget's end may leave out.
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ from trainspeed.tune import stats
 from trainspeed.tune.arms import arm_of
 from trainspeed.tune.result import Row, cut_by_budget
 from trainspeed.tune.spend import CONFIRM_Z
+from trainspeed.tune.student_t import t_critical
 
 VERIFY_OFF = "the verification is off (--verify-repeats 0)"
 
@@ -32,6 +39,11 @@ def verify(tuner: Tuner, best: dict[str, Any], backed: Row | None = None) -> Row
         tuner.say("verifying the combination against the baseline")
     ran, best = best, tuner.verify_as(best)  # its own key: a resumed tune never reads the what-if's as the edit's
     tuner.cost_factor.setdefault(tuner._key(best), tuner.cost_factor.get(tuner._key(ran), 1.0))
+    took = [r.wall_s for r in tuner.results(best) if r.ok and r.wall_s > 0] if ran == best and tuner.opt.verify_repeats else []
+    if took and tuner.base_wall > 0:
+        # priced from what its trials took, not its knob's prior: compile's 3 baseline trials
+        # priced a 58 s trial at 174 s, and the rounds' brackets left no round after the first
+        tuner.cost_factor[tuner._key(best)] = statistics.median(took) / tuner.base_wall
     R = tuner.opt.repeats
     V = tuner.opt.verify_repeats
     base_key, best_key = tuner._key({}), tuner._key(best)
@@ -40,9 +52,13 @@ def verify(tuner: Tuner, best: dict[str, Any], backed: Row | None = None) -> Row
         # Not verified before. A resumed tune whose winners changed finds the baseline's
         # repeats at n_base.. already stored, run beside the old best: take the next ones.
         n_base = max([n_base] + [r.repeat + 1 for r in tuner.results({})])
+    # B X B X ... B: an opening bracket, then each round's X and the B after it (X first: where the
+    # budget's end cuts a round, the comparison keeps its X against the B before it)
+    if V:
+        tuner._round([({}, "baseline", n_base)], reverse=False)
     for v in range(V):
-        tuner._round([({}, "baseline", n_base + v), (best, "best", n_best + v)], reverse=bool(v % 2))
-    pairs = lambda n: [((n_base + i,), n_best + i) for i in range(n)]  # noqa: E731 - the first n rounds
+        _bracketed(tuner, best, n_best + v, n_base + v + 1)
+    pairs = lambda n: [((n_base + i, n_base + i + 1), n_best + i) for i in range(n)]  # noqa: E731 - the first n rounds
     verified = lambda n: _verified(tuner, best, pairs(n))  # noqa: E731
     if not V:  # not "the budget ran out": the user asked for no verification
         return Row(knob="combined", setting=tuner.describe(best), settings=best, verdict=stats.SKIPPED, note=VERIFY_OFF)
@@ -56,10 +72,22 @@ def verify(tuner: Tuner, best: dict[str, Any], backed: Row | None = None) -> Row
            and 2 * tuner.base_wall <= tuner.opt.budget_s - tuner.spent):
         tuner.say(f"the verification reads {row.speedup:.2f}x, inside the noise: another round "
                   f"({tuner.opt.budget_s - tuner.spent:.0f} s of the budget left)")
-        tuner._round([({}, "baseline", n_base + v), (best, "best", n_best + v)], reverse=bool(v % 2))
+        _bracketed(tuner, best, n_best + v, n_base + v + 1)
         v += 1
         row = verified(v)
-    return _backed(tuner, row, backed, pairs(v)) if backed else row
+    # the ablation backs what it measured: not an edit run in its place (verify_as), whose
+    # reading is the question (a null edit read 1.18x inside the noise beside the what-if's
+    # 6.03x, and was kept "on the ablation")
+    return _backed(tuner, row, backed, pairs(v)) if backed and ran == best else row
+
+
+def _bracketed(tuner: Tuner, best: dict[str, Any], repeat: int, closing: int) -> None:
+    """One verification round: the best config's trial, then the baseline trial that closes its
+    bracket, only where that trial ran (a bracket around nothing pays for nothing)."""
+    tuner._round([(best, "best", repeat)], reverse=False)
+    done = tuner.store.get(tuner._key(best), repeat)
+    if done is not None and done.ok:
+        tuner._round([({}, "baseline", closing)], reverse=False)
 
 
 def _backed(tuner: Tuner, row: Row, won: Row, pairs: list[tuple[tuple[int, ...], int]]) -> Row:
@@ -82,8 +110,9 @@ def _backed(tuner: Tuner, row: Row, won: Row, pairs: list[tuple[tuple[int, ...],
 
 def _verified(tuner: Tuner, best: dict[str, Any], pairs: list[tuple[tuple[int, ...], int]]) -> Row:
     """The verification's row. Its one comparison is also judged by its rounds' mean: faster
-    when the mean log speedup clears spend.CONFIRM_Z standard errors of the rounds, though
-    the rounds disagree by more than the gain (timm's bf16: 1.14-1.55x in six rounds, all
+    when the mean log speedup clears the standard errors of the rounds that Student's t asks at
+    spend.CONFIRM_Z's tail (19.2 of 3 rounds, 5.5 of 6: their standard deviation is their own),
+    though the rounds disagree by more than the gain (timm's bf16: 1.14-1.55x in six rounds, all
     faster, read "no measurable change" against their 21 % spread)."""
     row = tuner.row("combined", tuner.describe(best), best, {}, pairs=pairs)
     if row.verdict != stats.NO_CHANGE or len(pairs) < 3:
@@ -94,13 +123,15 @@ def _verified(tuner: Tuner, best: dict[str, Any], pairs: list[tuple[tuple[int, .
         return row
     mean, sd = statistics.fmean(logs), statistics.stdev(logs)
     z = mean / (sd / math.sqrt(len(logs))) if sd > 0 else math.inf
-    if mean > math.log1p(tuner.opt.min_effect) and z >= CONFIRM_Z:
+    # the standard deviation is these few rounds' own: Student's t at CONFIRM_Z's tail (student_t.py)
+    need = t_critical(CONFIRM_Z, len(logs) - 1)
+    if mean > math.log1p(tuner.opt.min_effect) and z >= need:
         row.verdict = stats.FASTER
         row.note = (f"every round's speedup {min(math.exp(x) for x in logs):.2f}-{max(math.exp(x) for x in logs):.2f}x; "
-                    f"their mean {math.exp(mean):.2f}x clears {CONFIRM_Z:g} standard errors of its "
-                    f"{len(logs)} rounds") if min(logs) > 0 else (
-                    f"the mean of its {len(logs)} rounds, {math.exp(mean):.2f}x, clears {CONFIRM_Z:g} "
-                    "standard errors")
+                    f"their mean {math.exp(mean):.2f}x clears {need:.1f} standard errors of its "
+                    f"{len(logs)} rounds (Student's t at the tail of {CONFIRM_Z:g})") if min(logs) > 0 else (
+                    f"the mean of its {len(logs)} rounds, {math.exp(mean):.2f}x, clears {need:.1f} "
+                    f"standard errors (Student's t at the tail of {CONFIRM_Z:g})")
         row = tuner._load_proof(row, {}, pairs)  # a winner's rounds must have seen matching loads
     return row
 
