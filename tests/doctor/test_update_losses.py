@@ -119,18 +119,51 @@ def test_the_report_shows_each_loss_and_no_blend(tmp_path, monkeypatch):
 
 
 def test_two_optimizers_on_one_backward_share_its_loss(tmp_path, monkeypatch):
+    """Recorded per optimizer, read as the one loss it is: the report had two rows of the same
+    figures ('loss opt_backbone 2.325 -> 2.303' and 'loss opt_head 2.325 -> 2.303')."""
+    from trainspeed.report.terminal import summary_lines
     from trainspeed.telemetry.rundir import read_run
-    from trainspeed.telemetry.update_losses import update_losses
+    from trainspeed.telemetry.update_losses import optimizer_series, update_losses
 
     monkeypatch.chdir(tmp_path)
     result = run_inline(tmp_path, SHARED, steps=30)
-    losses = update_losses(read_run(result.run_dir))
+    run = read_run(result.run_dir)
+    losses = optimizer_series(run)
     assert list(losses) == ["opt_matrices", "opt_others"]
     column = np.array(_step_losses(result.run_dir), dtype=float)
     assert np.isfinite(column).all()
     np.testing.assert_array_equal(losses["opt_matrices"], column)
     # the second optimizer's update of step k is read into the row of step k as well
     np.testing.assert_array_equal(losses["opt_others"][:-1], column[:-1])
+    assert update_losses(run) == {}  # one loss: the step records' column says it all
+    assert "losses" not in result.summary
+    labels = [label for label, _ in summary_lines(result.summary)]
+    assert labels.count("loss") == 1 and not any(label.startswith("loss ") for label in labels)
+
+
+def test_a_shared_loss_beside_another_is_named_by_both(tmp_path, monkeypatch):
+    """A GAN whose generator has two optimizers (matrices and the rest) on its one backward:
+    two losses, the generator's named by both its optimizers; the tune's parity reads them so."""
+    from trainspeed.telemetry.rundir import read_run
+    from trainspeed.telemetry.update_losses import members, update_losses
+    from trainspeed.tune.optimizer_losses import read_optimizer_losses
+
+    monkeypatch.chdir(tmp_path)
+    split_g = GAN.replace(
+        "optimizerG = torch.optim.Adam(netG.parameters(), lr=2e-3)",
+        "optimizerG = torch.optim.Adam([p for p in netG.parameters() if p.dim() == 2], lr=2e-3)\n"
+        "optimizerG_bias = torch.optim.SGD([p for p in netG.parameters() if p.dim() < 2], lr=1e-2)",
+    ).replace("    optimizerG.step()\n", "    optimizerG.step()\n    optimizerG_bias.step()\n")
+    result = run_inline(tmp_path, split_g, steps=25)
+    run = read_run(result.run_dir)
+    losses = update_losses(run)
+    assert list(losses) == ["optimizerD", "optimizerG + optimizerG_bias"]
+    assert members("optimizerG + optimizerG_bias") == ["optimizerG", "optimizerG_bias"]
+    printed = [json.loads(line) for line in (tmp_path / "printed.jsonl").read_text().splitlines()]
+    assert losses["optimizerG + optimizerG_bias"][0] == pytest.approx(printed[0]["G"], rel=1e-6)
+    assert set(result.summary["losses"]) == {"optimizerD", "optimizerG + optimizerG_bias"}
+    read = read_optimizer_losses(run)
+    assert read.primary == "optimizerD" and set(read.end) == {"optimizerD", "optimizerG + optimizerG_bias"}
 
 
 def test_nonfinite_losses_are_counted_per_optimizer(tmp_path, monkeypatch):

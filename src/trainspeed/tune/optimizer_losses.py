@@ -54,13 +54,15 @@ class OptimizerLosses:
 
 def read_optimizer_losses(run: Any) -> OptimizerLosses:
     """Each optimizer's end and start loss in `run` (a RunData), in the order the run named them."""
-    from trainspeed.telemetry.update_losses import EVENT, update_losses
+    from trainspeed.telemetry.update_losses import EVENT, members, update_losses
 
     series = update_losses(run)
     if not series:
         return OptimizerLosses()
     events = [e.get("data") or {} for e in run.events_of(EVENT)]
-    primary = next((str(d["column"]) for d in events if d.get("column")), None)
+    column = next((str(d["column"]) for d in events if d.get("column")), None)
+    # the step records' optimizer, or the shared loss it is one of (named by all who share it)
+    primary = next((name for name in series if column in members(name)), column)
     steps = [r.get("step") for r in run.steps]
     tail_from = len(steps) - max(1, len(steps) // 4)
     tail_steps = {s for s in steps[tail_from:] if isinstance(s, (int, float))}
@@ -68,7 +70,7 @@ def read_optimizer_losses(run: Any) -> OptimizerLosses:
     for name, values in series.items():
         tail = values[tail_from:]
         finite = tail[np.isfinite(tail)]
-        if _nonfinite_in(events, name, tail_steps):
+        if any(_nonfinite_in(events, member, tail_steps) for member in members(name)):
             out.end[name] = math.inf  # recorded as null, counted apart: a NaN loss in the tail
         else:
             out.end[name] = float(finite.mean()) if finite.size else None
