@@ -286,6 +286,9 @@ class CheckpointConfig(_Section):
     """Resume from the newest valid checkpoint in dir if there is one."""
     save_on_crash: bool = True
     """Try to save a checkpoint when training raises (not on OOM)."""
+    requeue: bool = True
+    """Under SLURM, after the save SIGUSR1 asks for (sbatch --signal=USR1@90), requeue the job
+    (scontrol requeue); the requeued job continues this run from that checkpoint."""
 
     def __post_init__(self) -> None:
         self._check()

@@ -49,6 +49,9 @@ def run_dir_for(cfg: TrainConfig, say: Callable[[str], None] | None = None) -> P
     `trainspeed train my.yaml --auto-resume`, as documented, started afresh every time."""
     from trainspeed.config import recipe_label
 
+    restarted = _restarted_job_run(cfg, say or _say)
+    if restarted is not None:
+        return restarted
     label = recipe_label(cfg.recipe.name)
     path = Path(cfg.run.out_dir) / (cfg.run.name or f"{label}-{time.strftime('%Y%m%d-%H%M%S')}")
     held = _held(path, cfg.checkpoint.dir)
@@ -68,6 +71,29 @@ def run_dir_for(cfg: TrainConfig, say: Callable[[str], None] | None = None) -> P
                           "checkpoint.auto_resume=true), or give this run another run.name"
                           f"{' and checkpoint.dir' if cfg.checkpoint.dir else ''}; nothing was written")
     return path
+
+
+def _restarted_job_run(cfg: TrainConfig, say: Callable[[str], None]) -> Path | None:
+    """SLURM started this job again (requeued after SIGUSR1's save, or by SLURM itself): the run
+    the job began, as its env.json names the job, continues from its newest checkpoint, whether
+    or not the job's command says --auto-resume (engine/checkpoint/slurm.py). None: no such run
+    with a checkpoint, a first start, or a run the config names otherwise."""
+    from trainspeed.config import recipe_label
+    from trainspeed.engine.checkpoint import slurm
+
+    job = slurm.job_id()
+    if job is None or slurm.restart_count() == 0 or cfg.checkpoint.resume:
+        return None
+    earlier = slurm.run_of_job(Path(cfg.run.out_dir), job)
+    named = cfg.run.name and not _stamped(cfg.run.name, recipe_label(cfg.recipe.name))  # not derived
+    if earlier is None or (named and cfg.run.name != earlier.name):
+        return None
+    if not (_held(earlier, cfg.checkpoint.dir, steps=False) or "").startswith("checkpoints"):
+        return None  # stopped before its first save: nothing to continue from
+    cfg.run.name, cfg.checkpoint.auto_resume = earlier.name, True
+    say(f"SLURM started job {job} again (restart {slurm.restart_count()}): continuing its run {earlier} "
+        "from its newest checkpoint")
+    return earlier
 
 
 _STAMPED = re.compile(r"-\d{8}-\d{6}$")

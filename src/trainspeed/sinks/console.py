@@ -22,7 +22,7 @@ from trainspeed.sinks.tensorboard import finite_float
 from trainspeed.telemetry import schema
 
 QUIET_EVENTS = frozenset({"epoch", "run_start", "observation", "system", "peak_flops", "flops", "model",
-                          "cuda", "collectives"})
+                          "cuda", "collectives", "requeue"})
 """Event types not printed: routine markers the status line already covers, and records for the
 report (what the doctor observed, the system sampler's series, the FLOP counts): a person reads
 them in the report, not as raw dicts scrolling past the training."""

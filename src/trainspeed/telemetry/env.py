@@ -14,6 +14,7 @@ from typing import Any
 
 # The CPU facts live in cpu_facts (a leaf the peak code reads); re-exported here.
 from trainspeed.telemetry.cpu_facts import CPU_FLAGS, bf16_units, cpu_flags, cpu_model, cpu_quota
+from trainspeed.telemetry.scheduler import env_record
 
 __all__ = ["ALLOC_CONF_VARS", "alloc_conf", "collect_env", "cpu_flags", "cpu_model", "cpu_quota", "CPU_FLAGS",
            "bf16_units", "expandable_segments_on"]
@@ -129,6 +130,7 @@ def collect_env(*, device: Any = None, precision: str | None = None, measure_pea
         "alloc_conf": alloc_conf(),
         "trainspeed": trainspeed.__version__,
         "hostname": socket.gethostname(),
+        "slurm": env_record(),  # a restarted job continues the run that names it (engine/checkpoint/slurm.py)
     }
     if precision is not None:
         from trainspeed.telemetry.peaks import dtype_for_precision, peak_for

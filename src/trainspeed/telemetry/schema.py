@@ -80,6 +80,7 @@ EVENT_TYPES: tuple[str, ...] = (
     "restart",
     "crash",
     "interrupt",  # Ctrl-C or a signal ended the run: data.signal, data.exit_code (not a crash)
+    "requeue",  # SLURM's SIGUSR1 save, then `scontrol requeue`: data.job, data.error (null: requeued)
     "dropped_records",
     "thinned_records",  # dashboards (TensorBoard, W&B) sent fewer records to keep up
     "profile",  # a torch.profiler trace of a step window: data.path (in the run dir), data.captured

@@ -1,4 +1,4 @@
-"""Fault handling: save on SIGTERM/Ctrl-C/SIGHUP at the next step boundary, and recognise OOM errors.
+"""Fault handling: save on SIGTERM/Ctrl-C/SIGHUP/SIGUSR1 at the next step boundary, and recognise OOM errors.
 
 A signal handler must not save a checkpoint itself: it runs between two bytecodes of the
 training step, when the model and optimizer may be half-updated. So the handler only sets a
@@ -9,7 +9,9 @@ KeyboardInterrupt after SIGINT. A second Ctrl-C while the save runs interrupts a
 SIGTERM does so only after DUPLICATE_S seconds (launchers such as torchrun send it twice).
 SIGHUP (the terminal or SSH session closed) is a SIGTERM that exits 129; it ended a run at once,
 with no save and no word, losing every step since the last periodic checkpoint. A SIGHUP that is
-ignored (`nohup trainspeed train ...`) or handled by the host stays so.
+ignored (`nohup trainspeed train ...`) or handled by the host stays so. SIGUSR1 (SLURM's warning
+before a time limit or a preemption, `sbatch --signal=USR1@90`) is taken the same way, only from
+its default action (which ended the run at once); after its save the job is requeued (slurm.py).
 
     with EmergencySaver() as emergency:
         for batch in loader:
@@ -50,9 +52,10 @@ def is_oom(exc: BaseException) -> bool:
 class EmergencySaver:
     """Context manager turning SIGTERM/SIGINT into a 'save at the next step boundary' request."""
 
-    SIGNALS = ("SIGTERM", "SIGINT", "SIGHUP")
-    ONLY_IF_DEFAULT = ("SIGHUP",)
-    """Taken over only from the default action: nohup's SIG_IGN keeps a run going."""
+    SIGNALS = ("SIGTERM", "SIGINT", "SIGHUP", "SIGUSR1")
+    ONLY_IF_DEFAULT = ("SIGHUP", "SIGUSR1")
+    """Taken over only from the default action: nohup's SIG_IGN keeps a run going, and a host's
+    own SIGUSR1 handler (a stack dump, a profiler's toggle) stays the host's."""
     DUPLICATE_S = 5.0
     """A SIGTERM within this many seconds of the first is a duplicate (launchers repeat it);
     one later ends the process at once, as a second Ctrl-C does."""

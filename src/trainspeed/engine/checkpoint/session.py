@@ -59,7 +59,7 @@ class CheckpointSession:
 
     def __init__(self, manager: CheckpointManager, *, monitor: Any = None,
                  resume: str | None = None, auto_resume: bool = False,
-                 save_on_crash: bool = True, handle_signals: bool = True,
+                 save_on_crash: bool = True, handle_signals: bool = True, requeue: bool = True,
                  on_checkpoint: Callable[[dict[str, Any]], None] | None = None,
                  writer: bool = True, sharded: ShardedIO | None = None,
                  agree_signal: Callable[[bool, int], bool] | None = None,
@@ -79,6 +79,8 @@ class CheckpointSession:
         self.monitor = monitor
         self.resume_spec, self.auto_resume = resume, auto_resume
         self.save_on_crash = save_on_crash
+        self.requeue = requeue
+        """Under SLURM, requeue the job after SIGUSR1's save (slurm.py)."""
         self.on_checkpoint = on_checkpoint
         self.emergency = EmergencySaver(enabled=handle_signals)
         self.stopping: tuple[int, Path] | None = None
@@ -102,6 +104,7 @@ class CheckpointSession:
         manager = CheckpointManager.from_config(cfg, run_dir, writer=writer)
         return cls(manager, monitor=monitor, resume=cfg.resume, auto_resume=cfg.auto_resume,
                    save_on_crash=cfg.save_on_crash, handle_signals=handle_signals,
+                   requeue=getattr(cfg, "requeue", True),
                    on_checkpoint=on_checkpoint, writer=writer, **kwargs)
 
     # -- events ---------------------------------------------------------------------------------
@@ -210,13 +213,31 @@ class CheckpointSession:
         exc: BaseException = (KeyboardInterrupt() if self.emergency.signum == signal.SIGINT
                               else SystemExit(self.emergency.exit_code or 143))
         if self.writer:
+            line = f"trainspeed: stopped at step {step}; checkpoint saved to {path}; "
+            requeued = self._requeue()
+            if requeued is not None and requeued[1] is None:
+                line += f"requeued SLURM job {requeued[0]}: it continues from this checkpoint when it starts again"
+            else:
+                why_not = f"not requeued ({requeued[1]}); " if requeued is not None else ""
+                line += f"{why_not}resume with {resume_command(path, self.run_name)}"
             try:  # after SIGHUP the terminal may be gone (EIO): the checkpoint is saved either way
-                print(f"trainspeed: stopped at step {step}; checkpoint saved to {path}; resume with "
-                      f"{resume_command(path, self.run_name)}", file=sys.stderr, flush=True)
+                print(line, file=sys.stderr, flush=True)
             except OSError:
                 pass
             exc.reported = True  # the CLI adds no second line
         raise exc
+
+    def _requeue(self) -> tuple[str, str | None] | None:
+        """After SIGUSR1's save under SLURM: requeue the job. (job id, None) once requeued,
+        (job id, why not) where scontrol failed; None where no requeue applies."""
+        from trainspeed.engine.checkpoint import slurm
+
+        job = slurm.job_id()
+        if not (self.requeue and job and self.emergency.signal_name == slurm.REQUEUE_SIGNAL):
+            return None
+        why_not = slurm.requeue(job)
+        self._route({"type": "requeue", "job": job, "error": why_not})
+        return job, why_not
 
     def crash(self, exc: BaseException, step: int, make_state: StateFn) -> Path | None:
         """Best-effort save after training raised. Skipped for OOM (the state may not even fit
