@@ -348,9 +348,13 @@ def confirm(tuner: Tuner, row: Any, pairs: list[Pair]) -> None:
     ok, fresh, need, n = _confirmed(tuner, row.settings, pairs)
     if not ok:
         row.verdict = stats.NO_CHANGE
-        seen = "not measured" if fresh is None else f"{fresh:.2f}x"
-        rounds = f"the {n} round{'s' if n != 1 else ''} after its first {start}"
-        said = f"{rounds} read {seen}, not beyond the noise ({need:.0%})"
+        if n == 0 or fresh is None:
+            # "the 0 rounds after its first 2 read not measured": no round of its own was run
+            said = (f"unconfirmed: no round after the first {start} that chose it fit the budget; "
+                    "rerun with the same --out and a larger --budget to confirm it")
+        else:
+            rounds = f"the {n} round{'s' if n != 1 else ''} after its first {start}"
+            said = f"{rounds} read {fresh:.2f}x, not beyond the noise ({need:.0%})"
         if row.ci_clears_band:
             # dcgan's channels_last: CI 1.14-1.19 over all rounds, noise 13 %: why it is not a win
             said += ", though the CI over every round clears the band: the rounds that chose it are no proof"
