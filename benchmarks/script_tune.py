@@ -11,8 +11,9 @@ For each script in benchmarks/scripts/ and data_bound, the demo's src/trainspeed
    same (light) instrumentation and report steady-state step times (warm-up excluded); an
    empty plan for A. The figure is the ratio of median step times (per round and pooled), and
    each side's whole-process wall time too.
-Goals on the 2-core machine: data_bound >= 1.6x, log_heavy >= 1.5x, compute_bound a tie
-(best.yaml keeps the plain settings: no false winner).
+Goals on the 2-core machine: data_bound >= 1.6x, log_heavy >= 1.5x, compute_bound no false
+winner (best.yaml keeps the plain settings, or what it keeps is >= 1.2x side by side: bf16 on a
+CPU with bf16 units).
 """
 
 from __future__ import annotations
@@ -30,7 +31,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import harness  # noqa: E402
 
+from trainspeed.telemetry.cpu_facts import bf16_units, cpu_flags  # noqa: E402
+
 HERE = Path(__file__).resolve().parent
+TRUE_WIN = 1.2
+"""A winner kept for the compute-bound script must hold up side by side by this much."""
 SCRIPTS = {
     # name: (arguments, goal: minimum speedup, or None for "a tie: no winner")
     "data_bound": (["--epochs", "50"], 1.6),
@@ -131,8 +136,12 @@ def main() -> int:
         side = side_by_side(command, out / "best.yaml", out, args.rounds, args.steps, args.warmup)
         entry.update(side)
         if goal is None:
-            entry["goal"] = "a tie: best.yaml keeps the plain settings"
-            entry["passed"] = not best
+            # no false winner: plain settings kept, or what is kept holds up side by side. bf16
+            # is a true winner where the CPU has bf16 units (avx512_bf16: 1.80x side by side on
+            # 2026-12-07) and far slower where it has none (the tie of 2026-11-25)
+            entry["goal"] = f"no false winner: the plain settings, or a winner >= {TRUE_WIN}x side by side"
+            entry["passed"] = not best or side["speedup"] >= TRUE_WIN
+            entry["cpu_bf16_units"] = bool(bf16_units(cpu_flags()))
         else:
             entry["goal"] = f">= {goal}x"
             entry["passed"] = side["speedup"] >= goal
@@ -144,7 +153,7 @@ def main() -> int:
     headline = {"label": "run --with best.yaml vs the plain script, side by side: " + ", ".join(
         f"{k} {v['speedup']:.2f}x" for k, v in merged.items()),
         "value": min((v["speedup"] for v in merged.values() if v.get("goal", "").startswith(">=")), default=None),
-        "goal": "data_bound >= 1.6x, log_heavy >= 1.5x, compute_bound: no winner",
+        "goal": f"data_bound >= 1.6x, log_heavy >= 1.5x, compute_bound: no false winner (plain, or >= {TRUE_WIN}x)",
         "passed": all(v.get("passed") for v in merged.values())}
     path = harness.write_result("script_tune", merged, headline=headline,
                                 command=harness.entry_commands(merged))
