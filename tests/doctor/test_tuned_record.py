@@ -244,6 +244,14 @@ def test_advice_a_tune_measured_as_no_gain_is_replaced_by_what_it_measured(tmp_p
         "num_workers=2, not 1: trainspeed tune measured it at 1.64x and num_workers=1 at 1.00x (no measurable "
         "change) (tune); `trainspeed run --with tune/best.yaml -- python train.py --epochs 3` runs the tune's "
         "settings; make per-sample work cheaper")
+    # a tune whose --out lies outside the working directory: its plan by its absolute path (the
+    # doctor crashed here, Path.relative_to)
+    elsewhere = tmp_path.parent / f"{tmp_path.name}-elsewhere" / "data bound"
+    elsewhere.mkdir(parents=True)
+    (elsewhere / "best.yaml").write_text("kind: script-settings\n")
+    record_tune(key, str(elsewhere), [one, two], root=tmp_path, command=command)
+    [far] = annotate([_advising("1")], key, root=tmp_path, command=command)
+    assert f"`trainspeed run --with '{elsewhere / 'best.yaml'}' -- python train.py --epochs 3`" in far["recommendation"]
     # advice the tune measured as a gain, or did not measure, stands
     assert annotate([_advising("2")], key, root=tmp_path, command=command)[0]["recommendation"].endswith("(num_workers=2)")
     assert annotate([_advising("3")], key, root=tmp_path, command=command)[0]["recommendation"].endswith("(num_workers=3)")

@@ -216,9 +216,11 @@ def measured_advice(finding: dict[str, Any], tune: dict[str, Any], command: Sequ
         else:
             advice = (f"{knob}={won[0]['setting']}, not {setting}: trainspeed tune measured it at "
                       f"{won[0]['speedup']:.2f}x and {lost} {where}")
-            plan = (root or Path.cwd()) / str(tune.get("tune")) / "best.yaml"
+            base = root or Path.cwd()
+            plan = base / str(tune.get("tune")) / "best.yaml"  # a tune's --out: relative, or absolute
             if command and plan.is_file():
-                advice += f"; `trainspeed run --with {plan.relative_to(root or Path.cwd())} -- {shlex.join(command)}` runs the tune's settings"
+                shown = plan.relative_to(base) if plan.is_relative_to(base) else plan
+                advice += f"; `trainspeed run --with {shlex.quote(str(shown))} -- {shlex.join(command)}` runs the tune's settings"
         return f"{advice}; {otherwise}" if otherwise else advice
     return None
 
