@@ -13,9 +13,13 @@ import threading
 from typing import Callable
 
 
-def raise_on_stop_signals(make: Callable[[int], BaseException]) -> Callable[[], None]:
-    """Raise `make(signum)` on SIGTERM or SIGHUP, where their action is the default; returns
-    the undo. Off the main thread (a command started from a library's thread), nothing."""
+def raise_on_stop_signals(make: Callable[[int], BaseException], also: tuple[str, ...] = ()) -> Callable[[], None]:
+    """Raise `make(signum)` on SIGTERM or SIGHUP (and the signals named in `also`), where their
+    action is the default; returns the undo. Off the main thread (a command started from a
+    library's thread), nothing. The tune adds SIGUSR1 (SLURM's warning before a time limit,
+    `sbatch --signal=USR1@90`, whose default action ended it without a word); the doctor does
+    not: the script it runs may take SIGUSR1 itself (Lightning's SLURM auto-requeue does, only
+    where no handler is set)."""
     if threading.current_thread() is not threading.main_thread():
         return lambda: None
 
@@ -23,8 +27,8 @@ def raise_on_stop_signals(make: Callable[[int], BaseException]) -> Callable[[], 
         signal.signal(signum, signal.SIG_DFL)  # a second one ends the process
         raise make(signum)
 
-    taken = [sig for sig in (signal.SIGTERM, getattr(signal, "SIGHUP", None))
-             if sig is not None and signal.getsignal(sig) is signal.SIG_DFL]
+    wanted = (signal.SIGTERM, getattr(signal, "SIGHUP", None), *(getattr(signal, name, None) for name in also))
+    taken = [sig for sig in wanted if sig is not None and signal.getsignal(sig) is signal.SIG_DFL]
     for sig in taken:
         signal.signal(sig, handle)
 

@@ -220,9 +220,10 @@ def test_parse_budget():
         parse_budget("0m")
 
 
-def test_a_trial_stopped_by_a_signal_interrupts_the_tune_instead_of_failing(tmp_path):
+@pytest.mark.parametrize("sig", ["TERM", "USR1"])  # USR1: SLURM signals every process of the job step
+def test_a_trial_stopped_by_a_signal_interrupts_the_tune_instead_of_failing(tmp_path, sig):
     script = tmp_path / "fake_python"
-    script.write_text("#!/bin/sh\nkill -TERM $$\n")
+    script.write_text(f"#!/bin/sh\nkill -{sig} $$\n")
     script.chmod(0o755)
     runner = SubprocessRunner(base_config=tmp_path / "base.yaml", out_dir=tmp_path / "trials",
                               python=str(script), fork_server=False)

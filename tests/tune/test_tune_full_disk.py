@@ -118,15 +118,19 @@ def test_a_full_out_disk_says_what_is_full_and_the_command_that_resumes(tmp_path
     assert "Traceback" not in err
 
 
-def test_a_tune_ended_by_sighup_says_how_to_resume(tmp_path, monkeypatch, capsys):
-    """The terminal or SSH session closed: SIGHUP ended the tune without a word."""
-    def hung_up(*a, **k):
-        if signal.getsignal(signal.SIGHUP) is signal.SIG_DFL:  # it would end pytest itself
-            raise AssertionError("no SIGHUP handler while the tune runs")
-        os.kill(os.getpid(), signal.SIGHUP)  # delivered at the next bytecode of this thread
-        raise AssertionError("SIGHUP was not turned into an interrupt")
+@pytest.mark.parametrize("sig", [signal.SIGHUP, signal.SIGUSR1])
+def test_a_tune_ended_by_sighup_or_slurms_sigusr1_says_how_to_resume(tmp_path, monkeypatch, capsys, sig):
+    """The terminal or SSH session closed (SIGHUP), or SLURM's warning before a time limit
+    (SIGUSR1, sbatch --signal=USR1@90): either ended the tune without a word."""
+    name = signal.Signals(sig).name
 
-    before = signal.getsignal(signal.SIGHUP)
-    code, err = _tune_cli(tmp_path, monkeypatch, capsys, hung_up)
-    assert code == 129 and "Resume with:\n    trainspeed tune --out runs/tune-train-threads" in err, err  # 128 + SIGHUP
-    assert signal.getsignal(signal.SIGHUP) is before
+    def stopped(*a, **k):
+        if signal.getsignal(sig) is signal.SIG_DFL:  # it would end pytest itself
+            raise AssertionError(f"no {name} handler while the tune runs")
+        os.kill(os.getpid(), sig)  # delivered at the next bytecode of this thread
+        raise AssertionError(f"{name} was not turned into an interrupt")
+
+    before = signal.getsignal(sig)
+    code, err = _tune_cli(tmp_path, monkeypatch, capsys, stopped)
+    assert code == 128 + sig and "Resume with:\n    trainspeed tune --out runs/tune-train-threads" in err, err
+    assert signal.getsignal(sig) is before

@@ -199,7 +199,7 @@ def resume_hint(args, out):
     """On Ctrl-C, SIGTERM (`timeout 10m trainspeed tune ...`, a scheduler) or SIGHUP (the
     terminal or SSH session closed), the command that resumes the tune (then the interrupt goes
     on to main); on a full disk under --out, the same command, to run once space is freed.
-    SIGTERM and SIGHUP ended the tune silently: the finished trials were kept, and nothing said
+    SIGTERM, SIGHUP and SLURM's SIGUSR1 ended the tune silently: the finished trials were kept, and nothing said
     so or how to go on; a full disk said only 'cannot write: No space left on device'."""
     import signal
     import sys
@@ -212,7 +212,7 @@ def resume_hint(args, out):
         stop.exit_code = 128 + signum  # type: ignore[attr-defined]  # 143, 129: the shell's code for it
         return stop
 
-    restore = raise_on_stop_signals(terminated)
+    restore = raise_on_stop_signals(terminated, also=("SIGUSR1",))
 
     def say(first: str) -> None:
         argv = getattr(args, "argv", None) or ["tune", "--", *([args.target] if args.target else []), *args.rest]

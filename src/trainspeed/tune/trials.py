@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -29,8 +30,9 @@ expected cost) is stopped: it is far slower, and finishing it would eat the tune
 FAR_SLOWER = "far slower"
 BUDGET_END = "stopped at the end of the tune's budget"
 
-INTERRUPTED = (-2, -15, 130, 143)
-"""Exit statuses of a trial stopped by SIGINT/SIGTERM (killed directly, or via a shell)."""
+INTERRUPTED = (-2, -15, -int(signal.SIGUSR1), 130, 143, 128 + int(signal.SIGUSR1))
+"""Exit statuses of a trial stopped by SIGINT/SIGTERM/SIGUSR1 (killed directly, or via a shell;
+SLURM signals every process of a job step: `sbatch --signal=USR1@90`)."""
 
 
 @dataclass(frozen=True, slots=True)
