@@ -96,6 +96,21 @@ def test_cli_text(capsys):
     assert "trainspeed env" in out and "What this means" in out and "bf16 on CPU" in out
 
 
+def test_cli_under_slurm_names_the_job(capsys, monkeypatch):
+    for key in ("SLURM_ARRAY_JOB_ID", "SLURM_ARRAY_TASK_ID"):
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("SLURM_JOB_ID", "81234")
+    monkeypatch.setenv("SLURM_RESTART_COUNT", "1")
+    monkeypatch.setenv("COLUMNS", "200")  # the row on one line, whatever the terminal
+    assert main(["env", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["slurm"] == {"job_id": "81234", "restart": 1}
+    assert main(["env"]) == 0
+    assert "job 81234, restart 1 (trainspeed train saves and requeues on SIGUSR1" in capsys.readouterr().out
+    monkeypatch.delenv("SLURM_JOB_ID")
+    assert main(["env"]) == 0
+    assert "slurm" not in capsys.readouterr().out
+
+
 def test_cli_bad_precision(capsys):
     assert main(["env", "--precision", "int3"]) == 2
     assert "int3" in capsys.readouterr().err

@@ -194,6 +194,10 @@ def render(env: dict[str, Any], console) -> None:
                   + " ".join(f"{k}{'+' if v else '-'}" for k, v in flags.items())
                   + f"; bf16 fast: {'yes' if cpu.get('bf16_fast') else 'no'}")
     facts.add_row("nvml", "yes" if env.get("nvml") else "no")
+    slurm = env.get("slurm")
+    if isinstance(slurm, dict):  # a train run saves, requeues and continues on SIGUSR1 (docs/faults.md)
+        facts.add_row("slurm", f"job {slurm.get('job_id')}, restart {slurm.get('restart')} (trainspeed train "
+                               "saves and requeues on SIGUSR1: docs/faults.md)")
     console.print(facts)
 
     devices = env.get("devices") or []
