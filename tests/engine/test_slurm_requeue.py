@@ -147,3 +147,28 @@ def test_the_job_id_is_the_one_scontrol_takes():
     assert env_record({"SLURM_JOB_ID": "9", "SLURM_RESTART_COUNT": "1"}) == {"job_id": "9", "restart": 1}
     assert slurm.requeue("9", run=lambda *a, **k: (_ for _ in ()).throw(FileNotFoundError())) == \
         "scontrol is not on this node's PATH"
+
+
+def test_a_rank_that_leaves_the_save_to_rank_0_ignores_sigusr1_meanwhile():
+    """Under torchrun SLURM signals every worker: DDP's rank 1 (no handlers: rank 0's state is
+    everyone's) died of SIGUSR1 at once and rank 0's save met a dead peer (a crash save, no
+    requeue). It now ignores SIGUSR1 while training; a host's own handler stays."""
+    from trainspeed.engine.checkpoint.emergency import EmergencySaver
+
+    before = signal.getsignal(signal.SIGUSR1)
+    assert before is signal.SIG_DFL
+    with EmergencySaver(enabled=False) as saver:
+        assert signal.getsignal(signal.SIGUSR1) is signal.SIG_IGN and not saver.installed
+        os.kill(os.getpid(), signal.SIGUSR1)  # would end pytest
+        assert not saver.requested
+    assert signal.getsignal(signal.SIGUSR1) is signal.SIG_DFL
+
+    def own(signum, frame):
+        return None
+
+    signal.signal(signal.SIGUSR1, own)
+    try:
+        with EmergencySaver(enabled=False):
+            assert signal.getsignal(signal.SIGUSR1) is own
+    finally:
+        signal.signal(signal.SIGUSR1, signal.SIG_DFL)

@@ -115,6 +115,7 @@ class EmergencySaver:
 
     def __enter__(self) -> EmergencySaver:
         if not self._enabled:
+            self._ignore_requeue_signal()
             return self
         if threading.current_thread() is not threading.main_thread():
             warnings.warn(
@@ -132,6 +133,17 @@ class EmergencySaver:
             self._previous[sig] = signal.signal(sig, self._handle)
         self.installed = True
         return self
+
+    def _ignore_requeue_signal(self) -> None:
+        """A process that leaves the save to another (a DDP rank other than 0: rank 0's state is
+        everyone's) ignores SIGUSR1 where its action is the default. SLURM signals every process
+        of the job step: under torchrun, rank 1 died of it at once, and rank 0's save met a dead
+        peer (a crash save, no requeue). Rank 0 saves and leaves; torchrun then ends the others."""
+        sig = getattr(signal, "SIGUSR1", None)
+        if sig is None or threading.current_thread() is not threading.main_thread():
+            return
+        if signal.getsignal(sig) is signal.SIG_DFL:
+            self._previous[sig] = signal.signal(sig, signal.SIG_IGN)
 
     def __exit__(self, *exc: Any) -> None:
         for sig, previous in self._previous.items():
