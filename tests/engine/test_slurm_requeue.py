@@ -172,3 +172,20 @@ def test_a_rank_that_leaves_the_save_to_rank_0_ignores_sigusr1_meanwhile():
             assert signal.getsignal(signal.SIGUSR1) is own
     finally:
         signal.signal(signal.SIGUSR1, signal.SIG_DFL)
+
+
+def test_an_srun_task_beyond_the_first_is_told_it_trains_alone(monkeypatch):
+    """srun --ntasks=4 trainspeed train ... starts 4 single-process runs (ranks come from
+    torchrun): tasks 1.. say so; a sweep of separate runs by srun tasks still runs."""
+    import torch
+
+    from trainspeed.config import TrainConfig
+    from trainspeed.engine.distributed import setup_distributed
+
+    for key in ("WORLD_SIZE", "RANK", "LOCAL_RANK"):
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("SLURM_PROCID", "2")
+    dist, _ = setup_distributed(TrainConfig(), torch.device("cpu"))
+    assert not dist.active and any("SLURM task 2 of an srun step trains alone" in n for n in dist.notes)
+    monkeypatch.setenv("SLURM_PROCID", "0")
+    assert not any("SLURM" in n for n in setup_distributed(TrainConfig(), torch.device("cpu"))[0].notes)

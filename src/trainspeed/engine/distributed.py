@@ -259,6 +259,11 @@ def setup_distributed(cfg: Any, device: torch.device) -> tuple[Dist, torch.devic
     rank, local, world = env_world()
     if world <= 1 and d.strategy != "deepspeed":
         out = Dist(strategy="none", timeout_s=d.timeout_s)
+        task = os.environ.get("SLURM_PROCID", "0")
+        if task not in ("", "0"):  # srun's task 1..: data parallel, or a sweep of separate runs
+            out.notes.append(f"SLURM task {task} of an srun step trains alone: trainspeed takes data-parallel "
+                             "ranks from torchrun (srun --ntasks-per-node=1 torchrun --nproc_per_node N -m "
+                             "trainspeed train ...; docs/distributed.md)")
         if d.strategy != "none":
             out.notes.append(f"distributed.strategy={d.strategy} ignored: one process (launch with "
                              "torchrun --nproc_per_node N to train data-parallel)")
