@@ -17,9 +17,9 @@ def raise_on_stop_signals(make: Callable[[int], BaseException], also: tuple[str,
     """Raise `make(signum)` on SIGTERM or SIGHUP (and the signals named in `also`), where their
     action is the default; returns the undo. Off the main thread (a command started from a
     library's thread), nothing. The tune adds SIGUSR1 (SLURM's warning before a time limit,
-    `sbatch --signal=USR1@90`, whose default action ended it without a word); the doctor does
-    not: the script it runs may take SIGUSR1 itself (Lightning's SLURM auto-requeue does, only
-    where no handler is set)."""
+    `sbatch --signal=USR1@90`, whose default action ended it without a word); the doctor adds it
+    only after the script's first step: the script it runs may take SIGUSR1 itself (Lightning's
+    SLURM auto-requeue does, only where no handler is set)."""
     if threading.current_thread() is not threading.main_thread():
         return lambda: None
 

@@ -138,3 +138,29 @@ def test_ctrl_c_under_the_doctor_is_an_interrupt_with_its_report(tmp_path, monke
     assert report["traceback"] is None  # a stop, not a crash
     events = [json.loads(x)["type"] for x in (tmp_path / "run" / "events.jsonl").read_text().splitlines()]
     assert "interrupt" in events and "crash" not in events
+
+
+def test_slurms_sigusr1_stops_the_doctor_with_its_report(tmp_path, monkeypatch):
+    """sbatch --signal=USR1@90: SIGUSR1's default action ended the doctor and the script at once,
+    with no report. Taken after the script's first step, where the script set no handler."""
+    import json
+    import signal
+
+    monkeypatch.chdir(tmp_path)
+    result = run_doctor(DoctorConfig(command=["python", str(_script(tmp_path)), "1000", "12", "0", "SIGUSR1"],
+                                     steps=None, out=tmp_path / "run", system_sampler=False, log_every=5))
+    assert result.stopped == "signal" and result.exit_code == 138 and result.steps == 12
+    assert json.loads((tmp_path / "run" / "report.json").read_text())["doctor"]["stopped"] == "signal"
+    assert signal.getsignal(signal.SIGUSR1) is signal.SIG_DFL
+
+
+def test_a_scripts_own_sigusr1_handler_is_left_to_it(tmp_path, monkeypatch):
+    """Lightning sets its SLURM requeue handler only where SIGUSR1 has none: one set by the
+    doctor before the script ran would have taken its place."""
+    monkeypatch.chdir(tmp_path)
+    path = tmp_path / "own.py"
+    path.write_text("import signal\nseen = []\nsignal.signal(signal.SIGUSR1, lambda s, f: seen.append(s))\n"
+                    + SCRIPT.replace("sys.exit(int(sys.argv[3]))", "sys.exit(int(sys.argv[3]) if seen else 98)"))
+    result = run_doctor(DoctorConfig(command=["python", str(path), "30", "12", "0", "SIGUSR1"],
+                                     steps=None, out=tmp_path / "run", system_sampler=False, log_every=5))
+    assert result.exit_code == 0 and result.steps == 30  # its handler ran (else 98), the run went on

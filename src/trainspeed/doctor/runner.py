@@ -277,13 +277,18 @@ def run_doctor(config: DoctorConfig) -> DoctorResult:
                                "plan": config.plan})
     # SIGTERM and SIGHUP (a closed terminal) end the script's run like a Ctrl-C, with a report
     restore_term = raise_on_stop_signals(DoctorSignal)
+    # SLURM's SIGUSR1 (sbatch --signal=USR1@90) too, but only once the script's first step closed,
+    # and only where its action is still the default: by then a script that takes it itself
+    # (Lightning's SLURM auto-requeue, set where no handler is) has set its own.
+    late: list[Any] = []
+    session.on_first_step = lambda: late.append(raise_on_stop_signals(DoctorSignal, also=("SIGUSR1",)))
     script_seen: dict[str, Any] = {}
     modules_before = set(sys.modules)
     try:
         execute(target, script_seen)
     except StopDoctor:
         stopped = "steps"
-    except DoctorSignal as exc:  # SIGTERM (`timeout`, a scheduler), SIGHUP: report what was recorded
+    except DoctorSignal as exc:  # SIGTERM (`timeout`, a scheduler), SIGHUP, SIGUSR1: report what was recorded
         code, stopped = 128 + exc.signum, "signal"
     except SystemExit as exc:
         code, stopped = exit_code_of(exc), "exit"
@@ -296,6 +301,8 @@ def run_doctor(config: DoctorConfig) -> DoctorResult:
         traceback.print_exception(type(exc), exc, exc.__traceback__, file=sys.stderr)
     finally:
         restore_term()
+        for undo in late:
+            undo()
         # ranks the script started itself wait for this one at their next collective
         # (started_ranks.py); told apart in the environment the script ran in, before uninstall
         ended_ranks = end_started_ranks() if stopped in ("steps", "signal") else 0

@@ -75,6 +75,8 @@ class Session(StepInputs):
         global _CURRENT, _FORK_HOOK_REGISTERED
         self.mon = HookPhases(monitor, self)
         self.max_steps = max_steps
+        self.on_first_step: Any = None
+        """Called once, when the script's first step closes (the runner's late signal handler)."""
         # (seconds, steps): stop once this old with at least that many steps (DoctorConfig.max_seconds)
         self.time_limit = time_limit
         self.t_start = time.perf_counter()
@@ -436,6 +438,9 @@ class Session(StepInputs):
         self.batch_ids.clear()
         self.fwd_depth = 0  # heals a forward that raised on torch without always_call hooks
         self.flops.after_step(self)
+        if self.on_first_step is not None:
+            first, self.on_first_step = self.on_first_step, None
+            first()
         if self.max_steps is not None and self.mon.steps_done >= self.max_steps:
             raise StopDoctor(f"stopped after {self.mon.steps_done} steps")
         if (self.time_limit is not None and self.mon.steps_done >= self.time_limit[1]
