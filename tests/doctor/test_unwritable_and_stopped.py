@@ -161,6 +161,12 @@ def test_a_scripts_own_sigusr1_handler_is_left_to_it(tmp_path, monkeypatch):
     path = tmp_path / "own.py"
     path.write_text("import signal\nseen = []\nsignal.signal(signal.SIGUSR1, lambda s, f: seen.append(s))\n"
                     + SCRIPT.replace("sys.exit(int(sys.argv[3]))", "sys.exit(int(sys.argv[3]) if seen else 98)"))
-    result = run_doctor(DoctorConfig(command=["python", str(path), "30", "12", "0", "SIGUSR1"],
-                                     steps=None, out=tmp_path / "run", system_sampler=False, log_every=5))
+    import signal
+
+    before = signal.getsignal(signal.SIGUSR1)
+    try:
+        result = run_doctor(DoctorConfig(command=["python", str(path), "30", "12", "0", "SIGUSR1"],
+                                         steps=None, out=tmp_path / "run", system_sampler=False, log_every=5))
+    finally:  # the script ran in this process: its handler would outlive it here
+        signal.signal(signal.SIGUSR1, before)
     assert result.exit_code == 0 and result.steps == 30  # its handler ran (else 98), the run went on
