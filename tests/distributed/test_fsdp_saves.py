@@ -46,6 +46,15 @@ def _saves(run: Path) -> list[dict]:
     return [e["data"] for e in _events(run, 0) if e["type"] == "checkpoint"]
 
 
+def wait_started(proc: subprocess.Popen, run: Path) -> None:
+    """Until the run's first step record is written (or fail with the launch's output)."""
+    t0 = time.monotonic()
+    while not ((run / "steps.jsonl").exists() and (run / "steps.jsonl").stat().st_size > 0):
+        if proc.poll() is not None or time.monotonic() - t0 > 90:
+            pytest.fail(f"training never started: {proc.communicate()[0][-3000:]}")
+        time.sleep(0.2)
+
+
 def _crash(tmp_path: Path, name: str, ranks: str, *overrides: str) -> tuple[Path, str]:
     proc = subprocess.run(_cmd(tmp_path, name, *overrides), capture_output=True, text=True, timeout=100,
                           env=_env(TRAINSPEED_TEST_CRASH_AT="5", TRAINSPEED_TEST_CRASH_RANKS=ranks))
@@ -89,11 +98,7 @@ def test_sigterm_from_torchrun_saves_with_every_rank(tmp_path):
     proc = subprocess.Popen(_cmd(tmp_path, "sig", "run.max_steps=100000", "distributed.signal_check_every=2"),
                             env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
-        t0 = time.monotonic()
-        while not ((run / "steps.jsonl").exists() and (run / "steps.jsonl").stat().st_size > 0):
-            if proc.poll() is not None or time.monotonic() - t0 > 90:
-                pytest.fail(f"training never started: {proc.communicate()[0][-3000:]}")
-            time.sleep(0.2)
+        wait_started(proc, run)
         proc.send_signal(signal.SIGTERM)
         out = proc.communicate(timeout=60)[0]
     finally:

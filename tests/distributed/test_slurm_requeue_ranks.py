@@ -11,13 +11,12 @@ import os
 import signal
 import stat
 import subprocess
-import time
 from pathlib import Path
 
 import psutil
 import pytest
 
-from test_fsdp_saves import _cmd, _env, _events, _saves
+from test_fsdp_saves import _cmd, _env, _events, _saves, wait_started
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 
@@ -42,11 +41,7 @@ def test_sigusr1_to_the_workers_saves_requeues_once_and_the_restart_continues(tm
                                  "distributed.signal_check_every=2"),
                             env=_slurm_env(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
-        t0 = time.monotonic()
-        while not ((run / "steps.jsonl").exists() and (run / "steps.jsonl").stat().st_size > 0):
-            if proc.poll() is not None or time.monotonic() - t0 > 90:
-                pytest.fail(f"training never started: {proc.communicate()[0][-3000:]}")
-            time.sleep(0.2)
+        wait_started(proc, run)
         workers = psutil.Process(proc.pid).children()
         assert len(workers) == 2
         for worker in workers:  # the batch script's `pkill -USR1 -P $torchrun`
