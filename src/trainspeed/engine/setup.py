@@ -88,7 +88,7 @@ def _restarted_job_run(cfg: TrainConfig, say: Callable[[str], None]) -> Path | N
     named = cfg.run.name and not _stamped(cfg.run.name, recipe_label(cfg.recipe.name))  # not derived
     if earlier is None or (named and cfg.run.name != earlier.name):
         return None
-    if not (_held(earlier, cfg.checkpoint.dir, steps=False) or "").startswith("checkpoints"):
+    if _held(earlier, cfg.checkpoint.dir, steps=False) is None:  # its checkpoints, or none
         return None  # stopped before its first save: nothing to continue from
     cfg.run.name, cfg.checkpoint.auto_resume = earlier.name, True
     say(f"SLURM started job {job} again (restart {slurm.restart_count()}): continuing its run {earlier} "

@@ -348,8 +348,8 @@ def confirm(tuner: Tuner, row: Any, pairs: list[Pair]) -> None:
     ok, fresh, need, n = _confirmed(tuner, row.settings, pairs)
     if not ok:
         row.verdict = stats.NO_CHANGE
-        if n == 0 or fresh is None:
-            # "the 0 rounds after its first 2 read not measured": no round of its own was run
+        if fresh is None:
+            # no round of its own was run (it read "the 0 rounds after its first 2 read not measured")
             said = (f"unconfirmed: no round after the first {start} that chose it fit the budget; "
                     "rerun with the same --out and a larger --budget to confirm it")
         else:
