@@ -70,8 +70,9 @@ def serve() -> None:
     # else printed in this process (a library's warning) can break the protocol.
     out = os.fdopen(os.dup(1), "w", buffering=1)
     os.dup2(2, 1)
-    # Ctrl-C reaches the whole process group: the trial's child reports its exit (130) and
-    # the tuner stops; the server must outlive it to send that report.
+    # Ctrl-C reaches the tuner's process group, this server included (each trial has a group
+    # of its own, see _child): the tuner kills the trial, and the server must outlive the
+    # signal to reap it.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     problem = _fork_unsafe()
     if problem:
@@ -127,6 +128,12 @@ def _child(request: dict[str, Any]) -> NoReturn:
     """Run `trainspeed ARGV` in this forked process and leave with its exit code."""
     code = 1
     try:
+        # The trial's own process group: the tuner stops it and everything it started (DataLoader
+        # workers, a script's subprocesses) with one killpg. A Ctrl-C at the terminal reaches the
+        # tuner, which kills the trial (ForkServer.run): a script that catches KeyboardInterrupt
+        # (pytorch/examples' word_language_model then evaluates and saves) must not run on
+        # after the tune has stopped.
+        os.setpgid(0, 0)
         signal.signal(signal.SIGINT, signal.default_int_handler)
         devnull = os.open(os.devnull, os.O_RDONLY)
         os.dup2(devnull, 0)  # the server's stdin carries requests: not the trial's to read
@@ -164,6 +171,17 @@ def _child(request: dict[str, Any]) -> NoReturn:
 
 
 # ------------------------------------------------------------------------- client side
+def _kill_group(pid: int) -> None:
+    """SIGKILL a forked trial and every process in its group (see _child); one already gone
+    (or a group not yet made, in the instant after fork) is killed by pid or left."""
+    for kill, target in ((os.killpg, pid), (os.kill, pid)):
+        try:
+            kill(target, signal.SIGKILL)
+            return
+        except (ProcessLookupError, PermissionError):
+            continue
+
+
 class ForkServer:
     """The tuner's handle on a server process; `run` is subprocess.run for one trial."""
 
@@ -218,12 +236,13 @@ class ForkServer:
             raise ForkServerError("fork server did not start the trial")
         pid = started["pid"]
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
-        done = self._read(None if deadline is None else max(0.0, deadline - time.monotonic()))
+        try:
+            done = self._read(None if deadline is None else max(0.0, deadline - time.monotonic()))
+        except BaseException:  # Ctrl-C or a stop signal in the tuner: the trial ends with it
+            _kill_group(pid)
+            raise
         if done is None:  # past the deadline: stop the child, then collect its status
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+            _kill_group(pid)
             if self._read(30.0) is None:
                 raise ForkServerError("fork server did not report a killed trial")
             raise subprocess.TimeoutExpired(argv, timeout_s or 0.0)
