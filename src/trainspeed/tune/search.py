@@ -5,11 +5,9 @@ combined greedily, then the combination verified against the baseline.
                    store=TrialStore(out), options=TuneOptions(knobs=["precision", ...])).run()
 
 Trials are interleaved, the baseline between the candidates (B C1 C2 B C3 C4 B, odd rounds
-reversed; order.py), so each candidate is compared with the two baseline trials around it: a
-machine that slows down within a round moves a candidate and its reference alike. A verdict
-must beat the noise: the spread of the comparison's own rounds, what its bracket's baselines
-disagree by, and the machine's noise per round pooled over the tune (stats.compare;
-docs/tune.md says why each).
+reversed; order.py), so each candidate is compared with the two baseline trials around it. A
+verdict must beat the noise: its rounds' spread, its brackets', the machine's pooled over the
+tune (stats.compare; docs/tune.md says why each), and agree with its middle round.
 """
 
 from __future__ import annotations
@@ -266,6 +264,8 @@ class Tuner(LoadProof):
             row.note = par.note()
         elif par.near_zero_note():
             row.note = par.near_zero_note()
+        if split := stats.split_rounds(row.verdict, ref_arm, cand_arm):  # the middle round says otherwise
+            row.verdict, row.note = stats.NO_CHANGE, f"{row.note}; {split}" if row.note else split
         confirm(self, row, pairs)
         note_one_time(row, ref, cand)
         row.note = far_slower.rounds_note(row.note, len(rounds), planned, self.drop_why.get(self._key(settings), "budget"),

@@ -372,6 +372,24 @@ def speed_verdict(c: Comparison) -> str:
     return NO_CHANGE
 
 
+def split_rounds(verdict: str, reference: Arm, candidate: Arm) -> str | None:
+    """Why a faster/slower verdict does not stand, or None: with three rounds or more, the middle
+    round's speedup points the other way (or nowhere). The verdict reads the pooled costs, and one
+    trial that a neighbour's load slowed tenfold outweighs every other: word_language_model's
+    log interval read 1.3-1.9x, 1.1-1.3x and 0.09-0.14x over three rounds, and was called
+    "slower", 0.34x (CI 0.30-0.45); its fused AdamW likewise read 0.12x "slower" in one tune and
+    1.34x faster in the next."""
+    logs = round_log_ratios(reference, candidate)
+    if verdict not in (FASTER, SLOWER) or len(logs) < 3:
+        return None
+    middle = math.exp(float(np.median(logs)))
+    if (middle > 1.0) == (verdict == FASTER) and middle != 1.0:
+        return None
+    qs = sorted(math.exp(x) for x in logs)
+    return (f"not {verdict}: its {len(qs)} rounds read {qs[0]:.2f}-{qs[-1]:.2f}x, the middle one {middle:.2f}x; "
+            "the pooled figure rests on one round's trials")
+
+
 def loss_delta(reference: float | None, candidate: float | None) -> float | None:
     """Relative loss change (candidate - reference) / |reference|; inf for a non-finite
     candidate loss (NaN/overflow); None when either side has no loss."""
