@@ -128,6 +128,11 @@ def test_interval_flags_are_labelled_as_the_script_takes_them():
     [c] = SCRIPT_KNOBS["log_every"](ctx(flags=[nano]))
     assert (c.label, c.settings) == ("--log_interval=10", {"args.--log_interval": 10})
     assert c.period_steps == 10  # a trial measures 3 of its reads (knob_types.PERIODS_PER_TRIAL)
+    # word_language_model's --log-interval 20: trials measuring fewer than 20 steps hold no log on
+    # either side (tune/admit.py then skips it, as test_search's eval interval)
+    wlm = {"option": "--log-interval", "dest": "log_interval", "value": 20, "type": "int", "kind": "store"}
+    [c] = SCRIPT_KNOBS["log_every"](ctx(flags=[wlm]))
+    assert (c.label, c.min_steps, c.period_steps) == ("--log-interval 200", 20, 200)
     spaced = {"option": "--save-every", "dest": "save_every", "value": 5, "type": "int", "kind": "store"}
     [c] = SCRIPT_KNOBS["checkpoint_every"](ctx(flags=[spaced], save_calls=6))
     assert (c.label, c.settings) == ("--save-every 20", {"args.--save-every": 20}) and c.period_steps == 0
