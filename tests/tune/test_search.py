@@ -786,3 +786,13 @@ def test_one_slow_round_does_not_make_a_faster_setting_read_slower(base_config, 
     assert row.speedup < 0.5  # the pooled figure the old verdict read as "slower"
     assert row.verdict == stats.NO_CHANGE
     assert "the middle one 1.6" in row.note and "rests on one round" in row.note
+
+
+def test_a_one_time_cost_beside_no_accepted_gain_says_nothing_pays_it_back():
+    """The table's one-time column read "+7 s, no measured gain pays it back" and the note beside
+    it "pays for itself after ~106 steps" for a row whose verdict was no measurable change."""
+    from trainspeed.tune.one_time import one_time_text
+
+    assert one_time_text((7.0, 106), won=False) == "+7.0 s once (its warm-up steps), and no measured gain pays it back"
+    assert one_time_text((7.0, 106)).endswith("pays for itself after ~106 steps")
+    assert one_time_text((7.0, None), won=False).endswith("with no per-step gain")

@@ -56,9 +56,14 @@ def one_time_cost(reference: Sequence[TrialResult], candidate: Sequence[TrialRes
     return extra, int(math.ceil(extra / per_step_gain))
 
 
-def one_time_text(cost: tuple[float, int | None]) -> str:
+def one_time_text(cost: tuple[float, int | None], won: bool = True) -> str:
+    """`won`: the row's verdict is faster. A gain the verdict did not accept pays nothing back,
+    as the table's one-time column says ("+7 s, no measured gain pays it back" had beside it
+    "pays for itself after ~106 steps")."""
     extra, steps = cost
     text = f"+{extra:.1f} s once (its warm-up steps)"
+    if steps and not won:
+        return text + ", and no measured gain pays it back"
     return text + (f": pays for itself after ~{steps:,} steps" if steps else ", with no per-step gain")
 
 
@@ -66,7 +71,7 @@ def note_one_time(row: Row, reference: Sequence[TrialResult], candidate: Sequenc
     """Record on `row` (and in its note) what its setting costs once, if anything."""
     row.one_time = one_time_cost(reference, candidate)
     if row.one_time:
-        row.note = (row.note + "; " if row.note else "") + one_time_text(row.one_time)
+        row.note = (row.note + "; " if row.note else "") + one_time_text(row.one_time, row.verdict == stats.FASTER)
 
 
 def kept_one_time_notes(rows: Sequence[Row], best: dict) -> list[str]:
