@@ -218,6 +218,23 @@ def test_a_figure_no_verdict_judged_says_why_beside_it(tmp_path):
                     "(runs/tune-main)")
 
 
+def test_a_winner_the_tune_did_not_keep_and_a_figure_inside_the_noise_say_so(tmp_path):
+    """A newcomer's doctor read "measured a gain: threads=1 5.61x" of a tune that kept nothing (its
+    verification was not measurable on the busy machine), and another "no gain: fused 3.22x"."""
+    key = script_key("path", str(tmp_path / "main.py"))
+    rows = [{"knob": "threads", "setting": "1", "settings": {"env.threads": 1}, "verdict": "faster",
+             "speedup": 5.61, "ci": [4.0, 7.0]},
+            {"knob": "fused_optimizer", "setting": "fused", "settings": {"optim.fused": True},
+             "verdict": "no measurable change", "speedup": 3.22, "ci": [0.9, 9.0]}]
+    record_tune(key, "runs/tune-main", rows, root=tmp_path, kept={})
+    line = annotate([_finding("threads,fused_optimizer")], key, root=tmp_path)[0]["tuned"]
+    assert line == ("trainspeed tune measured a gain: threads=1 5.61x (faster alone; not kept in best.yaml) "
+                    "(no gain: fused_optimizer=fused 3.22x (inside the noise)) (runs/tune-main)")
+    record_tune(key, "runs/tune-main", rows, root=tmp_path, kept={"env.threads": 1})  # kept: nothing to add
+    assert annotate([_finding("threads")], key, root=tmp_path)[0]["tuned"] == (
+        "trainspeed tune measured a gain: threads=1 5.61x (runs/tune-main)")
+
+
 def _advising(setting: str) -> dict:
     return {**_finding("num_workers", 0.3), "recommendation": f"2 workers share 2 cores: use fewer (num_workers={setting})",
             "advises": {"num_workers": setting}, "otherwise": "make per-sample work cheaper"}

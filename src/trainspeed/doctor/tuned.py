@@ -29,6 +29,9 @@ from typing import Any, Sequence
 RECORD = Path("runs") / "tuned.json"
 """Beside the run directories (runs/ is where both write by default): never among the user's files."""
 GAIN = "faster"
+NO_CHANGE = "no measurable change"
+LOOKS_LIKE_A_GAIN = 1.05
+"""A speedup that reads as a gain beside "no gain" (1.01x does not; 3.22x does)."""
 MAX_TUNES = 8
 """Tunes kept per script (the oldest go first)."""
 
@@ -48,9 +51,11 @@ def _read(path: Path) -> dict[str, Any]:
 
 
 def record_tune(key: str, tune_dir: str | Path, rows: Sequence[dict[str, Any]],
-                root: Path | None = None, command: Sequence[str] | None = None) -> Path | None:
+                root: Path | None = None, command: Sequence[str] | None = None,
+                kept: dict[str, Any] | None = None) -> Path | None:
     """Record the measured rows (knob, setting, verdict, speedup, ci) of a tune of script `key`,
-    run as `command` (its flags: a doctor run with others is told so)."""
+    run as `command` (its flags: a doctor run with others is told so); with `kept`, the tune's
+    best settings, whether each row's setting is among them."""
     from trainspeed.fileio import atomic_write_text
 
     measured = [r for r in rows if r.get("speedup") is not None]
@@ -60,8 +65,11 @@ def record_tune(key: str, tune_dir: str | Path, rows: Sequence[dict[str, Any]],
     data = _read(path) or {"schema": 1, "scripts": {}}
     knobs: dict[str, list[dict[str, Any]]] = {}
     for r in measured:
-        knobs.setdefault(str(r["knob"]), []).append(
-            {k: r.get(k) for k in ("setting", "verdict", "speedup", "ci")})
+        row = {k: r.get(k) for k in ("setting", "verdict", "speedup", "ci")}
+        settings = r.get("settings")
+        if kept is not None and isinstance(settings, dict) and settings:
+            row["kept"] = all(k in kept and kept[k] == v for k, v in settings.items())
+        knobs.setdefault(str(r["knob"]), []).append(row)
     entry: dict[str, Any] = {"tune": str(tune_dir), "knobs": knobs}
     if command is not None:
         entry["command"] = list(command)
@@ -113,8 +121,21 @@ super_resolution's doctor read 'no gain: threads=1 1.62x', the 1.62x a busy mach
 def _figures(rows: Sequence[tuple[str, dict[str, Any]]]) -> str:
     """`num_workers=2 1.52x, num_workers=1 0.98x`, a figure no verdict judged saying why
     (`threads=1 1.62x (other processes' load differed, not kept)`)."""
-    return ", ".join(f"{k}={r.get('setting')} {r.get('speedup'):.2f}x"
-                     + (f" ({UNSETTLED[r['verdict']]})" if r.get("verdict") in UNSETTLED else "") for k, r in rows)
+    return ", ".join(f"{k}={r.get('setting')} {r.get('speedup'):.2f}x{_why_not(r)}" for k, r in rows)
+
+
+def _why_not(row: dict[str, Any]) -> str:
+    """Why a figure that reads like a gain is none, or was not kept; empty otherwise. A newcomer's
+    doctor read "measured a gain: threads=1 5.61x" of a tune that kept nothing (its verification
+    was not measurable on a busy machine), and "no gain: fused_optimizer=fused 3.22x"."""
+    verdict = row.get("verdict")
+    if verdict in UNSETTLED:
+        return f" ({UNSETTLED[verdict]})"
+    if verdict == GAIN and row.get("kept") is False:
+        return " (faster alone; not kept in best.yaml)"
+    if verdict == NO_CHANGE and (row.get("speedup") or 0.0) >= LOOKS_LIKE_A_GAIN:
+        return " (inside the noise)"
+    return ""
 
 
 def _ran_as(tune: dict[str, Any], command: Sequence[str] | None) -> bool | None:

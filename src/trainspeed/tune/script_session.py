@@ -257,7 +257,7 @@ def run_script_tune(command: list[str], out_dir: str | Path, options: TuneOption
     write_script_outputs(command, result, out, state["facts"], runner)
     target = parse_command(command)  # the doctor's next report of this script reads the record
     record_tune(script_key(target.kind, target.name), out, [row.as_dict() for row in result.ablation],
-                command=list(command))
+                command=list(command), kept=result.best_settings)
     return result
 
 
