@@ -24,6 +24,26 @@ def test_subcommand_option_typo_gets_did_you_mean_from_that_subcommand(capsys):
     assert code == 2 and "did you mean --budget?" in err
 
 
+def test_trainspeed_options_after_the_script_without_dashes_are_refused_with_both_forms(capsys, tmp_path,
+                                                                                      monkeypatch):
+    """`trainspeed doctor python main.py --steps 10` ran the default 200 steps and handed --steps
+    10 to main.py, which ignored it; `tune python main.py --budget 1m` tuned for 10 minutes."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "main.py").write_text("print('ran')\n")
+    code, _, err = _run(["doctor", "python", "main.py", "--steps", "10"], capsys)
+    assert code == 2 and "--steps follows the script's command with no `--`" in err
+    assert "For trainspeed: trainspeed doctor --steps 10 -- python main.py;" in err
+    assert "if it is the script's own option: trainspeed doctor -- python main.py --steps 10" in err
+    code, _, err = _run(["tune", "python", "main.py", "--budget=1m"], capsys)
+    assert code == 2 and "trainspeed tune --budget=1m -- python main.py" in err
+    code, _, err = _run(["run", "--with", "best.yaml", "python", "main.py", "--out", "x"], capsys)
+    assert code == 2 and "--out follows" in err
+    assert not (tmp_path / "runs").exists()  # refused before anything ran
+    # with `--` the split is the user's: the script gets --steps (it runs and ignores it)
+    code, out, _ = _run(["doctor", "--out", str(tmp_path / "r"), "--", "python", "main.py", "--steps", "10"], capsys)
+    assert "follows the script's command" not in out and (tmp_path / "r").exists()
+
+
 def test_a_subcommand_without_its_required_argument_says_what_is_missing(capsys):
     code, out, err = _run(["doctor"], capsys)
     assert code == 2 and "no command given" in err and "trainspeed doctor -- python train.py" in err

@@ -120,6 +120,18 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{sub.prog}: error: {unknown_options(sub, extras)}", file=sys.stderr)
         return 2
     args.argv = argv  # what was typed: an interrupted tune prints the command that resumes it
+    if sub is not None:
+        from trainspeed.cli._misplaced import misplaced_options
+
+        from trainspeed.cli.tune import is_script_command
+
+        # a tune of a recipe or config reads its options from among the overrides after it
+        words = getattr(args, "command", None) if args.subcommand != "tune" else (
+            [args.target, *args.rest] if is_script_command(getattr(args, "target", None)) else [])
+        misplaced = misplaced_options(sub, args.subcommand, argv, [str(w) for w in words or []])
+        if misplaced:
+            print(f"{sub.prog}: error: {misplaced}", file=sys.stderr)
+            return 2
     # The process is trainspeed's own (`trainspeed ...`, `python -m trainspeed`), not a host
     # calling main([...]) as a function (a test, a notebook): process-wide settings such as
     # startup.preload's gc.freeze are made only then.
