@@ -27,6 +27,7 @@ from trainspeed.tune.arms import arm_of, fill_samples, fmt_losses, max_memory
 from trainspeed.tune.budget_plan import BaselineOutOfBudget
 from trainspeed.tune.closing import tune_result
 from trainspeed.tune.knob_types import steps_for_periods
+from trainspeed.tune.leftover import measure_left
 from trainspeed.tune.knobs import KNOBS, Candidate, DeviceInfo, KnobContext
 from trainspeed.tune.load_proof import LoadProof, load_matched
 from trainspeed.tune.one_time import note_one_time
@@ -355,6 +356,7 @@ class Tuner(LoadProof):
         combination, best = self._greedy(ablation, deferred)
         self.reserve_s = 0.0
         final, best = final_answer(self, best, ablation)
+        final, best, self.leftover_note = measure_left(self, ablation, final, best)  # skipped, if a round fits now
         return tune_result(self, ablation, combination, final, best)  # closing.py
 
     def _price_from_opening(self) -> None:
