@@ -30,6 +30,8 @@ def tune_result(tuner: Any, ablation: list[Row], combination: list[Row], final: 
     note = early_end_note(tuner)
     if note:
         notes.append(note)
+    if getattr(tuner, "leftover_note", None):  # a skipped setting whose round the budget left cannot pay
+        notes.append(tuner.leftover_note)
     base_trials = [r for r in tuner.results({}) if r.ok]
     mfus = [r.mfu for r in base_trials if r.mfu is not None]
     base_mfu = statistics.median(mfus) if mfus else None

@@ -19,12 +19,13 @@ from typing import Any, Callable
 
 from trainspeed.config_io import apply_overrides
 from trainspeed.errors import TuneError  # noqa: F401  (imported from here by callers)
-from trainspeed.tune import far_slower, parity, stats
+from trainspeed.tune import coupled, far_slower, parity, stats
 from trainspeed.tune.admit import candidates_for
 from trainspeed.tune.arms import arm_of, fill_samples, fmt_losses, max_memory
 from trainspeed.tune.budget_plan import BaselineOutOfBudget
 from trainspeed.tune.closing import tune_result
 from trainspeed.tune.knob_types import steps_for_periods
+from trainspeed.tune.leftover import measure_left
 from trainspeed.tune.knobs import KNOBS, Candidate, DeviceInfo, KnobContext
 from trainspeed.tune.load_proof import LoadProof, load_matched
 from trainspeed.tune.one_time import note_one_time
@@ -355,6 +356,7 @@ class Tuner(LoadProof):
         combination, best = self._greedy(ablation, deferred)
         self.reserve_s = 0.0
         final, best = final_answer(self, best, ablation)
+        final, best, self.leftover_note = measure_left(self, ablation, final, best)  # skipped, if a round fits now
         return tune_result(self, ablation, combination, final, best)  # closing.py
 
     def _price_from_opening(self) -> None:
@@ -397,31 +399,28 @@ class Tuner(LoadProof):
                         pairs=[((start + r,), r) for r in range(R)])
 
     def _greedy(self, ablation: list[Row], deferred: list[str]) -> tuple[list[Row], dict[str, Any]]:
-        winners: dict[str, Row] = {}
-        for row in ablation:
-            if self.is_whatif(row.settings):
-                continue  # measured and reported; the user decides (see __init__)
-            if row.verdict == stats.FASTER and (row.knob not in winners or
-                                                (row.speedup or 0) > (winners[row.knob].speedup or 0)):
-                winners[row.knob] = row
-        ordered = sorted(winners.values(), key=lambda r: -(r.speedup or 0))
+        # each knob's winners, fastest first (what-ifs are reported, never combined: __init__)
+        ranked = coupled.winners_by_knob(ablation, self.is_whatif)
+        winners = {rows[0].knob: rows[0] for rows in ranked}
         combination: list[Row] = []
         current: dict[str, Any] = {}
         pending_deferred = list(deferred)
-        if ordered:
+        if ranked:
             self.say("greedy combination")
-        for row in ordered:
-            clash = set(row.settings) & set(current)
-            if clash:
-                combination.append(Row(knob=row.knob, setting=row.setting, settings=row.settings,
-                                       note=f"not combined: sets {', '.join(sorted(clash))}, "
-                                            "already set by a bigger winner"))
+        for rows in ranked:
+            # the knob's fastest winner that sets no key to another value than the winners so
+            # far (num_workers=1 where "1 + 3 compute threads" clashes with threads=2): coupled.py
+            row, passed = coupled.choose(rows, current)
+            combination += passed
+            if row is None:
                 continue
+            new = {**current, **row.settings}
             if not current:
                 combination.append(row)  # measured against the baseline in the ablation
                 current = dict(row.settings)
+            elif new == current:
+                combination.append(coupled.already_in(row))
             else:
-                new = {**current, **row.settings}
                 step = self._compare_on_top(row.knob, row.setting, current, new, row.cost_factor)
                 combination.append(step)
                 if step.verdict == stats.FASTER:
