@@ -132,3 +132,19 @@ def test_two_runs_converged_near_zero_are_not_a_mismatch():
     old = parity.judge([TrialResult(key="b", label="x", repeat=0, ok=True, loss=0.00067)],
                        [TrialResult(key="c", label="y", repeat=0, ok=True, loss=0.0022)], 0.05)
     assert old.judged == pytest.approx(2.28, abs=0.01)
+
+
+def test_a_loss_that_did_not_move_in_the_trials_says_the_loss_column_proves_nothing():
+    """nanoGPT's 12-step trials sat inside its learning-rate warm-up: every trial ended at
+    4.434146, whatever its setting, and the table's "+0.0%" read as parity checked."""
+    from trainspeed.tune.parity import unmoved_loss_note
+    from trainspeed.tune.trials import TrialResult
+
+    def trial(start, end, repeat):
+        return TrialResult(key="b", label="baseline", repeat=repeat, ok=True, loss=end, loss_start=start)
+
+    note = unmoved_loss_note([trial(4.434146, 4.434146, 0), trial(4.4341, 4.4342, 1)])
+    assert note is not None and note.startswith("the baseline's loss did not move within its trials (4.434")
+    assert "a larger --steps lets the loss move" in note
+    assert unmoved_loss_note([trial(4.43, 4.43, 0), trial(4.43, 3.9, 1)]) is None  # one trial learned
+    assert unmoved_loss_note([trial(None, 4.43, 0)]) is None  # nothing to compare

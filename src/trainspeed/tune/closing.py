@@ -10,6 +10,7 @@ from trainspeed.tune import stats
 from trainspeed.tune.arms import arm_of
 from trainspeed.tune.budget_plan import budget_note
 from trainspeed.tune.one_time import kept_one_time_notes
+from trainspeed.tune.parity import unmoved_loss_note
 from trainspeed.tune.result import Row, TuneResult, load_note, median_load, utilization_note
 from trainspeed.tune.spend import early_end_note
 
@@ -33,6 +34,9 @@ def tune_result(tuner: Any, ablation: list[Row], combination: list[Row], final: 
     if getattr(tuner, "leftover_note", None):  # a skipped setting whose round the budget left cannot pay
         notes.append(tuner.leftover_note)
     base_trials = [r for r in tuner.results({}) if r.ok]
+    note = unmoved_loss_note(base_trials)
+    if note:
+        notes.append(note)
     mfus = [r.mfu for r in base_trials if r.mfu is not None]
     base_mfu = statistics.median(mfus) if mfus else None
     peak_name = next((r.peak_name for r in base_trials if r.peak_name), None)

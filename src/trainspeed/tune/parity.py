@@ -237,5 +237,21 @@ def judge_each(baseline: list[TrialResult], candidate: list[TrialResult], floor:
                     others=others)
 
 
+def unmoved_loss_note(baseline: list[TrialResult]) -> str | None:
+    """Why the loss column proves nothing, or None: the baseline trials' loss ended where it
+    started (within START_SHARE). nanoGPT's trials of 12 steps sat inside its learning-rate
+    warm-up, every trial ending at 4.434146 whatever its setting, and word_language_model's at
+    ln(vocab): the table's "+0.0%" read as parity checked."""
+    pairs = [(r.loss_start, r.loss) for r in baseline if r.ok and r.loss_start is not None and r.loss is not None
+             and math.isfinite(r.loss_start) and math.isfinite(r.loss)]
+    if not pairs or any(abs(end - start) >= START_SHARE * abs(start) for start, end in pairs):
+        return None
+    start, end = pairs[0]
+    return (f"the baseline's loss did not move within its trials ({fmt_loss(start)} at their first steps, "
+            f"{fmt_loss(end)} at their end): the loss column cannot tell a setting that harms training from one "
+            "that does not; a larger --steps lets the loss move")
+
+
 __all__ = ["MATH_FREE_KNOBS", "SCATTER_Z", "START_SHARE", "Parities", "Parity", "baseline_spread", "judge", "judge_each",
+           "unmoved_loss_note",
            "math_free", "own_loss", "same_length", "tail_noise"]
