@@ -53,3 +53,10 @@ def test_cli_profile_steps_writes_a_trace_of_those_steps(tmp_path, monkeypatch, 
 def test_cli_bad_profile_steps_is_a_usage_error(tmp_path, capsys):
     assert main(["doctor", "--profile-steps", "9-2", "--", "python", str(SCRIPTS / "healthy.py")]) == 2
     assert "START-END" in capsys.readouterr().err
+    # a window past the doctor's last step: refused up front, with both ways out (it wrote no
+    # trace and said nothing: --steps 20 with 50-55)
+    assert main(["doctor", "--steps", "20", "--out", str(tmp_path / "late"), "--profile-steps", "50-55", "--",
+                 "python", str(SCRIPTS / "healthy.py")]) == 2
+    err = capsys.readouterr().err
+    assert "ends after the doctor's last step (--steps 20)" in err
+    assert "(--profile-steps 15-20) or run longer (--steps 55)" in err and not (tmp_path / "late").exists()

@@ -82,7 +82,13 @@ class DoctorConfig:
         if self.profile_steps is not None:
             from trainspeed.telemetry.profiling import parse_steps
 
-            parse_steps(self.profile_steps)  # a ConfigError now, not after the script started
+            start, end = parse_steps(self.profile_steps)  # a ConfigError now, not after the script started
+            if self.steps and end > self.steps:
+                # a window past the doctor's stop wrote no trace and said nothing (--steps 20 with 50-55)
+                first = max(1, self.steps - (end - start))
+                raise ConfigError(f"--profile-steps {start}-{end} ends after the doctor's last step (--steps "
+                                  f"{self.steps}): no trace would be written. Profile steps inside the run "
+                                  f"(--profile-steps {first}-{self.steps}) or run longer (--steps {end})")
 
 
 @dataclass(slots=True)
