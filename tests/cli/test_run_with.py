@@ -36,6 +36,23 @@ def test_run_with_lists_the_settings_it_applies(tmp_path, monkeypatch, capsys):
     assert "applying no settings" in capsys.readouterr().err
 
 
+def test_run_with_a_plan_tuned_on_another_script_warns(tmp_path, monkeypatch, capsys):
+    """The demo's best.yaml applied to word_language_model's main.py ran without a word."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "train.py").write_text(SCRIPT)
+    (tmp_path / "main.py").write_text(SCRIPT)
+    best = tmp_path / "best.yaml"
+    best.write_text(yaml.safe_dump({"schema": 1, "kind": "script-settings", "command": ["python", "train.py"],
+                                    "settings": {"args.--workers": 2}, "flag_styles": {},
+                                    "targets": {"script": str(tmp_path / "train.py")}}))
+    assert main(["run", "--with", str(best), "--", "python", "main.py", "--lr", "1"]) == 0
+    err = capsys.readouterr().err
+    assert f"warning: these settings were tuned on {tmp_path / 'train.py'}, not main.py" in err
+    assert err.rstrip().endswith("measure them here with trainspeed tune -- python main.py --lr 1")
+    assert main(["run", "--with", str(best), "--", "python", "train.py"]) == 0  # its own script: quiet
+    assert "warning" not in capsys.readouterr().err
+
+
 LOOP = """import torch
 model = torch.nn.Linear(64, 64)
 opt = torch.optim.SGD(model.parameters(), lr=0.01)

@@ -87,6 +87,7 @@ def run(args: argparse.Namespace) -> int:
     plan = load_plan(args.with_)
     if is_accelerate(command) or is_rank_launcher(command):
         return _under_launcher(args, command)
+    typed = command or list(plan.command or [])
     command = resolve_command(plan, command)
     quiet = args.quiet and args.doctor
 
@@ -98,6 +99,9 @@ def run(args: argparse.Namespace) -> int:
     if plan.flags():
         say(f"command: {shlex.join(command)}")
     target = parse_command(command)  # a ConfigError before anything is installed
+    other = _tuned_for_another(plan, target, typed)
+    if other:
+        print(f"trainspeed run: warning: {other}", file=sys.stderr, flush=True)
     from trainspeed.startup import preload
 
     preload()  # what the script and the patches import, with the collector paused: faster
@@ -134,6 +138,19 @@ def run(args: argparse.Namespace) -> int:
         else:
             for note in applied.notes:
                 say(note)
+
+
+def _tuned_for_another(plan: Any, target: Any, typed: list[str]) -> str | None:
+    """What to say when the plan was tuned on another script than the one run (a newcomer ran the
+    demo's best.yaml on word_language_model without a word): its gains were measured there, and
+    its settings' call sites are in that file. None for the same script, or one unknown."""
+    import os
+
+    tuned = plan.targets.script
+    if not tuned or target.kind != "path" or os.path.abspath(target.name) == os.path.abspath(tuned):
+        return None
+    return (f"these settings were tuned on {tuned}, not {target.name}: their gains were measured there; "
+            f"measure them here with trainspeed tune -- {shlex.join(typed)}")
 
 
 def applied_line(plan: Any, source: str) -> str:
