@@ -270,6 +270,7 @@ def run_doctor(config: DoctorConfig) -> DoctorResult:
                       time_limit=(config.max_seconds, warmup + 3) if config.max_seconds else None)
     error: BaseException | None = None
     code, stopped = 0, "end"
+    said: str | None = None  # the script's last word when it exited itself (script_exit.py)
     installed = install(session)
     unfollow = follow_spawned({"run_dir": str(run_dir), "device": device, "steps": steps, "warmup": warmup,
                                "log_every": config.log_every, "flops_at": flops_at, "command": command,
@@ -291,7 +292,9 @@ def run_doctor(config: DoctorConfig) -> DoctorResult:
     except DoctorSignal as exc:  # SIGTERM (`timeout`, a scheduler), SIGHUP, SIGUSR1: report what was recorded
         code, stopped = 128 + exc.signum, "signal"
     except SystemExit as exc:
-        code, stopped = exit_code_of(exc), "exit"
+        from trainspeed.doctor.script_exit import exit_message
+
+        code, stopped, said = exit_code_of(exc), "exit", exit_message(exc)
         if exc.code is not None and not isinstance(exc.code, int):
             print(exc.code, file=sys.stderr)
     except KeyboardInterrupt as exc:
@@ -319,7 +322,7 @@ def run_doctor(config: DoctorConfig) -> DoctorResult:
     script_dir = os.path.dirname(os.path.abspath(target.name)) if target.kind == "path" else os.getcwd()
     emit_observations(monitor, session, files_before=files_before, run_dir=run_dir,
                       stopped=stopped, exit_code=code, max_steps=steps, error=summary_line,
-                      pythonpath=needed_pythonpath(script_dir), ended_ranks=ended_ranks)
+                      pythonpath=needed_pythonpath(script_dir), ended_ranks=ended_ranks, said=said)
     record_peak(monitor, session.observations.values(), device)
     monitor.event("observation", kind="imports", library=library_imports(modules_before))
     if rank > 0:  # rank 0 reads this rank's records and reports
