@@ -128,6 +128,12 @@ def parse_command(command: Sequence[str]) -> Target:
         if argv[0] == "-m":
             if len(argv) < 2:
                 raise ConfigError("doctor: `python -m` needs a module name")
+            from trainspeed.doctor.module_lookup import module_missing
+
+            if module_missing(argv[1]):
+                raise ConfigError(f"doctor: module {argv[1]!r} not found (cwd: {os.getcwd()}). `python -m` "
+                                  "imports it from the cwd or the installed packages: trainspeed doctor -- "
+                                  "python -m pkg.train")
             return Target(kind="module", name=argv[1], args=argv[2:])
     script = argv[0]
     launcher = os.path.basename(script)
