@@ -306,7 +306,9 @@ def run_doctor(config: DoctorConfig) -> DoctorResult:
     except KeyboardInterrupt as exc:
         code, stopped, error = 130, "interrupt", exc
     except BaseException as exc:  # noqa: BLE001 - the script's crash is reported, not ours
-        code, stopped, error = 1, "crash", exc
+        from trainspeed.doctor.user_frames import from_user_frame
+
+        code, stopped, error = 1, "crash", exc.with_traceback(from_user_frame(exc.__traceback__))
         traceback.print_exception(type(exc), exc, exc.__traceback__, file=sys.stderr)
     finally:
         restore_term()
