@@ -100,3 +100,21 @@ def test_report_starts_without_torch(runs):
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "Training waits for data" in proc.stdout
     assert proc.stdout.rstrip().endswith("TORCH False")
+
+
+def test_report_into_a_closed_pipe_exits_quietly(runs):
+    """`trainspeed report RUN --json | head -c 400` ended with a BrokenPipeError traceback: a
+    reader that stops early is no error of the report's, and is met quietly, as other CLIs do."""
+    import os
+    import subprocess
+
+    a, _ = runs
+    read, write = os.pipe()
+    os.close(read)  # the reader is gone before the first write: every write is EPIPE
+    try:
+        proc = subprocess.run([sys.executable, "-m", "trainspeed", "report", str(a), "--json"], stdout=write,
+                              stderr=subprocess.PIPE, text=True, timeout=120)
+    finally:
+        os.close(write)
+    assert "Traceback" not in proc.stderr and "BrokenPipe" not in proc.stderr, proc.stderr[-2000:]
+    assert proc.returncode == 1

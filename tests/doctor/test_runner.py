@@ -10,7 +10,10 @@ from trainspeed.errors import ConfigError
 pytestmark = pytest.mark.timeout(30)
 
 
-def test_parse_command_forms(tmp_path):
+def test_parse_command_forms(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # python -m finds pkg.train from the cwd
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "train.py").write_text("")
     script = tmp_path / "train.py"
     script.write_text("")
     assert parse_command(["python", str(script), "--lr", "3"]) == Target("path", str(script), ["--lr", "3"])
@@ -26,6 +29,20 @@ def test_parse_command_forms(tmp_path):
 def test_parse_command_errors(command, match):
     with pytest.raises(ConfigError, match=match):
         parse_command(command)
+
+
+@pytest.mark.parametrize("module", ["nosuchmod", "pkg.nosuch", "pkg.train.deeper"])
+def test_a_module_python_m_cannot_find_is_a_usage_error(tmp_path, monkeypatch, module):
+    """`-m nosuchmod` ran, crashed in runpy with trainspeed's frames, and advised `pip install
+    nosuchmod`; now it is refused up front like a script path that is not there."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "__init__.py").write_text("raise RuntimeError('not imported by the lookup')\n")
+    (tmp_path / "pkg" / "train.py").write_text("")
+    with pytest.raises(ConfigError, match=f"module '{module}' not found"):
+        parse_command(["python", "-m", module])
+    assert parse_command(["python", "-m", "pkg.train"]).name == "pkg.train"  # found, __init__ not run
+    assert parse_command(["python", "-m", "json.tool"]).name == "json.tool"  # installed ones too
 
 
 def test_config_validation():

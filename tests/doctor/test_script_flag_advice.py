@@ -206,6 +206,9 @@ def test_a_crash_before_the_first_step_is_the_finding_not_a_missing_step():
     other = dict(crashed, error="RuntimeError: shapes cannot be multiplied")
     f = no_step.no_step_found(ctx_of(make_run(n=0, obs=[boundary, other])))
     assert f.id == "crashed_before_training" and "fix the error" in f.recommendation
-    # a run that ended without a crash and without steps still gets the step advice
-    ended = dict(crashed, stopped="exit", error=None)
+    # a run that ended without a crash and without steps still gets the step advice; one that
+    # exited itself before any training work is told so (tests/doctor/test_exit_before_training.py)
+    ended = dict(crashed, stopped="end", exit_code=0, error=None)
     assert no_step.no_step_found(ctx_of(make_run(n=0, obs=[boundary, ended]))).id == "no_step_found"
+    exited = dict(crashed, stopped="exit", error=None)
+    assert no_step.no_step_found(ctx_of(make_run(n=0, obs=[boundary, exited]))).id == "exited_before_training"

@@ -137,7 +137,11 @@ def main(argv: list[str] | None = None) -> int:
     # startup.preload's gc.freeze are made only then.
     args.own_process = own_process
     try:
-        return int(args.run(args) or 0)
+        code = int(args.run(args) or 0)
+        sys.stdout.flush()  # a closed reader shows here, not at exit as an unraisable error
+        return code
+    except BrokenPipeError:
+        return _reader_gone(own_process)
     except TrainspeedError as exc:
         print(f"trainspeed: error: {type(exc).__name__}: {exc}", file=sys.stderr)
         return getattr(exc, "exit_code", 2)  # DiskFullError: 28 (ENOSPC)
@@ -152,6 +156,18 @@ def main(argv: list[str] | None = None) -> int:
         if not getattr(exc, "reported", False):  # the engine's stop line said it already
             print("trainspeed: interrupted", file=sys.stderr)
         return getattr(exc, "exit_code", 130)  # 128 + the signal (a tune's SIGTERM: 143), Ctrl-C 130
+
+
+def _reader_gone(own_process: bool) -> int:
+    """The output's reader stopped early (`trainspeed report RUN --json | head -c 400`): quiet, as
+    other CLIs are. Python's documented way: what is left in stdout's buffer goes to devnull, so
+    the flush at exit fails no more; status 1, Python's own for EPIPE."""
+    import os
+
+    if own_process:  # a host's stdout (a test's capture) is left alone
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    return 1
 
 
 if __name__ == "__main__":  # pragma: no cover

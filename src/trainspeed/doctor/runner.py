@@ -134,6 +134,12 @@ def parse_command(command: Sequence[str]) -> Target:
         if argv[0] == "-m":
             if len(argv) < 2:
                 raise ConfigError("doctor: `python -m` needs a module name")
+            from trainspeed.doctor.module_lookup import module_missing
+
+            if module_missing(argv[1]):
+                raise ConfigError(f"doctor: module {argv[1]!r} not found (cwd: {os.getcwd()}). `python -m` "
+                                  "imports it from the cwd or the installed packages: trainspeed doctor -- "
+                                  "python -m pkg.train")
             return Target(kind="module", name=argv[1], args=argv[2:])
     script = argv[0]
     launcher = os.path.basename(script)
@@ -276,6 +282,7 @@ def run_doctor(config: DoctorConfig) -> DoctorResult:
                       time_limit=(config.max_seconds, warmup + 3) if config.max_seconds else None)
     error: BaseException | None = None
     code, stopped = 0, "end"
+    said: str | None = None  # the script's last word when it exited itself (script_exit.py)
     installed = install(session)
     unfollow = follow_spawned({"run_dir": str(run_dir), "device": device, "steps": steps, "warmup": warmup,
                                "log_every": config.log_every, "flops_at": flops_at, "command": command,
@@ -297,13 +304,17 @@ def run_doctor(config: DoctorConfig) -> DoctorResult:
     except DoctorSignal as exc:  # SIGTERM (`timeout`, a scheduler), SIGHUP, SIGUSR1: report what was recorded
         code, stopped = 128 + exc.signum, "signal"
     except SystemExit as exc:
-        code, stopped = exit_code_of(exc), "exit"
+        from trainspeed.doctor.script_exit import exit_message
+
+        code, stopped, said = exit_code_of(exc), "exit", exit_message(exc)
         if exc.code is not None and not isinstance(exc.code, int):
             print(exc.code, file=sys.stderr)
     except KeyboardInterrupt as exc:
         code, stopped, error = 130, "interrupt", exc
     except BaseException as exc:  # noqa: BLE001 - the script's crash is reported, not ours
-        code, stopped, error = 1, "crash", exc
+        from trainspeed.doctor.user_frames import from_user_frame
+
+        code, stopped, error = 1, "crash", exc.with_traceback(from_user_frame(exc.__traceback__))
         traceback.print_exception(type(exc), exc, exc.__traceback__, file=sys.stderr)
     finally:
         restore_term()
@@ -325,7 +336,7 @@ def run_doctor(config: DoctorConfig) -> DoctorResult:
     script_dir = os.path.dirname(os.path.abspath(target.name)) if target.kind == "path" else os.getcwd()
     emit_observations(monitor, session, files_before=files_before, run_dir=run_dir,
                       stopped=stopped, exit_code=code, max_steps=steps, error=summary_line,
-                      pythonpath=needed_pythonpath(script_dir), ended_ranks=ended_ranks)
+                      pythonpath=needed_pythonpath(script_dir), ended_ranks=ended_ranks, said=said)
     record_peak(monitor, session.observations.values(), device)
     monitor.event("observation", kind="imports", library=library_imports(modules_before))
     if rank > 0:  # rank 0 reads this rank's records and reports

@@ -21,6 +21,10 @@ def no_step_found(ctx: CheckContext) -> Finding | None:
         return _crashed_before_a_step(ctx, doctor.get("error"))
     forwards, backwards = int(seen.get("forwards") or 0), int(seen.get("backwards") or 0)
     opt_steps = int(seen.get("optimizer_steps") or 0)
+    if doctor.get("stopped") == "exit" and not forwards and not backwards:
+        return _exited_before_a_step(ctx, doctor)
+    if forwards == 1 and backwards and not opt_steps:
+        return _one_forward_only(ctx, backwards)
     why = ("no training forward of a module with trainable parameters (an inference-only script?)" if not forwards
            else "no backward" if not backwards
            else "the gradients were never cleared between the backward and the next forward, so every "
@@ -32,11 +36,77 @@ def no_step_found(ctx: CheckContext) -> Finding | None:
         title="No training step was found, so no step was timed",
         evidence=(f"the run showed {forwards} training forwards, {backwards} backwards and {opt_steps} "
                   f"torch.optim optimizer steps: {why}"),
-        recommendation=("mark the end of each training step with one line in the loop, after the parameter "
-                        "update: `import trainspeed` at the top, then `trainspeed.step()` (a no-op outside the "
-                        "doctor); the doctor then times every step and --steps N stops the run"),
+        recommendation=MARK_STEP,
         verify_with=ctx.doctor_command(),
         impact=1.0,
+    )
+
+
+MARK_STEP = ("mark the end of each training step with one line in the loop, after the parameter "
+             "update: `import trainspeed` at the top, then `trainspeed.step()` (a no-op outside the "
+             "doctor); the doctor then times every step and --steps N stops the run")
+
+
+def _exited_before_a_step(ctx: CheckContext, doctor: dict) -> Finding:
+    """The script exited itself (sys.exit, argparse) before any training work: a mistyped flag of
+    its own (`--epochz 1`: argparse exits 2) or `--help`. The command is what to fix, not the
+    script's loop, and nothing was at stake: no step time was lost, none was run."""
+    code, said = doctor.get("exit_code"), doctor.get("said")
+    evidence = f"The script exited with status {code} before its first training step"
+    if said:
+        evidence += f" (its own message above: `{said}`)"
+        fix = "fix the command's arguments to the script (its usage is printed above), then run the doctor again"
+    elif code == 0:
+        evidence += ": it printed its output and exited before training (a `--help`?)"
+        fix = "run the doctor with the arguments that make the script train"
+    else:
+        fix = "fix what made the script exit (its output is above), then run the doctor again"
+    return Finding(
+        id="exited_before_training",
+        severity="critical" if code else "info",
+        title="The script exited before its first training step, so nothing was measured",
+        evidence=f"{evidence}; no forward or backward of a trainable module ran",
+        recommendation=fix,
+        verify_with=ctx.doctor_command(),
+        impact=0.0,
+    )
+
+
+STOP_AFTER_ONE = ("--dry-run", "--dry_run", "--fast-dev-run", "--fast_dev_run", "--smoke-test", "--smoke_test")
+"""Switches of the scripts' own that stop them after one iteration (pytorch/examples' --dry-run)."""
+
+
+def _one_forward_only(ctx: CheckContext, backwards: int) -> Finding:
+    """One training forward (and its backward) and no optimizer: where the step ends (at the next
+    forward, once the gradients were cleared) cannot be seen. Like a run that ended inside the
+    warm-up (ended_in_warmup), the way out is a longer run with the script's own flags."""
+    import shlex
+
+    from trainspeed.doctor.checks.script_flags import longer_run, script_flag, show_flag
+
+    command = list(ctx.command or [])
+    stopper = next((word for word in command if word in STOP_AFTER_ONE), None)
+    flag = script_flag(ctx, "run_length")
+    longer = longer_run(flag, 1, 3) if flag is not None and flag.get("value") == 1 else None
+    if stopper is not None:
+        run_longer = f"run the script without {stopper} (it stops the script after one iteration)"
+        verify = ctx.with_pythonpath(f"trainspeed doctor -- {shlex.join([w for w in command if w != stopper])}")
+    elif longer is not None:
+        run_longer = f"run the script longer, {longer} in place of {show_flag(flag)}"
+        verify = ctx.doctor_command(flags=[longer])
+    else:
+        run_longer = "run the script longer, for at least a few iterations of its loop"
+        verify = ctx.doctor_command()
+    return Finding(
+        id="no_step_found",
+        severity="warning",
+        title="The run was too short to find a training step, so no step was timed",
+        evidence=(f"the run ended after one training forward and backward ({backwards} backward"
+                  f"{'s' if backwards != 1 else ''}, no torch.optim optimizer step): without a second forward the doctor "
+                  "cannot tell where a step ends"),
+        recommendation=f"{run_longer}; or {MARK_STEP}",
+        verify_with=verify,
+        impact=0.0,
     )
 
 
