@@ -79,6 +79,19 @@ def test_a_compute_bound_run_that_waits_for_its_data_measures_the_workers_first(
     assert not quiet["helps"][0].startswith("DataLoader") and "num_workers" not in quiet["verify_with"]
 
 
+def test_a_run_without_a_dataloader_is_offered_no_workers():
+    """pytorch/examples' regression builds each batch itself (no DataLoader): its top offered
+    "DataLoader workers for the 14% of the step spent waiting" and `Measure it: trainspeed tune
+    --knobs num_workers`, which refused to run (exit 3: no DataLoader, no workers to add)."""
+    waits = make_run(shares={"forward": 0.43, "backward": 0.37, "optimizer": 0.06, "data": 0.14}, obs=[CONV])
+    found = where_time_goes(ctx_of(waits))
+    assert not any("DataLoader" in h for h in found["helps"]), found["helps"]
+    assert "num_workers" not in (found["verify_with"] or ""), found["verify_with"]
+    starved = make_run(shares={"forward": 0.1, "backward": 0.1, "optimizer": 0.05, "data": 0.75}, obs=[CONV])
+    found = where_time_goes(ctx_of(starved))
+    assert found["bound"] == "data" and "num_workers" not in (found["verify_with"] or ""), found["verify_with"]
+
+
 def test_a_compute_bound_run_with_a_loop_optimizer_measures_the_fused_one_too():
     """A newcomer's MLP: the optimizer step was 25 % of the step (AdamW's per-parameter loop on a
     CPU) and its finding said so, while the top's "Measure it" named precision and compile only,

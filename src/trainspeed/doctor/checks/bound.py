@@ -139,7 +139,9 @@ def _waiting_helps(ctx: CheckContext) -> list[str]:
     # pytorch/examples' mnist on the CPU: compute-bound at 86 %, but the step waited 13 % for
     # its batch (num_workers=0), the one warning below, and this line offered bf16 and compile
     wait = _data_wait(ctx)
-    if wait is None:
+    if wait is None or ctx.train_loader() is None:
+        # no DataLoader to give workers (pytorch/examples' regression builds each batch itself):
+        # this line offered them, and its `tune --knobs num_workers` refused to run (exit 3)
         return []
     workers = (ctx.train_loader() or {}).get("num_workers")
     now = f" (now {workers})" if isinstance(workers, int) else ""
@@ -218,7 +220,8 @@ def where_time_goes(ctx: CheckContext) -> dict[str, Any] | None:
                       "are the busy machine's times, not the script's (machine_busy below)")
     work = tuple(topic for phase, topic in (("log", "logging"), ("ckpt", "checkpoint"), ("eval", "eval"))
                  if ctx.share(phase) >= WORK_SHARE)
-    topics = {"data": () if _rollout_leads(ctx) else ("num_workers",),
+    loader = ctx.train_loader() is not None  # num_workers has nothing to vary without a DataLoader
+    topics = {"data": () if _rollout_leads(ctx) or not loader else ("num_workers",),
               "overhead": ("compile", "batch_size") if launch else work,
               "compute": ("precision", "compile")}[bound]
     unfused = bound == "compute" and optimizer_not_fused(ctx) is not None
@@ -226,7 +229,7 @@ def where_time_goes(ctx: CheckContext) -> dict[str, Any] | None:
         topics = (*topics, "fused_optimizer")
     if bound == "compute" and padding_share(ctx) is not None and script_padding_flag(ctx, padded_per_batch(ctx)):
         topics = ("padding_flag", *topics)
-    if bound != "data" and _data_wait(ctx) is not None:
+    if bound != "data" and _data_wait(ctx) is not None and loader:
         topics = ("num_workers", *topics)
     if any(m.get("compiled") for m in ctx.models()):  # the tune's compile skips a compiled model
         topics = tuple(t for t in topics if t != "compile")
