@@ -43,6 +43,7 @@ from trainspeed import mark
 from trainspeed.doctor.instrument.flop_window import FlopWindow
 from trainspeed.doctor.instrument.moved import mark_params, params_moved
 from trainspeed.doctor.instrument.phase_view import HookPhases
+from trainspeed.doctor.instrument.progress import progress_for
 from trainspeed.doctor.instrument.sites import SiteCounter
 from trainspeed.doctor.instrument.step_facts import grads_consumed, optimizer_lr
 from trainspeed.doctor.instrument.step_inputs import (  # noqa: F401 - the limits stay importable from here
@@ -80,6 +81,7 @@ class Session(StepInputs):
         # (seconds, steps): stop once this old with at least that many steps (DoctorConfig.max_seconds)
         self.time_limit = time_limit
         self.t_start = time.perf_counter()
+        self.progress = progress_for(max_steps)  # a line a minute on a terminal (progress.py)
         self.pid = os.getpid()
         self.thread = threading.get_ident()
         self.enabled = True
@@ -441,6 +443,8 @@ class Session(StepInputs):
         if self.on_first_step is not None:
             first, self.on_first_step = self.on_first_step, None
             first()
+        if self.progress is not None:
+            self.progress(self.mon.steps_done)
         if self.max_steps is not None and self.mon.steps_done >= self.max_steps:
             raise StopDoctor(f"stopped after {self.mon.steps_done} steps")
         if (self.time_limit is not None and self.mon.steps_done >= self.time_limit[1]
