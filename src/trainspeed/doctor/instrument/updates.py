@@ -12,7 +12,12 @@ previous update:
 - the training DataLoader's batches, when the loop fetched any;
 - else the training forwards, of each module the optimizer updates, whose input is not the
   output of a module this iteration (a GAN's `netD(fake.detach())` re-reads the generator's
-  output): the most of any one module (an actor and a critic reading one state are one);
+  output): the most of any one module (an actor and a critic reading one state are one), less
+  the outputs of other trained modules (ones this optimizer does not update) that no module
+  was seen to read: such an output may reach this optimizer's module through a plain function
+  (devnag's gan_pytorch.py feeds D `preprocess(G(z).detach())`, a new tensor: D's update of a
+  real and a fake batch read as 2 micro-batches), and a micro-batch is a new input, not another
+  model's output. At least one;
 - else (the forwards ran unseen, compiled) the backward passes;
 
 and never more than the backward passes since (when any ran outside closures): a REINFORCE
@@ -92,8 +97,10 @@ class Updates:
         self.fresh: Counter[int] = Counter()  # module id -> forwards on a new input (monotonic)
         self.loader_batches = 0  # training DataLoader batches (monotonic)
         self.backwards = 0  # backward passes outside closures (monotonic)
-        self.outputs: deque[Any] = deque(maxlen=RECENT_OUTPUTS)
-        self.marks: dict[int, tuple[int, int, dict[int, int]]] = {}  # opt -> counters at its last update
+        self.outputs: deque[list[Any]] = deque(maxlen=RECENT_OUTPUTS)  # [weakref, module id, read since]
+        self.produced: Counter[int] = Counter()  # module id -> outputs of its training forwards (monotonic)
+        self.read: Counter[int] = Counter()  # module id -> those outputs another forward read (monotonic)
+        self.marks: dict[int, tuple[int, int, dict[int, int], dict[int, int]]] = {}  # opt -> counters at its last update
         self.updated: dict[int, tuple[int, list[int]]] = {}  # opt -> (modules known then, module ids)
         self.micro: dict[int, Counter[int]] = {}  # opt -> micro-batches per update
 
@@ -110,22 +117,28 @@ class Updates:
         if first is not None and first.grad_fn is None and not self._is_output(first):
             self.fresh[key] += 1
 
-    def on_output(self, output: Any) -> None:
+    def on_output(self, module: Any, output: Any) -> None:
         """What an outermost training forward returned."""
         first = _first_tensor(output)
         if first is not None:
             try:
-                self.outputs.append(weakref.ref(first))
+                entry = [weakref.ref(first), id(module), False]
             except TypeError:
-                pass
+                return
+            self.outputs.append(entry)
+            if id(module) in self.modules:
+                self.produced[id(module)] += 1
 
     def _is_output(self, t: torch.Tensor) -> bool:
         ptr = _storage(t)
         if not ptr:
             return False
-        for ref in self.outputs:
-            out = ref()
+        for entry in self.outputs:
+            out = entry[0]()
             if out is not None and _storage(out) == ptr:
+                if not entry[2]:
+                    entry[2] = True
+                    self.read[entry[1]] += 1
                 return True
         return False
 
@@ -152,19 +165,22 @@ class Updates:
         key = id(opt)
         if key not in self.marks and len(self.marks) >= MAX_OPTIMIZERS:
             return None
-        loader0, backwards0, fresh0 = self.marks.get(key, (0, 0, {}))
+        loader0, backwards0, fresh0, unread0 = self.marks.get(key, (0, 0, {}, {}))
         modules = self.modules_of(opt)
         backwards = self.backwards - backwards0
+        unread = {m: self.produced[m] - self.read[m] for m in self.modules if m not in modules}
         if self.loader_batches > loader0:
             micro = self.loader_batches - loader0
         else:
             micro = max((self.fresh[m] - fresh0.get(m, 0) for m in modules), default=0)
-            if micro <= 0:
+            if micro > 0:  # less other models' outputs no module read (module docstring)
+                micro = max(1, micro - sum(max(0, n - unread0.get(m, 0)) for m, n in unread.items()))
+            else:
                 micro = backwards
         if backwards > 0:
             # a micro-batch is a backward's: an episode's 100 forwards (one per environment
             # step) backwarded once are one update of one batch, not accumulation
             micro = min(micro, backwards)
-        self.marks[key] = (self.loader_batches, self.backwards, {m: self.fresh[m] for m in modules})
+        self.marks[key] = (self.loader_batches, self.backwards, {m: self.fresh[m] for m in modules}, unread)
         self.micro.setdefault(key, Counter())[micro] += 1
         return micro
