@@ -45,6 +45,30 @@ def module_class(module: Any) -> str:
     return type(inner if inner is not None else module).__name__
 
 
+def updated_part(module: torch.nn.Module, params: set[int]) -> torch.nn.Module:
+    """The part of `module` an optimizer over `params` (ids) updates: the smallest submodule
+    that holds every one of them `module` holds, and of the modules holding just those
+    parameters, the outermost (a Generator whose one child holds all its weights is the
+    Generator). A LightningModule holding a generator and a discriminator, each with its own
+    optimizer, is called as the root: both optimizers read "Adam over GAN". A module the
+    optimizer updates entirely is itself (a DDP wrapper keeps the name of what the script called)."""
+    node = best = module
+    wanted = {id(p) for p in module.parameters()} & params
+    best_held = {id(p) for p in module.parameters()}
+    while True:
+        held = {id(p) for p in node.parameters()}
+        if held != best_held:  # fewer parameters than its parent's: the first module holding just these
+            best, best_held = node, held
+        if held <= wanted:
+            return best
+        for child in node.children():
+            if wanted <= {id(p) for p in child.parameters()}:
+                node = child
+                break
+        else:
+            return best
+
+
 MAX_OPTIMIZERS = 16
 MAX_MODULES = 16
 RECENT_OUTPUTS = 16
@@ -102,6 +126,7 @@ class Updates:
         self.read: Counter[int] = Counter()  # module id -> those outputs another forward read (monotonic)
         self.marks: dict[int, tuple[int, int, dict[int, int], dict[int, int]]] = {}  # opt -> counters at its last update
         self.updated: dict[int, tuple[int, list[int]]] = {}  # opt -> (modules known then, module ids)
+        self.over: dict[int, list[str]] = {}  # opt -> classes of the parts of those modules it updates
         self.micro: dict[int, Counter[int]] = {}  # opt -> micro-batches per update
 
     # ------------------------------------------------------------ what the hooks see
@@ -150,13 +175,17 @@ class Updates:
         if known is not None and known[0] == len(self.modules):
             return known[1]
         params = {id(p) for group in opt.param_groups for p in group["params"]}
-        found = []
+        found: list[int] = []
+        parts: dict[int, str] = {}  # one name per part: the root and its discriminator, both seen, are one
         for key, ref in self.modules.items():
             module = ref()
             if module is not None and any(id(p) in params for p in module.parameters()):
                 found.append(key)
+                part = updated_part(module, params)
+                parts.setdefault(id(part), module_class(part))
         if len(self.updated) < MAX_OPTIMIZERS or id(opt) in self.updated:
             self.updated[id(opt)] = (len(self.modules), found)
+            self.over[id(opt)] = list(parts.values())
         return found
 
     def on_update(self, opt: Any) -> int | None:
