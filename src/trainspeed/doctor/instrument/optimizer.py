@@ -92,6 +92,8 @@ def install(session: Session, patches: Patches) -> None:
     def make_init(original: Any) -> Any:
         def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
             original(self, *args, **kwargs)
+            if session.on():
+                session.updates.on_optimizer(self)  # its models are other models to other optimizers
             # a subclass's __init__ calls this through super(): torch frames are skipped, so
             # the site is the user's `torch.optim.AdamW(...)` line (or their subclass's)
             if session.on() and len(built_at) < 64:

@@ -13,11 +13,13 @@ previous update:
 - else the training forwards, of each module the optimizer updates, whose input is not the
   output of a module this iteration (a GAN's `netD(fake.detach())` re-reads the generator's
   output): the most of any one module (an actor and a critic reading one state are one), less
-  the outputs of other trained modules (ones this optimizer does not update) that no module
-  was seen to read: such an output may reach this optimizer's module through a plain function
+  the outputs of other trained models (modules another optimizer updates, this one does not)
+  that no module was seen to read: such an output may reach this optimizer's module through a
+  plain function
   (devnag's gan_pytorch.py feeds D `preprocess(G(z).detach())`, a new tensor: D's update of a
   real and a fake batch read as 2 micro-batches), and a micro-batch is a new input, not another
-  model's output. At least one;
+  model's output (a teacher no optimizer updates is no such model: its outputs are the loss's).
+  At least one;
 - else (the forwards ran unseen, compiled) the backward passes;
 
 and never more than the backward passes since (when any ran outside closures): a REINFORCE
@@ -128,6 +130,7 @@ class Updates:
         self.updated: dict[int, tuple[int, list[int]]] = {}  # opt -> (modules known then, module ids)
         self.over: dict[int, list[str]] = {}  # opt -> classes of the parts of those modules it updates
         self.micro: dict[int, Counter[int]] = {}  # opt -> micro-batches per update
+        self.built: list[Any] = []  # weakrefs of the optimizers built, stepped or not yet
 
     # ------------------------------------------------------------ what the hooks see
     def on_forward(self, module: torch.nn.Module, args: tuple[Any, ...]) -> None:
@@ -167,6 +170,24 @@ class Updates:
                 return True
         return False
 
+    def on_optimizer(self, opt: Any) -> None:
+        """An optimizer was built: its models are other models to every other optimizer's
+        updates from then on, before it ever steps (gan_pytorch.py's G steps after 20 D updates)."""
+        if len(self.built) < MAX_OPTIMIZERS:
+            try:
+                self.built.append(weakref.ref(opt))
+            except TypeError:
+                pass
+
+    def _other_models(self, opt: Any, modules: list[int]) -> set[int]:
+        """The seen modules other optimizers update and `opt` does not."""
+        others: set[int] = set()
+        for ref in self.built:
+            other = ref()
+            if other is not None and other is not opt:
+                others.update(self.modules_of(other))
+        return others.difference(modules)
+
     # ------------------------------------------------------------ an update
     def modules_of(self, opt: Any) -> list[int]:
         """Ids of the seen modules whose parameters the optimizer updates (recomputed when a
@@ -197,13 +218,14 @@ class Updates:
         loader0, backwards0, fresh0, unread0 = self.marks.get(key, (0, 0, {}, {}))
         modules = self.modules_of(opt)
         backwards = self.backwards - backwards0
-        unread = {m: self.produced[m] - self.read[m] for m in self.modules if m not in modules}
+        unread = {m: self.produced[m] - self.read[m] for m in self.modules}
         if self.loader_batches > loader0:
             micro = self.loader_batches - loader0
         else:
             micro = max((self.fresh[m] - fresh0.get(m, 0) for m in modules), default=0)
             if micro > 0:  # less other models' outputs no module read (module docstring)
-                micro = max(1, micro - sum(max(0, n - unread0.get(m, 0)) for m, n in unread.items()))
+                others = self._other_models(opt, modules)
+                micro = max(1, micro - sum(max(0, unread[m] - unread0.get(m, 0)) for m in others))
             else:
                 micro = backwards
         if backwards > 0:
