@@ -50,6 +50,28 @@ for it in range(12):
 '''
 
 
+# devnag's gan_pytorch.py: 20 D updates, then 20 G updates, per epoch. A step's samples are
+# those of the first trained module's (D's) forwards: a step with only G's updates has none.
+BLOCKS = '''
+import torch
+from torch import nn
+
+torch.manual_seed(0)
+d, g = nn.Linear(8, 1), nn.Linear(8, 8)  # d: the first trained module
+opt_d = torch.optim.SGD(d.parameters(), lr=1e-3)
+opt_g = torch.optim.SGD(g.parameters(), lr=1e-3)
+for epoch in range(3):
+    for _ in range(15):
+        opt_d.zero_grad()
+        d(torch.randn(4, 8)).mean().backward()
+        opt_d.step()
+    for _ in range(15):
+        opt_g.zero_grad()
+        g(torch.randn(8, 8)).mean().backward()
+        opt_g.step()
+'''
+
+
 def test_layerwise_optimizers_hand_the_step_over(tmp_path):
     result = run_inline(tmp_path, LAYERWISE, steps=None)
     # 30 steps of the first layer; the second's 11th closes the step that held its first 11
@@ -78,3 +100,20 @@ def test_forwards_no_module_call_showed_are_compute_not_overhead(tmp_path):
     # with the fused kernel (the optimizer finding): that knob needs no module call.
     assert goes["helps"][0].startswith("calling the module (`layer(x)`)")
     assert goes["verify_with"].startswith("trainspeed tune --knobs fused_optimizer -- python "), goes["verify_with"]
+
+
+def test_optimizers_that_take_turns_in_blocks_keep_the_first_ones_step(tmp_path):
+    """The boundary went D, G, D, G ... at each block's 11th update (110 steps for 200 updates
+    of gan_pytorch.py, every 10th one warm-up). Once D steps again after handing over to G, the
+    loop alternates: the boundary is D's again, for good."""
+    import json
+
+    result = run_inline(tmp_path, BLOCKS, steps=None)
+    records = [json.loads(line) for line in (result.run_dir / "steps.jsonl").read_text().splitlines()]
+    # epoch 1: D's 15 steps; G's 11th closes one (warm-up), its last 4 their own; then D's 15
+    # updates of epochs 2 and 3 close a step each (G's block of epoch 3 closes none)
+    assert result.steps == 15 + 1 + 4 + 15 + 15, result.steps
+    assert [r["samples"] for r in records[15:21]] == [0, 0, 0, 0, 0, 4]  # G closed 16-20
+    assert {r["samples"] for r in records[20:]} == {4}  # one D batch each: D closes every step
+    warm = [r["step"] for r in records if r["warmup"]]
+    assert 16 in warm and not [step for step in warm if step > 16], warm

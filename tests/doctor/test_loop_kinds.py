@@ -123,6 +123,21 @@ def test_accumulation_is_still_found_per_optimizer(doctor_code):
     assert "opt (SGD over Sequential)" in finding["evidence"]
 
 
+
+def test_a_teacher_no_optimizer_updates_leaves_accumulation_found(doctor_code):
+    """Other models' unread outputs are subtracted from an update's new inputs (a GAN's fake
+    batch through a function); a teacher that runs with gradients on but that no optimizer
+    updates is no such model: its outputs go to the loss, the student's 3 micro-batches stay 3."""
+    result = doctor_code("""
+        teacher, student = nn.Linear(8, 4), nn.Linear(8, 4)
+        opt = torch.optim.SGD(student.parameters(), lr=0.01)
+        for step in range(200):
+            x = torch.randn(4, 8)
+            (nn.functional.mse_loss(student(x), teacher(x)) / 3).backward()
+            if step % 3 == 2:
+                opt.step(); opt.zero_grad()
+    """)
+    assert _observations(result, "accumulation")[0]["factor"] == 3
 def test_actor_critic_and_several_loss_terms_are_one_micro_batch(doctor_code):
     result = doctor_code("""
         actor = nn.Sequential(nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 4))

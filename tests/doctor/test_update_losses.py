@@ -103,6 +103,27 @@ def test_each_optimizer_of_a_gan_has_its_own_loss_the_scripts_own(tmp_path, monk
     assert summary["optimizerD"]["last"] == pytest.approx(losses["optimizerD"][24])
 
 
+
+def test_a_fake_batch_through_a_function_is_not_a_micro_batch(tmp_path, monkeypatch):
+    """devnag's gan_pytorch.py feeds D `preprocess(G(z).detach())`: a new tensor, no module's
+    output, so D's update read as 2 micro-batches (a false accumulation finding) and D's loss
+    as the mean of errD_real and errD_fake. D's update is one batch; its loss their sum."""
+    from doctor_helpers import ids, observations
+    from trainspeed.telemetry.rundir import read_run
+    from trainspeed.telemetry.update_losses import update_losses
+
+    monkeypatch.chdir(tmp_path)
+    script = GAN.replace("for (real,) in loader:", "for real in [torch.randn(16, 8) + 3 for _ in range(64)]:")
+    script = script.replace("netD(fake.detach())", "netD(preprocess(fake.detach()))")
+    script = script.replace("printed = open(", "preprocess = lambda t: (t - t.mean()) * 2\nprinted = open(")
+    result = run_inline(tmp_path, script, steps=20)
+    assert observations(result, "accumulation")[0]["factor"] == 1
+    assert "accumulation_for_speed" not in ids(result)
+    opts = {o["name"]: o for o in observations(result, "optimizer")}
+    assert opts["optimizerD"]["micro_batches"] == 1 and opts["optimizerG"]["micro_batches"] == 1
+    printed = [json.loads(line) for line in (tmp_path / "printed.jsonl").read_text().splitlines()]
+    losses = update_losses(read_run(result.run_dir))
+    np.testing.assert_allclose(losses["optimizerD"][:19], [p["D"] for p in printed], rtol=1e-6)
 def test_the_report_shows_each_loss_and_no_blend(tmp_path, monkeypatch):
     from trainspeed.report.plots import Series, plot_loss
     from trainspeed.report.terminal import summary_lines

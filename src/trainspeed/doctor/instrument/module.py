@@ -208,7 +208,7 @@ def install(session: Session, patches: Patches) -> tuple[Callable[..., None], Ca
             phase, s.fwd_phase = s.fwd_phase, None
             s.mon.end(phase)
             if phase == "forward" and rest and torch.is_grad_enabled():
-                s.updates.on_output(rest[0])
+                s.updates.on_output(module, rest[0])
         return None
 
     patches.handle(module_mod.register_module_forward_pre_hook(pre_hook))

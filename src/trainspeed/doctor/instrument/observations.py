@@ -68,7 +68,8 @@ def _updates(session: Session) -> dict[str, dict[str, Any]]:
         site = obs.get("site_path")
         name = assigned_name(tuple(site)) if site else None
         modules = updates.updated.get(opt, (0, []))[1]
-        classes = [updates.classes[k] for k in modules]
+        # what it updates of them: the Lightning GAN's generator, not the GAN that holds it
+        classes = updates.over.get(opt) or [updates.classes[k] for k in modules]
         micro = updates.micro.get(opt)
         extra[key] = {"name": name or obs.get("class"), "updates": classes,
                       "micro_batches": _median_key(micro) if micro else None}

@@ -28,17 +28,34 @@ primary: more than this and more than twice the longest run seen while the prima
 def _hand_over(s: Any, opt: Any) -> None:
     """Track runs of another optimizer's steps; hand the step boundary to one that keeps
     stepping alone (layer-wise training). The step it closes holds every iteration since the
-    primary's last step: marked warm-up, not a step's time."""
-    if id(opt) == s.primary_opt:
+    primary's last step: marked warm-up, not a step's time.
+
+    An optimizer that stepped again after it handed over (A, then a long block of B, then A
+    again: a GAN training D and G in blocks of 20) was no finished phase: the loop alternates.
+    The boundary goes back to A at once and the pair never hands over again, so every step
+    closes at A's update; handing over at each block (devnag's gan_pytorch.py) made the step
+    switch meaning every 20 updates and marked every 10th step warm-up."""
+    key = id(opt)
+    if key == s.primary_opt:
         s.other_run_max = max(s.other_run_max, s.other_run[1])
         s.other_run = (None, 0)
         return
+    if s.handed_from.get(s.primary_opt) == key:  # A -> B -> A: back to A, for good
+        if len(s.alternating) < 64:
+            s.alternating.add(frozenset((key, s.primary_opt)))
+        del s.handed_from[s.primary_opt]
+        s.primary_opt, s.other_run, s.other_run_max = key, (None, 0), 0
+        return
     who, run = s.other_run
-    run = run + 1 if who == id(opt) else 1
-    s.other_run = (id(opt), run)
-    if run > max(HANDOVER_MIN, 2 * s.other_run_max):
-        s.primary_opt, s.other_run, s.other_run_max = id(opt), (None, 0), 0
+    run = run + 1 if who == key else 1
+    s.other_run = (key, run)
+    if run > max(HANDOVER_MIN, 2 * s.other_run_max) and frozenset((key, s.primary_opt)) not in s.alternating:
+        if len(s.handed_from) < 64:  # bounded: layer-wise training of hundreds of layers hands over still
+            s.handed_from[key] = s.primary_opt
+        s.primary_opt, s.other_run, s.other_run_max = key, (None, 0), 0
         s.mon.mark_warmup()
+
+
 from trainspeed.doctor.instrument.session import Session
 from trainspeed.doctor.instrument.sites import caller_site, format_site
 
@@ -75,6 +92,8 @@ def install(session: Session, patches: Patches) -> None:
     def make_init(original: Any) -> Any:
         def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
             original(self, *args, **kwargs)
+            if session.on():
+                session.updates.on_optimizer(self)  # its models are other models to other optimizers
             # a subclass's __init__ calls this through super(): torch frames are skipped, so
             # the site is the user's `torch.optim.AdamW(...)` line (or their subclass's)
             if session.on() and len(built_at) < 64:

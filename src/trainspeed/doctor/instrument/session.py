@@ -99,6 +99,8 @@ class Session(StepInputs):
         self.primary_opt: int | None = None
         self.other_run: tuple[int | None, int] = (None, 0)  # (another optimizer, its steps in a row since the primary's)
         self.other_run_max = 0  # the longest such run while the primary still stepped
+        self.handed_from: dict[int, int] = {}  # optimizer -> the primary it took the boundary from
+        self.alternating: set[frozenset[int]] = set()  # optimizer pairs seen to take turns: no more hand-overs
         self.opt_depth = 0  # inside an optimizer's step(): closure forwards/backwards
         self.engine_depth = 0  # inside a training engine's step (DeepSpeed): it closes the step
         self.ckpt_call: list[int] | None = None  # [files, bytes] of a framework's save call in progress

@@ -12,7 +12,14 @@ previous update:
 - the training DataLoader's batches, when the loop fetched any;
 - else the training forwards, of each module the optimizer updates, whose input is not the
   output of a module this iteration (a GAN's `netD(fake.detach())` re-reads the generator's
-  output): the most of any one module (an actor and a critic reading one state are one);
+  output): the most of any one module (an actor and a critic reading one state are one), less
+  the outputs of other trained models (modules another optimizer updates, this one does not)
+  that no module was seen to read: such an output may reach this optimizer's module through a
+  plain function
+  (devnag's gan_pytorch.py feeds D `preprocess(G(z).detach())`, a new tensor: D's update of a
+  real and a fake batch read as 2 micro-batches), and a micro-batch is a new input, not another
+  model's output (a teacher no optimizer updates is no such model: its outputs are the loss's).
+  At least one;
 - else (the forwards ran unseen, compiled) the backward passes;
 
 and never more than the backward passes since (when any ran outside closures): a REINFORCE
@@ -38,6 +45,30 @@ def module_class(module: Any) -> str:
     (llama2.c's report read "AdamW over OptimizedModule")."""
     inner = getattr(module, "_orig_mod", None) if type(module).__name__ == "OptimizedModule" else None
     return type(inner if inner is not None else module).__name__
+
+
+def updated_part(module: torch.nn.Module, params: set[int]) -> torch.nn.Module:
+    """The part of `module` an optimizer over `params` (ids) updates: the smallest submodule
+    that holds every one of them `module` holds, and of the modules holding just those
+    parameters, the outermost (a Generator whose one child holds all its weights is the
+    Generator). A LightningModule holding a generator and a discriminator, each with its own
+    optimizer, is called as the root: both optimizers read "Adam over GAN". A module the
+    optimizer updates entirely is itself (a DDP wrapper keeps the name of what the script called)."""
+    node = best = module
+    wanted = {id(p) for p in module.parameters()} & params
+    best_held = {id(p) for p in module.parameters()}
+    while True:
+        held = {id(p) for p in node.parameters()}
+        if held != best_held:  # fewer parameters than its parent's: the first module holding just these
+            best, best_held = node, held
+        if held <= wanted:
+            return best
+        for child in node.children():
+            if wanted <= {id(p) for p in child.parameters()}:
+                node = child
+                break
+        else:
+            return best
 
 
 MAX_OPTIMIZERS = 16
@@ -92,10 +123,14 @@ class Updates:
         self.fresh: Counter[int] = Counter()  # module id -> forwards on a new input (monotonic)
         self.loader_batches = 0  # training DataLoader batches (monotonic)
         self.backwards = 0  # backward passes outside closures (monotonic)
-        self.outputs: deque[Any] = deque(maxlen=RECENT_OUTPUTS)
-        self.marks: dict[int, tuple[int, int, dict[int, int]]] = {}  # opt -> counters at its last update
+        self.outputs: deque[list[Any]] = deque(maxlen=RECENT_OUTPUTS)  # [weakref, module id, read since]
+        self.produced: Counter[int] = Counter()  # module id -> outputs of its training forwards (monotonic)
+        self.read: Counter[int] = Counter()  # module id -> those outputs another forward read (monotonic)
+        self.marks: dict[int, tuple[int, int, dict[int, int], dict[int, int]]] = {}  # opt -> counters at its last update
         self.updated: dict[int, tuple[int, list[int]]] = {}  # opt -> (modules known then, module ids)
+        self.over: dict[int, list[str]] = {}  # opt -> classes of the parts of those modules it updates
         self.micro: dict[int, Counter[int]] = {}  # opt -> micro-batches per update
+        self.built: list[Any] = []  # weakrefs of the optimizers built, stepped or not yet
 
     # ------------------------------------------------------------ what the hooks see
     def on_forward(self, module: torch.nn.Module, args: tuple[Any, ...]) -> None:
@@ -110,24 +145,48 @@ class Updates:
         if first is not None and first.grad_fn is None and not self._is_output(first):
             self.fresh[key] += 1
 
-    def on_output(self, output: Any) -> None:
+    def on_output(self, module: Any, output: Any) -> None:
         """What an outermost training forward returned."""
         first = _first_tensor(output)
         if first is not None:
             try:
-                self.outputs.append(weakref.ref(first))
+                entry = [weakref.ref(first), id(module), False]
             except TypeError:
-                pass
+                return
+            self.outputs.append(entry)
+            if id(module) in self.modules:
+                self.produced[id(module)] += 1
 
     def _is_output(self, t: torch.Tensor) -> bool:
         ptr = _storage(t)
         if not ptr:
             return False
-        for ref in self.outputs:
-            out = ref()
+        for entry in self.outputs:
+            out = entry[0]()
             if out is not None and _storage(out) == ptr:
+                if not entry[2]:
+                    entry[2] = True
+                    self.read[entry[1]] += 1
                 return True
         return False
+
+    def on_optimizer(self, opt: Any) -> None:
+        """An optimizer was built: its models are other models to every other optimizer's
+        updates from then on, before it ever steps (gan_pytorch.py's G steps after 20 D updates)."""
+        if len(self.built) < MAX_OPTIMIZERS:
+            try:
+                self.built.append(weakref.ref(opt))
+            except TypeError:
+                pass
+
+    def _other_models(self, opt: Any, modules: list[int]) -> set[int]:
+        """The seen modules other optimizers update and `opt` does not."""
+        others: set[int] = set()
+        for ref in self.built:
+            other = ref()
+            if other is not None and other is not opt:
+                others.update(self.modules_of(other))
+        return others.difference(modules)
 
     # ------------------------------------------------------------ an update
     def modules_of(self, opt: Any) -> list[int]:
@@ -137,13 +196,17 @@ class Updates:
         if known is not None and known[0] == len(self.modules):
             return known[1]
         params = {id(p) for group in opt.param_groups for p in group["params"]}
-        found = []
+        found: list[int] = []
+        parts: dict[int, str] = {}  # one name per part: the root and its discriminator, both seen, are one
         for key, ref in self.modules.items():
             module = ref()
             if module is not None and any(id(p) in params for p in module.parameters()):
                 found.append(key)
+                part = updated_part(module, params)
+                parts.setdefault(id(part), module_class(part))
         if len(self.updated) < MAX_OPTIMIZERS or id(opt) in self.updated:
             self.updated[id(opt)] = (len(self.modules), found)
+            self.over[id(opt)] = list(parts.values())
         return found
 
     def on_update(self, opt: Any) -> int | None:
@@ -152,19 +215,23 @@ class Updates:
         key = id(opt)
         if key not in self.marks and len(self.marks) >= MAX_OPTIMIZERS:
             return None
-        loader0, backwards0, fresh0 = self.marks.get(key, (0, 0, {}))
+        loader0, backwards0, fresh0, unread0 = self.marks.get(key, (0, 0, {}, {}))
         modules = self.modules_of(opt)
         backwards = self.backwards - backwards0
+        unread = {m: self.produced[m] - self.read[m] for m in self.modules}
         if self.loader_batches > loader0:
             micro = self.loader_batches - loader0
         else:
             micro = max((self.fresh[m] - fresh0.get(m, 0) for m in modules), default=0)
-            if micro <= 0:
+            if micro > 0:  # less other models' outputs no module read (module docstring)
+                others = self._other_models(opt, modules)
+                micro = max(1, micro - sum(max(0, unread[m] - unread0.get(m, 0)) for m in others))
+            else:
                 micro = backwards
         if backwards > 0:
             # a micro-batch is a backward's: an episode's 100 forwards (one per environment
             # step) backwarded once are one update of one batch, not accumulation
             micro = min(micro, backwards)
-        self.marks[key] = (self.loader_batches, self.backwards, {m: self.fresh[m] for m in modules})
+        self.marks[key] = (self.loader_batches, self.backwards, {m: self.fresh[m] for m in modules}, unread)
         self.micro.setdefault(key, Counter())[micro] += 1
         return micro
