@@ -337,6 +337,7 @@ def test_a_lone_hopeful_gets_the_rounds_the_budget_has_and_holds_no_bundle_for_i
     assert result.best_settings == {"compile.mode": "default"}, (result.final.verdict, result.final.note)
     assert result.final.note.startswith("compile=default as measured against the baseline in the ablation: the "
                                         "verification, cut short by the budget, read 1."), result.final.note
+    assert (result.final.knob, result.final.setting) == ("combined", "compile.mode=default")  # not "combined | default"
 
 
 def test_a_verification_cut_short_overrules_nothing_unless_it_read_faster():

@@ -113,7 +113,8 @@ def test_an_eval_or_save_interval_stays_inside_the_scripts_own_run():
     [c] = SCRIPT_KNOBS["eval_every"](ctx(flags=[evals]))  # no run length known: x4
     assert c.label == "--eval_interval=120"
     [skip] = SCRIPT_KNOBS["eval_every"](ctx(flags=[evals, {**iters, "value": 50}]))
-    assert isinstance(skip, Skip) and skip.reason == (
+    assert isinstance(skip, Skip) and skip.label == "--eval_interval=60"  # the table read "1x"
+    assert skip.reason == (
         "at --max_iters=50, --eval_interval=60 would leave the run none of this work after its first step "
         "(no evaluation or checkpoint the script makes at that interval)")
     epochs = {"option": "--epochs", "dest": "epochs", "value": 2, "type": "int", "kind": "store"}

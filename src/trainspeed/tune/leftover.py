@@ -80,7 +80,8 @@ def _answer(tuner: Tuner, row: Row, final: Row | None, best: dict[str, Any]) -> 
         return final, best
     note = (f"{row.knob}={row.setting} as measured in one round after the verification, faster than the verified "
             "answer; rerun with the same --out and a larger --budget to combine and verify it")
-    return dataclasses.replace(row, knob="combined", settings=dict(row.settings), unverified=True, note=note), \
+    return dataclasses.replace(row, knob="combined", setting=tuner.describe(row.settings), settings=dict(row.settings),
+                               unverified=True, note=note), \
         dict(row.settings)
 
 

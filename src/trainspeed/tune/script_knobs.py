@@ -302,7 +302,8 @@ def _interval_flag(ctx: ScriptContext, topic: str, factor: int, periodic: bool =
         # and saved no checkpoint at all: the largest factor whose interval falls inside the run
         factor = min(factor, steps // value)
         if factor < 2:
-            return Skip(topic, f"{max(factor, 1)}x", f"at {set_flag(run, steps)}, {set_flag(flag, 2 * value)} would "
+            # labelled by the flag it would set, as a measured row is (the table read "1x")
+            return Skip(topic, set_flag(flag, 2 * value), f"at {set_flag(run, steps)}, {set_flag(flag, 2 * value)} would "
                         "leave the run none of this work after its first step (no evaluation or checkpoint the "
                         "script makes at that interval)")
     # labelled as the script takes it (nanoGPT's configurator reads --log_interval=10 only).

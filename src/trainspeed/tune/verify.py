@@ -164,7 +164,8 @@ def ablation_answer(tuner: Tuner, ablation: list[Row], cut: Row | None = None) -
            f"the verification, cut short by the budget, read {cut.speedup:.2f}x (CI {cut.ci[0]:.2f}-{cut.ci[1]:.2f}), "
            f"faster but inside the spread of its few rounds (±{cut.noise:.0%})")
     row = dataclasses.replace(
-        won, knob="combined", settings=dict(won.settings), unverified=True,
+        # labelled by its settings, as a verified row is ("combined | 1" said nothing of threads)
+        won, knob="combined", setting=tuner.describe(won.settings), settings=dict(won.settings), unverified=True,
         note=(f"{won.knob}={won.setting} as measured against the baseline in the ablation: {why}; rerun with "
               "the same --out and a larger --budget to verify it"))
     return row, dict(won.settings)
