@@ -279,7 +279,9 @@ def test_padding_goes_through_the_scripts_pad_to_max_length_or_group_by_length()
     styles = flag_styles(ScriptFacts(targets=Targets(), flags=[negated]))
     assert apply_flags(["python", "run_glue.py"], {"--no_pad_to_max_length": False}, styles) == [
         "python", "run_glue.py", "--no_pad_to_max_length"] and c.settings == {"args.--no_pad_to_max_length": False}
-    [skip] = SCRIPT_KNOBS["padding"](ctx(flags=[{**pad, "value": False}]))
+    already = ctx(flags=[{**pad, "value": False}])
+    already.facts.findings = [{"id": "padding_waste"}]  # padded per batch already, yet wasteful
+    [skip] = SCRIPT_KNOBS["padding"](already)
     assert isinstance(skip, Skip) and "collate_fn" in skip.reason
 
 
@@ -374,3 +376,17 @@ def test_a_threads_winner_on_a_busy_machine_says_whose_answer_it_is(tmp_path, mo
     assert ("threads=1: measured while other processes used 1.0 of the machine's 2 cores" in text) is said, text
     assert any("measure it again" in n for n in result.notes) is said
     assert (tmp_path / "out" / "best.patch").is_file()  # the change is still there to apply
+
+
+def test_skips_name_no_code_the_script_does_not_have():
+    """A tune of pytorch/examples' regression (one nn.Linear, no padding) said "in your own model
+    call F.scaled_dot_product_attention" and "pad each batch to its longest sample in its
+    collate_fn"."""
+    [attn] = SCRIPT_KNOBS["attention"](ctx())
+    assert isinstance(attn, Skip) and "scaled_dot_product_attention" not in attn.reason
+    [pad] = SCRIPT_KNOBS["padding"](ctx())
+    assert pad.reason == "the doctor saw no padding waste in the baseline's batches"
+    padded = ctx()
+    padded.facts.findings = [{"id": "padding_waste"}]
+    [pad] = SCRIPT_KNOBS["padding"](padded)
+    assert "collate_fn" in pad.reason  # where the doctor saw the waste, it says where to cut it

@@ -196,6 +196,9 @@ def padding(ctx: ScriptContext) -> list:
     such a flag pads in its own code: the doctor's finding says what to change there."""
     found = padding_flag(ctx.facts.flags, already_dynamic=False)
     if found is None:
+        if not any(f.get("id") == "padding_waste" for f in ctx.facts.findings):
+            # a regression script's tune was told to pad each batch in its collate_fn: it has none
+            return [Skip("padding", "-", "the doctor saw no padding waste in the baseline's batches")]
         return [Skip("padding", "-", "the script has no padding switch (--pad_to_max_length, --group_by_length): "
                                      "pad each batch to its longest sample in its collate_fn (the doctor's "
                                      "padding finding names how)")]
@@ -281,8 +284,10 @@ def channels_last(ctx: ScriptContext) -> list:
 def attention(ctx: ScriptContext) -> list:
     """A Hugging Face model's attn_implementation: sdpa or eager."""
     if not ctx.facts.targets.hf_model:
-        return [Skip("attention", "sdpa", "not a Hugging Face model; in your own model call "
-                                          "F.scaled_dot_product_attention")]
+        # no advice about code the script may not have (a single nn.Linear was told to call
+        # F.scaled_dot_product_attention "in your own model")
+        return [Skip("attention", "sdpa", "not a Hugging Face model: attn_implementation is a transformers "
+                                          "setting")]
     return [Candidate("attention", impl, {"hf.attn_implementation": impl}) for impl in ("sdpa", "eager")]
 
 
