@@ -203,10 +203,15 @@ def _steady_rate(ctx: CheckContext, reads: int, all_syncs: int) -> tuple[float, 
     header does); steady state is the measured steps (warm-up excluded), so one-off work (a
     first iteration's callback, an evaluation after the last step) is not spread over the
     steps. Reads are the records' figure times the share of reads among all counted calls.
-    Records without sync counts (older runs): the call-site count over all steps."""
+    A run that ended in the warm-up: all its records, as the header's figure is (summary.py), so
+    both say one rate (time_sequence_prediction read 21 in the header and 22 in the finding: the
+    call sites' 44 over 2 steps counted the 2 reads after its last step in). Records without sync
+    counts (older runs): the call-site count over all steps."""
     per_step_all = ctx.run.array("syncs")
     warm = ctx.run.array("warmup") > 0.5
     steady = per_step_all[np.isfinite(per_step_all) & ~warm]
+    if steady.size == 0:
+        steady = per_step_all[np.isfinite(per_step_all)]
     if not np.nansum(per_step_all) > 0 or steady.size == 0:
         return reads / ctx.steps, 1.0 if reads else 0.0, 0
     header = ctx.summary.get("syncs_per_step")
@@ -230,11 +235,16 @@ def host_syncs(ctx: CheckContext) -> Finding | None:
     top = "; ".join(f"{describe_site(r)} ({r['kind']}, {r['count']} calls)" for r in rows[:3])
     cuda = ctx.device_type == "cuda"
     share = ctx.time_share(seconds)
-    when = "every step" if steps_with >= 0.9 else f"on {pct(steps_with)} of the steps"
-    once = f", plus {one_off} one-off reads outside the steady-state steps (warm-up, after the last step)" if one_off else ""
-    # every step in the warm-up (a script that ended there): the rate is over all of them
-    over = "all steps, warm-up included" if not ctx.summary.get("measured_steps") else f"steady-state steps{once}"
-    evidence = (f"{per_step:.2g} host syncs per step, {when} ({over}; {count} in all, "
+    # one step recorded shows no recurrence: "every step" would claim what no second step showed
+    when = ("in its one recorded step" if ctx.steps < 2 else
+            "every step" if steps_with >= 0.9 else f"on {pct(steps_with)} of the steps")
+    rate = f"{per_step:.2g} host syncs {when}" if ctx.steps < 2 else f"{per_step:.2g} host syncs per step, {when}"
+    if not ctx.summary.get("measured_steps"):  # a script that ended in the warm-up: the rate is over all its steps
+        over = "all steps, warm-up included" + (f", plus {one_off} one-off reads outside the steps" if one_off else "")
+    else:
+        over = "steady-state steps" + (f", plus {one_off} one-off reads outside the steady-state steps (warm-up, "
+                                       "after the last step)" if one_off else "")
+    evidence = (f"{rate} ({over}; {count} in all, "
                 f"{ms(seconds)} inside them = {pct(share)} of the time); top: {top}.")
     if cuda:
         impact, basis = gpu_time(ctx).sync_stake()
