@@ -44,6 +44,16 @@ that removes it). The marker is also a script_flags topic: a script that parses 
 settings as flags (an HfArgumentParser over TrainingArguments: run_clm.py) is told its flag,
 `--logging_nan_inf_filter False`, not a constructor keyword it cannot reach from the command line."""
 
+LIGHTNING_LOG_READS = (
+    "Trainer(log_every_n_steps=N) with a larger N, or fewer values in `self.log(...)` (Lightning turns each "
+    "logged tensor into a Python number, `value.item()` in convert_tensors_to_scalars, when it writes the "
+    "logs: every log_every_n_steps steps, 50 by default, and at the end of an epoch and of fit, validate "
+    "or test; every step only for values logged with prog_bar=True, for the progress bar)")
+"""Lightning's `to_item` reads where the script's training_step logs nothing with prog_bar=True
+(bug_report_model's `self.log("train_loss", loss)`): they come from the logger connector's
+log_metrics and the trainer's validate/test results (lightning 2.6), not the progress bar, so
+"set prog_bar=False" named a setting the script did not have."""
+
 
 def library_of(row: dict[str, Any] | str) -> str | None:
     """The installed package a call site lies in (None: the user's own code): the package the
@@ -83,12 +93,13 @@ def library_advice(row: dict[str, Any], lookahead: int = 5, ctx: CheckContext | 
     flag = script_flag(ctx, marker) if ctx is not None else None
     if flag:
         return f"{set_flag(flag, value)} (the script's flag, now {show_flag(flag)}: {why})"
-    if marker == "to_item" and ctx is not None:
+    if marker == "to_item":
         from trainspeed.doctor.checks.lightning_logs import prog_bar_logs
 
-        calls = prog_bar_logs(ctx)
-        if calls:
-            why += f"; yours: {', '.join(calls)}"
+        calls = prog_bar_logs(ctx) if ctx is not None else []
+        if not calls:  # the read is the logger connector's, or the script's prog_bar calls are not seen
+            return LIGHTNING_LOG_READS
+        why += f"; yours: {', '.join(calls)}"
     return f"{setting} ({why})"
 
 
