@@ -76,10 +76,15 @@ def _measured_steps(ctx: CheckContext) -> int:
     return measured if isinstance(measured, int) else ctx.steps
 
 
+def steps_enough(ctx: CheckContext) -> bool:
+    """Whether the run has the steps to tell a lookup made at every step from one made once (a
+    first call's lazy setup, a warm-up step): the counts have no per-step breakdown. The finding
+    and the report's "What can still help" (checks/bound.py) ask the same."""
+    return ctx.steps > 0 and min(_measured_steps(ctx), _counted_steps(ctx)) >= MIN_MEASURED_STEPS
+
+
 def package_lookups(ctx: CheckContext) -> Finding | None:
-    # the counts have no per-step breakdown: a rate over fewer steps than this cannot tell a
-    # check made at every step from one made once (a first call's lazy setup, a warm-up step)
-    if not ctx.steps or _measured_steps(ctx) < MIN_MEASURED_STEPS or _counted_steps(ctx) < MIN_MEASURED_STEPS:
+    if not steps_enough(ctx):
         return None
     count, seconds = lookup_time(ctx)
     per_step = count / _counted_steps(ctx)
