@@ -215,6 +215,9 @@ def test_a_run_that_ended_in_the_warm_up_gives_its_header_rate_and_no_every_step
     f = syncs.host_syncs(ctx_of(one))
     assert f.title == "The loop reads device values in its one recorded step (host syncs)"
     assert f.evidence.startswith("8 host syncs in its one recorded step (") and "every step" not in f.evidence
+    # bug_report_model: its one step's record counted none; the 8 reads came after it (end of fit, test)
+    one.steps[0]["syncs"] = 0
+    assert syncs.host_syncs(ctx_of(one)) is None
 
 
 def test_one_empty_cache_in_a_run_of_two_steps_is_not_a_call_in_the_loop():

@@ -223,6 +223,10 @@ def _steady_rate(ctx: CheckContext, reads: int, all_syncs: int) -> tuple[float, 
     steady = per_step_all[np.isfinite(per_step_all) & ~warm]
     if steady.size == 0:
         steady = per_step_all[np.isfinite(per_step_all)]
+        if steady.size and not steady.sum() > 0:
+            # counted, and none inside its steps: bug_report_model's one step read nothing, its 8
+            # reads came after it (Lightning's end-of-fit logging, checkpoint name, test results)
+            return 0.0, 0.0, reads
     if not np.nansum(per_step_all) > 0 or steady.size == 0:
         return reads / ctx.steps, 1.0 if reads else 0.0, 0
     header = ctx.summary.get("syncs_per_step")
