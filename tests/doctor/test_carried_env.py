@@ -19,7 +19,7 @@ from trainspeed.telemetry.summary import summarize
 pytestmark = pytest.mark.timeout(120)
 
 
-def test_the_variables_that_change_torch_or_the_script_are_carried_and_no_others():
+def test_the_variables_that_change_torch_or_the_script_are_carried_and_no_others(monkeypatch):
     environ = {"TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD": "1", "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True",
                "TORCHINDUCTOR_CACHE_DIR": "/c", "CUDA_VISIBLE_DEVICES": "1", "HF_HUB_OFFLINE": "1",
                "WANDB_MODE": "offline", "OMP_NUM_THREADS": "4", "MKL_NUM_THREADS": "4", "PATH": "/bin",
@@ -33,6 +33,14 @@ def test_the_variables_that_change_torch_or_the_script_are_carried_and_no_others
     # torch writes its default cache folder into its own environment at its first compile
     assert "TORCHINDUCTOR_CACHE_DIR" not in carried_env({"TORCHINDUCTOR_CACHE_DIR": default_cache_dir(),
                                                          "TORCH_WARM_POOL": "0"})
+    # set by trainspeed's own hf recipe in this process (an earlier run in it): not the user's
+    from trainspeed import own_env
+
+    monkeypatch.setenv("TRANSFORMERS_OFFLINE", "0")  # so that the test's end restores the original
+    monkeypatch.delenv("TRANSFORMERS_OFFLINE")
+    monkeypatch.setattr(own_env, "SET_BY_TRAINSPEED", set())
+    own_env.setdefault("TRANSFORMERS_OFFLINE", "1")
+    assert carried_env({"TRANSFORMERS_OFFLINE": "1"}) == {}
     # lightning.fabric sets it when imported: a rerun imports it again
     assert carried_env({"PYTORCH_NVML_BASED_CUDA_CHECK": "1"}) == {}
     # in a torchrun worker the agent set it (default 1): the command starts torchrun, which sets it again

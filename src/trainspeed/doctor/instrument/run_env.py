@@ -8,7 +8,8 @@ Left out: what a launcher sets for the processes it starts (torchrun's
 TORCH_NCCL_ASYNC_ERROR_HANDLING: the command starts the launcher again, which sets it again); what
 torch or a library sets in its own process (LIBRARY_SETS, and TORCHINDUCTOR_CACHE_DIR at
 inductor's default, written at a first compile: a doctor run in a process that compiled before);
-trainspeed's own TRAINSPEED_* (none matches); and thread counts (OMP_NUM_THREADS,
+what trainspeed set itself (own_env.py: the hf recipe's HF_HUB_OFFLINE) and its own TRAINSPEED_*
+(none matches); and thread counts (OMP_NUM_THREADS,
 MKL_NUM_THREADS: the tune's threads knob varies them, and the threads finding names them itself)."""
 
 from __future__ import annotations
@@ -50,9 +51,11 @@ def _inductor_default_cache() -> str | None:
 
 def carried_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
     """The variables of `environ` (this process's) that a command rerunning the script carries."""
+    from trainspeed.own_env import SET_BY_TRAINSPEED
+
     environ = os.environ if environ is None else environ
     # a torchrun worker (TORCHELASTIC_RUN_ID is the agent's) got LAUNCHER_SET from the agent
-    left_out = LIBRARY_SETS | (LAUNCHER_SET if "TORCHELASTIC_RUN_ID" in environ else frozenset())
+    left_out = LIBRARY_SETS | SET_BY_TRAINSPEED | (LAUNCHER_SET if "TORCHELASTIC_RUN_ID" in environ else frozenset())
     cache = environ.get("TORCHINDUCTOR_CACHE_DIR")
     if cache is not None and os.path.abspath(cache) == _inductor_default_cache():
         left_out |= {"TORCHINDUCTOR_CACHE_DIR"}
