@@ -33,6 +33,9 @@ def test_the_variables_that_change_torch_or_the_script_are_carried_and_no_others
     # torch writes its default cache folder into its own environment at its first compile
     assert "TORCHINDUCTOR_CACHE_DIR" not in carried_env({"TORCHINDUCTOR_CACHE_DIR": default_cache_dir(),
                                                          "TORCH_WARM_POOL": "0"})
+    # under a launcher: the variables of the doctor that started it, not what the launcher added
+    launched = {"CUDA_VISIBLE_DEVICES": "0,1", "TRAINSPEED_CARRIED_ENV": '{"TORCH_EXTENSIONS_DIR": "/x"}'}
+    assert carried_env(launched) == {"TORCH_EXTENSIONS_DIR": "/x"}
     # set by trainspeed's own hf recipe in this process (an earlier run in it): not the user's
     from trainspeed import own_env
 

@@ -18,7 +18,7 @@ import os
 import shlex
 from typing import Mapping
 
-__all__ = ["CARRIED_NAMES", "CARRIED_PREFIXES", "assignments", "carried_env"]
+__all__ = ["CARRIED_NAMES", "CARRIED_PREFIXES", "PARENT_ENV", "assignments", "carried_env"]
 
 CARRIED_PREFIXES = ("TORCH_", "PYTORCH_", "TORCHINDUCTOR_")
 CARRIED_NAMES = frozenset({"CUDA_VISIBLE_DEVICES", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE",
@@ -49,11 +49,27 @@ def _inductor_default_cache() -> str | None:
     return os.path.abspath(default_cache_dir())
 
 
+PARENT_ENV = "TRAINSPEED_CARRIED_ENV"
+"""The carried variables of the `trainspeed doctor` process that started a launcher, as JSON
+(cli/_launchers.py): a launcher sets its own in the processes it starts (DeepSpeed's
+CUDA_VISIBLE_DEVICES=0,1), which the printed command, starting the launcher again, must not."""
+
+
 def carried_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The variables of `environ` (this process's) that a command rerunning the script carries."""
+    """The variables of `environ` (this process's) that a command rerunning the script carries;
+    under a launcher, those of the doctor process that started it (PARENT_ENV)."""
+    import json
+
     from trainspeed.own_env import SET_BY_TRAINSPEED
 
     environ = os.environ if environ is None else environ
+    if PARENT_ENV in environ:
+        try:
+            parent = json.loads(environ[PARENT_ENV])
+        except ValueError:
+            parent = None
+        if isinstance(parent, dict):
+            return {str(k): str(v) for k, v in parent.items()}
     # a torchrun worker (TORCHELASTIC_RUN_ID is the agent's) got LAUNCHER_SET from the agent
     left_out = LIBRARY_SETS | SET_BY_TRAINSPEED | (LAUNCHER_SET if "TORCHELASTIC_RUN_ID" in environ else frozenset())
     cache = environ.get("TORCHINDUCTOR_CACHE_DIR")
