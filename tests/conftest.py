@@ -134,3 +134,21 @@ def _settled_machine_for_alone_tests(request):
     if request.node.get_closest_marker("alone") is not None:
         wait_for_settled_load()
     yield
+
+
+@pytest.fixture(autouse=True)
+def _script_set_variables_end_with_the_test():
+    """The variables a doctor run carries into its printed commands (doctor/instrument/run_env.py),
+    as they were before the test: a script the doctor ran in this process may set its own
+    (hf_trainer_script.py's HF_HUB_OFFLINE), and the next test's doctor run in this worker read
+    them as the user's (`HF_HUB_OFFLINE=1 trainspeed tune ...`)."""
+    from trainspeed.doctor.instrument.run_env import CARRIED_NAMES, CARRIED_PREFIXES
+
+    def carried() -> dict[str, str]:
+        return {k: v for k, v in os.environ.items() if k.startswith(CARRIED_PREFIXES) or k in CARRIED_NAMES}
+
+    before = carried()
+    yield
+    for name in set(carried()) - set(before):
+        os.environ.pop(name, None)
+    os.environ.update(before)

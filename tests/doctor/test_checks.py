@@ -197,6 +197,29 @@ def test_host_syncs_per_step_and_severity_by_device():
     assert syncs.cache_gc_in_loop(ctx_of(gc_run)).impact == pytest.approx(0.5, rel=0.05)
 
 
+def test_a_run_that_ended_in_the_warm_up_gives_its_header_rate_and_no_every_step_from_one_step():
+    """time_sequence_prediction --steps 2 (LBFGS, both steps warm-up): the header read 'host syncs
+    21 per step' (its step records: 20 and 22) and the finding '22 host syncs per step ... 44 in
+    all' (the call sites' 44 over 2 steps, 2 of them read after the last step). Both say 21 now.
+    Lightning's bug_report_model ran one step: 'reads device values every step' claimed a
+    recurrence no second step showed."""
+    run = make_run(n=2, obs=[_sites("sync", "item", 44, 0.001)])
+    for record, syncs_in_step in zip(run.steps, (20, 22)):
+        record["syncs"], record["warmup"] = syncs_in_step, True
+    ctx = ctx_of(run)
+    f = syncs.host_syncs(ctx)
+    assert ctx.summary["syncs_per_step"] == 21 and f.evidence.startswith("21 host syncs per step, every step (")
+    assert "(all steps, warm-up included, plus 2 one-off reads outside the steps; 44 in all," in f.evidence
+    one = make_run(n=1, obs=[_sites("sync", "item", 8, 0.001)])
+    one.steps[0]["syncs"], one.steps[0]["warmup"] = 8, True
+    f = syncs.host_syncs(ctx_of(one))
+    assert f.title == "The loop reads device values in its one recorded step (host syncs)"
+    assert f.evidence.startswith("8 host syncs in its one recorded step (") and "every step" not in f.evidence
+    # bug_report_model: its one step's record counted none; the 8 reads came after it (end of fit, test)
+    one.steps[0]["syncs"] = 0
+    assert syncs.host_syncs(ctx_of(one)) is None
+
+
 def test_one_empty_cache_in_a_run_of_two_steps_is_not_a_call_in_the_loop():
     """memory_limit.py calls empty_cache once, before its loop; on an H100 it died of an OOM after
     two steps, and '1 call / 2 steps' read as 'empty_cache runs inside the training loop' (a

@@ -352,3 +352,24 @@ def test_no_winner_line_names_a_winner_whose_verification_was_undecided_or_lost(
     # faster within its own rounds: as before
     assert verified(1.09, (1.08, 1.10)).startswith(
         "nothing is kept: fused_optimizer=fused (1.17x) won alone, and verified against the baseline read 1.09x")
+
+
+def test_the_next_commands_carry_the_variables_the_trials_ran_with(tmp_path, monkeypatch):
+    # time_sequence_prediction runs only with TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1: a `run --with` or
+    # resume command without it crashes on the script's torch.load as printed
+    from trainspeed.cli.tune import outcome_lines, resume_command
+    from trainspeed.tune.result import Row, TuneResult
+
+    monkeypatch.delenv("PYTHONPATH", raising=False)
+    monkeypatch.setenv("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD", "1")
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")  # what the threads knob varies: left out
+    (tmp_path / "tune.json").write_text(json.dumps({"patch": None}))
+    won = Row(knob="num_workers", setting="0", verdict="faster", speedup=1.2)
+    result = TuneResult(ablation=[won], best_settings={"loader.num_workers": 0}, combination=[], final=None,
+                        baseline_cost_s=1e-3, trials_run=3, trials_reused=0, elapsed_s=40.0)
+    command = ["python", "train.py", "--steps", "2"]
+    assert outcome_lines(result, tmp_path, command)[0] == (
+        f"run it now:   TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1 trainspeed run --with {tmp_path / 'best.yaml'} -- "
+        "python train.py --steps 2")
+    assert resume_command(["tune", "--", *command], tmp_path) == \
+        f"TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1 trainspeed tune --out {tmp_path} -- python train.py --steps 2"

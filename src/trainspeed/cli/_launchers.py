@@ -128,10 +128,12 @@ def run_under_launcher(cmd: Sequence[str], launcher: Sequence[str]) -> int:
     import json
 
     from trainspeed.doctor.instrument.import_path import TRAINSPEED_ROOT
+    from trainspeed.doctor.instrument.run_env import PARENT_ENV, carried_env
     from trainspeed.doctor.runner import LAUNCHER_ENV
 
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [TRAINSPEED_ROOT, os.environ.get("PYTHONPATH")])),
-           LAUNCHER_ENV: json.dumps(list(launcher))}
+           LAUNCHER_ENV: json.dumps(list(launcher)),
+           PARENT_ENV: json.dumps(carried_env())}  # the user's, before the launcher adds its own
     return wait_for_launcher(cmd, env)
 
 

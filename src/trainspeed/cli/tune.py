@@ -189,9 +189,10 @@ def resume_command(argv: list[str], out) -> str:
     end = words.index("--") if "--" in words else len(words)
     if not any(w == "--out" or w.startswith("--out=") for w in words[:end]):
         words[1:1] = ["--out", str(out)]  # after "tune"
-    from trainspeed.doctor.instrument.import_path import own_pythonpath, prefixed
+    from trainspeed.doctor.instrument.import_path import with_own_env
 
-    return prefixed("trainspeed " + shlex.join(words), own_pythonpath())
+    # the trials ran with this process's PYTHONPATH and variables (TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1): so does its resume
+    return with_own_env("trainspeed " + shlex.join(words))
 
 
 @contextlib.contextmanager
@@ -248,9 +249,10 @@ def outcome_lines(result, out, command: list[str]) -> list[str]:
     import json
     import shlex
 
-    from trainspeed.doctor.instrument.import_path import own_pythonpath, prefixed
+    # the script ran with this process's PYTHONPATH (`PYTHONPATH=. trainspeed tune ...`) and variables
+    # (TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1): so do these commands, or they may crash where the trials did not
+    from trainspeed.doctor.instrument.import_path import with_own_env
 
-    path = own_pythonpath()  # the script ran with it (`PYTHONPATH=. trainspeed tune ...`): so do these
     patch, change = out / "best.patch", out / "code_change.md"
     try:
         record = json.loads((out / "tune.json").read_text(encoding="utf-8"))
@@ -268,9 +270,9 @@ def outcome_lines(result, out, command: list[str]) -> list[str]:
         # `run --with best.yaml` would run the script as it is (script_session.write_script_outputs)
         tuned = record.get("tuned_command") or command
         return [f"apply it:     git apply {patch}  (the winners are edits of your code: {change})",
-                f"then run:     {prefixed(shlex.join(tuned), path)}"]
+                f"then run:     {with_own_env(shlex.join(tuned))}"]
     run = f"trainspeed run --with {out / 'best.yaml'} -- {shlex.join(command)}"
-    lines = [f"run it now:   {prefixed(run, path)}"]
+    lines = [f"run it now:   {with_own_env(run)}"]
     if written:
         lines.append(f"code change:  {change}  (apply: git apply {patch})")
     elif change.is_file():

@@ -237,6 +237,7 @@ def run_doctor(config: DoctorConfig) -> DoctorResult:
     from trainspeed.doctor.instrument.files import snapshot
     from trainspeed.doctor.instrument.flags import observe_argv_flags
     from trainspeed.doctor.instrument.import_path import needed_pythonpath
+    from trainspeed.doctor.instrument.run_env import carried_env
     from trainspeed.doctor.instrument.imported import library_imports
     from trainspeed.doctor.spawned import adopt_spawned, drop_idle_spawned, follow_spawned
     from trainspeed.doctor.started_ranks import end_started_ranks
@@ -270,6 +271,7 @@ def run_doctor(config: DoctorConfig) -> DoctorResult:
     if config.count_flops and (steps is None or steps >= warmup + 3):
         flops_at = max(1, warmup - 1)  # the counted step is the last warm-up step
     files_before = snapshot(os.getcwd(), exclude=run_dir)
+    script_env = carried_env()  # before the script or our patches set anything: what the user ran with
     command = list(config.command[1:] if config.command and config.command[0] == "--" else config.command)
 
     monitor = Monitor(rank_dir(run_dir, rank), device=device, log_every=config.log_every,
@@ -336,7 +338,7 @@ def run_doctor(config: DoctorConfig) -> DoctorResult:
     script_dir = os.path.dirname(os.path.abspath(target.name)) if target.kind == "path" else os.getcwd()
     emit_observations(monitor, session, files_before=files_before, run_dir=run_dir,
                       stopped=stopped, exit_code=code, max_steps=steps, error=summary_line,
-                      pythonpath=needed_pythonpath(script_dir), ended_ranks=ended_ranks, said=said)
+                      pythonpath=needed_pythonpath(script_dir), env=script_env, ended_ranks=ended_ranks, said=said)
     record_peak(monitor, session.observations.values(), device)
     monitor.event("observation", kind="imports", library=library_imports(modules_before))
     if rank > 0:  # rank 0 reads this rank's records and reports

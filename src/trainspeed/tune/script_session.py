@@ -25,6 +25,7 @@ import statistics
 from pathlib import Path
 from typing import Any, Callable
 
+from trainspeed.doctor.instrument.import_path import with_own_env
 from trainspeed.doctor.tuned import record_tune, script_key
 from trainspeed.errors import ConfigError
 from trainspeed.patches.plan import FLAG_PREFIX
@@ -176,7 +177,8 @@ def run_script_tune(command: list[str], out_dir: str | Path, options: TuneOption
         device = DeviceInfo.detect("cuda" if facts.device == "cuda" else "cpu")
         return ScriptContext(facts=facts, device=device, settings=settings, baseline_memory=state["baseline_memory"])
 
-    hint = (f"Run `trainspeed doctor -- {shlex.join(command)}` to see what the script does: it must "
+    doctor = with_own_env(f"trainspeed doctor -- {shlex.join(command)}")
+    hint = (f"Run `{doctor}` to see what the script does: it must "
             "reach optimizer steps (a loop without torch.optim can mark each step with one line, "
             "trainspeed.step()).")
     def fit(base: TrialResult, trials: float) -> float:
@@ -369,9 +371,10 @@ def _stage_script_outputs(command: list[str], result: TuneResult, out: Path, fac
     # patched loop would be thinned once more at run time
     kept = {k: v for k, v in settings.items() if not is_whatif({k: v})}
     plan = Plan(command=list(command), settings=kept, targets=targets, flag_styles=styles)
+    run = with_own_env(f"trainspeed run --with {out / 'best.yaml'} -- {shlex.join(command)}")  # as the trials ran
     save_plan(plan, out / "best.yaml", header=(
         f"# trainspeed tune of: {shlex.join(command)}\n"
-        f"# run it: trainspeed run --with {out / 'best.yaml'} -- {shlex.join(command)}"
+        f"# run it: {run}"
         + ("\n# the what-if winners are edits of your code: apply best.patch" if kept != settings else "")),
         write=write)
     change = None

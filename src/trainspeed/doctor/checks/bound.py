@@ -21,7 +21,7 @@ from typing import Any
 
 from trainspeed.doctor.checks.context import CheckContext, describe_site, pct
 from trainspeed.doctor.checks.data import DATA_WAIT_WARNING, padded_per_batch, padding_share
-from trainspeed.doctor.checks.lookups import SHARE_INFO, lookup_time
+from trainspeed.doctor.checks.lookups import SHARE_INFO, lookup_time, steps_enough
 from trainspeed.doctor.checks.machine import busy_machine
 from trainspeed.doctor.checks.optimizer_kernels import optimizer_not_fused
 from trainspeed.doctor.checks.rollout import ROLLOUT_HELPS, is_rollout
@@ -84,7 +84,7 @@ def _helps(ctx: CheckContext, bound: str, launch: bool, unfused: bool) -> list[s
                      "per-step conversions); batching it (one forward over many inputs, vectorized "
                      "environments) does more per call")
         lookups = ctx.time_share(lookup_time(ctx)[1])
-        if lookups >= SHARE_INFO:
+        if lookups >= SHARE_INFO and steps_enough(ctx):  # as the finding it points to
             helps.insert(len(helps) - 2, f"caching the package lookups a library makes at every step "
                                          f"({pct(lookups)} of the time: the finding below writes the line)")
         return helps

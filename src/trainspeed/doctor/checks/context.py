@@ -187,14 +187,23 @@ class CheckContext:
         package), which every command for this script must carry (instrument/import_path.py)."""
         return (self.first("doctor") or {}).get("pythonpath")
 
-    def with_pythonpath(self, command: str, first: str | None = None) -> str:
-        """`command` run with the script's PYTHONPATH entries (`first` before them), as typed."""
+    @property
+    def env(self) -> dict[str, str]:
+        """The variables that change how torch or the script runs (TORCH_*, CUDA_VISIBLE_DEVICES,
+        ...) as the doctor started (instrument/run_env.py): a command without them can crash
+        where the user's run did not."""
+        env = (self.first("doctor") or {}).get("env")
+        return {str(k): str(v) for k, v in env.items()} if isinstance(env, dict) else {}
+
+    def with_pythonpath(self, command: str, first: str | None = None, env: dict[str, str] | None = None) -> str:
+        """`command` run with the script's PYTHONPATH entries (`first` before them) and its
+        variables (`env` over them: a finding's own fix, named once), as typed."""
         from trainspeed.doctor.instrument.import_path import prefixed
 
-        return prefixed(command, first, self.pythonpath)
+        return prefixed(command, first, self.pythonpath, env={**self.env, **(env or {})})
 
     def doctor_command(self, steps: int | None = None, flags: Sequence[str] = (), path: str | None = None,
-                       warmup: int | None = None, no_flops: bool = False) -> str:
+                       warmup: int | None = None, no_flops: bool = False, env: dict[str, str] | None = None) -> str:
         """`trainspeed doctor -- <the recorded command>`: runnable as written (with the
         PYTHONPATH entries the script needed, `path` before them). An engine run (a config.yaml,
         no command) is re-run with `trainspeed train` under a new run name, which writes the same
@@ -211,7 +220,8 @@ class CheckContext:
         length = self._steps_option(steps) + self._warmup_option(warmup) + (" --no-flops" if no_flops else "")
         if self.launcher and self.command:  # `accelerate launch ...` as typed: the doctor goes in under it
             fixed = command_with_flags(list(self.command), list(flags))
-            return self.with_pythonpath(f"trainspeed doctor{length} -- {shlex.join(self.launcher + fixed[1:])}", path)
+            return self.with_pythonpath(
+                f"trainspeed doctor{length} -- {shlex.join(self.launcher + fixed[1:])}", path, env)
         launch = f"torchrun --nproc_per_node {ranks} -m trainspeed" if ranks > 1 else "trainspeed"
         if not self.command and config.is_file():
             return (f"{launch} train {shlex.quote(str(config))} run.name={self.run.path.name}-after"
@@ -222,11 +232,11 @@ class CheckContext:
             if not self._steps_option(steps) and steps != 0:
                 length = f" --steps {steps or DEFAULT_STEPS}{length}"
             return self.with_pythonpath(
-                f"trainspeed run --with {shlex.quote(self.plan['path'])} --doctor{length} -- {cmd}", path)
+                f"trainspeed run --with {shlex.quote(self.plan['path'])} --doctor{length} -- {cmd}", path, env)
         # Ranks must agree on one directory (--out is required under torchrun): a new one
         # beside this run's, so the comparison keeps both.
         out = f" --out {shlex.quote(str(self.run.path) + '-after')}" if ranks > 1 else ""
-        return self.with_pythonpath(f"{launch} doctor{length}{out} -- {cmd}", path)
+        return self.with_pythonpath(f"{launch} doctor{length}{out} -- {cmd}", path, env)
 
     def _warmup_option(self, warmup: int | None) -> str:
         """` --warmup-steps N`: `warmup` when a check asks for one, else the run's own when it was

@@ -18,6 +18,10 @@ from trainspeed.patches.cache_checks import cache_code
 LOOKUPS_PER_STEP_MIN = 0.5
 """Lookups at least every other step: a check the library makes in its per-step code, not a
 one-off lazy import."""
+MIN_MEASURED_STEPS = 2
+"""Measured steps (past the warm-up) the lookups must recur over before a finding says "at every
+step": Lightning's bug_report_model ran 1 step (0 measured), and its first self.log's two
+lookups of torch's version, made once, read as '2 lookups per step, ~6 % at stake'."""
 SHARE_INFO = 0.01
 SHARE_WARNING = 0.05
 """At 5 % of the time the lookups cost more than most settings a tune measures."""
@@ -67,8 +71,20 @@ def per_step_checks(ctx: CheckContext, observed: list[tuple[dict[str, Any], int]
     return list(dict.fromkeys(names))
 
 
+def _measured_steps(ctx: CheckContext) -> int:
+    measured = ctx.summary.get("measured_steps")
+    return measured if isinstance(measured, int) else ctx.steps
+
+
+def steps_enough(ctx: CheckContext) -> bool:
+    """Whether the run has the steps to tell a lookup made at every step from one made once (a
+    first call's lazy setup, a warm-up step): the counts have no per-step breakdown. The finding
+    and the report's "What can still help" (checks/bound.py) ask the same."""
+    return ctx.steps > 0 and min(_measured_steps(ctx), _counted_steps(ctx)) >= MIN_MEASURED_STEPS
+
+
 def package_lookups(ctx: CheckContext) -> Finding | None:
-    if not ctx.steps:
+    if not steps_enough(ctx):
         return None
     count, seconds = lookup_time(ctx)
     per_step = count / _counted_steps(ctx)

@@ -133,7 +133,7 @@ def _weights_only_advice(ctx: CheckContext) -> tuple[str, str]:
     return ("the script's torch.load reads a file that holds more than tensors, and torch >= 2.6 loads "
             "weights only by default. If you trust the file, run with TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1 "
             "(torch's switch back to the old default), or pass weights_only=False to that torch.load",
-            f"TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1 {ctx.doctor_command()}")
+            ctx.doctor_command(env={"TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD": "1"}))
 
 
 def _crashed_before_a_step(ctx: CheckContext, error: str | None) -> Finding:

@@ -44,6 +44,16 @@ that removes it). The marker is also a script_flags topic: a script that parses 
 settings as flags (an HfArgumentParser over TrainingArguments: run_clm.py) is told its flag,
 `--logging_nan_inf_filter False`, not a constructor keyword it cannot reach from the command line."""
 
+LIGHTNING_LOG_READS = (
+    "Trainer(log_every_n_steps=N) with a larger N, or fewer values in `self.log(...)` (Lightning turns each "
+    "logged tensor into a Python number, `value.item()` in convert_tensors_to_scalars, when it writes the "
+    "logs: every log_every_n_steps steps, 50 by default, and at the end of an epoch and of fit, validate "
+    "or test; every step only for values logged with prog_bar=True, for the progress bar)")
+"""Lightning's `to_item` reads where the script's training_step logs nothing with prog_bar=True
+(bug_report_model's `self.log("train_loss", loss)`): they come from the logger connector's
+log_metrics and the trainer's validate/test results (lightning 2.6), not the progress bar, so
+"set prog_bar=False" named a setting the script did not have."""
+
 
 def library_of(row: dict[str, Any] | str) -> str | None:
     """The installed package a call site lies in (None: the user's own code): the package the
@@ -83,12 +93,13 @@ def library_advice(row: dict[str, Any], lookahead: int = 5, ctx: CheckContext | 
     flag = script_flag(ctx, marker) if ctx is not None else None
     if flag:
         return f"{set_flag(flag, value)} (the script's flag, now {show_flag(flag)}: {why})"
-    if marker == "to_item" and ctx is not None:
+    if marker == "to_item":
         from trainspeed.doctor.checks.lightning_logs import prog_bar_logs
 
-        calls = prog_bar_logs(ctx)
-        if calls:
-            why += f"; yours: {', '.join(calls)}"
+        calls = prog_bar_logs(ctx) if ctx is not None else []
+        if not calls:  # the read is the logger connector's, or the script's prog_bar calls are not seen
+            return LIGHTNING_LOG_READS
+        why += f"; yours: {', '.join(calls)}"
     return f"{setting} ({why})"
 
 
@@ -203,10 +214,19 @@ def _steady_rate(ctx: CheckContext, reads: int, all_syncs: int) -> tuple[float, 
     header does); steady state is the measured steps (warm-up excluded), so one-off work (a
     first iteration's callback, an evaluation after the last step) is not spread over the
     steps. Reads are the records' figure times the share of reads among all counted calls.
-    Records without sync counts (older runs): the call-site count over all steps."""
+    A run that ended in the warm-up: all its records, as the header's figure is (summary.py), so
+    both say one rate (time_sequence_prediction read 21 in the header and 22 in the finding: the
+    call sites' 44 over 2 steps counted the 2 reads after its last step in). Records without sync
+    counts (older runs): the call-site count over all steps."""
     per_step_all = ctx.run.array("syncs")
     warm = ctx.run.array("warmup") > 0.5
     steady = per_step_all[np.isfinite(per_step_all) & ~warm]
+    if steady.size == 0:
+        steady = per_step_all[np.isfinite(per_step_all)]
+        if steady.size and not steady.sum() > 0:
+            # counted, and none inside its steps: bug_report_model's one step read nothing, its 8
+            # reads came after it (Lightning's end-of-fit logging, checkpoint name, test results)
+            return 0.0, 0.0, reads
     if not np.nansum(per_step_all) > 0 or steady.size == 0:
         return reads / ctx.steps, 1.0 if reads else 0.0, 0
     header = ctx.summary.get("syncs_per_step")
@@ -230,11 +250,16 @@ def host_syncs(ctx: CheckContext) -> Finding | None:
     top = "; ".join(f"{describe_site(r)} ({r['kind']}, {r['count']} calls)" for r in rows[:3])
     cuda = ctx.device_type == "cuda"
     share = ctx.time_share(seconds)
-    when = "every step" if steps_with >= 0.9 else f"on {pct(steps_with)} of the steps"
-    once = f", plus {one_off} one-off reads outside the steady-state steps (warm-up, after the last step)" if one_off else ""
-    # every step in the warm-up (a script that ended there): the rate is over all of them
-    over = "all steps, warm-up included" if not ctx.summary.get("measured_steps") else f"steady-state steps{once}"
-    evidence = (f"{per_step:.2g} host syncs per step, {when} ({over}; {count} in all, "
+    # one step recorded shows no recurrence: "every step" would claim what no second step showed
+    when = ("in its one recorded step" if ctx.steps < 2 else
+            "every step" if steps_with >= 0.9 else f"on {pct(steps_with)} of the steps")
+    rate = f"{per_step:.2g} host syncs {when}" if ctx.steps < 2 else f"{per_step:.2g} host syncs per step, {when}"
+    if not ctx.summary.get("measured_steps"):  # a script that ended in the warm-up: the rate is over all its steps
+        over = "all steps, warm-up included" + (f", plus {one_off} one-off reads outside the steps" if one_off else "")
+    else:
+        over = "steady-state steps" + (f", plus {one_off} one-off reads outside the steady-state steps (warm-up, "
+                                       "after the last step)" if one_off else "")
+    evidence = (f"{rate} ({over}; {count} in all, "
                 f"{ms(seconds)} inside them = {pct(share)} of the time); top: {top}.")
     if cuda:
         impact, basis = gpu_time(ctx).sync_stake()

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import sys
 
-__all__ = ["TRAINSPEED_ROOT", "needed_pythonpath", "own_pythonpath", "prefixed"]
+__all__ = ["TRAINSPEED_ROOT", "needed_pythonpath", "own_pythonpath", "prefixed", "with_own_env"]
 
 _OWN_PACKAGE = os.path.abspath(os.path.join(os.path.dirname(__file__), os.pardir, os.pardir))  # .../trainspeed
 TRAINSPEED_ROOT = os.path.dirname(_OWN_PACKAGE)
@@ -29,12 +29,23 @@ def own_pythonpath() -> str | None:
     return os.pathsep.join(e for e in _entries() if os.path.abspath(e) != TRAINSPEED_ROOT) or None
 
 
-def prefixed(command: str, *entries: str | None) -> str:
-    """`command` run with these PYTHONPATH entries first (`PYTHONPATH=. trainspeed ...`)."""
-    import shlex
+def prefixed(command: str, *entries: str | None, env: dict[str, str] | None = None) -> str:
+    """`command` run with these PYTHONPATH entries first (`PYTHONPATH=. trainspeed ...`) and the
+    variables of `env` the script ran with (instrument/run_env.py), all sorted by name."""
+    from trainspeed.doctor.instrument.run_env import assignments
 
     joined = os.pathsep.join(e for e in entries if e)
-    return f"PYTHONPATH={shlex.quote(joined)} {command}" if joined else command
+    env = {k: v for k, v in (env or {}).items() if k != "PYTHONPATH"}
+    return assignments({**env, **({"PYTHONPATH": joined} if joined else {})}) + command
+
+
+def with_own_env(command: str) -> str:
+    """`command` run as this process was: its PYTHONPATH entries (own_pythonpath) and the
+    variables that change how torch or the script runs (run_env.carried_env). For the tune's
+    printed commands, which rerun the script its trials ran."""
+    from trainspeed.doctor.instrument.run_env import carried_env
+
+    return prefixed(command, own_pythonpath(), env=carried_env())
 
 
 def needed_pythonpath(script_dir: str | None = None) -> str | None:

@@ -128,13 +128,15 @@ def _checkpoint_files(paths: set[str]) -> dict[str, Any]:
 
 def emit_observations(monitor: Any, session: Session, *, files_before: dict[str, int] | None,
                       run_dir: Path, stopped: str, exit_code: int, max_steps: int | None,
-                      error: str | None = None, pythonpath: str | None = None, ended_ranks: int = 0,
-                      said: str | None = None) -> None:
+                      error: str | None = None, pythonpath: str | None = None, env: dict[str, str] | None = None,
+                      ended_ranks: int = 0, said: str | None = None) -> None:
     """Write every observation of the session as an event (call before monitor.close());
     `error`: the script's exception as 'Type: first line' when it crashed; `pythonpath`: the
-    PYTHONPATH entries the script's imports needed (instrument/import_path.py); `ended_ranks`: the
-    ranks the script had started that the doctor ended with it (doctor/started_ranks.py); `said`: the
-    line the script printed as it exited itself (doctor/script_exit.py)."""
+    PYTHONPATH entries the script's imports needed (instrument/import_path.py); `env`: the
+    variables that change how torch or the script runs, as the doctor started (instrument/run_env.py),
+    which every suggested command carries; `ended_ranks`: the ranks the script had started that the
+    doctor ended with it (doctor/started_ranks.py); `said`: the line the script printed as it exited
+    itself (doctor/script_exit.py)."""
     def emit(kind: str, **data: Any) -> None:
         monitor.event("observation", kind=kind, **data)
 
@@ -163,5 +165,5 @@ def emit_observations(monitor: Any, session: Session, *, files_before: dict[str,
         emit("files", **growth(files_before, snapshot(os.getcwd(), exclude=run_dir)))
     emit("doctor", stopped=stopped, exit_code=exit_code, steps=monitor.steps_done,
          max_steps=max_steps, compiled=bool(session.observations.get("compiled")), error=error,
-         **({"pythonpath": pythonpath} if pythonpath else {}), **({"ended_ranks": ended_ranks} if ended_ranks else {}),
-         **({"said": said} if said else {}))
+         **({"pythonpath": pythonpath} if pythonpath else {}), **({"env": env} if env else {}),
+         **({"ended_ranks": ended_ranks} if ended_ranks else {}), **({"said": said} if said else {}))

@@ -75,8 +75,10 @@ class HFOptions:
 
 def import_transformers():
     """transformers, with the Hub switched off (a recipe never downloads)."""
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    from trainspeed import own_env
+
+    own_env.setdefault("HF_HUB_OFFLINE", "1")  # remembered: not the user's, for printed commands
+    own_env.setdefault("TRANSFORMERS_OFFLINE", "1")
     return require("transformers", extra="hf", feature="the hf recipe")
 
 
