@@ -136,10 +136,11 @@ def _finite(values: np.ndarray) -> np.ndarray:
 def result_from_run_dir(request: TrialRequest, run_dir: Path, wall_s: float) -> TrialResult:
     """Read a finished trial's run directory into a TrialResult."""
     from trainspeed.telemetry.rundir import read_run
-    from trainspeed.telemetry.summary import flops_per_step, others_per_step, peak_of, system_series
+    from trainspeed.telemetry.summary import flops_per_step, peak_of, system_series
     from trainspeed.telemetry.throughput import mfu
     from trainspeed.tune.optimizer_losses import read_optimizer_losses
     from trainspeed.tune.settle import settled_from
+    from trainspeed.tune.trial_load import trial_others_load
 
     run = read_run(run_dir)
     own = read_optimizer_losses(run)  # several optimizers: each one's loss, judged apart
@@ -168,10 +169,11 @@ def result_from_run_dir(request: TrialRequest, run_dir: Path, wall_s: float) -> 
     step_s = float(np.median(t[keep]))
     reading = mfu(flops_per_step(run, keep), step_s, *peak_of(run))
     utilization = reading.value if reading.valid else None
-    others = _finite(others_per_step(run, keep)[0])
-    if not others.size:  # steps shorter than the sampler's interval: its readings over the whole trial
+    others_load = trial_others_load(run, keep)  # over the steps' time, not their count (trial_load.py)
+    if others_load is None:  # no sampler row inside the steps: its readings over the whole trial
         others = _finite(np.asarray(system_series(run).get("cpu_others", []), dtype=np.float64))
-    return TrialResult(ok=True, others_load=float(np.median(others)) / 100 if others.size else None, step_times=t[keep].tolist(), samples=samples[keep].tolist(),
+        others_load = float(np.median(others)) / 100 if others.size else None
+    return TrialResult(ok=True, others_load=others_load, step_times=t[keep].tolist(), samples=samples[keep].tolist(),
                        epoch_starts=starts[keep].tolist() if starts[keep].any() else [],
                        steps_per_epoch=per_epoch, loss=loss, loss_start=_start_loss(run), loss_scatter=scatter,
                        memory_peak=float(mem.max()) if mem.size else None,
