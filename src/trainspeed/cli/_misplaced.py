@@ -23,16 +23,16 @@ def misplaced_options(sub: argparse.ArgumentParser, subcommand: str, argv: Seque
     if subcommand not in _SCRIPT_COMMANDS or "--" in argv or not command:
         return None
     own = {s for a in sub._actions for s in a.option_strings if s.startswith("--")} - _NOT_OURS  # noqa: SLF001
-    found = [w for w in command[1:] if w.split("=", 1)[0] in own]
+    names = [w.split("=", 1)[0] for w in command]
+    found = [i for i in range(1, len(command)) if names[i] in own]
     if not found:
         return None
-    first = found[0].split("=", 1)[0]
-    at = next(i for i, w in enumerate(command) if w.split("=", 1)[0] == first)
+    at = found[0]  # the first is moved before `--` in the example (with its value, unless written --opt=value)
     taken = list(command[at:at + 2]) if "=" not in command[at] and at + 1 < len(command) else [command[at]]
     rest = [*command[:at], *command[at + len(taken):]]
     ours = f"trainspeed {subcommand} {shlex.join(taken)} -- {shlex.join(rest)}"
     theirs = f"trainspeed {subcommand} -- {shlex.join(command)}"
-    return (f"{', '.join(sorted({w.split('=', 1)[0] for w in found}))} follows the script's command with no `--` "
+    return (f"{', '.join(sorted({names[i] for i in found}))} follows the script's command with no `--` "
             f"before it, so it would go to the script, not to trainspeed. For trainspeed: {ours}; "
             f"if it is the script's own option: {theirs}")
 

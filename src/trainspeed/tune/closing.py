@@ -16,9 +16,10 @@ from trainspeed.tune.spend import early_end_note
 
 
 def tune_result(tuner: Any, ablation: list[Row], combination: list[Row], final: Row | None,
-                best: dict[str, Any]) -> TuneResult:
+                best: dict[str, Any], leftover: str | None = None) -> TuneResult:
     """The Tuner's TuneResult: best.yaml's settings are the baseline's where the verification
-    did not read them faster."""
+    did not read them faster. `leftover`: leftover.measure_left's note on a skipped setting whose
+    round the budget left could not pay."""
     notes: list[str] = []
     if final is not None and final.verdict != stats.FASTER:
         notes.append(f"the combination verified as '{final.verdict}' against the baseline; "
@@ -31,8 +32,8 @@ def tune_result(tuner: Any, ablation: list[Row], combination: list[Row], final: 
     note = early_end_note(tuner)
     if note:
         notes.append(note)
-    if getattr(tuner, "leftover_note", None):  # a skipped setting whose round the budget left cannot pay
-        notes.append(tuner.leftover_note)
+    if leftover:
+        notes.append(leftover)
     base_trials = [r for r in tuner.results({}) if r.ok]
     note = unmoved_loss_note(base_trials)
     if note:

@@ -11,13 +11,13 @@ what is left, and where none fits, the closing note says how much was left and w
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 from trainspeed.tune import stats
 from trainspeed.tune.knobs import Candidate
 from trainspeed.tune.result import Row
 from trainspeed.tune.spend import LATE_REPEAT, fresh_round
+from trainspeed.tune.verify import unverified_answer
 
 Tuner = Any
 """search.Tuner, which imports this module."""
@@ -78,11 +78,9 @@ def _answer(tuner: Tuner, row: Row, final: Row | None, best: dict[str, Any]) -> 
     answered = final.speedup if final is not None and final.verdict == stats.FASTER and best else 1.0
     if row.verdict != stats.FASTER or tuner.is_whatif(row.settings) or (row.speedup or 0.0) <= (answered or 1.0):
         return final, best
-    note = (f"{row.knob}={row.setting} as measured in one round after the verification, faster than the verified "
-            "answer; rerun with the same --out and a larger --budget to combine and verify it")
-    return dataclasses.replace(row, knob="combined", setting=tuner.describe(row.settings), settings=dict(row.settings),
-                               unverified=True, note=note), \
-        dict(row.settings)
+    return unverified_answer(tuner, row, f"{row.knob}={row.setting} as measured in one round after the verification, "
+                                         "faster than the verified answer; rerun with the same --out and a larger "
+                                         "--budget to combine and verify it")
 
 
 def _note(tuner: Tuner, unmeasured: list[Candidate]) -> str | None:

@@ -356,8 +356,8 @@ class Tuner(LoadProof):
         combination, best = self._greedy(ablation, deferred)
         self.reserve_s = 0.0
         final, best = final_answer(self, best, ablation)
-        final, best, self.leftover_note = measure_left(self, ablation, final, best)  # skipped, if a round fits now
-        return tune_result(self, ablation, combination, final, best)  # closing.py
+        final, best, leftover = measure_left(self, ablation, final, best)  # skipped, if a round fits now
+        return tune_result(self, ablation, combination, final, best, leftover)  # closing.py
 
     def _price_from_opening(self) -> None:
         """Run round 1's opening baseline bracket before the settings are admitted,

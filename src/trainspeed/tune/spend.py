@@ -95,6 +95,12 @@ def _round_qs(tuner: Tuner, c: Candidate, pair: Pair) -> list[float]:
     return [stats.arm_cost(arm_of([ref])) / mine for ref in refs] if mine > 0 else []
 
 
+def _pairs_so_far(tuner: Tuner, i: int, r: int) -> list[Pair]:
+    """Candidate i's pairs of ablation rounds 0..r (the baseline trials around it, its trial)."""
+    R, every = tuner.opt.repeats, tuner.opt.baseline_every
+    return [(bracket_repeats(i, k, R, every, tuner.first_bracket), k) for k in range(r + 1)]
+
+
 def halve(tuner: Tuner, candidates: list[Candidate], r: int) -> None:
     """After ablation round r: drop what ran far slower (STOP_BELOW); before the last round
     also clear losers, then the slowest until the rest's next round fits the budget (with the
@@ -107,8 +113,7 @@ def halve(tuner: Tuner, candidates: list[Candidate], r: int) -> None:
         # its first round and 0.34x in the second (a neighbour's load landed on that one trial),
         # was dropped, and the tune ended with 330 s of its 600 unspent. A setting far slower in
         # truth is far slower in most of its rounds.
-        rounds, _ = tuner._paired(c.settings, {}, [(bracket_repeats(i, k, R, every, tuner.first_bracket), k)
-                                                   for k in range(r + 1)])
+        rounds, _ = tuner._paired(c.settings, {}, _pairs_so_far(tuner, i, r))
         qs = [stats.arm_cost(arm_of([refs])) / stats.arm_cost(arm_of([cand])) for refs, cand in rounds]
         if qs and statistics.median(qs) < STOP_BELOW:
             q = statistics.median(qs)
@@ -125,8 +130,7 @@ def halve(tuner: Tuner, candidates: list[Candidate], r: int) -> None:
             continue
         # every round so far, as the far-slower test above: one round a neighbour's load slowed
         # must not end a setting that read faster before it
-        rounds = [qs for k in range(r + 1) if (qs := _round_qs(tuner, c, (bracket_repeats(
-            i, k, R, every, tuner.first_bracket), k)))]
+        rounds = [qs for pair in _pairs_so_far(tuner, i, r) if (qs := _round_qs(tuner, c, pair))]
         if not rounds:
             continue
         middle = statistics.median([q for qs in rounds for q in qs])

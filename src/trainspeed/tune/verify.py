@@ -163,11 +163,15 @@ def ablation_answer(tuner: Tuner, ablation: list[Row], cut: Row | None = None) -
     why = (f"the budget ran out before a fresh verification ({max(left, 0.0):.0f} s left)" if cut is None else
            f"the verification, cut short by the budget, read {cut.speedup:.2f}x (CI {cut.ci[0]:.2f}-{cut.ci[1]:.2f}), "
            f"faster but inside the spread of its few rounds (±{cut.noise:.0%})")
-    row = dataclasses.replace(
-        # labelled by its settings, as a verified row is ("combined | 1" said nothing of threads)
-        won, knob="combined", setting=tuner.describe(won.settings), settings=dict(won.settings), unverified=True,
-        note=(f"{won.knob}={won.setting} as measured against the baseline in the ablation: {why}; rerun with "
-              "the same --out and a larger --budget to verify it"))
+    return unverified_answer(tuner, won, f"{won.knob}={won.setting} as measured against the baseline in the "
+                                         f"ablation: {why}; rerun with the same --out and a larger --budget to verify it")
+
+
+def unverified_answer(tuner: Tuner, won: Row, note: str) -> tuple[Row, dict[str, Any]]:
+    """A setting's own row as the tune's answer, not verified afresh (said in `note`), and its
+    settings; labelled by them, as a verified row is ("combined | 1" said nothing of threads)."""
+    row = dataclasses.replace(won, knob="combined", setting=tuner.describe(won.settings), settings=dict(won.settings),
+                              unverified=True, note=note)
     return row, dict(won.settings)
 
 
